@@ -1,0 +1,3 @@
+from notify_queue.cli import main
+
+raise SystemExit(main())

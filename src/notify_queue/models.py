@@ -1,0 +1,227 @@
+"""The domain's vocabulary: channels, priorities, statuses and the records passed between layers.
+
+Plain frozen dataclasses with slots: they cross the hot path (a claimed batch, a batch of
+results) thousands of times a second, so they carry no validation of their own; validation
+happens once, at the edge, in `services.validation`.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class Channel(enum.StrEnum):
+    EMAIL = "email"
+    SMS = "sms"
+    PUSH = "push"
+
+
+class Priority(enum.StrEnum):
+    """Stored as a small integer (`rank`) so the claim index sorts HIGH first."""
+
+    HIGH = "HIGH"
+    NORMAL = "NORMAL"
+    LOW = "LOW"
+
+    @property
+    def rank(self) -> int:
+        return _PRIORITY_RANK[self]
+
+    @classmethod
+    def from_rank(cls, rank: int) -> Priority:
+        return _PRIORITY_BY_RANK[rank]
+
+
+_PRIORITY_RANK = {Priority.HIGH: 0, Priority.NORMAL: 1, Priority.LOW: 2}
+_PRIORITY_BY_RANK = {rank: p for p, rank in _PRIORITY_RANK.items()}
+
+
+class Status(enum.StrEnum):
+    PENDING = "PENDING"
+    PROCESSING = "PROCESSING"
+    SENT = "SENT"
+    FAILED = "FAILED"
+    DEAD_LETTERED = "DEAD_LETTERED"
+    CANCELLED = "CANCELLED"
+    EXPIRED = "EXPIRED"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_STATUSES
+
+
+FINAL_STATUSES = frozenset(
+    {Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.CANCELLED, Status.EXPIRED}
+)
+RETRYABLE_STATUSES = frozenset({Status.FAILED, Status.DEAD_LETTERED})
+# Statuses that report to a webhook (CONTRACT section 6).
+WEBHOOK_STATUSES = frozenset({Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.EXPIRED})
+
+
+class Source(enum.StrEnum):
+    API = "api"
+    KUBERNETES = "kubernetes"
+
+
+class Outcome(enum.StrEnum):
+    """What one delivery attempt came to; also the `outcome` label of the delivery metrics."""
+
+    SENT = "sent"
+    TEMPORARY_FAILURE = "temporary_failure"
+    PERMANENT_FAILURE = "permanent_failure"
+    RATE_LIMITED = "rate_limited"
+
+
+@dataclass(frozen=True, slots=True)
+class NewNotification:
+    """A validated request to enqueue, with its send time already resolved."""
+
+    idempotency_key: str
+    request_hash: str
+    channel: Channel
+    recipient: str
+    body: str
+    priority: Priority
+    send_at: datetime
+    subject: str | None = None
+    expires_at: datetime | None = None
+    webhook_url: str | None = None
+    policy: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source: Source = Source.API
+    id: uuid.UUID = field(default_factory=uuid.uuid4)
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    at: datetime
+    from_status: Status
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """A notification as stored."""
+
+    id: uuid.UUID
+    idempotency_key: str
+    channel: Channel
+    recipient: str
+    subject: str | None
+    body: str
+    priority: Priority
+    status: Status
+    send_at: datetime
+    next_attempt_at: datetime
+    expires_at: datetime | None
+    attempt_count: int
+    max_attempts: int
+    last_error: str | None
+    sent_at: datetime | None
+    provider_message_id: str | None
+    retries: list[Retry]
+    source: Source
+    policy: str | None
+    webhook_url: str | None
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class CreateResult:
+    """What enqueueing one request came to: created, the same request again, or a key clash."""
+
+    notification: Notification
+    created: bool
+    conflict: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedNotification:
+    """A notification a worker holds: only the holder of `claim_token` may report its result."""
+
+    id: uuid.UUID
+    claim_token: uuid.UUID
+    channel: Channel
+    recipient: str
+    subject: str | None
+    body: str
+    metadata: dict[str, Any]
+    attempt_count: int
+    max_attempts: int
+    backoff_base_seconds: float
+    backoff_max_seconds: float
+    priority: Priority
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryResult:
+    """What a provider answered. `retry_after_seconds` is the provider's own hint (Retry-After)."""
+
+    outcome: Outcome
+    provider_message_id: str | None = None
+    error: str | None = None
+    retry_after_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """The state change to record for one claimed notification, decided by the delivery rules."""
+
+    id: uuid.UUID
+    claim_token: uuid.UUID
+    status: Status
+    # Seconds from now (the database's clock, so worker clocks never matter) until the next try.
+    retry_in_seconds: float | None
+    last_error: str | None
+    provider_message_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """A delivery policy (mirrored from a NotificationPolicy); `None` fields fall back to defaults."""
+
+    name: str
+    rate_limit: int | None = None
+    rate_window_seconds: float | None = None
+    max_attempts: int | None = None
+    backoff_base_seconds: float | None = None
+    backoff_max_seconds: float | None = None
+    webhook_url: str | None = None
+    webhook_secrets: tuple[str, ...] = ()
+    ttl_seconds_after_finished: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookEvent:
+    """One outbox event claimed for dispatch."""
+
+    id: uuid.UUID
+    notification_id: uuid.UUID
+    url: str
+    payload: str
+    secrets: tuple[str, ...]
+    attempts: int
+    claim_token: uuid.UUID
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookResult:
+    id: uuid.UUID
+    claim_token: uuid.UUID
+    delivered: bool
+    error: str | None
+    # Seconds until the next POST; None and not delivered: out of attempts, the event is failed.
+    retry_in_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    counts: dict[Status, int]
+    due: dict[Priority, int]
+    oldest_due_age_seconds: float
+    webhook_events: dict[str, int]

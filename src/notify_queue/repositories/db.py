@@ -1,0 +1,181 @@
+"""The connector seam: the only code that calls psycopg.
+
+`Database` owns one async connection pool per process and offers four calls (execute, fetch one,
+fetch all, a transaction) plus LISTEN. Every driver error is translated here, once, into
+`DatabaseUnavailable`, so the layers above never see psycopg's exceptions. Statements are
+parameterised, always: queries come from `sql/*.sql` and values only ever travel as parameters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, LiteralString, cast
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from notify_queue.errors import DatabaseUnavailable
+from notify_queue.repositories.queries import QUERIES
+
+log = logging.getLogger(__name__)
+
+Row = dict[str, Any]
+Params = Mapping[str, Any]
+
+# Errors that mean "the database is not there right now", as opposed to a bug in a statement.
+_UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+
+def _translate(exc: BaseException) -> DatabaseUnavailable:
+    # The first line only: libpq's messages can carry the host and port but never the password.
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return DatabaseUnavailable(f"database unavailable: {first_line}")
+
+
+class Database:
+    """A pool of connections to one PostgreSQL database."""
+
+    def __init__(self, url: str, *, pool_size: int = 8, name: str = "notify-queue") -> None:
+        self.url = url
+        self._pool = AsyncConnectionPool(
+            url,
+            min_size=1,
+            max_size=pool_size,
+            open=False,
+            timeout=10.0,
+            # A connection found broken is replaced, so a restarted PostgreSQL is reconnected to.
+            check=AsyncConnectionPool.check_connection,
+            kwargs={"autocommit": True, "application_name": name, "row_factory": dict_row},
+            reconnect_timeout=float("inf"),
+            name=name,
+        )
+
+    async def open(self, *, wait: bool = True, timeout: float = 10.0) -> None:
+        """Open the pool; with `wait`, fail fast with the server's own reason if it cannot connect."""
+        try:
+            if wait:
+                # One direct connection first: its error says why ("connection refused",
+                # "password authentication failed"), where the pool would only time out.
+                conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=max(int(timeout), 1))
+                await conn.close()
+            await self._pool.open(wait=wait, timeout=timeout)
+        except _UNAVAILABLE as exc:
+            await self._pool.close()
+            raise _translate(exc) from None
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def __aenter__(self) -> Database:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[Connection]:
+        """A pooled connection in autocommit mode; use `Connection.transaction()` for atomic work."""
+        try:
+            async with self._pool.connection() as conn:
+                yield Connection(conn)
+        except _UNAVAILABLE as exc:
+            raise _translate(exc) from None
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Connection]:
+        async with self.connection() as conn, conn.transaction():
+            yield conn
+
+    async def execute(self, query: str, params: Params | None = None) -> int:
+        async with self.connection() as conn:
+            return await conn.execute(query, params)
+
+    async def fetch_one(self, query: str, params: Params | None = None) -> Row | None:
+        async with self.connection() as conn:
+            return await conn.fetch_one(query, params)
+
+    async def fetch_all(self, query: str, params: Params | None = None) -> list[Row]:
+        async with self.connection() as conn:
+            return await conn.fetch_all(query, params)
+
+    async def listen(self, channel: str, stop: asyncio.Event) -> AsyncIterator[str]:
+        """Yield the payload of each NOTIFY on `channel` until `stop` is set; reconnects on loss.
+
+        Runs on its own connection outside the pool: a LISTEN ties up a session (so it does not
+        work through a transaction-mode PgBouncer; see docs/operations.md). After a reconnect it
+        yields an empty payload, because hints sent while it was away are lost and the caller
+        should look for work anyway.
+        """
+        delay = 0.1
+        while not stop.is_set():
+            try:
+                async with await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, application_name="notify-queue-listen"
+                ) as conn:
+                    await conn.execute(f"LISTEN {channel}")  # channel is a constant of ours
+                    delay = 0.1
+                    yield ""
+                    while not stop.is_set():
+                        async for notify in conn.notifies(timeout=1.0):
+                            yield notify.payload
+            except _UNAVAILABLE as exc:
+                log.warning("listen connection lost (%s); reconnecting in %.1fs", _translate(exc), delay)
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=delay)
+                except TimeoutError:
+                    pass
+                delay = min(delay * 2, 5.0)
+
+
+class Connection:
+    """One connection, with the same calls as `Database`; statements are named queries."""
+
+    def __init__(self, conn: psycopg.AsyncConnection[Row]) -> None:
+        self._conn = conn
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Connection]:
+        try:
+            async with self._conn.transaction():
+                yield self
+        except _UNAVAILABLE as exc:
+            raise _translate(exc) from None
+
+    async def execute(self, query: str, params: Params | None = None) -> int:
+        try:
+            cur = await self._conn.execute(_sql(query), params)
+        except _UNAVAILABLE as exc:
+            raise _translate(exc) from None
+        return cur.rowcount
+
+    async def fetch_one(self, query: str, params: Params | None = None) -> Row | None:
+        try:
+            cur = await self._conn.execute(_sql(query), params)
+            return await cur.fetchone()
+        except _UNAVAILABLE as exc:
+            raise _translate(exc) from None
+
+    async def fetch_all(self, query: str, params: Params | None = None) -> list[Row]:
+        try:
+            cur = await self._conn.execute(_sql(query), params)
+            return await cur.fetchall()
+        except _UNAVAILABLE as exc:
+            raise _translate(exc) from None
+
+
+    async def execute_script(self, script: str) -> None:
+        """Run a whole SQL file (a migration): several statements, no parameters."""
+        try:
+            await self._conn.execute(cast(LiteralString, script))
+        except _UNAVAILABLE as exc:
+            raise _translate(exc) from None
+
+
+def _sql(name: str) -> LiteralString:
+    """The text of the named query from `sql/*.sql`."""
+    return cast(LiteralString, QUERIES[name])

@@ -1,0 +1,149 @@
+"""The worker's side of the queue: claim, complete, hand back, recover, expire, wake-ups.
+
+Each method is one statement (a claim is two, in one transaction) serving a whole batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from notify_queue.models import Channel, ClaimedNotification, Completion, Priority
+from notify_queue.repositories.db import Database
+
+WAKEUP_CHANNEL = "nq_wakeup"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedBatch:
+    claimed: list[ClaimedNotification]
+    # Channels of the candidates that were over their recipient's rate limit and now wait.
+    rate_limited: list[Channel]
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryDefaults:
+    """The worker's policy defaults, for notifications whose policy does not set a value."""
+
+    rate_limit: int
+    rate_window_seconds: float
+    backoff_base_seconds: float
+    backoff_max_seconds: float
+    lease_seconds: float
+    webhook_url: str | None
+
+
+class DeliveryRepository:
+    def __init__(self, db: Database, defaults: DeliveryDefaults) -> None:
+        self._db = db
+        self._defaults = defaults
+
+    async def notifications_claim(
+        self, *, priorities: Sequence[Priority], channels: Sequence[Channel], limit: int
+    ) -> ClaimedBatch:
+        d = self._defaults
+        async with self._db.transaction() as conn:
+            locked = await conn.fetch_all(
+                "claim_lock_candidates",
+                {
+                    "priorities": sorted(p.rank for p in priorities),
+                    "channels": [c.value for c in channels],
+                    "limit": limit,
+                },
+            )
+            if not locked:
+                return ClaimedBatch([], [])
+            rows = await conn.fetch_all(
+                "claim_admit_candidates",
+                {
+                    "ids": [r["id"] for r in locked],
+                    "rate_limit": d.rate_limit,
+                    "rate_window_seconds": d.rate_window_seconds,
+                    "lease_seconds": d.lease_seconds,
+                    "backoff_base_seconds": d.backoff_base_seconds,
+                    "backoff_max_seconds": d.backoff_max_seconds,
+                },
+            )
+        claimed = [
+            ClaimedNotification(
+                id=r["id"],
+                claim_token=r["claim_token"],
+                channel=Channel(r["channel"]),
+                recipient=r["recipient"],
+                subject=r["subject"],
+                body=r["body"],
+                metadata=r["metadata"],
+                attempt_count=r["attempt_count"],
+                max_attempts=r["max_attempts"],
+                backoff_base_seconds=r["backoff_base_seconds"],
+                backoff_max_seconds=r["backoff_max_seconds"],
+                priority=Priority.from_rank(r["priority"]),
+            )
+            for r in rows
+            if r["admitted"]
+        ]
+        claimed.sort(key=lambda c: c.priority.rank)
+        limited = [Channel(r["channel"]) for r in rows if not r["admitted"]]
+        return ClaimedBatch(claimed, limited)
+
+    async def deliveries_complete(self, *, completions: Sequence[Completion]) -> set[uuid.UUID]:
+        """Record results; return the ids accepted (a stale claim token's result is not)."""
+        if not completions:
+            return set()
+        rows = await self._db.fetch_all(
+            "complete_deliveries",
+            {
+                "ids": [c.id for c in completions],
+                "claim_tokens": [c.claim_token for c in completions],
+                "statuses": [c.status.value for c in completions],
+                "retry_in_seconds": [c.retry_in_seconds for c in completions],
+                "last_errors": [c.last_error for c in completions],
+                "provider_message_ids": [c.provider_message_id for c in completions],
+                "default_webhook_url": self._defaults.webhook_url,
+            },
+        )
+        return {r["id"] for r in rows}
+
+    async def claims_release(self, *, claims: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> int:
+        """Hand claimed, untried notifications back without using an attempt."""
+        if not claims:
+            return 0
+        row = await self._db.fetch_one(
+            "release_claims",
+            {"ids": [c[0] for c in claims], "claim_tokens": [c[1] for c in claims]},
+        )
+        return int(row["released"]) if row else 0
+
+    async def leases_recover_expired(self, *, limit: int = 1000) -> tuple[int, int]:
+        """Return (recovered, dead-lettered) for leases that ran out."""
+        row = await self._db.fetch_one(
+            "recover_expired_leases",
+            {"limit": limit, "default_webhook_url": self._defaults.webhook_url},
+        )
+        return (int(row["recovered"]), int(row["dead_lettered"])) if row else (0, 0)
+
+    async def notifications_expire_overdue(self, *, limit: int = 1000) -> int:
+        row = await self._db.fetch_one(
+            "expire_overdue", {"limit": limit, "default_webhook_url": self._defaults.webhook_url}
+        )
+        return int(row["expired"]) if row else 0
+
+    async def next_due_at(self, *, priorities: Sequence[Priority]) -> tuple[datetime | None, datetime]:
+        """The earliest next_attempt_at among PENDING rows of these lanes, and the database's now."""
+        row = await self._db.fetch_one(
+            "next_due_at", {"priorities": sorted(p.rank for p in priorities)}
+        )
+        assert row is not None
+        return row["next_due_at"], row["now"]
+
+    async def rate_slots_prune(self, *, limit: int = 10_000) -> int:
+        return await self._db.execute(
+            "prune_rate_slots",
+            {"default_window_seconds": self._defaults.rate_window_seconds, "limit": limit},
+        )
+
+    def wakeups(self, stop: asyncio.Event) -> AsyncIterator[str]:
+        return self._db.listen(WAKEUP_CHANNEL, stop)

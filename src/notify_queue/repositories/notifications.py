@@ -1,0 +1,116 @@
+"""Notifications as the API and the operator see them: enqueue, read, list, cancel, retry."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from psycopg.types.json import Jsonb
+
+from notify_queue.models import NewNotification, Notification, Priority, QueueStatus, Status
+from notify_queue.repositories.db import Database
+from notify_queue.repositories.rows import notification_from_row
+
+
+class NotificationRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def notifications_insert(
+        self, *, notifications: Sequence[NewNotification], default_max_attempts: int
+    ) -> list[Notification]:
+        """Insert the batch; return the rows inserted (absent: the key already existed)."""
+        if not notifications:
+            return []
+        rows = await self._db.fetch_all(
+            "notification_insert_many",
+            {
+                "default_max_attempts": default_max_attempts,
+                "ids": [n.id for n in notifications],
+                "idempotency_keys": [n.idempotency_key for n in notifications],
+                "request_hashes": [n.request_hash for n in notifications],
+                "channels": [n.channel.value for n in notifications],
+                "recipients": [n.recipient for n in notifications],
+                "subjects": [n.subject for n in notifications],
+                "bodies": [n.body for n in notifications],
+                "priorities": [n.priority.rank for n in notifications],
+                "send_ats": [n.send_at for n in notifications],
+                "expires_ats": [n.expires_at for n in notifications],
+                "sources": [n.source.value for n in notifications],
+                "policies": [n.policy for n in notifications],
+                "webhook_urls": [n.webhook_url for n in notifications],
+                "metadatas": [Jsonb(n.metadata) for n in notifications],
+            },
+        )
+        return [notification_from_row(r) for r in rows]
+
+    async def notifications_get_by_keys(
+        self, *, idempotency_keys: Sequence[str]
+    ) -> dict[str, tuple[Notification, str]]:
+        """Existing rows by idempotency key, each with the hash of the request that created it."""
+        rows = await self._db.fetch_all(
+            "notification_get_by_keys", {"idempotency_keys": list(idempotency_keys)}
+        )
+        return {r["idempotency_key"]: (notification_from_row(r), r["request_hash"]) for r in rows}
+
+    async def notification_get(self, *, id: uuid.UUID) -> Notification | None:
+        row = await self._db.fetch_one("notification_get", {"id": id})
+        return None if row is None else notification_from_row(row)
+
+    async def notifications_list(
+        self,
+        *,
+        status: Status | None,
+        channel: str | None,
+        recipient: str | None,
+        after: tuple[datetime, uuid.UUID] | None,
+        limit: int,
+    ) -> list[Notification]:
+        rows = await self._db.fetch_all(
+            "notification_list",
+            {
+                "status": status.value if status else None,
+                "channel": channel,
+                "recipient": recipient,
+                "after_created_at": after[0] if after else None,
+                "after_id": after[1] if after else None,
+                "limit": limit,
+            },
+        )
+        return [notification_from_row(r) for r in rows]
+
+    async def notification_cancel(self, *, id: uuid.UUID) -> Notification | None:
+        """CANCELLED if it was PENDING; None when it was not (or does not exist)."""
+        row = await self._db.fetch_one("notification_cancel", {"id": id})
+        return None if row is None else notification_from_row(row)
+
+    async def notification_retry(self, *, id: uuid.UUID) -> Notification | None:
+        row = await self._db.fetch_one("notification_retry", {"id": id})
+        return None if row is None else notification_from_row(row)
+
+    async def notifications_retry_batch(self, *, status: Status, limit: int) -> tuple[int, int]:
+        """Retry up to `limit` in `status`, oldest first; return (retried, remaining)."""
+        row = await self._db.fetch_one(
+            "notification_retry_batch", {"status": status.value, "limit": limit}
+        )
+        assert row is not None
+        return int(row["retried"]), max(int(row["remaining"]), 0)
+
+    async def workers_wake(self) -> None:
+        await self._db.execute("notification_wake_workers")
+
+    async def queue_status(self) -> QueueStatus:
+        async with self._db.connection() as conn:
+            counts = await conn.fetch_all("queue_status_counts")
+            due = await conn.fetch_all("queue_status_due")
+            hooks = await conn.fetch_all("queue_status_webhooks")
+            now = (await conn.fetch_one("database_now") or {})["now"]
+        oldest = min((r["oldest_due"] for r in due), default=None)
+        return QueueStatus(
+            counts={s: 0 for s in Status} | {Status(r["status"]): int(r["n"]) for r in counts},
+            due={p: 0 for p in Priority} | {Priority.from_rank(r["priority"]): int(r["n"]) for r in due},
+            oldest_due_age_seconds=max((now - oldest).total_seconds(), 0.0) if oldest else 0.0,
+            webhook_events={"pending": 0, "delivered": 0, "failed": 0}
+            | {r["state"]: int(r["n"]) for r in hooks},
+        )

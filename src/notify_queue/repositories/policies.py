@@ -1,0 +1,46 @@
+"""Delivery policies (mirrored from NotificationPolicy resources)."""
+
+from __future__ import annotations
+
+from notify_queue.models import Policy
+from notify_queue.repositories.db import Database
+
+
+class PolicyRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def policy_upsert(self, *, policy: Policy) -> None:
+        await self._db.execute(
+            "policy_upsert",
+            {
+                "name": policy.name,
+                "rate_limit": policy.rate_limit,
+                "rate_window_seconds": policy.rate_window_seconds,
+                "max_attempts": policy.max_attempts,
+                "backoff_base_seconds": policy.backoff_base_seconds,
+                "backoff_max_seconds": policy.backoff_max_seconds,
+                "webhook_url": policy.webhook_url,
+                "webhook_secrets": list(policy.webhook_secrets),
+                "ttl_seconds_after_finished": policy.ttl_seconds_after_finished,
+            },
+        )
+
+    async def policy_delete(self, *, name: str) -> None:
+        await self._db.execute("policy_delete", {"name": name})
+
+    async def policy_get(self, *, name: str) -> Policy | None:
+        row = await self._db.fetch_one("policy_get", {"name": name})
+        if row is None:
+            return None
+        return Policy(
+            name=row["name"],
+            rate_limit=row["rate_limit"],
+            rate_window_seconds=row["rate_window_seconds"],
+            max_attempts=row["max_attempts"],
+            backoff_base_seconds=row["backoff_base_seconds"],
+            backoff_max_seconds=row["backoff_max_seconds"],
+            webhook_url=row["webhook_url"],
+            webhook_secrets=tuple(row["webhook_secrets"]),
+            ttl_seconds_after_finished=row["ttl_seconds_after_finished"],
+        )

@@ -1,0 +1,29 @@
+"""Loads the named SQL queries from `sql/*.sql` once, at import.
+
+Each query is a block that starts with `-- name: <name>` followed by comment lines saying what it
+does and why it locks what it locks. Keeping SQL in `.sql` files lets it be read, reviewed and
+EXPLAINed as SQL; the repositories refer to queries by name.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+
+
+def _load() -> dict[str, str]:
+    queries: dict[str, str] = {}
+    for entry in sorted(resources.files("notify_queue.repositories.sql").iterdir(), key=str):
+        if not entry.name.endswith(".sql"):
+            continue
+        parts = _NAME.split(entry.read_text(encoding="utf-8"))
+        for name, text in zip(parts[1::2], parts[2::2], strict=True):
+            if name in queries:
+                raise RuntimeError(f"query {name} is defined twice")
+            queries[name] = text.strip()
+    return queries
+
+
+QUERIES = _load()

@@ -1,0 +1,237 @@
+-- The worker's hot path. Every statement here serves a whole batch in one round trip.
+
+-- name: claim_lock_candidates
+-- Step 1 of a claim (one transaction, two statements): lock up to %(limit)s due notifications
+-- and the rate-limit locks of their recipients.
+--
+-- Rows: for each priority this worker serves, highest first, read the top of that priority's
+-- range of the partial claim index (status = 'PENDING', ordered by next_attempt_at, created_at)
+-- with FOR UPDATE SKIP LOCKED: rows another worker has locked are skipped, never waited for, so
+-- concurrent workers each get different rows. The executor pulls lazily through the LATERAL and
+-- the outer LIMIT, so a lower priority is read (and locked) only when the higher ones ran out.
+-- Expired rows are left to expire_overdue.
+--
+-- Recipients: a transaction-scoped advisory lock per distinct recipient, taken in the order of
+-- its key, so two workers with overlapping recipients queue up instead of deadlocking. While
+-- held, no other worker can count or take that recipient's rate-limit slots: two workers cannot
+-- both take the last slot. Other recipients are not affected. The count itself must run in the
+-- next statement, whose snapshot sees slots committed by a worker we waited for here.
+WITH candidates AS (
+    SELECT n.id, n.recipient
+    FROM unnest(%(priorities)s::smallint[]) AS lane(priority)
+    CROSS JOIN LATERAL (
+        SELECT id, recipient
+        FROM nq_notifications
+        WHERE status = 'PENDING'
+          AND priority = lane.priority
+          AND next_attempt_at <= now()
+          AND channel = ANY(%(channels)s::text[])
+          AND (expires_at IS NULL OR expires_at > now())
+        ORDER BY next_attempt_at, created_at
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) n
+    LIMIT %(limit)s
+), recipient_locks AS (
+    SELECT pg_advisory_xact_lock(key)
+    FROM (SELECT DISTINCT hashtextextended(recipient, 0) AS key FROM candidates ORDER BY key) k
+)
+SELECT c.id FROM candidates c
+WHERE (SELECT count(*) FROM recipient_locks) >= 0
+
+-- name: claim_admit_candidates
+-- Step 2 of a claim: of the locked candidates, admit those within their recipient's rolling
+-- window and mark them PROCESSING with a fresh claim token, a lease and one more attempt (an
+-- attempt counts when claimed, so a notification that crashes every worker still runs out).
+-- The others stay PENDING, due at the moment a slot frees (the matching oldest slot's time plus
+-- the window), with no attempt used. Admitted rows take a slot now, in this transaction.
+WITH batch AS (
+    SELECT n.id, n.recipient, n.channel, n.priority, n.next_attempt_at, n.created_at,
+           COALESCE(p.rate_limit, %(rate_limit)s) AS rate_limit,
+           make_interval(secs => COALESCE(p.rate_window_seconds, %(rate_window_seconds)s)) AS win
+    FROM nq_notifications n
+    LEFT JOIN nq_policies p ON p.name = n.policy
+    WHERE n.id = ANY(%(ids)s::uuid[])
+), ranked AS (
+    SELECT b.*,
+           row_number() OVER (PARTITION BY b.recipient
+                              ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank,
+           (SELECT count(*) FROM nq_rate_slots s
+            WHERE s.recipient = b.recipient AND s.taken_at > now() - b.win) AS used
+    FROM batch b
+), decided AS (
+    SELECT r.*, r.rank <= r.rate_limit - r.used AS admitted,
+           -- The slot this row waits for is the (used - limit + rank)-th oldest in the window;
+           -- when that slot is not taken yet (a burst within one batch), a full window from now.
+           COALESCE((SELECT s.taken_at FROM nq_rate_slots s
+                     WHERE s.recipient = r.recipient AND s.taken_at > now() - r.win
+                     ORDER BY s.taken_at
+                     OFFSET GREATEST(r.used - r.rate_limit + r.rank - 1, 0) LIMIT 1),
+                    now()) + r.win AS slot_frees_at
+    FROM ranked r
+), admitted AS (
+    UPDATE nq_notifications n
+    SET status = 'PROCESSING',
+        attempt_count = n.attempt_count + 1,
+        claim_token = gen_random_uuid(),
+        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        updated_at = now()
+    FROM decided d
+    WHERE n.id = d.id AND d.admitted
+    RETURNING n.id, n.claim_token, n.channel, n.recipient, n.subject, n.body, n.metadata,
+              n.attempt_count, n.max_attempts, n.priority, n.policy
+), deferred AS (
+    UPDATE nq_notifications n
+    SET next_attempt_at = d.slot_frees_at, updated_at = now()
+    FROM decided d
+    WHERE n.id = d.id AND NOT d.admitted
+    RETURNING n.id, n.channel
+), slots AS (
+    INSERT INTO nq_rate_slots (notification_id, recipient, taken_at)
+    SELECT a.id, a.recipient, now() FROM admitted a
+    ON CONFLICT (notification_id) DO UPDATE SET recipient = excluded.recipient, taken_at = excluded.taken_at
+)
+SELECT true AS admitted, a.id, a.claim_token, a.channel, a.recipient, a.subject, a.body,
+       a.metadata, a.attempt_count, a.max_attempts, a.priority,
+       COALESCE(p.backoff_base_seconds, %(backoff_base_seconds)s) AS backoff_base_seconds,
+       COALESCE(p.backoff_max_seconds, %(backoff_max_seconds)s) AS backoff_max_seconds
+FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
+UNION ALL
+SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM deferred d
+
+-- name: complete_deliveries
+-- Record a batch of results in one statement: the status change, its webhook event (same
+-- statement, same transaction: the outbox) and the rate-limit slot (kept when SENT, given back
+-- otherwise, since nothing reached the recipient). A result is accepted only from the holder of
+-- the current claim token of a PROCESSING row; a late result from a worker whose lease expired
+-- matches nothing and is dropped (its id is absent from the result).
+WITH results AS (
+    SELECT * FROM unnest(
+        %(ids)s::uuid[], %(claim_tokens)s::uuid[], %(statuses)s::text[],
+        %(retry_in_seconds)s::float8[], %(last_errors)s::text[],
+        %(provider_message_ids)s::text[]
+    ) AS r(id, claim_token, status, retry_in_seconds, last_error, provider_message_id)
+), updated AS (
+    UPDATE nq_notifications n
+    SET status = r.status,
+        next_attempt_at = COALESCE(now() + make_interval(secs => r.retry_in_seconds), n.next_attempt_at),
+        last_error = r.last_error,
+        provider_message_id = COALESCE(r.provider_message_id, n.provider_message_id),
+        sent_at = CASE WHEN r.status = 'SENT' THEN now() ELSE n.sent_at END,
+        finished_at = CASE WHEN r.status = 'PENDING' THEN NULL ELSE now() END,
+        claim_token = NULL,
+        lease_expires_at = NULL,
+        updated_at = now()
+    FROM results r
+    WHERE n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
+    RETURNING n.id, n.status, n.attempt_count, n.webhook_url, n.policy
+), events AS (
+    SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
+                                    array_agg(webhook_url), array_agg(policy),
+                                    %(default_webhook_url)s) AS n
+    FROM updated
+), released AS (
+    DELETE FROM nq_rate_slots s USING updated u
+    WHERE s.notification_id = u.id AND u.status <> 'SENT'
+)
+-- events is read here (once, as an init plan) so that its insert runs: a plain SELECT in WITH
+-- is evaluated only when referenced.
+SELECT u.id, (SELECT n FROM events) AS events_written FROM updated u
+
+-- name: release_claims
+-- Graceful shutdown: hand claimed-but-unsent notifications back at once, giving back the attempt
+-- the claim counted and the rate-limit slot it took (the notification was never tried).
+WITH released AS (
+    UPDATE nq_notifications n
+    SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
+        claim_token = NULL, lease_expires_at = NULL, updated_at = now()
+    FROM unnest(%(ids)s::uuid[], %(claim_tokens)s::uuid[]) AS r(id, claim_token)
+    WHERE n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
+    RETURNING n.id
+), slots AS (
+    DELETE FROM nq_rate_slots s USING released r WHERE s.notification_id = r.id
+)
+SELECT count(*) AS released FROM released
+
+-- name: recover_expired_leases
+-- A lease that ran out means its worker died (or hangs): put the notification back to be tried
+-- again with the same idempotency key. The attempt stays counted. A crash on the last attempt
+-- gets one final re-check (attempt max+1, same key: a provider that already delivered it says so);
+-- a crash during that re-check dead-letters it, so a poison notification never loops.
+-- SKIP LOCKED: several workers may run this at once; each row is recovered once.
+WITH expired AS (
+    SELECT id FROM nq_notifications
+    WHERE status = 'PROCESSING' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), updated AS (
+    UPDATE nq_notifications n
+    SET status = CASE WHEN n.attempt_count > n.max_attempts THEN 'DEAD_LETTERED' ELSE 'PENDING' END,
+        finished_at = CASE WHEN n.attempt_count > n.max_attempts THEN now() END,
+        last_error = 'lease expired during attempt ' || n.attempt_count || ' (worker lost)',
+        next_attempt_at = now(),
+        claim_token = NULL,
+        lease_expires_at = NULL,
+        updated_at = now()
+    FROM expired e
+    WHERE n.id = e.id
+    RETURNING n.id, n.status, n.attempt_count, n.webhook_url, n.policy
+), events AS (
+    SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
+                                    array_agg(webhook_url), array_agg(policy),
+                                    %(default_webhook_url)s) AS n
+    FROM updated
+)
+SELECT count(*) AS recovered,
+       count(*) FILTER (WHERE u.status = 'DEAD_LETTERED') AS dead_lettered,
+       (SELECT n FROM events) AS events_written
+FROM updated u
+
+-- name: expire_overdue
+-- PENDING notifications whose expiresAt passed become EXPIRED, with their webhook event.
+WITH overdue AS (
+    SELECT id FROM nq_notifications
+    WHERE status = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= now()
+    ORDER BY expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), updated AS (
+    UPDATE nq_notifications n
+    SET status = 'EXPIRED', finished_at = now(), updated_at = now(),
+        last_error = COALESCE(n.last_error, 'expired before it could be sent')
+    FROM overdue o
+    WHERE n.id = o.id
+    RETURNING n.id, n.status, n.attempt_count, n.webhook_url, n.policy
+), events AS (
+    SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
+                                    array_agg(webhook_url), array_agg(policy),
+                                    %(default_webhook_url)s) AS n
+    FROM updated
+)
+SELECT count(*) AS expired, (SELECT n FROM events) AS events_written FROM updated u
+
+-- name: next_due_at
+-- When this worker's lanes next have work: the first row of each priority's range of the claim
+-- index, so a worker can sleep exactly until a scheduled notification is due instead of a poll.
+SELECT min(first_due) AS next_due_at, now() AS now
+FROM unnest(%(priorities)s::smallint[]) AS lane(priority)
+CROSS JOIN LATERAL (
+    SELECT next_attempt_at AS first_due FROM nq_notifications
+    WHERE status = 'PENDING' AND priority = lane.priority
+    ORDER BY next_attempt_at
+    LIMIT 1
+) f
+
+-- name: prune_rate_slots
+-- Slots older than the longest window in use (the default's or any policy's) count for nothing;
+-- delete them in bounded chunks so one run never holds many row locks.
+DELETE FROM nq_rate_slots
+WHERE notification_id IN (
+    SELECT notification_id FROM nq_rate_slots
+    WHERE taken_at < now() - make_interval(secs => GREATEST(
+        %(default_window_seconds)s,
+        (SELECT COALESCE(max(rate_window_seconds), 0) FROM nq_policies)))
+    LIMIT %(limit)s
+)

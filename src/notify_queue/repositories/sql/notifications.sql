@@ -1,0 +1,113 @@
+-- Queries on nq_notifications used by the API and the operator (enqueue, read, cancel, retry).
+-- The worker's hot path (claim, complete, recover) is in delivery.sql.
+
+-- name: notification_insert_many
+-- Enqueue a batch in one statement. ON CONFLICT DO NOTHING on the idempotency key: of two
+-- identical requests racing, the second waits for the first to commit and then inserts nothing;
+-- the caller reads the existing row with notification_get_by_keys (a new statement, so it sees
+-- the winner) and compares request hashes to answer 200 or 409. max_attempts is fixed now, from
+-- the policy if it has one, so a later policy change does not move notifications in flight.
+INSERT INTO nq_notifications (
+    id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
+    send_at, next_attempt_at, expires_at, max_attempts, source, policy, webhook_url, metadata)
+SELECT r.id, r.idempotency_key, r.request_hash, r.channel, r.recipient, r.subject, r.body,
+       r.priority, 'PENDING', r.send_at, r.send_at, r.expires_at,
+       COALESCE(p.max_attempts, %(default_max_attempts)s), r.source, r.policy, r.webhook_url,
+       r.metadata
+FROM unnest(
+    %(ids)s::uuid[], %(idempotency_keys)s::text[], %(request_hashes)s::text[], %(channels)s::text[],
+    %(recipients)s::text[], %(subjects)s::text[], %(bodies)s::text[], %(priorities)s::smallint[],
+    %(send_ats)s::timestamptz[], %(expires_ats)s::timestamptz[], %(sources)s::text[],
+    %(policies)s::text[], %(webhook_urls)s::text[], %(metadatas)s::jsonb[]
+) AS r(id, idempotency_key, request_hash, channel, recipient, subject, body, priority, send_at,
+       expires_at, source, policy, webhook_url, metadata)
+LEFT JOIN nq_policies p ON p.name = r.policy
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING *
+
+-- name: notification_get_by_keys
+SELECT * FROM nq_notifications WHERE idempotency_key = ANY(%(idempotency_keys)s::text[])
+
+-- name: notification_get
+SELECT * FROM nq_notifications WHERE id = %(id)s
+
+-- name: notification_list
+-- Keyset pagination, oldest first: (created_at, id) strictly after the cursor, so rows added
+-- while a client pages (always newer) never shift a page: no gaps, no repeats. Each filter
+-- has an index that starts with it and continues with (created_at, id).
+SELECT * FROM nq_notifications
+WHERE (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(channel)s::text IS NULL OR channel = %(channel)s)
+  AND (%(recipient)s::text IS NULL OR recipient = %(recipient)s)
+  AND (%(after_created_at)s::timestamptz IS NULL
+       OR (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
+ORDER BY created_at, id
+LIMIT %(limit)s
+
+-- name: notification_cancel
+-- Cancel and claim race through this one conditional update: a claim holds the row lock, so this
+-- waits for it and then re-checks status = 'PENDING' on the newest row version; whichever commits
+-- first wins and the other changes nothing.
+UPDATE nq_notifications
+SET status = 'CANCELLED', finished_at = now(), updated_at = now()
+WHERE id = %(id)s AND status = 'PENDING'
+RETURNING *
+
+-- name: notification_retry
+-- Operator retry of one notification: back to PENDING with a fresh set of attempts, the retry
+-- recorded on the row. Only from FAILED or DEAD_LETTERED (the only way out of a final state).
+UPDATE nq_notifications
+SET status = 'PENDING', attempt_count = 0, next_attempt_at = now(), last_error = NULL,
+    finished_at = NULL, updated_at = now(),
+    retries = retries || jsonb_build_array(jsonb_build_object(
+        'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+        'fromStatus', status))
+WHERE id = %(id)s AND status IN ('FAILED', 'DEAD_LETTERED')
+RETURNING *
+
+-- name: notification_retry_batch
+-- Operator retry of up to %(limit)s notifications in one status, oldest first (status index).
+-- SKIP LOCKED: two operators retrying at once split the work instead of waiting on each other.
+-- Returns the count retried and how many remain, so the caller repeats until none remain.
+WITH picked AS (
+    SELECT id FROM nq_notifications
+    WHERE status = %(status)s
+    ORDER BY created_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), retried AS (
+    UPDATE nq_notifications n
+    SET status = 'PENDING', attempt_count = 0, next_attempt_at = now(), last_error = NULL,
+        finished_at = NULL, updated_at = now(),
+        retries = n.retries || jsonb_build_array(jsonb_build_object(
+            'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+            'fromStatus', n.status))
+    FROM picked WHERE n.id = picked.id
+    RETURNING n.id
+)
+SELECT (SELECT count(*) FROM retried) AS retried,
+       (SELECT count(*) FROM nq_notifications WHERE status = %(status)s)
+         - (SELECT count(*) FROM retried) AS remaining
+
+-- name: notification_wake_workers
+-- A hint, not a message: workers LISTEN on nq_wakeup and look for due work when one arrives.
+-- Sent after commit by a debounced waker (never one per row); a lost hint costs one poll interval.
+SELECT pg_notify('nq_wakeup', '')
+
+-- name: queue_status_counts
+-- Counts per status. An index-only scan of nq_notifications_status_created where the
+-- visibility map is current; see docs/operations.md for very large tables.
+SELECT status, count(*) AS n FROM nq_notifications GROUP BY status
+
+-- name: queue_status_due
+-- PENDING and due now, per priority, with the oldest due time: reads only the claim index.
+SELECT priority, count(*) AS n, min(next_attempt_at) AS oldest_due
+FROM nq_notifications
+WHERE status = 'PENDING' AND next_attempt_at <= now()
+GROUP BY priority
+
+-- name: queue_status_webhooks
+SELECT state, count(*) AS n FROM nq_webhook_events GROUP BY state
+
+-- name: database_now
+SELECT now() AS now

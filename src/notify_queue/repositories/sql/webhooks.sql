@@ -1,0 +1,44 @@
+-- The webhook outbox: dispatch of events written by the status-changing statements.
+
+-- name: webhook_claim_due
+-- Take up to %(limit)s due events. SKIP LOCKED splits them between dispatchers; the claim is a
+-- lease: next_attempt_at moves %(lease_seconds)s ahead, so an event whose dispatcher died is
+-- picked up again later, with the same id (at least once). The attempt counts when claimed.
+-- Secrets are read now from the policy, so a rotated secret applies to the next attempt.
+WITH due AS (
+    SELECT id FROM nq_webhook_events
+    WHERE state = 'pending' AND next_attempt_at <= now()
+    ORDER BY next_attempt_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE nq_webhook_events e
+SET attempts = e.attempts + 1,
+    claim_token = gen_random_uuid(),
+    next_attempt_at = now() + make_interval(secs => %(lease_seconds)s)
+FROM due
+WHERE e.id = due.id
+RETURNING e.id, e.notification_id, e.url, e.payload, e.attempts, e.claim_token, e.policy,
+          (SELECT p.webhook_secrets FROM nq_policies p WHERE p.name = e.policy) AS policy_secrets
+
+-- name: webhook_record_results
+-- Record a batch of dispatch results in one statement; only the current claim's result counts.
+UPDATE nq_webhook_events e
+SET state = r.state,
+    next_attempt_at = COALESCE(now() + make_interval(secs => r.retry_in_seconds), e.next_attempt_at),
+    last_error = r.last_error,
+    delivered_at = CASE WHEN r.state = 'delivered' THEN now() END,
+    claim_token = NULL
+FROM unnest(%(ids)s::uuid[], %(claim_tokens)s::uuid[], %(states)s::text[],
+            %(retry_in_seconds)s::float8[], %(last_errors)s::text[])
+     AS r(id, claim_token, state, retry_in_seconds, last_error)
+WHERE e.id = r.id AND e.claim_token = r.claim_token
+RETURNING e.id
+
+-- name: webhook_next_due_at
+SELECT min(next_attempt_at) AS next_due_at, now() AS now
+FROM nq_webhook_events WHERE state = 'pending'
+
+-- name: webhook_events_for_notification
+SELECT id, notification_id, url, payload, state, attempts, last_error, created_at, delivered_at
+FROM nq_webhook_events WHERE notification_id = %(notification_id)s ORDER BY created_at

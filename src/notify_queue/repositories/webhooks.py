@@ -1,0 +1,65 @@
+"""The webhook outbox's dispatch side: claim due events, record results."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from notify_queue.models import WebhookEvent, WebhookResult
+from notify_queue.repositories.db import Database
+
+
+class WebhookRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def webhook_events_claim(
+        self, *, limit: int, lease_seconds: float, default_secrets: tuple[str, ...]
+    ) -> list[WebhookEvent]:
+        rows = await self._db.fetch_all(
+            "webhook_claim_due", {"limit": limit, "lease_seconds": lease_seconds}
+        )
+        return [
+            WebhookEvent(
+                id=r["id"],
+                notification_id=r["notification_id"],
+                url=r["url"],
+                payload=r["payload"],
+                # A policy's own secrets sign its events; otherwise the worker's --webhook-secret.
+                secrets=tuple(r["policy_secrets"] or ()) or default_secrets,
+                attempts=r["attempts"],
+                claim_token=r["claim_token"],
+            )
+            for r in rows
+        ]
+
+    async def webhook_results_record(self, *, results: Sequence[WebhookResult]) -> int:
+        """Record dispatch results: delivered; else pending again after retry_in_seconds; else failed."""
+        if not results:
+            return 0
+        states = [
+            "delivered" if r.delivered else ("pending" if r.retry_in_seconds is not None else "failed")
+            for r in results
+        ]
+        rows = await self._db.fetch_all(
+            "webhook_record_results",
+            {
+                "ids": [r.id for r in results],
+                "claim_tokens": [r.claim_token for r in results],
+                "states": states,
+                "retry_in_seconds": [r.retry_in_seconds for r in results],
+                "last_errors": [r.error for r in results],
+            },
+        )
+        return len(rows)
+
+    async def webhook_next_due_at(self) -> tuple[datetime | None, datetime]:
+        row = await self._db.fetch_one("webhook_next_due_at")
+        assert row is not None
+        return row["next_due_at"], row["now"]
+
+    async def webhook_events_for_notification(self, *, notification_id: uuid.UUID) -> list[dict[str, object]]:
+        return await self._db.fetch_all(
+            "webhook_events_for_notification", {"notification_id": notification_id}
+        )

@@ -1,0 +1,1 @@
+"""The rules of Notify Queue, independent of HTTP, Kubernetes and the worker loop."""

@@ -1,0 +1,94 @@
+"""What a delivery attempt's result means for the notification: the retry rules.
+
+Pure functions of the claimed notification and the provider's answer, so the rules can be tested
+(and property-tested) without a database or a provider.
+
+- SENT: final.
+- Permanent failure: FAILED at once; retrying cannot help.
+- Temporary failure: back to PENDING after a backoff, unless the attempts are used up: then
+  DEAD_LETTERED, keeping its history (attempt count, last error). The final re-check after a crash
+  on the last attempt (attempt max+1) also ends here when it fails.
+"""
+
+from __future__ import annotations
+
+import random
+from notify_queue.models import ClaimedNotification, Completion, DeliveryResult, Outcome, Status
+from notify_queue.services.backoff import backoff_seconds, retry_after_seconds
+
+_ERROR_LIMIT = 1000  # characters of a provider's error kept in last_error
+
+
+def decide_completion(
+    claimed: ClaimedNotification, result: DeliveryResult, *, rng: random.Random | None = None
+) -> Completion:
+    error = result.error[:_ERROR_LIMIT] if result.error else None
+    if result.outcome is Outcome.SENT:
+        return Completion(claimed.id, claimed.claim_token, Status.SENT, None, None, result.provider_message_id)
+    if result.outcome is Outcome.PERMANENT_FAILURE:
+        return Completion(claimed.id, claimed.claim_token, Status.FAILED, None, error, None)
+    if claimed.attempt_count >= claimed.max_attempts:
+        return Completion(claimed.id, claimed.claim_token, Status.DEAD_LETTERED, None, error, None)
+    if result.retry_after_seconds is not None:
+        wait = retry_after_seconds(result.retry_after_seconds, maximum=claimed.backoff_max_seconds)
+    else:
+        wait = backoff_seconds(
+            claimed.attempt_count,
+            base=claimed.backoff_base_seconds,
+            maximum=claimed.backoff_max_seconds,
+            rng=rng,
+        )
+    return Completion(claimed.id, claimed.claim_token, Status.PENDING, wait, error, None)
+
+
+class DeliveryService:
+    """The worker's use of the queue: claim a batch, record a batch of results, hand back claims,
+    and the housekeeping every worker shares (lease recovery, expiry, pruning old slots)."""
+
+    def __init__(
+        self,
+        repository: DeliveryRepository,
+        *,
+        priorities: Sequence[Priority],
+        channels: Sequence[Channel],
+    ) -> None:
+        self._repository = repository
+        self._priorities = list(priorities)
+        self._channels = list(channels)
+
+    async def claim(self, limit: int) -> ClaimedBatch:
+        return await self._repository.notifications_claim(
+            priorities=self._priorities, channels=self._channels, limit=limit
+        )
+
+    async def complete(
+        self, results: Sequence[tuple[ClaimedNotification, DeliveryResult]]
+    ) -> tuple[list[Completion], set[uuid.UUID]]:
+        """Decide and record; return the completions and the ids whose result was accepted."""
+        completions = [decide_completion(claimed, result) for claimed, result in results]
+        accepted = await self._repository.deliveries_complete(completions=completions)
+        return completions, accepted
+
+    async def release(self, claims: Sequence[ClaimedNotification]) -> int:
+        return await self._repository.claims_release(
+            claims=[(c.id, c.claim_token) for c in claims]
+        )
+
+    async def housekeeping(self) -> tuple[int, int, int]:
+        """Recover expired leases and expire overdue notifications: (recovered, dead, expired)."""
+        recovered, dead = await self._repository.leases_recover_expired()
+        expired = await self._repository.notifications_expire_overdue()
+        return recovered, dead, expired
+
+    async def prune_rate_slots(self) -> int:
+        return await self._repository.rate_slots_prune()
+
+    async def seconds_until_due(self, *, ceiling: float) -> float:
+        """Seconds until this worker's lanes next have due work, at most `ceiling`."""
+        next_due, now = await self._repository.next_due_at(priorities=self._priorities)
+        if next_due is None:
+            return ceiling
+        return min(max((next_due - now).total_seconds(), 0.0), ceiling)
+
+    def wakeups(self, stop: asyncio.Event) -> AsyncIterator[str]:
+        return self._repository.wakeups(stop)

@@ -1,0 +1,213 @@
+"""Validation of notification requests: the one gate into the queue.
+
+The HTTP API and the operator both turn their input into a `NotificationRequest` and call
+`to_new_notification`; anything invalid raises `ValidationFailed` naming every bad field (camelCase,
+as the client wrote it), so bad input never reaches the database. The request hash is taken over
+the request as sent, so repeating a `delaySeconds` request is the same request (CONTRACT §4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from notify_queue.errors import FieldError, ValidationFailed
+from notify_queue.models import Channel, NewNotification, Priority, Source
+
+MAX_BODY_BYTES = 65_536
+MAX_METADATA_BYTES = 16 * 1024
+MAX_DELAY_SECONDS = 365 * 24 * 3600  # one year
+MAX_RECIPIENT_CHARS = 320
+MAX_SUBJECT_CHARS = 998  # RFC 5322's line limit
+
+EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s.]+$")
+SMS_PATTERN = re.compile(r"^\+[0-9]{8,15}$")
+IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
+RFC3339_PATTERN = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
+)
+POLICY_PATTERN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+)
+URL_PATTERN = re.compile(r"^https?://[^\s/?#]+[^\s]*$", re.IGNORECASE)
+
+
+def parse_rfc3339(value: str) -> datetime:
+    """An RFC 3339 timestamp with an explicit offset, as an aware datetime in UTC."""
+    if not RFC3339_PATTERN.match(value):
+        raise ValueError("must be an RFC 3339 date-time with an offset, e.g. 2026-09-24T12:00:00Z")
+    # fromisoformat takes at most microseconds: trim nanosecond digits first.
+    text = re.sub(r"(\.\d{6})\d+", r"\1", value).replace("z", "Z")
+    try:
+        return datetime.fromisoformat(text).astimezone(UTC)
+    except ValueError:
+        raise ValueError("is not a valid date-time") from None
+
+
+class NotificationRequest(BaseModel):
+    """A request to send one notification, with CONTRACT §4's field names and limits."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=False, frozen=True)
+
+    channel: Channel
+    recipient: Annotated[StrictStr, Field(min_length=1, max_length=MAX_RECIPIENT_CHARS)]
+    subject: Annotated[StrictStr | None, Field(max_length=MAX_SUBJECT_CHARS)] = None
+    body: StrictStr
+    priority: Priority = Priority.NORMAL
+    send_at: StrictStr | None = Field(None, alias="sendAt")
+    delay_seconds: Annotated[StrictInt | None, Field(ge=0, le=MAX_DELAY_SECONDS)] = Field(
+        None, alias="delaySeconds"
+    )
+    expires_at: StrictStr | None = Field(None, alias="expiresAt")
+    webhook_url: Annotated[StrictStr | None, Field(max_length=2048)] = Field(None, alias="webhookUrl")
+    policy: StrictStr | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: StrictStr | None = Field(None, alias="idempotencyKey")
+
+    @field_validator("recipient")
+    @classmethod
+    def _recipient_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("body")
+    @classmethod
+    def _body_size(cls, value: str) -> str:
+        size = len(value.encode("utf-8", errors="surrogatepass"))
+        if size < 1:
+            raise ValueError("must not be empty")
+        if size > MAX_BODY_BYTES:
+            raise ValueError(f"is {size} bytes of UTF-8; the limit is {MAX_BODY_BYTES}")
+        return value
+
+    @field_validator("send_at", "expires_at")
+    @classmethod
+    def _rfc3339(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_rfc3339(value)
+        return value
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is not None and not URL_PATTERN.match(value):
+            raise ValueError("must be an http or https URL")
+        return value
+
+    @field_validator("policy")
+    @classmethod
+    def _policy(cls, value: str | None) -> str | None:
+        if value is not None and not POLICY_PATTERN.match(value):
+            raise ValueError("must be namespace/name of a NotificationPolicy")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_size(cls, value: dict[str, Any]) -> dict[str, Any]:
+        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+        if size > MAX_METADATA_BYTES:
+            raise ValueError(f"is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
+        return value
+
+    @field_validator("idempotency_key")
+    @classmethod
+    def _key(cls, value: str | None) -> str | None:
+        if value is not None and not IDEMPOTENCY_KEY_PATTERN.match(value):
+            raise ValueError("must be 1-255 printable ASCII characters without spaces")
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> NotificationRequest:
+        if self.channel is Channel.EMAIL and not EMAIL_PATTERN.match(self.recipient):
+            raise ValueError("recipient: must be an email address for channel email")
+        if self.channel is Channel.SMS and not SMS_PATTERN.match(self.recipient):
+            raise ValueError("recipient: must be an E.164 number (+ and 8-15 digits) for channel sms")
+        if self.send_at is not None and self.delay_seconds is not None:
+            raise ValueError("sendAt: give sendAt or delaySeconds, not both")
+        return self
+
+
+def _field_name(loc: tuple[int | str, ...], message: str) -> tuple[str, str]:
+    # Cross-field errors carry their field at the start of the message ("recipient: ...").
+    if not loc and ": " in message:
+        name, _, rest = message.partition(": ")
+        return name, rest
+    return ".".join(str(p) for p in loc) or "body", message
+
+
+def parse_request(data: object, *, prefix: str = "") -> NotificationRequest:
+    """Validate raw JSON-like input; raise ValidationFailed naming every bad field."""
+    if not isinstance(data, dict):
+        raise ValidationFailed([FieldError(prefix.rstrip(".") or "body", "must be a JSON object")])
+    try:
+        return NotificationRequest.model_validate(data)
+    except ValidationError as exc:
+        errors = []
+        for e in exc.errors():
+            name, message = _field_name(tuple(e["loc"]), e["msg"].removeprefix("Value error, "))
+            errors.append(FieldError(prefix + name, message))
+        raise ValidationFailed(errors) from None
+
+
+def request_hash(data: dict[str, Any]) -> str:
+    """A digest of the request as sent, without its idempotency key, independent of key order."""
+    sent = {k: v for k, v in data.items() if k != "idempotencyKey"}
+    canonical = json.dumps(sent, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+def to_new_notification(
+    request: NotificationRequest,
+    *,
+    idempotency_key: str,
+    request_digest: str,
+    now: datetime,
+    source: Source = Source.API,
+    field_prefix: str = "",
+) -> NewNotification:
+    """Resolve the send time and check what depends on it (expiresAt after the send time)."""
+    if request.send_at is not None:
+        send_at = parse_rfc3339(request.send_at)
+    else:
+        send_at = now + timedelta(seconds=request.delay_seconds or 0)
+    expires_at = parse_rfc3339(request.expires_at) if request.expires_at else None
+    if expires_at is not None and expires_at <= send_at:
+        raise ValidationFailed(
+            [FieldError(field_prefix + "expiresAt", "must be after the send time")]
+        )
+    return NewNotification(
+        idempotency_key=idempotency_key,
+        request_hash=request_digest,
+        channel=request.channel,
+        recipient=request.recipient,
+        subject=request.subject,
+        body=request.body,
+        priority=request.priority,
+        send_at=send_at,
+        expires_at=expires_at,
+        webhook_url=request.webhook_url,
+        policy=request.policy,
+        metadata=request.metadata,
+        source=source,
+    )
+
+
+def check_idempotency_key(value: str, *, field: str = "Idempotency-Key") -> str:
+    if not IDEMPOTENCY_KEY_PATTERN.match(value):
+        raise ValidationFailed([FieldError(field, "must be 1-255 printable ASCII characters without spaces")])
+    return value

@@ -1,0 +1,52 @@
+"""Debounced wake-ups: tell workers new work exists, at most once per interval.
+
+Enqueueing a thousand notifications a second must not send a thousand NOTIFYs (each takes a
+global lock at commit in PostgreSQL). The first poke in a quiet period is sent at once (leading
+edge, so a lone one-time code is not delayed); pokes during the interval collapse into one sent
+at its end (trailing edge, so the last notification of a burst is not missed). Workers also poll,
+so a lost hint costs at most one poll interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from notify_queue.errors import DatabaseUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class DebouncedWaker:
+    def __init__(self, send: Callable[[], Awaitable[None]], *, interval_seconds: float = 0.02) -> None:
+        self._send = send
+        self._interval = interval_seconds
+        self._last_sent = float("-inf")
+        self._trailing: asyncio.Task[None] | None = None
+
+    async def poke(self) -> None:
+        wait = self._last_sent + self._interval - time.monotonic()
+        if wait <= 0 and self._trailing is None:
+            self._last_sent = time.monotonic()
+            await self._send_quietly()
+        elif self._trailing is None:
+            self._trailing = asyncio.create_task(self._send_later(max(wait, 0.0)))
+
+    async def _send_later(self, delay: float) -> None:
+        await asyncio.sleep(delay)
+        self._trailing = None
+        self._last_sent = time.monotonic()
+        await self._send_quietly()
+
+    async def _send_quietly(self) -> None:
+        try:
+            await self._send()
+        except DatabaseUnavailable as exc:  # a hint; workers poll anyway
+            log.debug("wake-up not sent: %s", exc)
+
+    async def close(self) -> None:
+        if self._trailing is not None:
+            self._trailing.cancel()
+            self._trailing = None

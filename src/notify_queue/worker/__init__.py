@@ -1,0 +1,1 @@
+"""The worker role: claim due notifications, deliver them, record results, dispatch webhooks."""

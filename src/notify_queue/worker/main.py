@@ -1,0 +1,88 @@
+"""Wiring of the worker role: settings in, a running `Worker` out, until SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from prometheus_client import start_http_server
+
+from notify_queue.providers import build_providers
+from notify_queue.providers.outbound import outbound_session
+from notify_queue.providers.webhooks import WebhookSender
+from notify_queue.repositories.db import Database
+from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryRepository
+from notify_queue.repositories.webhooks import WebhookRepository
+from notify_queue.services.delivery import DeliveryService
+from notify_queue.settings import Settings
+from notify_queue.worker.dispatcher import WebhookDispatcher
+from notify_queue.worker.runner import Worker
+
+log = logging.getLogger(__name__)
+
+
+def delivery_defaults(settings: Settings) -> DeliveryDefaults:
+    return DeliveryDefaults(
+        rate_limit=settings.rate_limit,
+        rate_window_seconds=settings.rate_limit_window,
+        backoff_base_seconds=settings.backoff_base,
+        backoff_max_seconds=settings.backoff_max,
+        lease_seconds=settings.lease_seconds,
+        webhook_url=settings.webhook_url,
+    )
+
+
+async def run_worker(settings: Settings, *, db: Database | None = None, stop: asyncio.Event | None = None) -> None:
+    """Run one worker process until SIGTERM/SIGINT (or `stop`), then shut down gracefully."""
+    own_db = db is None
+    if db is None:
+        db = Database(settings.require_database_url(), pool_size=settings.database_pool_size, name="notify-queue-worker")
+        await db.open()
+    if settings.metrics_port is not None:
+        start_http_server(settings.metrics_port, addr=settings.host)
+    session = outbound_session(allow=settings.outbound_allow, timeout_seconds=settings.provider_timeout)
+    providers = build_providers(settings, session)
+    service = DeliveryService(
+        DeliveryRepository(db, delivery_defaults(settings)),
+        priorities=settings.priorities,
+        channels=settings.channels,
+    )
+    dispatcher = WebhookDispatcher(
+        settings, WebhookRepository(db), WebhookSender(session, timeout_seconds=settings.webhook_timeout)
+    )
+    worker = Worker(
+        service,
+        providers,
+        dispatcher,
+        concurrency=settings.concurrency,
+        batch_size=settings.batch_size,
+        poll_interval=settings.poll_interval,
+        shutdown_grace_seconds=settings.shutdown_grace_seconds,
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, worker.stop)
+    stopper = asyncio.create_task(_stop_when(stop, worker)) if stop is not None else None
+    log.info(
+        "worker started: lanes %s, channels %s, concurrency %d, batch %d",
+        ",".join(settings.priorities), ",".join(settings.channels), settings.concurrency, settings.batch_size,
+    )
+    try:
+        await worker.run()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+        if stopper is not None:
+            stopper.cancel()
+        for provider in {id(p): p for p in providers.values()}.values():
+            await provider.close()
+        await session.close()
+        if own_db:
+            await db.close()
+        log.info("worker stopped")
+
+
+async def _stop_when(stop: asyncio.Event, worker: Worker) -> None:
+    await stop.wait()
+    worker.stop()

@@ -1,0 +1,66 @@
+"""Fixtures shared by every test that touches PostgreSQL.
+
+One embedded PostgreSQL 18 server per test session; the schema is migrated once into a template
+database, and every test gets its own database cloned from it (CREATE DATABASE ... TEMPLATE takes
+milliseconds), so tests never see each other's rows and need no cleanup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from notify_queue.embedded import EmbeddedPostgres
+from notify_queue.repositories.db import Database
+from notify_queue.repositories.schema import migrate
+
+_TEMPLATE = "nq_template"
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
+    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", delete_on_stop=True)
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        # Durability is not what these tests check; speed is welcome. Reloadable settings only.
+        conn.execute("ALTER SYSTEM SET fsync = off")
+        conn.execute("ALTER SYSTEM SET synchronous_commit = off")
+        conn.execute("SELECT pg_reload_conf()")
+        conn.execute(f"DROP DATABASE IF EXISTS {_TEMPLATE}")
+        conn.execute(f"CREATE DATABASE {_TEMPLATE}")
+
+    async def prepare() -> None:
+        async with Database(server.url(_TEMPLATE), pool_size=1) as db:
+            await migrate(db)
+
+    asyncio.run(prepare())
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def database_url(pg_server: EmbeddedPostgres) -> Iterator[str]:
+    name = f"t_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {_TEMPLATE}")
+    yield pg_server.url(name)
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+async def db(database_url: str) -> AsyncIterator[Database]:
+    async with Database(database_url, pool_size=20) as database:
+        yield database
+
+
+@pytest.fixture
+def project_root() -> Path:
+    return Path(__file__).resolve().parent.parent
