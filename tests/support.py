@@ -91,3 +91,70 @@ async def eventually(
 async def status_counts(db: Database) -> dict[str, int]:
     rows = await db.fetch_all("queue_status_counts")
     return {r["status"]: r["n"] for r in rows}
+
+
+class RunningWorkers:
+    """Worker loops running in this process, each with its own connection pool, sharing one
+    provider so tests can count what reached it."""
+
+    def __init__(self) -> None:
+        self.workers: list[Any] = []
+        self.tasks: list[asyncio.Task[None]] = []
+        self.dbs: list[Database] = []
+        self.sessions: list[Any] = []
+
+    async def stop(self) -> None:
+        for w in self.workers:
+            w.stop()
+        await asyncio.gather(*self.tasks)
+        for d in self.dbs:
+            await d.close()
+        for session in self.sessions:
+            await session.close()
+
+
+async def start_workers(
+    database_url: str,
+    provider: Any,
+    *,
+    count: int = 1,
+    webhooks: bool = False,
+    settings: Any = None,
+    **overrides: Any,
+) -> RunningWorkers:
+    """Start `count` workers on `database_url` delivering through `provider`."""
+    from notify_queue.models import Channel
+    from notify_queue.providers.outbound import outbound_session
+    from notify_queue.providers.webhooks import WebhookSender
+    from notify_queue.repositories.webhooks import WebhookRepository
+    from notify_queue.settings import Settings
+    from notify_queue.worker.dispatcher import WebhookDispatcher
+    from notify_queue.worker.main import delivery_defaults
+    from notify_queue.worker.runner import Worker
+
+    s = settings or Settings(database_url=database_url, poll_interval=0.2, **overrides)
+    running = RunningWorkers()
+    for _ in range(count):
+        wdb = Database(database_url, pool_size=4, name="test-worker")
+        await wdb.open()
+        running.dbs.append(wdb)
+        service = DeliveryService(
+            DeliveryRepository(wdb, delivery_defaults(s)), priorities=s.priorities, channels=s.channels
+        )
+        dispatcher = None
+        if webhooks:
+            session = outbound_session(allow=["127.0.0.0/8"], timeout_seconds=s.webhook_timeout)
+            running.sessions.append(session)
+            dispatcher = WebhookDispatcher(s, WebhookRepository(wdb), WebhookSender(session, timeout_seconds=s.webhook_timeout))
+        worker = Worker(
+            service,
+            {c: provider for c in Channel},
+            dispatcher,
+            concurrency=s.concurrency,
+            batch_size=s.batch_size,
+            poll_interval=s.poll_interval,
+            shutdown_grace_seconds=s.shutdown_grace_seconds,
+        )
+        running.workers.append(worker)
+        running.tasks.append(asyncio.create_task(worker.run()))
+    return running

@@ -1,0 +1,118 @@
+"""The SMTP provider: email notifications handed to a mail server with `aiosmtplib`.
+
+SMTP has no idempotency key, so the notification id goes where mail systems look for one:
+`Message-ID: <id@sender-domain>` (receivers and archives drop duplicates by it) and an explicit
+`X-Idempotency-Key` header. The Message-ID is also the provider message id we record.
+
+Classification follows SMTP's own split: 4xx replies are "try again later", 5xx are final. A 5xx
+is only final for the notification when it is about that message (recipient refused, content
+rejected). Replies about the session (authentication, HELO, the sender, the greeting) describe
+our configuration or the server, not the notification, so they stay temporary: the notification
+is retried and, once dead-lettered, can be retried again after the configuration is fixed.
+Connection errors and timeouts are temporary too. One connection per message keeps failures
+isolated; a mail relay, not this process, is the place to batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.errors
+from email.message import EmailMessage
+from email.utils import parseaddr
+
+import aiosmtplib
+
+from notify_queue.models import Channel, DeliveryResult, Outcome
+from notify_queue.providers.base import DeliveryRequest
+
+
+class SmtpProvider:
+    def __init__(
+        self,
+        *,
+        host: str,
+        port: int,
+        username: str | None,
+        password: str | None,
+        starttls: bool,
+        from_address: str,
+        timeout_seconds: float,
+    ) -> None:
+        self._host = host
+        self._port = port
+        self._username = username
+        self._password = password
+        # False means "never", not aiosmtplib's default "if offered": the operator chose plain
+        # SMTP, and an unrequested upgrade could fail on a certificate they never configured.
+        self._starttls = starttls
+        self._from_address = from_address
+        self._timeout_seconds = timeout_seconds
+        domain = parseaddr(from_address)[1].rpartition("@")[2]
+        self._message_id_domain = domain or "notify-queue.invalid"
+
+    def message_id(self, request: DeliveryRequest) -> str:
+        """The Message-ID of `request`'s email: the same on every attempt."""
+        return f"<{request.id}@{self._message_id_domain}>"
+
+    async def deliver(self, request: DeliveryRequest) -> DeliveryResult:
+        if request.channel is not Channel.EMAIL:
+            return DeliveryResult(
+                Outcome.PERMANENT_FAILURE, error="smtp provider only delivers email"
+            )
+        try:
+            message = self._build_message(request)
+        except (ValueError, TypeError, email.errors.MessageError) as exc:
+            # A header with a line break or an unparsable address will never send.
+            return DeliveryResult(Outcome.PERMANENT_FAILURE, error=f"invalid email: {exc}")
+        try:
+            # aiosmtplib's timeout is per command; this bounds the attempt as a whole.
+            async with asyncio.timeout(self._timeout_seconds):
+                await aiosmtplib.send(
+                    message,
+                    recipients=[request.recipient],
+                    hostname=self._host,
+                    port=self._port,
+                    username=self._username,
+                    password=self._password,
+                    start_tls=self._starttls,
+                    timeout=self._timeout_seconds,
+                )
+        except (TimeoutError, aiosmtplib.SMTPTimeoutError):
+            return DeliveryResult(
+                Outcome.TEMPORARY_FAILURE, error=f"timed out after {self._timeout_seconds:g}s"
+            )
+        except aiosmtplib.SMTPRecipientsRefused as exc:
+            return _classify_per_message(exc.recipients[0] if exc.recipients else None, exc)
+        except (aiosmtplib.SMTPRecipientRefused, aiosmtplib.SMTPDataError) as exc:
+            return _classify_per_message(exc, exc)
+        except aiosmtplib.SMTPResponseException as exc:
+            return DeliveryResult(
+                Outcome.TEMPORARY_FAILURE, error=f"SMTP {exc.code}: {exc.message}"
+            )
+        except (aiosmtplib.SMTPException, OSError) as exc:
+            return DeliveryResult(Outcome.TEMPORARY_FAILURE, error=f"SMTP connection error: {exc}")
+        return DeliveryResult(Outcome.SENT, provider_message_id=self.message_id(request))
+
+    def _build_message(self, request: DeliveryRequest) -> EmailMessage:
+        message = EmailMessage()
+        message["From"] = self._from_address
+        message["To"] = request.recipient
+        if request.subject is not None:
+            message["Subject"] = request.subject
+        message["Message-ID"] = self.message_id(request)
+        message["X-Idempotency-Key"] = request.idempotency_key
+        message.set_content(request.body)
+        return message
+
+    async def close(self) -> None:
+        """Each message uses its own connection; nothing stays open between deliveries."""
+
+
+def _classify_per_message(
+    refusal: aiosmtplib.SMTPResponseException | None, exc: Exception
+) -> DeliveryResult:
+    if refusal is None:
+        return DeliveryResult(Outcome.TEMPORARY_FAILURE, error=f"SMTP refused: {exc}")
+    error = f"SMTP {refusal.code}: {refusal.message}"
+    outcome = Outcome.PERMANENT_FAILURE if refusal.code >= 500 else Outcome.TEMPORARY_FAILURE
+    return DeliveryResult(outcome, error=error)

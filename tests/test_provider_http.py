@@ -1,0 +1,296 @@
+"""The HTTP provider's wire format and outcome classification (CONTRACT section 5).
+
+A real aiohttp server on 127.0.0.1 plays the delivery service: it answers each status class,
+sends Retry-After in both forms, hangs, streams without end and records what it received. The
+provider talks to it through the guarded outbound session with loopback allowed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import test_utils, web
+
+from notify_queue.models import Channel, Outcome
+from notify_queue.providers import SimulatedProvider, build_providers
+from notify_queue.providers.base import DeliveryRequest
+from notify_queue.providers.http import HttpProvider, parse_retry_after
+from notify_queue.providers.outbound import outbound_session
+from notify_queue.settings import ProviderKind, Settings
+
+
+class DeliveryService:
+    """The receiving end: records every request; routes choose the answer."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[dict[str, str], Any]] = []
+        self.release_hanging = asyncio.Event()
+        self.flaky_calls = 0
+        app = web.Application()
+        app.router.add_post("/ok", self.ok)
+        app.router.add_post("/status/{code}", self.status)
+        app.router.add_post("/json", self.json_answer)
+        app.router.add_post("/retry-seconds", self.retry_seconds)
+        app.router.add_post("/retry-date", self.retry_date)
+        app.router.add_post("/hang", self.hang)
+        app.router.add_post("/endless", self.endless)
+        app.router.add_post("/flaky", self.flaky)
+        app.router.add_post("/redirect", self.redirect)
+        self.server = test_utils.TestServer(app, host="127.0.0.1")
+
+    def url(self, path: str) -> str:
+        return str(self.server.make_url(path))
+
+    async def _record(self, request: web.Request) -> None:
+        self.received.append((dict(request.headers), await request.json()))
+
+    async def ok(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return web.Response(text="accepted")
+
+    async def status(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        code = int(request.match_info["code"])
+        return web.Response(status=code, text=f"answer {code}: " + "x" * 500)
+
+    async def json_answer(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return web.Response(text=request.query["body"], content_type="application/json")
+
+    async def retry_seconds(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        return web.Response(status=429, text="slow down", headers={"Retry-After": "7"})
+
+    async def retry_date(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        when = datetime.now(UTC) + timedelta(seconds=120)
+        headers = {"Retry-After": format_datetime(when, usegmt=True)}
+        return web.Response(status=503, text="maintenance", headers=headers)
+
+    async def hang(self, request: web.Request) -> web.Response:
+        await self.release_hanging.wait()
+        return web.Response(text="too late")
+
+    async def endless(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(status=200)
+        await response.prepare(request)
+        chunk = b"x" * 65536
+        try:
+            while not self.release_hanging.is_set():
+                await response.write(chunk)
+        except ConnectionError:
+            pass  # the client stopped reading and hung up, as it should
+        return response
+
+    async def flaky(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        self.flaky_calls += 1
+        if self.flaky_calls == 1:
+            return web.Response(status=503, text="try again")
+        return web.json_response({"messageId": "flaky-1"})
+
+    async def redirect(self, request: web.Request) -> web.Response:
+        raise web.HTTPTemporaryRedirect(self.url("/ok"))
+
+
+@pytest.fixture
+async def service() -> AsyncIterator[DeliveryService]:
+    service = DeliveryService()
+    await service.server.start_server()
+    yield service
+    service.release_hanging.set()
+    await service.server.close()
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with outbound_session(allow=["127.0.0.0/8"], timeout_seconds=10.0) as session:
+        yield session
+
+
+def make_request(**overrides: Any) -> DeliveryRequest:
+    fields: dict[str, Any] = {
+        "id": uuid.uuid4(),
+        "channel": Channel.SMS,
+        "recipient": "+4915112345678",
+        "subject": None,
+        "body": "Your code is 123456",
+        "metadata": {"order": 1001},
+    }
+    fields.update(overrides)
+    return DeliveryRequest(**fields)
+
+
+async def test_the_request_carries_the_contract_body_and_the_idempotency_key(
+    service: DeliveryService, session: aiohttp.ClientSession
+) -> None:
+    request = make_request(subject="Hello", body="Grüße")
+    result = await HttpProvider(service.url("/ok"), 5.0, session).deliver(request)
+
+    assert result.outcome is Outcome.SENT
+    headers, body = service.received[0]
+    assert headers["Idempotency-Key"] == str(request.id)
+    assert headers["Content-Type"] == "application/json"
+    assert body == {
+        "id": str(request.id),
+        "channel": "sms",
+        "recipient": "+4915112345678",
+        "subject": "Hello",
+        "body": "Grüße",
+        "metadata": {"order": 1001},
+    }
+
+
+async def test_the_idempotency_key_is_the_same_on_every_attempt(
+    service: DeliveryService, session: aiohttp.ClientSession
+) -> None:
+    provider = HttpProvider(service.url("/flaky"), 5.0, session)
+    request = make_request()
+
+    first = await provider.deliver(request)
+    second = await provider.deliver(request)
+
+    assert (first.outcome, second.outcome) == (Outcome.TEMPORARY_FAILURE, Outcome.SENT)
+    keys = [headers["Idempotency-Key"] for headers, _ in service.received]
+    assert keys == [str(request.id), str(request.id)]
+
+
+@pytest.mark.parametrize(
+    ("answer", "message_id"),
+    [
+        ('{"messageId": "msg-42", "id": "ignored"}', "msg-42"),
+        ('{"id": 987}', "987"),
+        ('{"status": "queued"}', None),
+        ("[1, 2]", None),
+        ("not json at all", None),
+        ("", None),
+    ],
+)
+async def test_a_2xx_is_sent_with_the_message_id_from_a_json_answer(
+    service: DeliveryService, session: aiohttp.ClientSession, answer: str, message_id: str | None
+) -> None:
+    url = str(service.server.make_url("/json").with_query(body=answer))
+    result = await HttpProvider(url, 5.0, session).deliver(make_request())
+    assert result.outcome is Outcome.SENT
+    assert result.provider_message_id == message_id
+
+
+@pytest.mark.parametrize("code", [408, 425, 429, 500, 502, 503, 504])
+async def test_retryable_statuses_are_temporary_failures(
+    service: DeliveryService, session: aiohttp.ClientSession, code: int
+) -> None:
+    result = await HttpProvider(service.url(f"/status/{code}"), 5.0, session).deliver(
+        make_request()
+    )
+    assert result.outcome is Outcome.TEMPORARY_FAILURE
+    assert result.error is not None
+    assert result.error.startswith(f"HTTP {code}: answer {code}: xxx")
+
+
+@pytest.mark.parametrize("code", [400, 401, 403, 404, 409, 410, 422, 301])
+async def test_other_statuses_are_permanent_failures_with_the_start_of_the_body(
+    service: DeliveryService, session: aiohttp.ClientSession, code: int
+) -> None:
+    result = await HttpProvider(service.url(f"/status/{code}"), 5.0, session).deliver(
+        make_request()
+    )
+    assert result.outcome is Outcome.PERMANENT_FAILURE
+    assert result.error is not None
+    assert result.error.startswith(f"HTTP {code}: answer {code}:")
+    assert len(result.error) <= len(f"HTTP {code}: ") + 200
+
+
+async def test_a_redirect_is_not_followed(
+    service: DeliveryService, session: aiohttp.ClientSession
+) -> None:
+    result = await HttpProvider(service.url("/redirect"), 5.0, session).deliver(make_request())
+    assert result.outcome is Outcome.PERMANENT_FAILURE
+    assert result.error is not None and result.error.startswith("HTTP 307")
+    assert service.received == []
+
+
+async def test_retry_after_in_seconds_sets_the_wait(
+    service: DeliveryService, session: aiohttp.ClientSession
+) -> None:
+    result = await HttpProvider(service.url("/retry-seconds"), 5.0, session).deliver(make_request())
+    assert result.outcome is Outcome.TEMPORARY_FAILURE
+    assert result.retry_after_seconds == 7.0
+
+
+async def test_retry_after_as_an_http_date_sets_the_wait(
+    service: DeliveryService, session: aiohttp.ClientSession
+) -> None:
+    result = await HttpProvider(service.url("/retry-date"), 5.0, session).deliver(make_request())
+    assert result.outcome is Outcome.TEMPORARY_FAILURE
+    assert result.retry_after_seconds is not None
+    assert 110 <= result.retry_after_seconds <= 120
+
+
+def test_retry_after_values_that_are_not_a_delay_are_ignored() -> None:
+    now = datetime(2026, 9, 24, 12, 0, 0, tzinfo=UTC)
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("soon") is None
+    assert parse_retry_after("-5") is None
+    assert parse_retry_after("Thu, 24 Sep 2026 11:00:00 GMT", now=now) == 0.0
+    assert parse_retry_after("Thu, 24 Sep 2026 12:01:30 GMT", now=now) == 90.0
+
+
+async def test_a_provider_that_does_not_answer_in_time_is_a_temporary_failure(
+    service: DeliveryService, session: aiohttp.ClientSession
+) -> None:
+    result = await HttpProvider(service.url("/hang"), 0.2, session).deliver(make_request())
+    assert result.outcome is Outcome.TEMPORARY_FAILURE
+    assert result.error == "timed out after 0.2s"
+
+
+async def test_a_refused_connection_is_a_temporary_failure(
+    session: aiohttp.ClientSession,
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free_port = probe.getsockname()[1]
+    provider = HttpProvider(f"http://127.0.0.1:{free_port}/send", 5.0, session)
+    result = await provider.deliver(make_request())
+    assert result.outcome is Outcome.TEMPORARY_FAILURE
+    assert result.error is not None and result.error.startswith("connection error:")
+
+
+async def test_an_endless_answer_is_read_only_up_to_the_cap(
+    service: DeliveryService, session: aiohttp.ClientSession
+) -> None:
+    # Reading the whole body would run into the timeout; the cap makes it a prompt SENT.
+    result = await HttpProvider(service.url("/endless"), 5.0, session).deliver(make_request())
+    assert result.outcome is Outcome.SENT
+    assert result.provider_message_id is None
+
+
+async def test_a_provider_url_inside_the_network_is_a_permanent_failure() -> None:
+    async with outbound_session(allow=[], timeout_seconds=5.0) as guarded:
+        provider = HttpProvider("http://169.254.169.254/send", 5.0, guarded)
+        result = await provider.deliver(make_request())
+    assert result.outcome is Outcome.PERMANENT_FAILURE
+    assert result.error is not None
+    assert "refused" in result.error and "cloud metadata" in result.error
+
+
+async def test_build_providers_shares_one_instance_per_kind_across_channels(
+    session: aiohttp.ClientSession,
+) -> None:
+    settings = Settings(
+        provider=ProviderKind.HTTP,
+        push_provider=ProviderKind.SIMULATED,
+        provider_url="http://127.0.0.1:9/send",
+    )
+    providers = build_providers(settings, session)
+
+    assert isinstance(providers[Channel.EMAIL], HttpProvider)
+    assert providers[Channel.EMAIL] is providers[Channel.SMS]
+    assert isinstance(providers[Channel.PUSH], SimulatedProvider)
