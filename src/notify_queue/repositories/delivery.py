@@ -85,7 +85,6 @@ class DeliveryRepository:
             for r in rows
             if r["admitted"]
         ]
-        claimed.sort(key=lambda c: c.priority.rank)
         limited = [Channel(r["channel"]) for r in rows if not r["admitted"]]
         return ClaimedBatch(claimed, limited)
 

@@ -79,7 +79,7 @@ WITH batch AS (
     FROM decided d
     WHERE n.id = d.id AND d.admitted
     RETURNING n.id, n.claim_token, n.channel, n.recipient, n.subject, n.body, n.metadata,
-              n.attempt_count, n.max_attempts, n.priority, n.policy
+              n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at
 ), deferred AS (
     UPDATE nq_notifications n
     SET next_attempt_at = d.slot_frees_at, updated_at = now()
@@ -94,11 +94,14 @@ WITH batch AS (
 SELECT true AS admitted, a.id, a.claim_token, a.channel, a.recipient, a.subject, a.body,
        a.metadata, a.attempt_count, a.max_attempts, a.priority,
        COALESCE(p.backoff_base_seconds, %(backoff_base_seconds)s) AS backoff_base_seconds,
-       COALESCE(p.backoff_max_seconds, %(backoff_max_seconds)s) AS backoff_max_seconds
+       COALESCE(p.backoff_max_seconds, %(backoff_max_seconds)s) AS backoff_max_seconds,
+       a.next_attempt_at, a.created_at
 FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
 UNION ALL
-SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM deferred d
+-- Claim order, so the worker starts the most urgent deliveries first.
+ORDER BY priority, next_attempt_at, created_at
 
 -- name: complete_deliveries
 -- Record a batch of results in one statement: the status change, its webhook event (same

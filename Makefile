@@ -1,0 +1,52 @@
+# One entry point for tooling. `make help` lists the targets.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.DEFAULT_GOAL := help
+.PHONY: help run test test-fast lint format typecheck layers k8s-binaries fuzz soak bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP) ## run the whole system locally: embedded PostgreSQL, API on :8080, a worker
+	$(BIN)/notify-queue up
+
+test: $(STAMP) k8s-binaries ## run every test (builds the pinned Kubernetes binaries once)
+	$(BIN)/pytest -q
+
+test-fast: $(STAMP) ## the tests that need no Kubernetes binaries
+	$(BIN)/pytest -q -m "not kubernetes"
+
+k8s-binaries: ## build etcd, kube-apiserver, kubectl and helm from the Go module proxy (cached)
+	scripts/build-k8s-binaries.sh
+
+lint: $(STAMP) ## ruff lint and format check
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff format --check src tests benchmarks
+
+format: $(STAMP) ## format the code
+	$(BIN)/ruff format src tests benchmarks
+	$(BIN)/ruff check --fix src tests benchmarks
+
+typecheck: $(STAMP) ## mypy strict
+	$(BIN)/mypy
+
+layers: $(STAMP) ## check the layering with import-linter
+	$(BIN)/lint-imports
+
+fuzz: $(STAMP) ## the long schemathesis run over the OpenAPI document
+	NOTIFY_QUEUE_FUZZ_EXAMPLES=500 $(BIN)/pytest -q tests/api -k fuzz
+
+bench: $(STAMP) ## the benchmark suite (writes benchmarks/results/*.json)
+	$(BIN)/python -m benchmarks
+
+clean: ## remove the virtualenv and local data
+	rm -rf $(VENV) .notify-queue .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,134 @@
+"""Webhooks through the transactional outbox: same transaction as the status, retried with the
+same eventId, signed per Standard Webhooks, and never able to change the notification."""
+
+from __future__ import annotations
+
+import base64
+
+import psycopg
+import pytest
+from standardwebhooks import Webhook
+
+from notify_queue.models import DeliveryResult, Outcome, Status
+from notify_queue.providers.simulated import SimulatedProvider
+from notify_queue.repositories.db import Database
+from tests.receivers import WebhookReceiver
+from tests.support import delivery_service, eventually, new, notification_service, start_workers
+
+SECRET = "whsec_" + base64.b64encode(b"a-test-secret-of-32-bytes-length").decode()
+
+
+async def _events(db: Database, id: object) -> list[dict[str, object]]:
+    return await db.fetch_all("webhook_events_for_notification", {"notification_id": id})
+
+
+async def test_the_webhook_event_is_written_in_the_same_transaction_as_the_status(db: Database) -> None:
+    """A failure after the status change rolls both back: there is never one without the other."""
+    created = await notification_service(db).enqueue(new(webhook_url="http://hooks.example/a"))
+    service = delivery_service(db)
+    claimed = (await service.claim(1)).claimed[0]
+    # Make the event insert fail inside the completion statement.
+    async with db.connection() as conn:
+        await conn.execute_script("ALTER TABLE nq_webhook_events ADD CONSTRAINT no_events CHECK (false) NOT VALID")
+    with pytest.raises(psycopg.errors.CheckViolation):
+        await service.complete([(claimed, DeliveryResult(Outcome.SENT))])
+    stored = await notification_service(db).get(created.notification.id)
+    assert stored.status is Status.PROCESSING and await _events(db, stored.id) == []
+
+
+async def test_an_event_written_before_a_crash_is_still_delivered_later(db: Database, database_url: str) -> None:
+    receiver = await WebhookReceiver().start()
+    try:
+        created = await notification_service(db).enqueue(new(webhook_url=receiver.url))
+        service = delivery_service(db)
+        claimed = (await service.claim(1)).claimed[0]
+        await service.complete([(claimed, DeliveryResult(Outcome.SENT))])
+        # The worker "crashed" here: status and event are committed, nothing was sent.
+        assert receiver.received == []
+        workers = await start_workers(database_url, SimulatedProvider(0, 0, 1), webhooks=True)
+        try:
+            await eventually(lambda: _delivered(db, created.notification.id))
+        finally:
+            await workers.stop()
+        assert len(receiver.received) == 1
+        body = receiver.received[0].json
+        assert body["jobId"] == str(created.notification.id) and body["status"] == "SENT"
+        assert receiver.received[0].headers["webhook-id"] == body["eventId"]
+    finally:
+        await receiver.stop()
+
+
+async def _delivered(db: Database, id: object) -> bool:
+    return any(e["state"] == "delivered" for e in await _events(db, id))
+
+
+async def test_a_failing_webhook_is_retried_with_the_same_event_id_and_a_valid_signature(
+    db: Database, database_url: str
+) -> None:
+    receiver = await WebhookReceiver(fail_first=2).start()
+    try:
+        created = await notification_service(db).enqueue(new(webhook_url=receiver.url))
+        workers = await start_workers(
+            database_url, SimulatedProvider(0, 0, 1), webhooks=True,
+            webhook_secret=SECRET, webhook_backoff_base=0.05, webhook_backoff_max=0.1,
+        )
+        try:
+            await eventually(lambda: _delivered(db, created.notification.id), timeout=15)
+        finally:
+            await workers.stop()
+        assert len(receiver.received) == 3
+        ids = {r.headers["webhook-id"] for r in receiver.received}
+        assert len(ids) == 1
+        for r in receiver.received:
+            Webhook(SECRET).verify(r.body, r.headers)
+        stored = await notification_service(db).get(created.notification.id)
+        assert stored.status is Status.SENT
+    finally:
+        await receiver.stop()
+
+
+async def test_a_webhook_that_never_recovers_ends_failed_and_leaves_the_notification_alone(
+    db: Database, database_url: str
+) -> None:
+    receiver = await WebhookReceiver(always_fail=True).start()
+    try:
+        created = await notification_service(db).enqueue(new(webhook_url=receiver.url))
+        workers = await start_workers(
+            database_url, SimulatedProvider(0, 0, 1), webhooks=True,
+            webhook_max_attempts=3, webhook_backoff_base=0.02, webhook_backoff_max=0.05,
+        )
+        try:
+            await eventually(
+                lambda: _event_state(db, created.notification.id, "failed"), timeout=15
+            )
+        finally:
+            await workers.stop()
+        assert len(receiver.received) == 3
+        stored = await notification_service(db).get(created.notification.id)
+        assert stored.status is Status.SENT
+        status = await notification_service(db).status()
+        assert status.webhook_events["failed"] == 1
+    finally:
+        await receiver.stop()
+
+
+async def _event_state(db: Database, id: object, state: str) -> bool:
+    return any(e["state"] == state for e in await _events(db, id))
+
+
+async def test_no_webhook_url_anywhere_means_no_event(db: Database) -> None:
+    created = await notification_service(db).enqueue(new())
+    service = delivery_service(db)
+    claimed = (await service.claim(1)).claimed[0]
+    await service.complete([(claimed, DeliveryResult(Outcome.SENT))])
+    assert await _events(db, created.notification.id) == []
+
+
+async def test_the_default_webhook_url_is_used_when_the_notification_has_none(db: Database) -> None:
+    created = await notification_service(db).enqueue(new())
+    service = delivery_service(db, webhook_url="http://default.example/hook")
+    claimed = (await service.claim(1)).claimed[0]
+    await service.complete([(claimed, DeliveryResult(Outcome.PERMANENT_FAILURE, error="nope"))])
+    events = await _events(db, created.notification.id)
+    assert [e["url"] for e in events] == ["http://default.example/hook"]
+    assert '"FAILED"' in str(events[0]["payload"])
