@@ -58,7 +58,11 @@ def new(
     webhook_url: str | None = None,
 ) -> NewNotification:
     if recipient is None:
-        recipient = f"user-{uuid.uuid4().hex[:10]}@example.com" if channel is Channel.EMAIL else "+4915112345678"
+        recipient = (
+            f"user-{uuid.uuid4().hex[:10]}@example.com"
+            if channel is Channel.EMAIL
+            else "+4915112345678"
+        )
     return NewNotification(
         idempotency_key=key or uuid.uuid4().hex,
         request_hash="h-" + (key or "x"),
@@ -132,20 +136,24 @@ async def start_workers(
     from notify_queue.worker.main import delivery_defaults
     from notify_queue.worker.runner import Worker
 
-    s = settings or Settings(database_url=database_url, poll_interval=0.2, **overrides)
+    s = settings or Settings(**{"database_url": database_url, "poll_interval": 0.2, **overrides})
     running = RunningWorkers()
     for _ in range(count):
         wdb = Database(database_url, pool_size=4, name="test-worker")
         await wdb.open()
         running.dbs.append(wdb)
         service = DeliveryService(
-            DeliveryRepository(wdb, delivery_defaults(s)), priorities=s.priorities, channels=s.channels
+            DeliveryRepository(wdb, delivery_defaults(s)),
+            priorities=s.priorities,
+            channels=s.channels,
         )
         dispatcher = None
         if webhooks:
             session = outbound_session(allow=["127.0.0.0/8"], timeout_seconds=s.webhook_timeout)
             running.sessions.append(session)
-            dispatcher = WebhookDispatcher(s, WebhookRepository(wdb), WebhookSender(session, timeout_seconds=s.webhook_timeout))
+            dispatcher = WebhookDispatcher(
+                s, WebhookRepository(wdb), WebhookSender(session, timeout_seconds=s.webhook_timeout)
+            )
         worker = Worker(
             service,
             {c: provider for c in Channel},

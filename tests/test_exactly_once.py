@@ -68,16 +68,22 @@ async def test_without_skip_locked_a_naive_claim_hands_one_notification_to_sever
     db: Database, database_url: str
 ) -> None:
     """The control: read the first due row, then mark it taken, with no lock between the two."""
-    naive_select = "SELECT id FROM nq_notifications WHERE status = 'PENDING' ORDER BY created_at LIMIT 1"
+    naive_select = (
+        "SELECT id FROM nq_notifications WHERE status = 'PENDING' ORDER BY created_at LIMIT 1"
+    )
     naive_update = "UPDATE nq_notifications SET status = 'PROCESSING' WHERE id = %s"
     duplicates = 0
     for _ in range(10):
         await notification_service(db).enqueue(new())
-        conns = [await psycopg.AsyncConnection.connect(database_url, autocommit=True) for _ in range(10)]
+        conns = [
+            await psycopg.AsyncConnection.connect(database_url, autocommit=True) for _ in range(10)
+        ]
         try:
             picked = await asyncio.gather(*(c.execute(naive_select) for c in conns))
             ids = [row[0] for cur in picked if (row := await cur.fetchone())]
-            await asyncio.gather(*(c.execute(naive_update, (i,)) for c, i in zip(conns, ids, strict=False)))
+            await asyncio.gather(
+                *(c.execute(naive_update, (i,)) for c, i in zip(conns, ids, strict=False))
+            )
             duplicates += len(ids) - len(set(ids))
         finally:
             for c in conns:
@@ -85,7 +91,9 @@ async def test_without_skip_locked_a_naive_claim_hands_one_notification_to_sever
     assert duplicates > 0
 
 
-async def test_a_result_from_a_stale_claim_token_is_rejected_and_the_newer_one_stands(db: Database) -> None:
+async def test_a_result_from_a_stale_claim_token_is_rejected_and_the_newer_one_stands(
+    db: Database,
+) -> None:
     created = await notification_service(db).enqueue(new())
     slow = delivery_service(db, lease_seconds=0.2)
     fast = delivery_service(db)
@@ -96,15 +104,21 @@ async def test_a_result_from_a_stale_claim_token_is_rejected_and_the_newer_one_s
     assert second.id == first.id and second.claim_token != first.claim_token
     assert second.attempt_count == 2
 
-    _, accepted = await fast.complete([(second, DeliveryResult(Outcome.SENT, provider_message_id="new"))])
+    _, accepted = await fast.complete(
+        [(second, DeliveryResult(Outcome.SENT, provider_message_id="new"))]
+    )
     assert accepted == {second.id}
-    _, accepted_late = await slow.complete([(first, DeliveryResult(Outcome.PERMANENT_FAILURE, error="late"))])
+    _, accepted_late = await slow.complete(
+        [(first, DeliveryResult(Outcome.PERMANENT_FAILURE, error="late"))]
+    )
     assert accepted_late == set()
     stored = await notification_service(db).get(created.notification.id)
     assert stored.status is Status.SENT and stored.provider_message_id == "new"
 
 
-async def test_an_expired_lease_is_redelivered_with_the_same_idempotency_key(db: Database, database_url: str) -> None:
+async def test_an_expired_lease_is_redelivered_with_the_same_idempotency_key(
+    db: Database, database_url: str
+) -> None:
     created = await notification_service(db).enqueue(new())
     crashed = delivery_service(db, lease_seconds=0.2)
     claimed = (await crashed.claim(1)).claimed[0]
@@ -112,7 +126,9 @@ async def test_an_expired_lease_is_redelivered_with_the_same_idempotency_key(db:
     # The crashed worker had delivered before dying: the provider knows the key already.
     from notify_queue.providers.base import DeliveryRequest
 
-    await provider.deliver(DeliveryRequest(claimed.id, claimed.channel, claimed.recipient, None, "hello"))
+    await provider.deliver(
+        DeliveryRequest(claimed.id, claimed.channel, claimed.recipient, None, "hello")
+    )
     workers = await start_workers(database_url, provider)
     try:
         stored = await eventually(lambda: _sent(db, created.notification.id), timeout=10)
@@ -127,7 +143,9 @@ async def _sent(db: Database, id: uuid.UUID) -> object:
     return n if n.status is Status.SENT else None
 
 
-async def test_cancel_and_claim_racing_have_exactly_one_winner(db: Database, database_url: str) -> None:
+async def test_cancel_and_claim_racing_have_exactly_one_winner(
+    db: Database, database_url: str
+) -> None:
     pools = await _pools(database_url, 2)
     try:
         claimer = delivery_service(pools[0])

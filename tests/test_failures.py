@@ -28,13 +28,27 @@ def _claimed(attempt: int, max_attempts: int = 6) -> ClaimedNotification:
     from notify_queue.models import Channel
 
     return ClaimedNotification(
-        uuid.uuid4(), uuid.uuid4(), Channel.EMAIL, "a@example.com", None, "b", {}, attempt,
-        max_attempts, 0.5, 60.0, Priority.NORMAL,
+        uuid.uuid4(),
+        uuid.uuid4(),
+        Channel.EMAIL,
+        "a@example.com",
+        None,
+        "b",
+        {},
+        attempt,
+        max_attempts,
+        0.5,
+        60.0,
+        Priority.NORMAL,
     )
 
 
-@pytest.mark.parametrize(("attempt", "low", "high"), [(1, 0.5, 1), (2, 1, 2), (3, 2, 4), (4, 4, 8), (5, 8, 16)])
-def test_the_backoff_after_each_attempt_stays_within_the_spec_table(attempt: int, low: float, high: float) -> None:
+@pytest.mark.parametrize(
+    ("attempt", "low", "high"), [(1, 0.5, 1), (2, 1, 2), (3, 2, 4), (4, 4, 8), (5, 8, 16)]
+)
+def test_the_backoff_after_each_attempt_stays_within_the_spec_table(
+    attempt: int, low: float, high: float
+) -> None:
     rng = random.Random(attempt)
     waits = [backoff_seconds(attempt, base=0.5, maximum=60, rng=rng) for _ in range(500)]
     assert low <= min(waits) and max(waits) <= high
@@ -55,7 +69,9 @@ def test_a_retry_after_hint_sets_the_wait_but_never_past_the_cap() -> None:
 def test_a_temporary_failure_on_the_last_attempt_dead_letters() -> None:
     assert decide_completion(_claimed(5), TEMPORARY).status is Status.PENDING
     assert decide_completion(_claimed(6), TEMPORARY).status is Status.DEAD_LETTERED
-    assert decide_completion(_claimed(7), TEMPORARY).status is Status.DEAD_LETTERED  # final re-check
+    assert (
+        decide_completion(_claimed(7), TEMPORARY).status is Status.DEAD_LETTERED
+    )  # final re-check
 
 
 async def test_a_permanent_failure_fails_after_one_attempt(db: Database, database_url: str) -> None:
@@ -99,10 +115,14 @@ async def test_a_notification_that_always_fails_temporarily_is_dead_lettered_aft
     assert provider.calls == 6
 
 
-async def test_a_provider_that_always_times_out_ends_dead_lettered(db: Database, database_url: str) -> None:
+async def test_a_provider_that_always_times_out_ends_dead_lettered(
+    db: Database, database_url: str
+) -> None:
     created = await notification_service(db).enqueue(new(recipient="timeout@example.com"))
     provider = SimulatedProvider(0.0, 0.0, 0.05)
-    workers = await start_workers(database_url, provider, backoff_base=0.01, backoff_max=0.05, max_attempts=3)
+    workers = await start_workers(
+        database_url, provider, backoff_base=0.01, backoff_max=0.05, max_attempts=3
+    )
     try:
         stored = await eventually(lambda: _final(db, created.notification.id), timeout=15)
     finally:
@@ -117,9 +137,21 @@ async def _final(db: Database, id: object) -> object:
 
 def _worker_process(database_url: str, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "notify_queue", "worker", "--database-url", database_url,
-         "--poll-interval", "0.2", "--log-level", "WARNING", *extra],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "notify_queue",
+            "worker",
+            "--database-url",
+            database_url,
+            "--poll-interval",
+            "0.2",
+            "--log-level",
+            "WARNING",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -145,9 +177,13 @@ async def test_a_poison_notification_that_crashes_every_worker_ends_dead_lettere
     assert "worker lost" in (stored.last_error or "")
 
 
-async def test_sigterm_hands_claimed_work_back_without_using_an_attempt(db: Database, database_url: str) -> None:
+async def test_sigterm_hands_claimed_work_back_without_using_an_attempt(
+    db: Database, database_url: str
+) -> None:
     created = await notification_service(db).enqueue_many([new() for _ in range(5)])
-    proc = _worker_process(database_url, "--sim-latency-ms", "60000", "--shutdown-grace-seconds", "0.2")
+    proc = _worker_process(
+        database_url, "--sim-latency-ms", "60000", "--shutdown-grace-seconds", "0.2"
+    )
     try:
         await eventually(lambda: _processing(db, 5), timeout=15)
         proc.send_signal(signal.SIGTERM)

@@ -36,8 +36,14 @@ async def test_migrations_run_from_several_processes_at_once_apply_each_version_
     url = _fresh_database(pg_server, "mig_parallel")
     procs = [
         await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "notify_queue", "migrate", "--database-url", url,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            sys.executable,
+            "-m",
+            "notify_queue",
+            "migrate",
+            "--database-url",
+            url,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         for _ in range(4)
     ]
@@ -50,19 +56,40 @@ async def test_migrations_run_from_several_processes_at_once_apply_each_version_
 
 def test_a_database_that_is_down_at_start_gives_one_line_and_a_non_zero_exit() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "notify_queue", "worker", "--database-url", "postgresql://nq@127.0.0.1:9/nq"],
-        capture_output=True, text=True, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "notify_queue",
+            "worker",
+            "--database-url",
+            "postgresql://nq@127.0.0.1:9/nq",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and "database unavailable" in lines[0] and "Traceback" not in result.stderr
+    assert (
+        len(lines) == 1 and "database unavailable" in lines[0] and "Traceback" not in result.stderr
+    )
 
 
 def test_a_bad_setting_gives_one_line_naming_the_flag() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "notify_queue", "worker", "--database-url", "postgresql://x@/y",
-         "--priorities", "URGENT"],
-        capture_output=True, text=True, timeout=30,
+        [
+            sys.executable,
+            "-m",
+            "notify_queue",
+            "worker",
+            "--database-url",
+            "postgresql://x@/y",
+            "--priorities",
+            "URGENT",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "--priorities" in result.stderr

@@ -55,7 +55,9 @@ async def test_two_workers_checking_one_recipient_cannot_both_take_the_last_slot
         await asyncio.gather(*(p.open() for p in pools))
         try:
             # Each worker claims one notification for the same recipient with one slot left.
-            batches = await asyncio.gather(*(delivery_service(p, rate_limit=1).claim(1) for p in pools))
+            batches = await asyncio.gather(
+                *(delivery_service(p, rate_limit=1).claim(1) for p in pools)
+            )
         finally:
             await asyncio.gather(*(p.close() for p in pools))
         admitted = sum(len(b.claimed) for b in batches)
@@ -82,8 +84,12 @@ async def test_a_failed_attempt_gives_its_slot_back(db: Database) -> None:
 
 
 async def test_a_policy_overrides_the_default_limit(db: Database) -> None:
-    await PolicyRepository(db).policy_upsert(policy=Policy(name="team/strict", rate_limit=1, rate_window_seconds=60))
+    await PolicyRepository(db).policy_upsert(
+        policy=Policy(name="team/strict", rate_limit=1, rate_window_seconds=60)
+    )
     service = notification_service(db)
-    await service.enqueue_many([new(recipient="p@example.com", policy="team/strict") for _ in range(3)])
+    await service.enqueue_many(
+        [new(recipient="p@example.com", policy="team/strict") for _ in range(3)]
+    )
     batch = await delivery_service(db, rate_limit=100).claim(10)
     assert len(batch.claimed) == 1 and len(batch.rate_limited) == 2

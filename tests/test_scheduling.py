@@ -9,22 +9,31 @@ from datetime import UTC, datetime, timedelta
 from notify_queue.models import Priority, Status
 from notify_queue.providers.simulated import SimulatedProvider
 from notify_queue.repositories.db import Database
+from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.wakeups import DebouncedWaker
-from notify_queue.repositories.notifications import NotificationRepository
 from tests.support import delivery_service, eventually, new, notification_service, start_workers
 
 
-async def test_claims_come_high_before_normal_before_low_then_longest_due_then_oldest(db: Database) -> None:
+async def test_claims_come_high_before_normal_before_low_then_longest_due_then_oldest(
+    db: Database,
+) -> None:
     now = datetime.now(UTC)
     service = notification_service(db)
     low = await service.enqueue(new(priority=Priority.LOW, send_at=now - timedelta(minutes=10)))
-    normal_late = await service.enqueue(new(priority=Priority.NORMAL, send_at=now - timedelta(minutes=1)))
-    normal_early = await service.enqueue(new(priority=Priority.NORMAL, send_at=now - timedelta(minutes=5)))
+    normal_late = await service.enqueue(
+        new(priority=Priority.NORMAL, send_at=now - timedelta(minutes=1))
+    )
+    normal_early = await service.enqueue(
+        new(priority=Priority.NORMAL, send_at=now - timedelta(minutes=5))
+    )
     high = await service.enqueue(new(priority=Priority.HIGH, send_at=now))
     claimed = (await delivery_service(db).claim(10)).claimed
     assert [c.id for c in claimed] == [
-        high.notification.id, normal_early.notification.id, normal_late.notification.id, low.notification.id
+        high.notification.id,
+        normal_early.notification.id,
+        normal_late.notification.id,
+        low.notification.id,
     ]
 
 
@@ -59,14 +68,18 @@ async def test_a_due_notification_wakes_an_idle_worker_at_once_not_at_the_next_p
         await asyncio.sleep(0.5)  # the worker is idle, sleeping until its 30 s poll
         started = time.monotonic()
         created = await service.enqueue(new())
-        await eventually(lambda: _status(db, created.notification.id, Status.SENT), timeout=5, interval=0.01)
+        await eventually(
+            lambda: _status(db, created.notification.id, Status.SENT), timeout=5, interval=0.01
+        )
         assert time.monotonic() - started < 1.0
     finally:
         await waker.close()
         await workers.stop()
 
 
-async def test_a_scheduled_notification_goes_out_on_time_not_at_the_next_poll(db: Database, database_url: str) -> None:
+async def test_a_scheduled_notification_goes_out_on_time_not_at_the_next_poll(
+    db: Database, database_url: str
+) -> None:
     provider = SimulatedProvider(0.0, 0.0, 1.0)
     workers = await start_workers(database_url, provider, poll_interval=30.0)
     waker = DebouncedWaker(NotificationRepository(db).workers_wake)
@@ -75,7 +88,9 @@ async def test_a_scheduled_notification_goes_out_on_time_not_at_the_next_poll(db
         await asyncio.sleep(0.3)
         due = datetime.now(UTC) + timedelta(seconds=1.5)
         created = await service.enqueue(new(send_at=due))
-        stored = await eventually(lambda: _status(db, created.notification.id, Status.SENT), timeout=10, interval=0.01)
+        stored = await eventually(
+            lambda: _status(db, created.notification.id, Status.SENT), timeout=10, interval=0.01
+        )
         assert stored.sent_at is not None
         lateness = (stored.sent_at - due).total_seconds()
         assert 0 <= lateness < 0.5, lateness
@@ -89,11 +104,16 @@ async def _status(db: Database, id: object, status: Status) -> object:
     return n if n.status is status else None
 
 
-async def test_a_notification_not_sent_before_it_expires_becomes_expired_with_a_webhook_event(db: Database) -> None:
+async def test_a_notification_not_sent_before_it_expires_becomes_expired_with_a_webhook_event(
+    db: Database,
+) -> None:
     now = datetime.now(UTC)
     created = await notification_service(db).enqueue(
-        new(send_at=now + timedelta(seconds=0.2), expires_at=now + timedelta(seconds=0.4),
-            webhook_url="http://hooks.example/expired")
+        new(
+            send_at=now + timedelta(seconds=0.2),
+            expires_at=now + timedelta(seconds=0.4),
+            webhook_url="http://hooks.example/expired",
+        )
     )
     await asyncio.sleep(0.5)
     assert (await delivery_service(db).claim(10)).claimed == []  # expired rows are never claimed

@@ -55,11 +55,15 @@ def test_each_invalid_field_is_rejected_by_name(data: dict[str, object], field: 
 
 
 def test_several_bad_fields_are_all_named_at_once() -> None:
-    assert {"channel", "body", "extra"} <= set(_fields({"channel": "x", "recipient": "r", "body": "", "extra": 1}))
+    assert {"channel", "body", "extra"} <= set(
+        _fields({"channel": "x", "recipient": "r", "body": "", "extra": 1})
+    )
 
 
 def test_limits_are_inclusive() -> None:
-    request = parse_request(_ok(body="b" * 65_536, subject="s" * 998, recipient=("a" * 300) + "@example.com"))
+    request = parse_request(
+        _ok(body="b" * 65_536, subject="s" * 998, recipient=("a" * 300) + "@example.com")
+    )
     assert len(request.body) == 65_536
     with pytest.raises(ValidationFailed):
         parse_request(_ok(body="b" * 65_537))
@@ -67,7 +71,9 @@ def test_limits_are_inclusive() -> None:
 
 def test_delay_seconds_resolves_against_now_and_the_hash_is_of_the_request_as_sent() -> None:
     data = _ok(delaySeconds=90)
-    new = to_new_notification(parse_request(data), idempotency_key="k", request_digest=request_hash(data), now=NOW)
+    new = to_new_notification(
+        parse_request(data), idempotency_key="k", request_digest=request_hash(data), now=NOW
+    )
     assert (new.send_at - NOW).total_seconds() == 90
     assert request_hash(data) == request_hash(dict(reversed(list(data.items()))))
     assert request_hash(data) == request_hash({**data, "idempotencyKey": "other"})

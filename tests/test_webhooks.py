@@ -22,21 +22,27 @@ async def _events(db: Database, id: object) -> list[dict[str, object]]:
     return await db.fetch_all("webhook_events_for_notification", {"notification_id": id})
 
 
-async def test_the_webhook_event_is_written_in_the_same_transaction_as_the_status(db: Database) -> None:
+async def test_the_webhook_event_is_written_in_the_same_transaction_as_the_status(
+    db: Database,
+) -> None:
     """A failure after the status change rolls both back: there is never one without the other."""
     created = await notification_service(db).enqueue(new(webhook_url="http://hooks.example/a"))
     service = delivery_service(db)
     claimed = (await service.claim(1)).claimed[0]
     # Make the event insert fail inside the completion statement.
     async with db.connection() as conn:
-        await conn.execute_script("ALTER TABLE nq_webhook_events ADD CONSTRAINT no_events CHECK (false) NOT VALID")
+        await conn.execute_script(
+            "ALTER TABLE nq_webhook_events ADD CONSTRAINT no_events CHECK (false) NOT VALID"
+        )
     with pytest.raises(psycopg.errors.CheckViolation):
         await service.complete([(claimed, DeliveryResult(Outcome.SENT))])
     stored = await notification_service(db).get(created.notification.id)
     assert stored.status is Status.PROCESSING and await _events(db, stored.id) == []
 
 
-async def test_an_event_written_before_a_crash_is_still_delivered_later(db: Database, database_url: str) -> None:
+async def test_an_event_written_before_a_crash_is_still_delivered_later(
+    db: Database, database_url: str
+) -> None:
     receiver = await WebhookReceiver().start()
     try:
         created = await notification_service(db).enqueue(new(webhook_url=receiver.url))
@@ -69,8 +75,12 @@ async def test_a_failing_webhook_is_retried_with_the_same_event_id_and_a_valid_s
     try:
         created = await notification_service(db).enqueue(new(webhook_url=receiver.url))
         workers = await start_workers(
-            database_url, SimulatedProvider(0, 0, 1), webhooks=True,
-            webhook_secret=SECRET, webhook_backoff_base=0.05, webhook_backoff_max=0.1,
+            database_url,
+            SimulatedProvider(0, 0, 1),
+            webhooks=True,
+            webhook_secret=SECRET,
+            webhook_backoff_base=0.05,
+            webhook_backoff_max=0.1,
         )
         try:
             await eventually(lambda: _delivered(db, created.notification.id), timeout=15)
@@ -94,8 +104,12 @@ async def test_a_webhook_that_never_recovers_ends_failed_and_leaves_the_notifica
     try:
         created = await notification_service(db).enqueue(new(webhook_url=receiver.url))
         workers = await start_workers(
-            database_url, SimulatedProvider(0, 0, 1), webhooks=True,
-            webhook_max_attempts=3, webhook_backoff_base=0.02, webhook_backoff_max=0.05,
+            database_url,
+            SimulatedProvider(0, 0, 1),
+            webhooks=True,
+            webhook_max_attempts=3,
+            webhook_backoff_base=0.02,
+            webhook_backoff_max=0.05,
         )
         try:
             await eventually(

@@ -22,26 +22,61 @@ from notify_queue.settings import Settings, load_settings
 COMMON = ["database_url", "log_format", "log_level", "database_pool_size"]
 API = ["host", "port", "api_token", "admin_token", "api_workers", "max_body_bytes", "max_attempts"]
 POLICY = [
-    "max_attempts", "backoff_base", "backoff_max", "rate_limit", "rate_limit_window",
-    "webhook_url", "webhook_secret", "webhook_max_attempts", "webhook_backoff_base",
-    "webhook_backoff_max", "webhook_timeout", "outbound_allow",
+    "max_attempts",
+    "backoff_base",
+    "backoff_max",
+    "rate_limit",
+    "rate_limit_window",
+    "webhook_url",
+    "webhook_secret",
+    "webhook_max_attempts",
+    "webhook_backoff_base",
+    "webhook_backoff_max",
+    "webhook_timeout",
+    "outbound_allow",
 ]
 PROVIDERS = [
-    "provider", "email_provider", "sms_provider", "push_provider", "sim_failure_rate",
-    "sim_latency_ms", "provider_url", "provider_timeout", "smtp_host", "smtp_port",
-    "smtp_username", "smtp_password", "smtp_starttls", "smtp_from",
+    "provider",
+    "email_provider",
+    "sms_provider",
+    "push_provider",
+    "sim_failure_rate",
+    "sim_latency_ms",
+    "provider_url",
+    "provider_timeout",
+    "smtp_host",
+    "smtp_port",
+    "smtp_username",
+    "smtp_password",
+    "smtp_starttls",
+    "smtp_from",
 ]
 WORKER = [
-    "concurrency", "batch_size", "poll_interval", "lease_seconds", "priorities", "channels",
-    "metrics_port", "shutdown_grace_seconds", *POLICY, *PROVIDERS,
+    "concurrency",
+    "batch_size",
+    "poll_interval",
+    "lease_seconds",
+    "priorities",
+    "channels",
+    "metrics_port",
+    "shutdown_grace_seconds",
+    *POLICY,
+    *PROVIDERS,
 ]
 OPERATOR = [
-    "namespace", "status_batch_size", "status_patches_per_second", "scale_interval", "metrics_port",
+    "namespace",
+    "status_batch_size",
+    "status_patches_per_second",
+    "scale_interval",
+    "metrics_port",
     "host",
 ]
 
 ROLES: dict[str, tuple[str, list[str]]] = {
-    "migrate": ("create or upgrade the schema (safe to repeat, and from several processes)", COMMON),
+    "migrate": (
+        "create or upgrade the schema (safe to repeat, and from several processes)",
+        COMMON,
+    ),
     "api": ("run the HTTP API with /metrics", COMMON + API),
     "worker": ("claim, deliver and record notifications; dispatch webhooks", COMMON + WORKER),
     "operator": ("run the Kubernetes operator", COMMON + OPERATOR + POLICY),
@@ -52,12 +87,12 @@ ROLES: dict[str, tuple[str, list[str]]] = {
 }
 
 
-def _flag_type(annotation: Any) -> Callable[[str], Any] | None:
+def _flag_type(annotation: Any) -> Callable[[str], Any]:
     args = [a for a in typing.get_args(annotation) if a is not type(None)]
     base = args[0] if args else annotation
     if base in (int, float):
         return typing.cast(Callable[[str], Any], base)
-    return None  # strings, enums and lists are validated by Settings, with its messages
+    return str  # strings, enums and lists are validated by Settings, with its messages
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,14 +108,27 @@ def build_parser() -> argparse.ArgumentParser:
             info = Settings.model_fields[name]
             flag = "--" + name.replace("_", "-")
             default = info.get_default(call_default_factory=True)
-            shown = ",".join(map(str, default)) if isinstance(default, list) else (
-                default.value if isinstance(default, Enum) else default
+            shown = (
+                ",".join(map(str, default))
+                if isinstance(default, list)
+                else (default.value if isinstance(default, Enum) else default)
             )
-            help_line = f"{info.description} [{shown}]" if "secret" not in name and "token" not in name and "password" not in name else info.description
+            help_line = (
+                f"{info.description} [{shown}]"
+                if "secret" not in name and "token" not in name and "password" not in name
+                else info.description
+            )
             if info.annotation is bool:
                 sub.add_argument(flag, dest=name, action="store_true", default=None, help=help_line)
             else:
-                sub.add_argument(flag, dest=name, type=_flag_type(info.annotation), default=None, help=help_line, metavar=name.upper())
+                sub.add_argument(
+                    flag,
+                    dest=name,
+                    type=_flag_type(info.annotation),
+                    default=None,
+                    help=help_line,
+                    metavar=name.upper(),
+                )
     return parser
 
 
@@ -110,7 +158,9 @@ async def _run(role: str, settings: Settings) -> int:
         from notify_queue.repositories.db import Database
         from notify_queue.repositories.schema import migrate
 
-        async with Database(settings.require_database_url(), pool_size=1, name="notify-queue-migrate") as db:
+        async with Database(
+            settings.require_database_url(), pool_size=1, name="notify-queue-migrate"
+        ) as db:
             applied = await migrate(db)
         print(f"schema up to date ({len(applied)} migrations applied)")
         return 0

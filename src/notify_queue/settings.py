@@ -50,7 +50,9 @@ class Settings(BaseSettings):
         Path(".notify-queue"),
         description="Where `up` keeps its embedded PostgreSQL data (and local kubeconfig).",
     )
-    log_format: LogFormat = Field(LogFormat.TEXT, description="text for people, json for log pipelines.")
+    log_format: LogFormat = Field(
+        LogFormat.TEXT, description="text for people, json for log pipelines."
+    )
     log_level: str = Field("INFO", description="Python logging level name.")
     database_pool_size: int = Field(
         8,
@@ -61,13 +63,16 @@ class Settings(BaseSettings):
     )
 
     # --- api -----------------------------------------------------------------------------
-    host: str = Field("127.0.0.1", description="Address the API listens on; loopback unless exposed on purpose.")
+    host: str = Field(
+        "127.0.0.1", description="Address the API listens on; loopback unless exposed on purpose."
+    )
     port: int = Field(8080, ge=0, le=65535, description="Port of the API.")
     api_token: str | None = Field(
         None, description="Bearer token for /notifications* and /status; unset means no auth."
     )
     admin_token: str | None = Field(
-        None, description="Bearer token required for cancel and retry; unset means the API token suffices."
+        None,
+        description="Bearer token required for cancel and retry; unset means the API token suffices.",
     )
     api_workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes for the API.")
     max_body_bytes: int = Field(
@@ -78,7 +83,9 @@ class Settings(BaseSettings):
     )
 
     # --- worker --------------------------------------------------------------------------
-    concurrency: int = Field(32, ge=1, le=10_000, description="Deliveries in flight per worker process.")
+    concurrency: int = Field(
+        32, ge=1, le=10_000, description="Deliveries in flight per worker process."
+    )
     batch_size: int = Field(
         100,
         ge=1,
@@ -105,7 +112,9 @@ class Settings(BaseSettings):
         default_factory=lambda: [Channel.EMAIL, Channel.SMS, Channel.PUSH],
         description="The channels this worker delivers (comma-separated).",
     )
-    metrics_port: int | None = Field(None, ge=0, le=65535, description="Worker /metrics port; unset: none.")
+    metrics_port: int | None = Field(
+        None, ge=0, le=65535, description="Worker /metrics port; unset: none."
+    )
     shutdown_grace_seconds: Seconds = Field(
         10.0,
         description="On SIGTERM, seconds to let in-flight deliveries finish before the rest is handed "
@@ -113,24 +122,38 @@ class Settings(BaseSettings):
     )
 
     # --- delivery policy defaults ---------------------------------------------------------
-    max_attempts: int = Field(6, ge=1, le=100, description="Attempts before DEAD_LETTERED: the first plus 5 retries.")
+    max_attempts: int = Field(
+        6, ge=1, le=100, description="Attempts before DEAD_LETTERED: the first plus 5 retries."
+    )
     backoff_base: Seconds = Field(
-        0.5, description="Seconds of the first backoff ceiling; the wait after attempt n is drawn from "
-        "[base*2^(n-1), base*2^n] (equal jitter)."
+        0.5,
+        description="Seconds of the first backoff ceiling; the wait after attempt n is drawn from "
+        "[base*2^(n-1), base*2^n] (equal jitter).",
     )
-    backoff_max: Seconds = Field(60.0, description="Seconds the backoff never exceeds, Retry-After included.")
+    backoff_max: Seconds = Field(
+        60.0, description="Seconds the backoff never exceeds, Retry-After included."
+    )
     rate_limit: int = Field(10, ge=1, description="Notifications per recipient per rolling window.")
-    rate_limit_window: Seconds = Field(3600.0, description="Seconds of the rolling rate-limit window.")
-    webhook_url: str | None = Field(None, description="Webhook for notifications without their own or a policy's.")
-    webhook_secret: str | None = Field(
-        None, description="Signing secret, `whsec_<base64>`; several, comma-separated, during a rotation."
+    rate_limit_window: Seconds = Field(
+        3600.0, description="Seconds of the rolling rate-limit window."
     )
-    webhook_max_attempts: int = Field(10, ge=1, le=100, description="Webhook POSTs before an event is `failed`.")
+    webhook_url: str | None = Field(
+        None, description="Webhook for notifications without their own or a policy's."
+    )
+    webhook_secret: str | None = Field(
+        None,
+        description="Signing secret, `whsec_<base64>`; several, comma-separated, during a rotation.",
+    )
+    webhook_max_attempts: int = Field(
+        10, ge=1, le=100, description="Webhook POSTs before an event is `failed`."
+    )
     webhook_backoff_base: Seconds = Field(
-        1.0, description="Seconds of the first webhook retry ceiling; doubles per attempt (equal jitter)."
+        1.0,
+        description="Seconds of the first webhook retry ceiling; doubles per attempt (equal jitter).",
     )
     webhook_backoff_max: Seconds = Field(
-        300.0, description="Seconds a webhook retry wait never exceeds: 10 attempts span about 8 minutes."
+        300.0,
+        description="Seconds a webhook retry wait never exceeds: 10 attempts span about 8 minutes.",
     )
     webhook_timeout: Seconds = Field(10.0, description="Seconds one webhook POST may take.")
     outbound_allow: Annotated[list[str], NoDecode] = Field(
@@ -140,29 +163,49 @@ class Settings(BaseSettings):
     )
 
     # --- providers ------------------------------------------------------------------------
-    provider: ProviderKind = Field(ProviderKind.SIMULATED, description="Provider for every channel.")
+    provider: ProviderKind = Field(
+        ProviderKind.SIMULATED, description="Provider for every channel."
+    )
     email_provider: ProviderKind | None = Field(None, description="Overrides --provider for email.")
     sms_provider: ProviderKind | None = Field(None, description="Overrides --provider for sms.")
     push_provider: ProviderKind | None = Field(None, description="Overrides --provider for push.")
-    sim_failure_rate: float = Field(0.0, ge=0.0, le=1.0, description="Share of simulated temporary failures.")
-    sim_latency_ms: float = Field(0.0, ge=0.0, description="Milliseconds each simulated delivery takes.")
-    provider_url: str | None = Field(None, description="URL the http provider POSTs to (CONTRACT section 5).")
-    provider_timeout: Seconds = Field(10.0, description="Seconds before a provider call counts as timed out.")
+    sim_failure_rate: float = Field(
+        0.0, ge=0.0, le=1.0, description="Share of simulated temporary failures."
+    )
+    sim_latency_ms: float = Field(
+        0.0, ge=0.0, description="Milliseconds each simulated delivery takes."
+    )
+    provider_url: str | None = Field(
+        None, description="URL the http provider POSTs to (CONTRACT section 5)."
+    )
+    provider_timeout: Seconds = Field(
+        10.0, description="Seconds before a provider call counts as timed out."
+    )
     smtp_host: str | None = Field(None, description="SMTP server host.")
     smtp_port: int = Field(587, ge=1, le=65535, description="SMTP server port.")
     smtp_username: str | None = Field(None, description="SMTP user name.")
     smtp_password: str | None = Field(None, description="SMTP password.")
     smtp_starttls: bool = Field(False, description="Upgrade the SMTP connection with STARTTLS.")
-    smtp_from: str = Field("notify-queue@localhost", description="Envelope and header sender of emails.")
+    smtp_from: str = Field(
+        "notify-queue@localhost", description="Envelope and header sender of emails."
+    )
 
     # --- operator -------------------------------------------------------------------------
-    namespace: str | None = Field(None, description="Namespace the operator watches; unset: all namespaces.")
-    status_batch_size: int = Field(100, ge=1, le=1000, description="Status patches taken per round.")
+    namespace: str | None = Field(
+        None, description="Namespace the operator watches; unset: all namespaces."
+    )
+    status_batch_size: int = Field(
+        100, ge=1, le=1000, description="Status patches taken per round."
+    )
     status_patches_per_second: float = Field(
-        50.0, gt=0, description="Upper bound on status patches per second sent to the kube-apiserver."
+        50.0,
+        gt=0,
+        description="Upper bound on status patches per second sent to the kube-apiserver.",
     )
     scale_interval: Seconds = Field(15.0, description="Seconds between worker scaling rounds.")
-    kubernetes: bool = Field(False, description="`up` also starts a local kube-apiserver and the operator.")
+    kubernetes: bool = Field(
+        False, description="`up` also starts a local kube-apiserver and the operator."
+    )
 
     @field_validator("priorities", "channels", "outbound_allow", mode="before")
     @classmethod

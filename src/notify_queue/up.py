@@ -41,11 +41,18 @@ async def run_up(settings: Settings) -> None:
         loop.add_signal_handler(sig, stop.set)
     cluster = None
     try:
-        async with Database(url, pool_size=settings.database_pool_size, name="notify-queue-up") as db:
+        async with Database(
+            url, pool_size=settings.database_pool_size, name="notify-queue-up"
+        ) as db:
             await migrate(db)
             server = uvicorn.Server(
-                uvicorn.Config(create_app(settings, db=db), host=settings.host, port=settings.port,
-                               log_level="warning", lifespan="on")
+                uvicorn.Config(
+                    create_app(settings, db=db),
+                    host=settings.host,
+                    port=settings.port,
+                    log_level="warning",
+                    lifespan="on",
+                )
             )
             server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
             tasks = [
@@ -53,16 +60,24 @@ async def run_up(settings: Settings) -> None:
                 asyncio.create_task(run_worker(settings, db=db, stop=stop), name="worker"),
             ]
             if settings.kubernetes:
-                from notify_queue.operator.main import run_operator
                 from notify_queue.devcluster import LocalControlPlane
+                from notify_queue.operator.main import run_operator
 
                 cluster = LocalControlPlane(settings.data_dir / "kubernetes")
                 await asyncio.to_thread(cluster.start)
                 log.info("kubernetes: export KUBECONFIG=%s", cluster.kubeconfig)
-                tasks.append(asyncio.create_task(run_operator(settings, kubeconfig=cluster.kubeconfig, stop=stop), name="operator"))
+                tasks.append(
+                    asyncio.create_task(
+                        run_operator(settings, kubeconfig=cluster.kubeconfig, stop=stop),
+                        name="operator",
+                    )
+                )
             log.info(
                 "Notify Queue is up: API on http://%s:%d (try: curl -s http://%s:%d/status); Ctrl-C stops",
-                settings.host, settings.port, settings.host, settings.port,
+                settings.host,
+                settings.port,
+                settings.host,
+                settings.port,
             )
             stopper = asyncio.create_task(stop.wait())
             done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)

@@ -12,7 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, LiteralString, cast
+from typing import Any, cast
 
 import psycopg
 from psycopg.rows import dict_row
@@ -60,7 +60,9 @@ class Database:
             if wait:
                 # One direct connection first: its error says why ("connection refused",
                 # "password authentication failed"), where the pool would only time out.
-                conn = await psycopg.AsyncConnection.connect(self.url, connect_timeout=max(int(timeout), 1))
+                conn = await psycopg.AsyncConnection.connect(
+                    self.url, connect_timeout=max(int(timeout), 1)
+                )
                 await conn.close()
             await self._pool.open(wait=wait, timeout=timeout)
         except _UNAVAILABLE as exc:
@@ -82,7 +84,7 @@ class Database:
         """A pooled connection in autocommit mode; use `Connection.transaction()` for atomic work."""
         try:
             async with self._pool.connection() as conn:
-                yield Connection(conn)
+                yield Connection(cast(psycopg.AsyncConnection[Row], conn))
         except _UNAVAILABLE as exc:
             raise _translate(exc) from None
 
@@ -124,7 +126,9 @@ class Database:
                         async for notify in conn.notifies(timeout=1.0):
                             yield notify.payload
             except _UNAVAILABLE as exc:
-                log.warning("listen connection lost (%s); reconnecting in %.1fs", _translate(exc), delay)
+                log.warning(
+                    "listen connection lost (%s); reconnecting in %.1fs", _translate(exc), delay
+                )
                 try:
                     await asyncio.wait_for(stop.wait(), timeout=delay)
                 except TimeoutError:
@@ -167,15 +171,14 @@ class Connection:
         except _UNAVAILABLE as exc:
             raise _translate(exc) from None
 
-
     async def execute_script(self, script: str) -> None:
         """Run a whole SQL file (a migration): several statements, no parameters."""
         try:
-            await self._conn.execute(cast(LiteralString, script))
+            await self._conn.execute(script)
         except _UNAVAILABLE as exc:
             raise _translate(exc) from None
 
 
-def _sql(name: str) -> LiteralString:
-    """The text of the named query from `sql/*.sql`."""
-    return cast(LiteralString, QUERIES[name])
+def _sql(name: str) -> str:
+    """The text of the named query from `sql/*.sql` (never built from input: values are parameters)."""
+    return QUERIES[name]

@@ -109,7 +109,8 @@ class NotificationRepository:
         oldest = min((r["oldest_due"] for r in due), default=None)
         return QueueStatus(
             counts={s: 0 for s in Status} | {Status(r["status"]): int(r["n"]) for r in counts},
-            due={p: 0 for p in Priority} | {Priority.from_rank(r["priority"]): int(r["n"]) for r in due},
+            due={p: 0 for p in Priority}
+            | {Priority.from_rank(r["priority"]): int(r["n"]) for r in due},
             oldest_due_age_seconds=max((now - oldest).total_seconds(), 0.0) if oldest else 0.0,
             webhook_events={"pending": 0, "delivered": 0, "failed": 0}
             | {r["state"]: int(r["n"]) for r in hooks},

@@ -26,7 +26,9 @@ def notification_from_row(row: dict[str, Any]) -> Notification:
         last_error=row["last_error"],
         sent_at=row["sent_at"],
         provider_message_id=row["provider_message_id"],
-        retries=[Retry(datetime.fromisoformat(r["at"]), Status(r["fromStatus"])) for r in row["retries"]],
+        retries=[
+            Retry(datetime.fromisoformat(r["at"]), Status(r["fromStatus"])) for r in row["retries"]
+        ],
         source=Source(row["source"]),
         policy=row["policy"],
         webhook_url=row["webhook_url"],

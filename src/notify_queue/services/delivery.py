@@ -12,8 +12,21 @@ Pure functions of the claimed notification and the provider's answer, so the rul
 
 from __future__ import annotations
 
+import asyncio
 import random
-from notify_queue.models import ClaimedNotification, Completion, DeliveryResult, Outcome, Status
+import uuid
+from collections.abc import AsyncIterator, Sequence
+
+from notify_queue.models import (
+    Channel,
+    ClaimedNotification,
+    Completion,
+    DeliveryResult,
+    Outcome,
+    Priority,
+    Status,
+)
+from notify_queue.repositories.delivery import ClaimedBatch, DeliveryRepository
 from notify_queue.services.backoff import backoff_seconds, retry_after_seconds
 
 _ERROR_LIMIT = 1000  # characters of a provider's error kept in last_error
@@ -24,7 +37,9 @@ def decide_completion(
 ) -> Completion:
     error = result.error[:_ERROR_LIMIT] if result.error else None
     if result.outcome is Outcome.SENT:
-        return Completion(claimed.id, claimed.claim_token, Status.SENT, None, None, result.provider_message_id)
+        return Completion(
+            claimed.id, claimed.claim_token, Status.SENT, None, None, result.provider_message_id
+        )
     if result.outcome is Outcome.PERMANENT_FAILURE:
         return Completion(claimed.id, claimed.claim_token, Status.FAILED, None, error, None)
     if claimed.attempt_count >= claimed.max_attempts:
@@ -70,9 +85,7 @@ class DeliveryService:
         return completions, accepted
 
     async def release(self, claims: Sequence[ClaimedNotification]) -> int:
-        return await self._repository.claims_release(
-            claims=[(c.id, c.claim_token) for c in claims]
-        )
+        return await self._repository.claims_release(claims=[(c.id, c.claim_token) for c in claims])
 
     async def housekeeping(self) -> tuple[int, int, int]:
         """Recover expired leases and expire overdue notifications: (recovered, dead, expired)."""

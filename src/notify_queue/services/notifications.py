@@ -133,7 +133,9 @@ class NotificationService:
             raise ValidationFailed([FieldError("status", "must be DEAD_LETTERED or FAILED")])
         if not 1 <= limit <= MAX_BATCH:
             raise ValidationFailed([FieldError("limit", f"must be between 1 and {MAX_BATCH}")])
-        retried, remaining = await self._repository.notifications_retry_batch(status=status, limit=limit)
+        retried, remaining = await self._repository.notifications_retry_batch(
+            status=status, limit=limit
+        )
         if retried and self._waker is not None:
             await self._waker.poke()
         return retried, remaining
@@ -161,4 +163,6 @@ def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
             raise ValueError("naive")
         return moment, uuid.UUID(id)
     except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise ValidationFailed([FieldError("cursor", "is not a cursor this API returned")]) from None
+        raise ValidationFailed(
+            [FieldError("cursor", "is not a cursor this API returned")]
+        ) from None

@@ -73,7 +73,9 @@ class NotificationRequest(BaseModel):
         None, alias="delaySeconds"
     )
     expires_at: StrictStr | None = Field(None, alias="expiresAt")
-    webhook_url: Annotated[StrictStr | None, Field(max_length=2048)] = Field(None, alias="webhookUrl")
+    webhook_url: Annotated[StrictStr | None, Field(max_length=2048)] = Field(
+        None, alias="webhookUrl"
+    )
     policy: StrictStr | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: StrictStr | None = Field(None, alias="idempotencyKey")
@@ -136,7 +138,9 @@ class NotificationRequest(BaseModel):
         if self.channel is Channel.EMAIL and not EMAIL_PATTERN.match(self.recipient):
             raise ValueError("recipient: must be an email address for channel email")
         if self.channel is Channel.SMS and not SMS_PATTERN.match(self.recipient):
-            raise ValueError("recipient: must be an E.164 number (+ and 8-15 digits) for channel sms")
+            raise ValueError(
+                "recipient: must be an E.164 number (+ and 8-15 digits) for channel sms"
+            )
         if self.send_at is not None and self.delay_seconds is not None:
             raise ValueError("sendAt: give sendAt or delaySeconds, not both")
         return self
@@ -209,5 +213,7 @@ def to_new_notification(
 
 def check_idempotency_key(value: str, *, field: str = "Idempotency-Key") -> str:
     if not IDEMPOTENCY_KEY_PATTERN.match(value):
-        raise ValidationFailed([FieldError(field, "must be 1-255 printable ASCII characters without spaces")])
+        raise ValidationFailed(
+            [FieldError(field, "must be 1-255 printable ASCII characters without spaces")]
+        )
     return value

@@ -20,7 +20,9 @@ log = logging.getLogger(__name__)
 
 
 class DebouncedWaker:
-    def __init__(self, send: Callable[[], Awaitable[None]], *, interval_seconds: float = 0.02) -> None:
+    def __init__(
+        self, send: Callable[[], Awaitable[None]], *, interval_seconds: float = 0.02
+    ) -> None:
         self._send = send
         self._interval = interval_seconds
         self._last_sent = float("-inf")

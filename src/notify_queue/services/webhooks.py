@@ -11,6 +11,7 @@ import random
 from notify_queue.models import WebhookEvent, WebhookResult
 from notify_queue.services.backoff import backoff_seconds
 
+
 def decide_webhook_result(
     event: WebhookEvent,
     error: str | None,
@@ -21,10 +22,16 @@ def decide_webhook_result(
     rng: random.Random | None = None,
 ) -> WebhookResult:
     if error is None:
-        return WebhookResult(event.id, event.claim_token, delivered=True, error=None, retry_in_seconds=None)
+        return WebhookResult(
+            event.id, event.claim_token, delivered=True, error=None, retry_in_seconds=None
+        )
     if event.attempts >= max_attempts:
-        return WebhookResult(event.id, event.claim_token, delivered=False, error=error, retry_in_seconds=None)
+        return WebhookResult(
+            event.id, event.claim_token, delivered=False, error=error, retry_in_seconds=None
+        )
     wait = backoff_seconds(
         event.attempts, base=backoff_base_seconds, maximum=backoff_max_seconds, rng=rng
     )
-    return WebhookResult(event.id, event.claim_token, delivered=False, error=error, retry_in_seconds=wait)
+    return WebhookResult(
+        event.id, event.claim_token, delivered=False, error=error, retry_in_seconds=wait
+    )

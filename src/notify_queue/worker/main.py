@@ -33,15 +33,23 @@ def delivery_defaults(settings: Settings) -> DeliveryDefaults:
     )
 
 
-async def run_worker(settings: Settings, *, db: Database | None = None, stop: asyncio.Event | None = None) -> None:
+async def run_worker(
+    settings: Settings, *, db: Database | None = None, stop: asyncio.Event | None = None
+) -> None:
     """Run one worker process until SIGTERM/SIGINT (or `stop`), then shut down gracefully."""
     own_db = db is None
     if db is None:
-        db = Database(settings.require_database_url(), pool_size=settings.database_pool_size, name="notify-queue-worker")
+        db = Database(
+            settings.require_database_url(),
+            pool_size=settings.database_pool_size,
+            name="notify-queue-worker",
+        )
         await db.open()
     if settings.metrics_port is not None:
         start_http_server(settings.metrics_port, addr=settings.host)
-    session = outbound_session(allow=settings.outbound_allow, timeout_seconds=settings.provider_timeout)
+    session = outbound_session(
+        allow=settings.outbound_allow, timeout_seconds=settings.provider_timeout
+    )
     providers = build_providers(settings, session)
     service = DeliveryService(
         DeliveryRepository(db, delivery_defaults(settings)),
@@ -49,7 +57,9 @@ async def run_worker(settings: Settings, *, db: Database | None = None, stop: as
         channels=settings.channels,
     )
     dispatcher = WebhookDispatcher(
-        settings, WebhookRepository(db), WebhookSender(session, timeout_seconds=settings.webhook_timeout)
+        settings,
+        WebhookRepository(db),
+        WebhookSender(session, timeout_seconds=settings.webhook_timeout),
     )
     worker = Worker(
         service,
@@ -66,7 +76,10 @@ async def run_worker(settings: Settings, *, db: Database | None = None, stop: as
     stopper = asyncio.create_task(_stop_when(stop, worker)) if stop is not None else None
     log.info(
         "worker started: lanes %s, channels %s, concurrency %d, batch %d",
-        ",".join(settings.priorities), ",".join(settings.channels), settings.concurrency, settings.batch_size,
+        ",".join(settings.priorities),
+        ",".join(settings.channels),
+        settings.concurrency,
+        settings.batch_size,
     )
     try:
         await worker.run()
