@@ -19,7 +19,7 @@ from notify_queue.errors import ConfigurationError, DatabaseUnavailable, NotifyQ
 from notify_queue.logs import configure_logging
 from notify_queue.settings import Settings, load_settings
 
-COMMON = ["database_url", "log_format", "log_level", "database_pool_size"]
+COMMON = ["database_url", "log_format", "log_level", "database_pool_size", "database_timeout"]
 API = ["host", "port", "api_token", "admin_token", "api_workers", "max_body_bytes", "max_attempts"]
 POLICY = [
     "max_attempts",

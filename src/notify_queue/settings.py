@@ -62,6 +62,13 @@ class Settings(BaseSettings):
         "the count that matters is processes x pool size against PostgreSQL's max_connections.",
     )
 
+    database_timeout: Seconds = Field(
+        5.0,
+        description="Seconds a call waits for a pooled database connection before it fails (the "
+        "API answers 503): long enough to ride out a busy pool, short enough that clients never "
+        "hang.",
+    )
+
     # --- api -----------------------------------------------------------------------------
     host: str = Field(
         "127.0.0.1", description="Address the API listens on; loopback unless exposed on purpose."

@@ -39,14 +39,23 @@ def _translate(exc: BaseException) -> DatabaseUnavailable:
 class Database:
     """A pool of connections to one PostgreSQL database."""
 
-    def __init__(self, url: str, *, pool_size: int = 8, name: str = "notify-queue") -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        pool_size: int = 8,
+        name: str = "notify-queue",
+        acquire_timeout_seconds: float = 10.0,
+    ) -> None:
         self.url = url
         self._pool = AsyncConnectionPool(
             url,
             min_size=1,
             max_size=pool_size,
             open=False,
-            timeout=10.0,
+            # How long a call waits for a connection before DatabaseUnavailable: bounds every call
+            # while PostgreSQL is away (the API answers 503 instead of hanging).
+            timeout=acquire_timeout_seconds,
             # A connection found broken is replaced, so a restarted PostgreSQL is reconnected to.
             check=AsyncConnectionPool.check_connection,
             kwargs={"autocommit": True, "application_name": name, "row_factory": dict_row},

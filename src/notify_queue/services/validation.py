@@ -21,6 +21,7 @@ from pydantic import (
     StrictInt,
     StrictStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -48,13 +49,13 @@ URL_PATTERN = re.compile(r"^https?://[^\s/?#]+[^\s]*$", re.IGNORECASE)
 
 def parse_rfc3339(value: str) -> datetime:
     """An RFC 3339 timestamp with an explicit offset, as an aware datetime in UTC."""
-    if not RFC3339_PATTERN.match(value):
+    if not RFC3339_PATTERN.fullmatch(value):
         raise ValueError("must be an RFC 3339 date-time with an offset, e.g. 2026-09-24T12:00:00Z")
     # fromisoformat takes at most microseconds: trim nanosecond digits first.
     text = re.sub(r"(\.\d{6})\d+", r"\1", value).replace("z", "Z")
     try:
         return datetime.fromisoformat(text).astimezone(UTC)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: year 1 or 9999 moved out of range by UTC
         raise ValueError("is not a valid date-time") from None
 
 
@@ -82,9 +83,16 @@ class NotificationRequest(BaseModel):
 
     @field_validator("recipient")
     @classmethod
-    def _recipient_not_blank(cls, value: str) -> str:
+    def _recipient_format(cls, value: str, info: ValidationInfo) -> str:
+        # A field validator (channel is validated first), so a bad recipient is named even when
+        # other fields are bad too; a model validator would only run once every field is valid.
         if not value.strip():
             raise ValueError("must not be blank")
+        channel = info.data.get("channel")
+        if channel is Channel.EMAIL and not EMAIL_PATTERN.fullmatch(value):
+            raise ValueError("must be an email address for channel email")
+        if channel is Channel.SMS and not SMS_PATTERN.fullmatch(value):
+            raise ValueError("must be an E.164 number (+ and 8-15 digits) for channel sms")
         return value
 
     @field_validator("body")
@@ -107,14 +115,14 @@ class NotificationRequest(BaseModel):
     @field_validator("webhook_url")
     @classmethod
     def _url(cls, value: str | None) -> str | None:
-        if value is not None and not URL_PATTERN.match(value):
+        if value is not None and not URL_PATTERN.fullmatch(value):
             raise ValueError("must be an http or https URL")
         return value
 
     @field_validator("policy")
     @classmethod
     def _policy(cls, value: str | None) -> str | None:
-        if value is not None and not POLICY_PATTERN.match(value):
+        if value is not None and not POLICY_PATTERN.fullmatch(value):
             raise ValueError("must be namespace/name of a NotificationPolicy")
         return value
 
@@ -129,18 +137,12 @@ class NotificationRequest(BaseModel):
     @field_validator("idempotency_key")
     @classmethod
     def _key(cls, value: str | None) -> str | None:
-        if value is not None and not IDEMPOTENCY_KEY_PATTERN.match(value):
+        if value is not None and not IDEMPOTENCY_KEY_PATTERN.fullmatch(value):
             raise ValueError("must be 1-255 printable ASCII characters without spaces")
         return value
 
     @model_validator(mode="after")
     def _cross_field(self) -> NotificationRequest:
-        if self.channel is Channel.EMAIL and not EMAIL_PATTERN.match(self.recipient):
-            raise ValueError("recipient: must be an email address for channel email")
-        if self.channel is Channel.SMS and not SMS_PATTERN.match(self.recipient):
-            raise ValueError(
-                "recipient: must be an E.164 number (+ and 8-15 digits) for channel sms"
-            )
         if self.send_at is not None and self.delay_seconds is not None:
             raise ValueError("sendAt: give sendAt or delaySeconds, not both")
         return self
@@ -212,7 +214,7 @@ def to_new_notification(
 
 
 def check_idempotency_key(value: str, *, field: str = "Idempotency-Key") -> str:
-    if not IDEMPOTENCY_KEY_PATTERN.match(value):
+    if not IDEMPOTENCY_KEY_PATTERN.fullmatch(value):
         raise ValidationFailed(
             [FieldError(field, "must be 1-255 printable ASCII characters without spaces")]
         )

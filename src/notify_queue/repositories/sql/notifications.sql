@@ -19,9 +19,12 @@ FROM unnest(
     %(recipients)s::text[], %(subjects)s::text[], %(bodies)s::text[], %(priorities)s::smallint[],
     %(send_ats)s::timestamptz[], %(expires_ats)s::timestamptz[], %(sources)s::text[],
     %(policies)s::text[], %(webhook_urls)s::text[], %(metadatas)s::jsonb[]
-) AS r(id, idempotency_key, request_hash, channel, recipient, subject, body, priority, send_at,
-       expires_at, source, policy, webhook_url, metadata)
+) WITH ORDINALITY AS r(id, idempotency_key, request_hash, channel, recipient, subject, body,
+       priority, send_at, expires_at, source, policy, webhook_url, metadata, position)
 LEFT JOIN nq_policies p ON p.name = r.policy
+-- In batch order, so of a key repeated within one batch the first item is the one inserted (the
+-- join may reorder rows otherwise, and the service answers the later ones 200 or 409).
+ORDER BY r.position
 ON CONFLICT (idempotency_key) DO NOTHING
 RETURNING *
 

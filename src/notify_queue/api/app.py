@@ -1,0 +1,100 @@
+"""The HTTP API's application factory: routes, problem handlers, body limit, and the lifespan
+that wires a database pool to the notification service.
+
+`create_app` builds a complete ASGI application from settings; its lifespan opens the database
+pool (unless one is passed in, as `notify-queue up` and the tests do) without waiting for
+PostgreSQL, so the API starts while the database is away and answers 503 (`/readyz` included)
+until it is back, each call bounded by the `database_timeout` setting. New work pokes the
+workers through a debounced NOTIFY, closed with the app. Each app has its own state (the metrics
+registry too), so one process can hold several apps, and several processes share one database.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from notify_queue import __version__
+from notify_queue.api.auth import Auth
+from notify_queue.api.limits import BodySizeLimit
+from notify_queue.api.metrics import QueueMetrics
+from notify_queue.api.openapi import build_openapi
+from notify_queue.api.problems import install_problem_handlers
+from notify_queue.api.routes_notifications import add_notification_routes
+from notify_queue.api.routes_ops import add_ops_routes
+from notify_queue.api.runtime import ApiRuntime
+from notify_queue.repositories import schema
+from notify_queue.repositories.db import Database
+from notify_queue.repositories.notifications import NotificationRepository
+from notify_queue.services.notifications import NotificationService
+from notify_queue.services.wakeups import DebouncedWaker
+from notify_queue.settings import Settings
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """\
+A notification queue (email, SMS, push) on PostgreSQL. Enqueue notifications idempotently,
+read and list them, cancel and retry them, and watch the queue. Errors are RFC 9457
+`application/problem+json`; times are RFC 3339 UTC.
+"""
+
+
+def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
+    """The API as an ASGI app. With `db`, the caller owns that pool; else the app opens its own."""
+    auth = Auth(api_token=settings.api_token, admin_token=settings.admin_token)
+    metrics = QueueMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        database = db if db is not None else open_database(settings)
+        if db is None:
+            await database.open(wait=False)
+        repository = NotificationRepository(database)
+        waker = DebouncedWaker(repository.workers_wake)
+        app.state.runtime = ApiRuntime(
+            service=NotificationService(
+                repository, default_max_attempts=settings.max_attempts, waker=waker
+            ),
+            metrics=metrics,
+            schema_version=functools.partial(schema.current_version, database),
+            latest_schema_version=schema.latest_version(),
+        )
+        try:
+            yield
+        finally:
+            await waker.close()
+            if db is None:
+                await database.close()
+
+    app = FastAPI(
+        title="Notify Queue",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        openapi_url="/openapi.json",
+        docs_url=None,
+        redoc_url=None,
+    )
+    install_problem_handlers(app)
+    # Added to the app's own router (not included from another), so routing, 405 and the
+    # OpenAPI document all see one flat list of routes.
+    add_notification_routes(app.router, auth)
+    add_ops_routes(app.router, auth)
+    app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
+    app.openapi = functools.partial(build_openapi, app)  # type: ignore[method-assign]
+    return app
+
+
+def open_database(settings: Settings) -> Database:
+    """The API's pool; named per process so `pg_stat_activity` shows which process holds what."""
+    return Database(
+        settings.require_database_url(),
+        pool_size=settings.database_pool_size,
+        name=f"notify-queue-api-{os.getpid()}",
+        acquire_timeout_seconds=settings.database_timeout,
+    )

@@ -1,0 +1,99 @@
+"""Bearer-token authentication (CONTRACT §4).
+
+Two optional tokens: with `--api-token`, every `/notifications*` and `/status` call needs it
+(401 otherwise); with `--admin-token` too, cancel and retry need the admin token (403 with the
+client token). The admin token is also accepted wherever the client token is. Without tokens the
+routes are open and the OpenAPI document declares no security. Tokens are compared in constant
+time and never logged or echoed.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+from fastapi import Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearerToken",
+    description="`Authorization: Bearer <token>`: the API token, or the admin token where needed.",
+)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
+Dependency = Callable[..., Awaitable[None]]
+
+
+def _matches(given: str, token: str | None) -> bool:
+    return token is not None and hmac.compare_digest(given.encode(), token.encode())
+
+
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(401, detail, headers={"WWW-Authenticate": "Bearer"})
+
+
+class Auth:
+    def __init__(self, *, api_token: str | None, admin_token: str | None) -> None:
+        self._api_token = api_token or None
+        self._admin_token = admin_token or None
+
+    @property
+    def client_protected(self) -> bool:
+        return self._api_token is not None
+
+    @property
+    def admin_protected(self) -> bool:
+        return self._api_token is not None or self._admin_token is not None
+
+    @property
+    def client_denials(self) -> tuple[int, ...]:
+        """The statuses the client dependency can answer, for the OpenAPI document."""
+        return (401,) if self.client_protected else ()
+
+    @property
+    def admin_denials(self) -> tuple[int, ...]:
+        """The statuses the admin dependency can answer: 403 needs a client token to refuse."""
+        if self._api_token is not None and self._admin_token is not None:
+            return (401, 403)
+        return (401,) if self.admin_protected else ()
+
+    def client(self) -> Dependency:
+        """The dependency of `/notifications*` (read and create) and `/status`."""
+        if not self.client_protected:
+            return _open
+
+        async def require_client(credentials: Credentials) -> None:
+            given = credentials.credentials if credentials else None
+            if given is None:
+                raise _unauthorized("a bearer token is required")
+            if not (_matches(given, self._api_token) or _matches(given, self._admin_token)):
+                raise _unauthorized("the bearer token is not valid")
+
+        return require_client
+
+    def admin(self) -> Dependency:
+        """The dependency of cancel and retry."""
+        if not self.admin_protected:
+            return _open
+
+        async def require_admin(credentials: Credentials) -> None:
+            given = credentials.credentials if credentials else None
+            if given is None:
+                raise _unauthorized("a bearer token is required")
+            if self._admin_token is None:
+                if not _matches(given, self._api_token):
+                    raise _unauthorized("the bearer token is not valid")
+                return
+            if _matches(given, self._admin_token):
+                return
+            if _matches(given, self._api_token):
+                raise HTTPException(403, "cancel and retry need the admin token")
+            raise _unauthorized("the bearer token is not valid")
+
+        return require_admin
+
+
+async def _open() -> None:
+    return None

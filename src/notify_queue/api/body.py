@@ -1,0 +1,130 @@
+"""Reading a JSON request body: media type (415), strict JSON (400), storable text (400).
+
+The notification routes read the body themselves instead of letting FastAPI bind a model, for
+two reasons: the idempotency hash is taken over the request *as sent* (CONTRACT §4), and every
+bad field, header and body alike, must be named in one 400. Parsing is strict: `NaN`,
+`Infinity` and numbers that overflow a double are not JSON (RFC 8259), and PostgreSQL cannot
+store NUL characters or unpaired surrogates, so those are named as bad fields here instead of
+failing later in the driver. The size of the body was already bounded by `limits`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+from typing import Any
+
+from fastapi import Request
+from starlette.exceptions import HTTPException
+
+from notify_queue.errors import FieldError, ValidationFailed
+
+MAX_JSON_DEPTH = 32  # arrays and objects inside each other; metadata deeper than this is not data
+_MAX_REPORTED = 100  # field errors named in one problem; a hostile body could name millions
+
+
+def is_json_media_type(content_type: str | None) -> bool:
+    if not content_type:
+        return False
+    media_type, _, params = content_type.partition(";")
+    main, _, sub = media_type.strip().lower().partition("/")
+    if main != "application" or not (sub == "json" or sub.endswith("+json")):
+        return False
+    for param in params.split(";"):
+        name, _, value = param.strip().partition("=")
+        if name.strip().lower() == "charset" and value.strip().strip('"').lower() not in (
+            "utf-8",
+            "utf8",
+        ):
+            return False
+    return True
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+class Absent(enum.Enum):
+    """No body at all (as opposed to the JSON value `null`)."""
+
+    BODY = enum.auto()
+
+
+async def read_json(request: Request, *, required: bool) -> Any:
+    """The body's JSON value; `Absent.BODY` when it is empty and not `required`."""
+    if required and not is_json_media_type(request.headers.get("content-type")):
+        raise _unsupported(request)
+    raw = await request.body()
+    if not raw and not required:
+        return Absent.BODY
+    if not is_json_media_type(request.headers.get("content-type")):
+        raise _unsupported(request)
+    if not raw:
+        raise ValidationFailed([FieldError("$", "a JSON body is required")])
+    try:
+        return json.loads(
+            raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float
+        )
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
+        message = (
+            exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or "too deeply nested"
+        )
+        where = (
+            f" at line {exc.lineno} column {exc.colno}"
+            if isinstance(exc, json.JSONDecodeError)
+            else ""
+        )
+        raise ValidationFailed([FieldError("$", f"malformed JSON: {message}{where}")]) from None
+
+
+def _unsupported(request: Request) -> HTTPException:
+    given = request.headers.get("content-type") or "none"
+    return HTTPException(415, f"the body must be application/json (UTF-8), not {given}")
+
+
+def storable_errors(value: Any, path: str = "") -> list[FieldError]:
+    """Fields PostgreSQL could not store (NUL, unpaired surrogates) or nested too deeply."""
+    errors: list[FieldError] = []
+    _walk(value, path, 0, errors)
+    return errors[:_MAX_REPORTED]
+
+
+def _walk(value: Any, path: str, depth: int, errors: list[FieldError]) -> None:
+    if len(errors) >= _MAX_REPORTED:
+        return
+    if isinstance(value, str):
+        problem = _text_problem(value)
+        if problem:
+            errors.append(FieldError(path or "$", problem))
+    elif isinstance(value, dict | list):
+        if depth >= MAX_JSON_DEPTH:
+            errors.append(FieldError(path or "$", f"nests deeper than {MAX_JSON_DEPTH} levels"))
+            return
+        if isinstance(value, dict):
+            for key, item in value.items():
+                child = f"{path}.{key}" if path else key
+                problem = _text_problem(key)
+                if problem:
+                    errors.append(FieldError(child, f"the key {problem}"))
+                _walk(item, child, depth + 1, errors)
+        else:
+            for index, item in enumerate(value):
+                _walk(item, f"{path}[{index}]", depth + 1, errors)
+
+
+def _text_problem(text: str) -> str | None:
+    if "\x00" in text:
+        return "must not contain NUL characters"
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be valid Unicode (no unpaired surrogates)"
+    return None

@@ -1,0 +1,84 @@
+"""Running the API role: one uvicorn server in this process, or `--api-workers` processes.
+
+Every process is independent and shares nothing but the database (idempotency, pagination and
+state changes are all decided there), so N workers behave as one. With more than one worker,
+uvicorn's own supervisor spawns them; each imports `app_from_environment`, the app factory,
+and reads its settings from the NOTIFY_QUEUE_* environment this process exports, the same
+variables an operator would set by hand.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from typing import Literal, TypedDict
+
+import uvicorn
+
+from notify_queue.api.app import create_app
+from notify_queue.logs import configure_logging
+from notify_queue.settings import Settings, load_settings
+
+APP_FACTORY = "notify_queue.api.main:app_from_environment"
+GRACEFUL_SHUTDOWN_SECONDS = 10  # requests in flight get this long to finish on SIGTERM
+
+
+async def run_api(settings: Settings) -> None:
+    """Serve the API until SIGINT or SIGTERM."""
+    settings.require_database_url()
+    if settings.api_workers > 1:
+        # uvicorn's process supervisor is synchronous and must own the main thread's signal
+        # handlers; nothing else runs on this event loop, so blocking it here costs nothing.
+        os.environ.update(settings_environment(settings))
+        uvicorn.run(
+            APP_FACTORY, factory=True, workers=settings.api_workers, **_server_options(settings)
+        )
+        return
+    config = uvicorn.Config(create_app(settings), **_server_options(settings))
+    await uvicorn.Server(config).serve()
+
+
+def app_from_environment() -> object:
+    """The app factory each worker process imports (settings from NOTIFY_QUEUE_*)."""
+    settings = load_settings()
+    configure_logging(settings.log_level, settings.log_format)
+    return create_app(settings)
+
+
+def settings_environment(settings: Settings) -> dict[str, str]:
+    """Every set option as the NOTIFY_QUEUE_* variable that reproduces it."""
+    env = {}
+    for name, value in settings.model_dump().items():
+        if value is not None:
+            env[f"NOTIFY_QUEUE_{name.upper()}"] = _env_text(value)
+    return env
+
+
+def _env_text(value: object) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(_env_text(v) for v in value)
+    if isinstance(value, Enum):
+        return str(value.value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)  # numbers, strings, paths
+
+
+class _ServerOptions(TypedDict):
+    host: str
+    port: int
+    lifespan: Literal["on"]
+    log_config: None
+    server_header: bool
+    timeout_graceful_shutdown: int
+
+
+def _server_options(settings: Settings) -> _ServerOptions:
+    return {
+        "host": settings.host,
+        "port": settings.port,
+        "lifespan": "on",
+        "log_config": None,  # keep the program's logging (text or json), not uvicorn's own
+        "server_header": False,
+        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECONDS,
+    }

@@ -1,0 +1,74 @@
+"""The API's `/metrics` (CONTRACT §7): global queue figures read from the database per scrape.
+
+The figures are the database's, not this process's, so every API replica reports the same
+numbers and none is lost on restart. prometheus_client collectors are synchronous while the
+database is reached asynchronously, so a scrape first awaits one `QueueStatus` snapshot and then
+renders the registry with it synchronously, without an await in between: concurrent scrapes on
+one event loop cannot see each other's snapshot. The registry is this app's own (never the
+global default), with the standard process and platform collectors beside the queue's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from notify_queue.models import QueueStatus
+
+
+class QueueCollector(Collector):
+    def __init__(self) -> None:
+        self.snapshot: QueueStatus | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        status = self.snapshot
+        if status is None:
+            return
+        notifications = GaugeMetricFamily(
+            "notify_queue_notifications", "Notifications by current status.", labels=["status"]
+        )
+        for state, count in status.counts.items():
+            notifications.add_metric([state.value], count)
+        depth = GaugeMetricFamily(
+            "notify_queue_queue_depth",
+            "PENDING notifications due now, by priority.",
+            labels=["priority"],
+        )
+        for priority, count in status.due.items():
+            depth.add_metric([priority.value], count)
+        oldest = GaugeMetricFamily(
+            "notify_queue_oldest_due_age_seconds",
+            "Seconds the oldest due PENDING notification has been waiting (0: none due).",
+            value=status.oldest_due_age_seconds,
+        )
+        hooks = GaugeMetricFamily(
+            "notify_queue_webhook_events", "Webhook events by delivery state.", labels=["state"]
+        )
+        for state_name, count in status.webhook_events.items():
+            hooks.add_metric([state_name], count)
+        yield from (notifications, depth, oldest, hooks)
+
+
+class QueueMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self._queue = QueueCollector()
+        self.registry.register(self._queue)
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+
+    def render(self, status: QueueStatus, *, accept: str | None) -> tuple[bytes, str]:
+        """The exposition of this snapshot in the format `accept` asks for (Prometheus text
+        0.0.4 by default, OpenMetrics on request), and its media type. Synchronous: see above."""
+        encoder, media_type = choose_encoder(accept or "")
+        self._queue.snapshot = status
+        try:
+            return encoder(self.registry), media_type
+        finally:
+            self._queue.snapshot = None

@@ -1,0 +1,333 @@
+"""`/notifications*`: create (one or a batch), read, list, cancel and retry (CONTRACT §4).
+
+Thin on purpose: the rules are in `services` (validation, idempotency by a unique key in the
+database, state changes as conditional updates); this module turns HTTP into service calls and
+results into the contract's responses. A create resolves its idempotency key from the header or
+the body, names every bad field at once, and answers 201 (created), 200 (the same request again)
+or 409 (the key with another request). A batch validates each item on its own and enqueues all
+valid ones with one `enqueue_many` call: two statements for up to 1,000 items.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.convertors import Convertor, register_url_convertor
+
+from notify_queue.api.auth import Auth
+from notify_queue.api.body import Absent, read_json, storable_errors
+from notify_queue.api.openapi import json_request, ok, problems
+from notify_queue.api.problems import domain_problem
+from notify_queue.api.query import reject_unknown_query_parameters
+from notify_queue.api.runtime import Runtime
+from notify_queue.api.schemas import RetryBatchRequest, RetryBatchResult, notification_json
+from notify_queue.errors import Conflict, FieldError, ValidationFailed
+from notify_queue.models import Channel, NewNotification, Status
+from notify_queue.services.notifications import MAX_BATCH, MAX_PAGE
+from notify_queue.services.validation import (
+    MAX_RECIPIENT_CHARS,
+    NotificationRequest,
+    check_idempotency_key,
+    parse_request,
+    request_hash,
+    to_new_notification,
+)
+
+IdempotencyKeyHeader = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="1-255 printable ASCII characters; or `idempotencyKey` in the body (equal "
+        "if both).",
+        # Documented here, checked in the handler: a bad header and bad fields are named together.
+        json_schema_extra={"pattern": "^[!-~]{1,255}$", "minLength": 1, "maxLength": 255},
+    ),
+]
+
+
+class _NotificationId(Convertor[str]):
+    """An `{id}` segment that is not a literal sibling route: `/notifications/batch` and
+    `/notifications/retry` are resources of their own, so `GET /notifications/batch` is a 405,
+    not an invalid id. Everything else goes on to the handler, where a non-uuid is a 400."""
+
+    regex = r"(?!(?:batch|retry)$)[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("notification_id", _NotificationId())
+_ONE = "/notifications/{id:notification_id}"
+_LOCATION = {"Location": {"schema": {"type": "string"}, "description": "`/notifications/{id}`"}}
+
+
+def add_notification_routes(router: APIRouter, auth: Auth) -> None:
+    # Authentication first, so nothing about the request is judged before the caller is known.
+    client = [Depends(auth.client()), Depends(reject_unknown_query_parameters)]
+    admin = [Depends(auth.admin()), Depends(reject_unknown_query_parameters)]
+    client_denied = auth.client_denials
+    admin_denied = auth.admin_denials
+
+    @router.post(
+        "/notifications",
+        tags=["notifications"],
+        operation_id="createNotification",
+        summary="Enqueue one notification (idempotent)",
+        status_code=201,
+        dependencies=client,
+        openapi_extra=json_request("NotificationCreate"),
+        responses={
+            201: ok("Notification", "Created.", headers=_LOCATION),
+            200: ok("Notification", "The same request with the same key again: the original."),
+            **problems(400, *client_denied, 409, 413, 415, 503),
+        },
+    )
+    async def create_notification(
+        request: Request, runtime: Runtime, idempotency_key: IdempotencyKeyHeader = None
+    ) -> JSONResponse:
+        data = await read_json(request, required=True)
+        new = _one_request(data, header_key=idempotency_key, now=datetime.now(UTC))
+        result = await runtime.service.enqueue(new)
+        if result.conflict:
+            raise _key_conflict(new.idempotency_key, result.notification.id)
+        body = notification_json(result.notification)
+        if result.created:
+            location = f"/notifications/{result.notification.id}"
+            return JSONResponse(body, status_code=201, headers={"Location": location})
+        return JSONResponse(body, status_code=200)
+
+    @router.post(
+        "/notifications/batch",
+        tags=["notifications"],
+        operation_id="createNotificationBatch",
+        summary="Enqueue up to 1,000 notifications, one result per item in order",
+        dependencies=client,
+        openapi_extra=json_request("BatchCreate"),
+        responses={
+            200: ok("BatchResponse", "One result per item: 201, 200, 409 or 400."),
+            **problems(400, *client_denied, 413, 415, 503),
+        },
+    )
+    async def create_notification_batch(request: Request, runtime: Runtime) -> JSONResponse:
+        items = _batch_items(await read_json(request, required=True))
+        now = datetime.now(UTC)
+        results: list[dict[str, Any]] = [{} for _ in items]
+        valid: list[tuple[int, NewNotification]] = []
+        for index, item in enumerate(items):
+            try:
+                valid.append((index, _batch_item(item, prefix=f"notifications[{index}].", now=now)))
+            except ValidationFailed as exc:
+                results[index] = {"status": 400, "error": domain_problem(exc)}
+        if valid:
+            enqueued = await runtime.service.enqueue_many([new for _, new in valid])
+            for (index, new), result in zip(valid, enqueued, strict=True):
+                if result.conflict:
+                    conflict = _key_conflict(new.idempotency_key, result.notification.id)
+                    results[index] = {"status": 409, "error": domain_problem(conflict)}
+                else:
+                    results[index] = {
+                        "status": 201 if result.created else 200,
+                        "notification": notification_json(result.notification),
+                    }
+        return JSONResponse({"results": results})
+
+    @router.get(
+        _ONE,
+        tags=["notifications"],
+        operation_id="getNotification",
+        summary="One notification",
+        dependencies=client,
+        responses={
+            200: ok("Notification", "The notification."),
+            **problems(400, *client_denied, 404, 503),
+        },
+    )
+    async def get_notification(id: uuid.UUID, runtime: Runtime) -> JSONResponse:
+        return JSONResponse(notification_json(await runtime.service.get(id)))
+
+    @router.get(
+        "/notifications",
+        tags=["notifications"],
+        operation_id="listNotifications",
+        summary="A page of notifications, oldest first (keyset pagination)",
+        dependencies=client,
+        responses={200: ok("NotificationPage", "A page."), **problems(400, *client_denied, 503)},
+    )
+    async def list_notifications(
+        runtime: Runtime,
+        status: Annotated[Status | None, Query()] = None,
+        channel: Annotated[Channel | None, Query()] = None,
+        recipient: Annotated[
+            str | None, Query(min_length=1, max_length=MAX_RECIPIENT_CHARS)
+        ] = None,
+        limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
+        cursor: Annotated[
+            str | None, Query(max_length=512, description="`nextCursor` of the previous page.")
+        ] = None,
+    ) -> JSONResponse:
+        if recipient is not None and (errors := storable_errors(recipient, "recipient")):
+            raise ValidationFailed(errors)
+        items, next_cursor = await runtime.service.list(
+            status=status,
+            channel=channel.value if channel else None,
+            recipient=recipient,
+            cursor=cursor,
+            limit=limit,
+        )
+        return JSONResponse(
+            {"items": [notification_json(n) for n in items], "nextCursor": next_cursor}
+        )
+
+    @router.post(
+        _ONE + "/cancel",
+        tags=["notifications"],
+        operation_id="cancelNotification",
+        summary="Cancel a PENDING notification",
+        dependencies=admin,
+        responses={
+            200: ok("Notification", "Now CANCELLED."),
+            **problems(400, *admin_denied, 404, 409, 503),
+        },
+    )
+    async def cancel_notification(id: uuid.UUID, runtime: Runtime) -> JSONResponse:
+        return JSONResponse(notification_json(await runtime.service.cancel(id)))
+
+    @router.post(
+        _ONE + "/retry",
+        tags=["notifications"],
+        operation_id="retryNotification",
+        summary="Retry a FAILED or DEAD_LETTERED notification",
+        dependencies=admin,
+        responses={
+            200: ok("Notification", "Back to PENDING with attemptCount 0; the retry recorded."),
+            **problems(400, *admin_denied, 404, 409, 503),
+        },
+    )
+    async def retry_notification(id: uuid.UUID, runtime: Runtime) -> JSONResponse:
+        return JSONResponse(notification_json(await runtime.service.retry(id)))
+
+    @router.post(
+        "/notifications/retry",
+        tags=["notifications"],
+        operation_id="retryNotifications",
+        summary="Retry up to `limit` notifications in one status, oldest first",
+        dependencies=admin,
+        openapi_extra=json_request("RetryBatchRequest", required=False),
+        responses={
+            200: ok("RetryBatchResult", "How many were retried and how many remain."),
+            **problems(400, *admin_denied, 413, 415, 503),
+        },
+    )
+    async def retry_notifications(request: Request, runtime: Runtime) -> JSONResponse:
+        data = await read_json(request, required=False)
+        try:
+            wanted = RetryBatchRequest.model_validate(
+                {} if data is Absent.BODY else data, strict=True
+            )
+        except ValidationError as exc:
+            raise ValidationFailed(_field_errors(exc)) from None
+        retried, remaining = await runtime.service.retry_batch(
+            status=Status(wanted.status), limit=wanted.limit
+        )
+        result = RetryBatchResult(retried=retried, remaining=remaining)
+        return JSONResponse(result.model_dump(by_alias=True))
+
+
+def _one_request(data: Any, *, header_key: str | None, now: datetime) -> NewNotification:
+    """Validate a single create, header included; every bad field is named in one error."""
+    if not isinstance(data, dict):
+        raise ValidationFailed([FieldError("$", "must be a JSON object")])
+    errors = storable_errors(data)
+    request: NotificationRequest | None = None
+    if header_key is not None:
+        try:
+            check_idempotency_key(header_key)
+        except ValidationFailed as exc:
+            errors += exc.errors
+    try:
+        request = parse_request(data)
+    except ValidationFailed as exc:
+        errors += exc.errors
+    body_key = data.get("idempotencyKey")
+    if header_key is not None and isinstance(body_key, str) and body_key != header_key:
+        errors.append(FieldError("idempotencyKey", "differs from the Idempotency-Key header"))
+    if header_key is None and body_key is None:
+        errors.append(
+            FieldError(
+                "Idempotency-Key", "is required: send the header or idempotencyKey in the body"
+            )
+        )
+    if errors or request is None:
+        raise ValidationFailed(_unique(errors))
+    key = header_key if header_key is not None else str(body_key)
+    return to_new_notification(
+        request, idempotency_key=key, request_digest=request_hash(data), now=now
+    )
+
+
+def _batch_items(data: Any) -> list[Any]:
+    if not isinstance(data, dict):
+        raise ValidationFailed([FieldError("$", "must be a JSON object")])
+    errors = [FieldError(k, "is not a field of a batch") for k in data if k != "notifications"]
+    items = data.get("notifications")
+    if items is None:
+        errors.append(FieldError("notifications", "is required"))
+    elif not isinstance(items, list):
+        errors.append(FieldError("notifications", "must be an array"))
+    elif len(items) > MAX_BATCH:
+        errors.append(FieldError("notifications", f"has {len(items)} items; at most {MAX_BATCH}"))
+    if errors:
+        raise ValidationFailed(errors)
+    assert isinstance(items, list)
+    return items
+
+
+def _batch_item(item: Any, *, prefix: str, now: datetime) -> NewNotification:
+    if not isinstance(item, dict):
+        raise ValidationFailed([FieldError(prefix.rstrip("."), "must be a JSON object")])
+    errors = storable_errors(item, prefix.rstrip("."))
+    request: NotificationRequest | None = None
+    try:
+        request = parse_request(item, prefix=prefix)
+    except ValidationFailed as exc:
+        errors += exc.errors
+    if item.get("idempotencyKey") is None:
+        errors.append(FieldError(prefix + "idempotencyKey", "is required for each item of a batch"))
+    if errors or request is None:
+        raise ValidationFailed(_unique(errors))
+    return to_new_notification(
+        request,
+        idempotency_key=str(item["idempotencyKey"]),
+        request_digest=request_hash(item),
+        now=now,
+        field_prefix=prefix,
+    )
+
+
+def _key_conflict(key: str, existing: uuid.UUID) -> Conflict:
+    return Conflict(
+        f"idempotency key {key!r} was already used with a different request, "
+        f"by notification {existing}",
+        existing_id=str(existing),
+    )
+
+
+def _field_errors(exc: ValidationError) -> list[FieldError]:
+    return [
+        FieldError(
+            ".".join(str(p) for p in e["loc"]) or "$", e["msg"].removeprefix("Value error, ")
+        )
+        for e in exc.errors()
+    ]
+
+
+def _unique(errors: list[FieldError]) -> list[FieldError]:
+    return list(dict.fromkeys(errors))

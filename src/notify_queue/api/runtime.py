@@ -1,0 +1,29 @@
+"""What the routes use, built once per process by the app's lifespan (see `app`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from notify_queue.api.metrics import QueueMetrics
+from notify_queue.services.notifications import NotificationService
+
+
+@dataclass(frozen=True)
+class ApiRuntime:
+    service: NotificationService
+    metrics: QueueMetrics
+    # The applied schema version (None: never migrated), for readiness; and the one this code needs.
+    schema_version: Callable[[], Awaitable[int | None]]
+    latest_schema_version: int
+
+
+def _runtime(request: Request) -> ApiRuntime:
+    runtime: ApiRuntime = request.app.state.runtime
+    return runtime
+
+
+Runtime = Annotated[ApiRuntime, Depends(_runtime)]

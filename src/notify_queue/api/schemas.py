@@ -1,0 +1,279 @@
+"""The API's wire shapes (CONTRACT §4): pydantic models for the OpenAPI document and the output.
+
+Output models serialise the domain records of `notify_queue.models` in camelCase with RFC 3339
+UTC times ending in `Z`. The create-request models here *describe* the body for the OpenAPI
+document; the rules themselves live once, in `services.validation.NotificationRequest` (which also
+checks what JSON Schema cannot say: recipient formats per channel, UTF-8 byte sizes, expiresAt
+after the send time). `tests/api/test_openapi.py` keeps the two field lists equal.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic.alias_generators import to_camel
+
+from notify_queue import models as domain
+from notify_queue.models import Channel, Priority, Source, Status
+from notify_queue.services import validation as rules
+
+
+def rfc3339(moment: datetime) -> str:
+    """`2026-09-24T12:00:00.123456Z`: UTC, always with the `Z` (never `+00:00`)."""
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+UtcTime = Annotated[
+    datetime,
+    PlainSerializer(rfc3339, return_type=str),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        frozen=True,
+        field_title_generator=lambda name, _: to_camel(name),
+    )
+
+
+# --- requests (described here, validated by services.validation) ---------------------------
+
+_KEY_PATTERN = "^[!-~]{1,255}$"  # 1-255 printable ASCII characters, no space
+
+
+class NotificationCreate(_Wire):
+    """A notification to enqueue. The idempotency key comes in the `Idempotency-Key` header or
+    in `idempotencyKey` (one of them is required; both present must be equal)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    channel: Channel
+    recipient: str = Field(
+        min_length=1,
+        max_length=rules.MAX_RECIPIENT_CHARS,
+        description="email: an address; sms: E.164 (`+` and 8-15 digits); push: a device token.",
+    )
+    subject: str | None = Field(None, max_length=rules.MAX_SUBJECT_CHARS)
+    body: str = Field(
+        min_length=1,
+        max_length=rules.MAX_BODY_BYTES,
+        description=f"1-{rules.MAX_BODY_BYTES} bytes of UTF-8.",
+    )
+    priority: Priority = Priority.NORMAL
+    send_at: datetime | None = Field(
+        None, description="RFC 3339 with an offset; not together with delaySeconds."
+    )
+    delay_seconds: int | None = Field(
+        None, ge=0, le=rules.MAX_DELAY_SECONDS, description="Seconds from now; not with sendAt."
+    )
+    expires_at: datetime | None = Field(
+        None, description="Not sent by then: EXPIRED. Must be after the send time."
+    )
+    webhook_url: str | None = Field(
+        None, max_length=2048, pattern="^[Hh][Tt][Tt][Pp][Ss]?://", description="http(s) URL."
+    )
+    policy: str | None = Field(
+        None,
+        pattern=rules.POLICY_PATTERN.pattern,
+        description="namespace/name of a NotificationPolicy.",
+    )
+    metadata: dict[str, Any] = Field(
+        default_factory=dict, description=f"Any JSON object up to {rules.MAX_METADATA_BYTES} bytes."
+    )
+    idempotency_key: str | None = Field(None, pattern=_KEY_PATTERN)
+
+
+class BatchNotificationCreate(NotificationCreate):
+    """One item of a batch: as a single create, with `idempotencyKey` required."""
+
+    idempotency_key: str = Field(pattern=_KEY_PATTERN)
+
+
+class BatchCreate(_Wire):
+    model_config = ConfigDict(extra="forbid")
+
+    # Any item is accepted at the request level: one that is not a valid
+    # BatchNotificationCreate gets a 400 *result* of its own, and the others still go ahead.
+    notifications: list[BatchNotificationCreate | Any] = Field(
+        max_length=1000,
+        description="Up to 1,000 BatchNotificationCreate items; an invalid item gets a 400 result.",
+    )
+
+
+class RetryBatchRequest(_Wire):
+    """Retry up to `limit` notifications in `status`, oldest first. Also validates the body."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    status: Literal["DEAD_LETTERED", "FAILED"] = "DEAD_LETTERED"
+    limit: int = Field(1000, ge=1, le=1000)
+
+
+# --- responses --------------------------------------------------------------------------------
+
+
+class Retry(_Wire):
+    at: UtcTime
+    from_status: Status
+
+
+class Notification(_Wire):
+    id: uuid.UUID
+    idempotency_key: str
+    channel: Channel
+    recipient: str
+    subject: str | None
+    body: str
+    priority: Priority
+    status: Status
+    send_at: UtcTime
+    next_attempt_at: UtcTime
+    expires_at: UtcTime | None
+    attempt_count: int
+    max_attempts: int
+    last_error: str | None
+    sent_at: UtcTime | None
+    provider_message_id: str | None
+    retries: list[Retry]
+    source: Source
+    metadata: dict[str, Any]
+    created_at: UtcTime
+    updated_at: UtcTime
+
+    @classmethod
+    def of(cls, n: domain.Notification) -> Notification:
+        return cls(
+            id=n.id,
+            idempotency_key=n.idempotency_key,
+            channel=n.channel,
+            recipient=n.recipient,
+            subject=n.subject,
+            body=n.body,
+            priority=n.priority,
+            status=n.status,
+            send_at=n.send_at,
+            next_attempt_at=n.next_attempt_at,
+            expires_at=n.expires_at,
+            attempt_count=n.attempt_count,
+            max_attempts=n.max_attempts,
+            last_error=n.last_error,
+            sent_at=n.sent_at,
+            provider_message_id=n.provider_message_id,
+            retries=[Retry(at=r.at, from_status=r.from_status) for r in n.retries],
+            source=n.source,
+            metadata=n.metadata,
+            created_at=n.created_at,
+            updated_at=n.updated_at,
+        )
+
+
+def notification_json(n: domain.Notification) -> dict[str, Any]:
+    return Notification.of(n).model_dump(mode="json", by_alias=True)
+
+
+class NotificationPage(_Wire):
+    items: list[Notification]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null: last page."
+    )
+
+
+class ProblemFieldError(_Wire):
+    field: str = Field(
+        description="The field as the client wrote it: `sendAt`, `notifications[3].body`."
+    )
+    message: str
+
+
+class Problem(_Wire):
+    """RFC 9457 problem details."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[ProblemFieldError] | None = Field(None, description="Validation errors (400).")
+    existing_id: str | None = Field(
+        None, description="409 for a reused idempotency key: the notification it belongs to."
+    )
+
+
+class BatchResult(_Wire):
+    status: Literal[200, 201, 400, 409]
+    notification: Notification | None = Field(None, description="With 200 and 201.")
+    error: Problem | None = Field(None, description="With 400 and 409.")
+
+
+class BatchResponse(_Wire):
+    results: list[BatchResult] = Field(description="One per item, in the order sent.")
+
+
+class RetryBatchResult(_Wire):
+    retried: int
+    remaining: int = Field(description="Still in that status after this call; repeat until 0.")
+
+
+class StatusCounts(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    PENDING: int
+    PROCESSING: int
+    SENT: int
+    FAILED: int
+    DEAD_LETTERED: int
+    CANCELLED: int
+    EXPIRED: int
+
+
+class DueCounts(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    HIGH: int
+    NORMAL: int
+    LOW: int
+
+
+class QueueStatus(_Wire):
+    counts: StatusCounts
+    due: DueCounts = Field(description="PENDING and due now, per priority.")
+    oldest_due_age_seconds: float
+    database: Literal["ok"]
+
+    @classmethod
+    def of(cls, s: domain.QueueStatus) -> QueueStatus:
+        return cls(
+            counts=StatusCounts(**{k.value: v for k, v in s.counts.items()}),
+            due=DueCounts(**{k.value: v for k, v in s.due.items()}),
+            oldest_due_age_seconds=s.oldest_due_age_seconds,
+            database="ok",
+        )
+
+
+class Health(_Wire):
+    status: Literal["ok"]
+
+
+class Readiness(_Wire):
+    status: Literal["ready"]
+    schema_version: int
+
+
+REQUEST_MODELS: list[type[BaseModel]] = [NotificationCreate, BatchCreate, RetryBatchRequest]
+RESPONSE_MODELS: list[type[BaseModel]] = [
+    Notification,
+    NotificationPage,
+    BatchResponse,
+    RetryBatchResult,
+    QueueStatus,
+    Health,
+    Readiness,
+    Problem,
+]

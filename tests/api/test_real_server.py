@@ -1,0 +1,141 @@
+"""The API over real sockets: 25 identical requests at the same moment create one notification
+(one 201, twenty-four 200), through one uvicorn server in this process and through the
+`notify-queue api --api-workers 2` command, whose two worker processes share nothing but the
+database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from notify_queue.api.app import create_app
+from notify_queue.repositories.db import Database
+from tests.api.support import api_settings, email, sql
+from tests.support import eventually
+
+
+@pytest.fixture
+async def served(database_url: str, db: Database) -> AsyncIterator[str]:
+    """create_app served by uvicorn on a free loopback port in this event loop; its base URL."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        create_app(api_settings(database_url), db=db), lifespan="on", log_config=None
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    await eventually(lambda: asyncio.sleep(0, server.started))
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+async def post_at_once(
+    base_url: str, count: int, body: dict[str, Any], key: str
+) -> list[httpx.Response]:
+    """`count` requests on `count` separate connections, all opened first, then sent together."""
+    clients = [httpx.AsyncClient(base_url=base_url, timeout=30) for _ in range(count)]
+    try:
+        await asyncio.gather(*(c.get("/healthz") for c in clients))  # connections open and warm
+        go = asyncio.Event()
+
+        async def send(client: httpx.AsyncClient) -> httpx.Response:
+            await go.wait()
+            return await client.post("/notifications", json=body, headers={"Idempotency-Key": key})
+
+        tasks = [asyncio.create_task(send(c)) for c in clients]
+        await asyncio.sleep(0)
+        go.set()
+        return await asyncio.gather(*tasks)
+    finally:
+        await asyncio.gather(*(c.aclose() for c in clients))
+
+
+async def test_25_identical_requests_at_once_create_one_notification(
+    served: str, database_url: str
+) -> None:
+    responses = await post_at_once(served, 25, email(body="once"), "same-moment")
+
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [200] * 24 + [201]
+    assert len({r.json()["id"] for r in responses}) == 1
+    assert await sql(database_url, "SELECT count(*) FROM nq_notifications") == [(1,)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+async def two_workers(database_url: str, tmp_path: Path) -> AsyncIterator[str]:
+    """`notify-queue api --api-workers 2` as a subprocess; its base URL once it is ready."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_QUEUE_")}
+    command = [sys.executable, "-m", "notify_queue", "api", "--api-workers", "2"]
+    command += ["--port", str(port), "--database-url", database_url, "--log-level", "WARNING"]
+    log = (tmp_path / "api.log").open("wb")
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+
+    async def ready() -> bool:
+        assert process.poll() is None, (tmp_path / "api.log").read_text()
+        try:
+            async with httpx.AsyncClient(base_url=base_url) as http:
+                return (await http.get("/readyz")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        await eventually(ready, timeout=30)
+        yield base_url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        log.close()
+
+
+async def test_two_worker_processes_serve_one_queue_without_duplicates(
+    two_workers: str, database_url: str
+) -> None:
+    async def api_processes() -> int:
+        rows = await sql(
+            database_url,
+            "SELECT count(DISTINCT application_name) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND application_name LIKE 'notify-queue-api-%%'",
+        )
+        return int(rows[0][0]) if rows[0][0] == 2 else 0
+
+    responses = await post_at_once(two_workers, 25, email(body="across processes"), "two-workers")
+    assert sorted(r.status_code for r in responses) == [200] * 24 + [201]
+
+    async with httpx.AsyncClient(base_url=two_workers) as http:
+        for i in range(20):  # new connections spread over both processes
+            created = await http.post(
+                "/notifications", json=email(), headers={"Idempotency-Key": f"w-{i}"}
+            )
+            assert created.status_code == 201
+    assert await sql(database_url, "SELECT count(*) FROM nq_notifications") == [(21,)]
+    assert await eventually(api_processes) == 2
