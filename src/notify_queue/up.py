@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import threading
 
 from notify_queue.logs import redact_url
 from notify_queue.settings import Settings
@@ -40,6 +41,7 @@ async def run_up(settings: Settings) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     cluster = None
+    operator_stop = threading.Event()
     try:
         async with Database(
             url, pool_size=settings.database_pool_size, name="notify-queue-up"
@@ -65,13 +67,15 @@ async def run_up(settings: Settings) -> None:
 
                 cluster = LocalControlPlane(settings.data_dir / "kubernetes")
                 await asyncio.to_thread(cluster.start)
+                await asyncio.to_thread(cluster.install_crds)
                 log.info("kubernetes: export KUBECONFIG=%s", cluster.kubeconfig)
-                tasks.append(
-                    asyncio.create_task(
-                        run_operator(settings, kubeconfig=cluster.kubeconfig, stop=stop),
-                        name="operator",
-                    )
+                # kopf runs on its own loop in a thread: when it stops it cancels every task its
+                # loop created while it ran, which here would be the API's and the worker's.
+                operator = asyncio.to_thread(
+                    asyncio.run,
+                    run_operator(settings, kubeconfig=cluster.kubeconfig, stop_flag=operator_stop),
                 )
+                tasks.append(asyncio.create_task(operator, name="operator"))
             log.info(
                 "Notify Queue is up: API on http://%s:%d (try: curl -s http://%s:%d/status); Ctrl-C stops",
                 settings.host,
@@ -82,6 +86,7 @@ async def run_up(settings: Settings) -> None:
             stopper = asyncio.create_task(stop.wait())
             done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
             stop.set()
+            operator_stop.set()
             server.should_exit = True
             for task in tasks:
                 with contextlib.suppress(asyncio.CancelledError):

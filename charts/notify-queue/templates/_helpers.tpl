@@ -1,0 +1,216 @@
+{{/*
+Names, labels and the pieces every pod shares: image, security settings, environment.
+*/}}
+
+{{- define "notify-queue.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "notify-queue.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* A component's object name: <fullname>-<component>, within the 63 characters of a label. */}}
+{{- define "notify-queue.componentName" -}}
+{{- printf "%s-%s" (include "notify-queue.fullname" .root | trunc (int (sub 62 (len .component))) | trimSuffix "-") .component -}}
+{{- end -}}
+
+{{- define "notify-queue.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "notify-queue.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: notify-queue
+{{- end -}}
+
+{{/* Selector labels of one component; `.component` is api, operator, worker or migrate. */}}
+{{- define "notify-queue.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "notify-queue.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "notify-queue.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/* The Secret with database-url, api-token, admin-token, webhook-secret and smtp-password. */}}
+{{- define "notify-queue.secretName" -}}
+{{- default (include "notify-queue.componentName" (dict "root" . "component" "secrets")) .Values.existingSecret -}}
+{{- end -}}
+
+{{/* The operator's ServiceAccount (the only one with API permissions). */}}
+{{- define "notify-queue.operatorServiceAccount" -}}
+{{- include "notify-queue.componentName" (dict "root" . "component" "operator") -}}
+{{- end -}}
+
+{{/* The ServiceAccount of the API and the workers: no permissions, no token mounted. */}}
+{{- define "notify-queue.workloadServiceAccount" -}}
+{{- include "notify-queue.componentName" (dict "root" . "component" "workload") -}}
+{{- end -}}
+
+{{/*
+Pod Security Standard "restricted", and more: a fixed non-root user, a read-only root
+filesystem (with an emptyDir at /tmp), no privilege escalation, every capability dropped and
+the runtime's default seccomp profile.
+*/}}
+{{- define "notify-queue.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "notify-queue.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+privileged: false
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Labels, annotations and placement every pod shares; `.root`, `.component`, `.extraLabels`. */}}
+{{- define "notify-queue.podMetadata" -}}
+labels:
+  {{- include "notify-queue.selectorLabels" . | nindent 2 }}
+  app.kubernetes.io/part-of: notify-queue
+  {{- with .extraLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+  {{- with .root.Values.podLabels }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
+{{- with .root.Values.podAnnotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{- define "notify-queue.placement" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* One setting as an environment variable value: lists comma-joined, whole numbers without
+an exponent (Helm reads every number as a float: 1000000 would print as 1e+06). */}}
+{{- define "notify-queue.envValue" -}}
+{{- if kindIs "slice" . -}}
+{{- join "," . -}}
+{{- else if and (kindIs "float64" .) (eq (float64 (int64 .)) .) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The environment of one container: NOTIFY_QUEUE_<OPTION> for every entry of the `configs` (later
+ones win) and then of `fixed` (the chart's own wiring, which wins over config), in name order; then
+the secret settings named in `secrets` from the Secret (the database URL from its key
+`databaseUrlKey`); then `extraEnv`.
+Arguments: .root, .configs (list of maps), .fixed (map), .secrets (list of keys),
+.databaseUrlKey, .extraEnv.
+*/}}
+{{- define "notify-queue.env" -}}
+{{- $root := .root -}}
+{{- $env := dict -}}
+{{- range .configs }}
+{{- range $option, $value := . }}
+{{- $_ := set $env (printf "NOTIFY_QUEUE_%s" ($option | upper | replace "-" "_")) (include "notify-queue.envValue" $value) -}}
+{{- end }}
+{{- end }}
+{{- range $option, $value := .fixed }}
+{{- $_ := set $env (printf "NOTIFY_QUEUE_%s" ($option | upper | replace "-" "_")) (include "notify-queue.envValue" $value) -}}
+{{- end }}
+{{- range $name := keys $env | sortAlpha }}
+- name: {{ $name }}
+  value: {{ get $env $name | quote }}
+{{- end }}
+{{- range $key := .secrets }}
+{{- if or $root.Values.existingSecret (eq $key "database-url") (include "notify-queue.secretValue" (dict "root" $root "key" $key)) }}
+- name: NOTIFY_QUEUE_{{ $key | upper | replace "-" "_" }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ include "notify-queue.secretName" $root }}
+      key: {{ ternary (default "database-url" $.databaseUrlKey) $key (eq $key "database-url") }}
+      {{- if ne $key "database-url" }}
+      optional: true
+      {{- end }}
+{{- end }}
+{{- end }}
+{{- with .extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* The chart-made Secret's value for `.key` (empty when unset). */}}
+{{- define "notify-queue.secretValue" -}}
+{{- $v := .root.Values -}}
+{{- $values := dict "database-url" $v.database.url "api-token" $v.secrets.apiToken "admin-token" $v.secrets.adminToken "webhook-secret" $v.secrets.webhookSecret "smtp-password" $v.secrets.smtpPassword -}}
+{{- get $values .key -}}
+{{- end -}}
+
+{{/* The keys of the chart-made Secret, in a fixed order. */}}
+{{- define "notify-queue.secretKeys" -}}
+database-url api-token admin-token webhook-secret smtp-password
+{{- end -}}
+
+{{/* Fail with a clear message when the values cannot work, beyond what the schema can say. */}}
+{{- define "notify-queue.validate" -}}
+{{- $served := dict -}}
+{{- range $name, $pool := .Values.workers.pools }}
+{{- if dig "enabled" true $pool }}
+{{- if gt (int $pool.minReplicas) (int $pool.maxReplicas) }}
+{{- fail (printf "workers.pools.%s: minReplicas (%d) must not exceed maxReplicas (%d)" $name (int $pool.minReplicas) (int $pool.maxReplicas)) }}
+{{- end }}
+{{- range $pool.priorities }}{{ $_ := set $served . true }}{{ end }}
+{{- end }}
+{{- end }}
+{{- range list "HIGH" "NORMAL" "LOW" }}
+{{- if not (hasKey $served .) }}
+{{- fail (printf "workers.pools: no enabled pool serves the %s lane, so %s notifications would never be sent; add %s to a pool's priorities" . . .) }}
+{{- end }}
+{{- end }}
+{{- if not .Values.existingSecret }}
+{{- range $component := list "api" "workers" "operator" "migration" }}
+{{- $key := dig "databaseUrlKey" "database-url" (get $.Values $component) }}
+{{- if ne $key "database-url" }}
+{{- fail (printf "%s.databaseUrlKey (%s) needs existingSecret: the chart-made Secret has only database-url" $component $key) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and (not .Values.existingSecret) (not .Values.database.url) }}
+{{- fail "database.url is empty: set it (postgresql://user:password@host:5432/db) or name a Secret with a database-url key in existingSecret" }}
+{{- end }}
+{{- end -}}

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Write `definitions.config` of charts/notify-queue/values.schema.json from `Settings`.
+
+The chart passes `config` maps to the program as NOTIFY_QUEUE_<OPTION> variables, so the schema
+of those maps is derived from the one definition of every option (notify_queue.settings): the
+same names, types, enums and bounds, and the option's description. A misspelt option or a bad
+value then fails `helm install` with the option's path instead of a crash-looping pod.
+
+Options that the chart sets itself, or that must come from a Secret, are left out (EXCLUDED,
+each with the reason); the rest of the file is written by hand and kept as it is.
+
+    scripts/gen-chart-schema.py           rewrite the file
+    scripts/gen-chart-schema.py --check   exit 1 when the file is not what this would write
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+SCHEMA = ROOT / "charts" / "notify-queue" / "values.schema.json"
+
+# Option -> why `config` may not set it.
+EXCLUDED = {
+    "database-url": "secret: the Secret's database-url key (database.url or existingSecret)",
+    "api-token": "secret: the Secret's api-token key",
+    "admin-token": "secret: the Secret's admin-token key",
+    "webhook-secret": "secret: the Secret's webhook-secret key",
+    "smtp-password": "secret: the Secret's smtp-password key",
+    "data-dir": "only `notify-queue up` uses it",
+    "kubernetes": "only `notify-queue up` uses it",
+    "host": "the chart listens on all addresses inside the pod",
+    "port": "api.port",
+    "metrics-port": "workers.metricsPort and operator.metricsPort",
+    "priorities": "a pool's priorities (they also label the pool for the operator)",
+    "channels": "a pool's channels",
+    "namespace": "operator.watchNamespace (it also decides Role or ClusterRole)",
+}
+
+
+def _resolve(node: Any, defs: dict[str, Any]) -> Any:
+    """Inline $refs and drop what means nothing for an environment variable (null, titles)."""
+    if isinstance(node, dict):
+        if "$ref" in node:
+            return _resolve(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+        if "anyOf" in node:
+            options = [o for o in node["anyOf"] if o.get("type") != "null"]
+            if len(options) == 1:
+                merged = {**{k: v for k, v in node.items() if k != "anyOf"}, **options[0]}
+                return _resolve(merged, defs)
+        return {k: _resolve(v, defs) for k, v in node.items() if k not in ("title", "default")}
+    if isinstance(node, list):
+        return [_resolve(v, defs) for v in node]
+    return node
+
+
+def config_schema() -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT / "src"))
+    from notify_queue.settings import Settings
+
+    full = Settings.model_json_schema()
+    defs = full.get("$defs", {})
+    properties: dict[str, Any] = {}
+    for field, schema in full["properties"].items():
+        option = field.replace("_", "-")
+        if option in EXCLUDED:
+            continue
+        properties[option] = _resolve(schema, defs)
+    return {
+        "type": "object",
+        "description": "Settings by option name (docs/configuration.md), passed as "
+        "NOTIFY_QUEUE_<OPTION>. Left out, because the chart sets them or they are secret: "
+        + "; ".join(f"{k} ({v})" for k, v in EXCLUDED.items())
+        + ".",
+        "additionalProperties": False,
+        "properties": properties,
+    }
+
+
+def render() -> str:
+    document = json.loads(SCHEMA.read_text())
+    document["definitions"]["config"] = config_schema()
+    return json.dumps(document, indent=2) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    text = render()
+    if argv[1:] == ["--check"]:
+        if SCHEMA.read_text() != text:
+            print(
+                f"{SCHEMA.relative_to(ROOT)} is stale; run scripts/gen-chart-schema.py",
+                file=sys.stderr,
+            )
+            return 1
+        return 0
+    SCHEMA.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,611 @@
+"""`helm install` of the chart into the test cluster, and the operator's RBAC shown to be enough
+and no more.
+
+The test cluster has no kubelet and no Job controller, so the migration hook is played here the
+way those would run it: the Job's container arguments and environment (its Secret references
+resolved) are run with this checkout's `notify-queue` against a real PostgreSQL, then the Job's
+status is set to Complete, which is what Helm waits for. Then the operator runs with a token of
+the chart's ServiceAccount (`kubectl create token`), workers run from the chart's pool
+arguments, and every part of the operator's job is exercised: mirroring, status write-back,
+policies with a Secret, cancel on delete, TTL deletion, scaling, Events. `kubectl auth can-i`
+then shows what the ServiceAccount must not be able to do stays forbidden.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psycopg
+import pytest
+import yaml
+
+from notify_queue.cli import build_parser
+from notify_queue.devcluster import LocalControlPlane
+from notify_queue.embedded import EmbeddedPostgres
+from notify_queue.repositories.db import Database
+from notify_queue.settings import Settings, load_settings
+from tests.operator.support import OperatorThread, running_worker
+from tests.shipping.support import CHART, Tools
+from tests.support import eventually
+
+pytestmark = pytest.mark.kubernetes
+
+RELEASE = "nq"
+OPERATOR_SA = f"{RELEASE}-notify-queue-operator"
+
+
+@dataclass
+class Release:
+    namespace: str
+    database_url: str
+    values_file: Path
+    install_output: str
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _secret_value(
+    tools: Tools, kubeconfig: Path, namespace: str, name: str, key: str
+) -> str | None:
+    result = tools.kubectl(
+        "get", "secret", name, "-n", namespace, "-o", "json", kubeconfig=kubeconfig, check=False
+    )
+    if result.returncode != 0:
+        return None
+    data = json.loads(result.stdout).get("data") or {}
+    return base64.b64decode(data[key]).decode() if key in data else None
+
+
+def _container_environment(
+    tools: Tools, kubeconfig: Path, namespace: str, container: dict[str, Any]
+) -> dict[str, str]:
+    """The container's environment as the kubelet would build it (Secret references resolved)."""
+    env: dict[str, str] = {}
+    for variable in container.get("env", []):
+        if "value" in variable:
+            env[variable["name"]] = variable["value"]
+            continue
+        ref = variable["valueFrom"]["secretKeyRef"]
+        value = _secret_value(tools, kubeconfig, namespace, ref["name"], ref["key"])
+        if value is None:
+            assert ref.get("optional"), (
+                f"{variable['name']}: Secret {ref['name']}/{ref['key']} missing"
+            )
+            continue
+        env[variable["name"]] = value
+    return env
+
+
+def _settings_of(env: dict[str, str], args: list[str], **overrides: Any) -> Settings:
+    """The settings the program builds from this environment and these arguments."""
+    values = {
+        k.removeprefix("NOTIFY_QUEUE_").lower(): v
+        for k, v in env.items()
+        if k.startswith("NOTIFY_QUEUE_")
+    }
+    flags = {
+        k: v
+        for k, v in vars(build_parser().parse_args(args)).items()
+        if k != "role" and v is not None
+    }
+    return load_settings(**{**values, **flags, **overrides})
+
+
+def _run_hook_jobs(
+    tools: Tools, kubeconfig: Path, namespace: str, helm: subprocess.Popen[str]
+) -> list[str]:
+    """Play the Job controller for the release's hook Jobs until helm exits; return their logs."""
+    job_name = f"{RELEASE}-notify-queue-migrate"
+    logs = []
+    done_uids: set[str] = set()
+    deadline = time.monotonic() + 180
+    while helm.poll() is None:
+        assert time.monotonic() < deadline, "helm did not finish"
+        result = tools.kubectl(
+            "get",
+            "job",
+            job_name,
+            "-n",
+            namespace,
+            "-o",
+            "json",
+            kubeconfig=kubeconfig,
+            check=False,
+        )
+        if result.returncode != 0:
+            time.sleep(0.2)
+            continue
+        job = json.loads(result.stdout)
+        finished = any(
+            c["type"] in ("Complete", "Failed") for c in job.get("status", {}).get("conditions", [])
+        )
+        if finished or job["metadata"]["uid"] in done_uids:  # an earlier release's Job
+            time.sleep(0.2)
+            continue
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        env = _container_environment(tools, kubeconfig, namespace, container)
+        program = Path(sys.executable).parent / "notify-queue"
+        run = subprocess.run(
+            [str(program), *container["args"]],
+            env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert run.returncode == 0, f"the migration Job's command failed: {run.stderr}"
+        logs.append(run.stdout + run.stderr)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        conditions = [
+            {"type": t, "status": "True", "lastProbeTime": now, "lastTransitionTime": now}
+            for t in ("SuccessCriteriaMet", "Complete")
+        ]
+        status = {"startTime": now, "completionTime": now, "succeeded": 1, "conditions": conditions}
+        tools.kubectl(
+            "patch",
+            "job",
+            job_name,
+            "-n",
+            namespace,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps({"status": status}),
+            kubeconfig=kubeconfig,
+        )
+        done_uids.add(job["metadata"]["uid"])
+    return logs
+
+
+def _helm_with_hooks(
+    tools: Tools, kubeconfig: Path, namespace: str, *args: str
+) -> tuple[str, list[str]]:
+    helm = subprocess.Popen(
+        [
+            str(tools.bin_dir / "helm"),
+            *args,
+            "--namespace",
+            namespace,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--timeout",
+            "3m",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        logs = _run_hook_jobs(tools, kubeconfig, namespace, helm)
+        out, err = helm.communicate(timeout=60)
+    finally:
+        if helm.poll() is None:
+            helm.send_signal(signal.SIGTERM)
+            helm.wait(timeout=30)
+    assert helm.returncode == 0, err
+    return out, logs
+
+
+@pytest.fixture(scope="module")
+def release(
+    tools: Tools,
+    cluster: LocalControlPlane,
+    pg_server: EmbeddedPostgres,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Release]:
+    """The chart installed with its defaults, but the database URL, into a restricted namespace."""
+    database = f"helm_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}")  # empty: the hook must create the schema
+    url = pg_server.url(database)
+    namespace = tools.namespace(cluster.kubeconfig, prefix="helm")
+    values = tmp_path_factory.mktemp("helm") / "values.yaml"
+    values.write_text(yaml.safe_dump({"database": {"url": url}}))
+    out, logs = _helm_with_hooks(
+        tools,
+        cluster.kubeconfig,
+        namespace,
+        "install",
+        RELEASE,
+        str(CHART),
+        "--values",
+        str(values),
+    )
+    assert len(logs) == 1 and "schema up to date" in logs[0]
+    yield Release(namespace, url, values, out)
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+def test_helm_install_migrates_the_database_in_a_hook_before_the_release(
+    release: Release, tools: Tools, kubeconfig: Path
+) -> None:
+    from notify_queue.repositories.schema import latest_version
+
+    with psycopg.connect(release.database_url) as conn:
+        (version,) = conn.execute("SELECT max(version) FROM nq_schema_migrations").fetchone() or (
+            None,
+        )
+    assert version == latest_version()
+    assert "STATUS: deployed" in release.install_output
+    assert "kubectl get notif" in release.install_output  # the NOTES
+    # The hook's copy of the database URL is gone; the Job stays for its logs.
+    assert (
+        _secret_value(
+            tools, kubeconfig, release.namespace, f"{RELEASE}-notify-queue-migrate", "database-url"
+        )
+        is None
+    )
+    tools.kubectl(
+        "get",
+        "job",
+        f"{RELEASE}-notify-queue-migrate",
+        "-n",
+        release.namespace,
+        kubeconfig=kubeconfig,
+    )
+    deployments = tools.json("get", "deployments", "-n", release.namespace, kubeconfig=kubeconfig)[
+        "items"
+    ]
+    assert {d["metadata"]["name"] for d in deployments} == {
+        f"{RELEASE}-notify-queue-{c}" for c in ("api", "operator", "worker-urgent", "worker-bulk")
+    }
+
+
+def _service_account_kubeconfig(
+    tools: Tools, cluster: LocalControlPlane, namespace: str, path: Path
+) -> Path:
+    token = tools.kubectl(
+        "create",
+        "token",
+        OPERATOR_SA,
+        "-n",
+        namespace,
+        "--duration=1h",
+        kubeconfig=cluster.kubeconfig,
+    ).stdout.strip()
+    config = json.loads(cluster.kubeconfig.read_text())
+    config["users"] = [{"name": OPERATOR_SA, "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = OPERATOR_SA
+    path.write_text(json.dumps(config))
+    path.chmod(0o600)
+    return path
+
+
+def _deployment(tools: Tools, kubeconfig: Path, namespace: str, component: str) -> dict[str, Any]:
+    return dict(
+        tools.json(
+            "get",
+            "deployment",
+            f"{RELEASE}-notify-queue-{component}",
+            "-n",
+            namespace,
+            kubeconfig=kubeconfig,
+        )
+    )
+
+
+async def test_the_operator_does_its_whole_job_with_only_the_charts_service_account(
+    release: Release,
+    tools: Tools,
+    cluster: LocalControlPlane,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kubeconfig, ns = cluster.kubeconfig, release.namespace
+    sa_kubeconfig = _service_account_kubeconfig(
+        tools, cluster, ns, tmp_path / "kubeconfig-operator"
+    )
+    who = tools.kubectl(
+        "auth", "whoami", "-o", "jsonpath={.status.userInfo.username}", kubeconfig=sa_kubeconfig
+    )
+    assert who.stdout == f"system:serviceaccount:{ns}:{OPERATOR_SA}"
+
+    operator_pod = _deployment(tools, kubeconfig, ns, "operator")["spec"]["template"]["spec"]
+    (container,) = operator_pod["containers"]
+    health_port = _free_port()
+    settings = _settings_of(
+        _container_environment(tools, kubeconfig, ns, container),
+        container["args"],
+        host="127.0.0.1",
+        metrics_port=health_port,
+        scale_interval=0.3,
+        status_patches_per_second=500.0,
+    )
+    tools.kubectl(
+        "create",
+        "secret",
+        "generic",
+        "webhook-key",
+        "-n",
+        ns,
+        "--from-literal=key=whsec_"
+        + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode(),
+        kubeconfig=kubeconfig,
+    )
+    manifests = f"""
+apiVersion: notifyqueue.io/v1alpha1
+kind: NotificationPolicy
+metadata: {{name: default, namespace: {ns}}}
+spec:
+  rateLimit: {{maxPerWindow: 100, window: 1h}}
+  webhook: {{url: "http://127.0.0.1:9/events", secretRef: {{name: webhook-key, key: key}}}}
+  ttlSecondsAfterFinished: 2
+---
+apiVersion: notifyqueue.io/v1alpha1
+kind: Notification
+metadata: {{name: code, namespace: {ns}}}
+spec: {{channel: sms, recipient: "+4915112345678", body: "Your code is 123456", priority: HIGH}}
+---
+apiVersion: notifyqueue.io/v1alpha1
+kind: Notification
+metadata: {{name: later, namespace: {ns}}}
+spec:
+  channel: email
+  recipient: later@example.com
+  body: tomorrow
+  sendAt: "{(datetime.now(UTC) + timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")}"
+"""
+    workers = []
+    for pool in ("urgent", "bulk"):
+        (worker,) = _deployment(tools, kubeconfig, ns, f"worker-{pool}")["spec"]["template"][
+            "spec"
+        ]["containers"]
+        workers.append(
+            _settings_of(
+                _container_environment(tools, kubeconfig, ns, worker),
+                worker["args"],
+                host="127.0.0.1",
+                metrics_port=None,
+                poll_interval=0.2,
+                shutdown_grace_seconds=1.0,
+            )
+        )
+    assert [w.priorities for w in workers] == [["HIGH"], ["NORMAL", "LOW"]]
+
+    caplog.set_level(logging.INFO)
+    # Every Kubernetes call of the operator, kopf's included, goes out with this token only.
+    operator = await OperatorThread(settings, sa_kubeconfig).start()
+    try:
+        async with (
+            Database(release.database_url, pool_size=4) as db_urgent,
+            Database(release.database_url, pool_size=4) as db_bulk,
+            running_worker(workers[0], db_urgent),
+            running_worker(workers[1], db_bulk),
+        ):
+            tools.kubectl("apply", "-f", "-", input=manifests, kubeconfig=kubeconfig)
+
+            def get(kind: str, name: str) -> dict[str, Any] | None:
+                r = tools.kubectl(
+                    "get", kind, name, "-n", ns, "-o", "json", kubeconfig=kubeconfig, check=False
+                )
+                return json.loads(r.stdout) if r.returncode == 0 else None
+
+            async def policy_ready() -> bool:
+                conditions = ((get("npol", "default") or {}).get("status") or {}).get(
+                    "conditions"
+                ) or []
+                return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+            await eventually(policy_ready, timeout=30)
+
+            seen_sent: list[bool] = []
+
+            async def code_sent_then_deleted() -> bool:
+                obj = get("notif", "code")
+                if obj is not None and (obj.get("status") or {}).get("phase") == "Sent":
+                    seen_sent.append(True)
+                return obj is None and bool(seen_sent)
+
+            # Mirrored, delivered by the urgent pool, status written back, deleted by the TTL.
+            await eventually(code_sent_then_deleted, timeout=45, interval=0.1)
+
+            async def later_pending() -> bool:
+                return ((get("notif", "later") or {}).get("status") or {}).get("phase") == "Pending"
+
+            await eventually(later_pending, timeout=30)
+            tools.kubectl(
+                "delete", "notif", "later", "-n", ns, "--wait=false", kubeconfig=kubeconfig
+            )
+
+            async def later_gone() -> bool:
+                return get("notif", "later") is None
+
+            # The finalizer ran: cancelled in the queue, then released.
+            await eventually(later_gone, timeout=30)
+            with psycopg.connect(release.database_url) as conn:
+                statuses = dict(
+                    conn.execute(
+                        "SELECT recipient, status FROM nq_notifications"
+                        " WHERE recipient IN (%s, %s)",
+                        ("+4915112345678", "later@example.com"),
+                    ).fetchall()
+                )
+            assert statuses == {"+4915112345678": "SENT", "later@example.com": "CANCELLED"}
+
+            async def urgent_scaled_to_its_minimum() -> bool:
+                return (
+                    _deployment(tools, kubeconfig, ns, "worker-urgent")["spec"].get("replicas") == 2
+                )
+
+            # The chart sets no replicas (1 by default); the operator brings the pool to min 2.
+            await eventually(urgent_scaled_to_its_minimum, timeout=30)
+
+            async def events_posted() -> set[str]:
+                items = tools.json("get", "events", "-n", ns, kubeconfig=kubeconfig)["items"]
+                reasons = {e["reason"] for e in items}
+                return reasons if {"Accepted", "Scaled"} <= reasons else set()
+
+            await eventually(events_posted, timeout=30)
+
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"http://127.0.0.1:{health_port}/healthz") as response,
+            ):
+                assert response.status == 200  # what the chart's liveness probe asks
+    finally:
+        await operator.stop()
+    refused = [
+        r.getMessage()
+        for r in caplog.records
+        if any(word in r.getMessage().lower() for word in ("forbidden", "403", "permission"))
+    ]
+    assert not refused, "the operator was refused:\n" + "\n".join(refused[:10])
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "allowed"),
+    [
+        # What the operator does (see the chart's rbac.yaml for why).
+        ("watch", "notifications.notifyqueue.io", True),
+        ("patch", "notifications.notifyqueue.io", True),
+        ("delete", "notifications.notifyqueue.io", True),
+        ("patch", "notifications.notifyqueue.io/status", True),
+        ("patch", "notificationpolicies.notifyqueue.io/status", True),
+        ("get", "secrets", True),
+        ("list", "deployments.apps", True),
+        ("patch", "deployments.apps/scale", True),
+        ("create", "events", True),
+        # What it must not be able to do.
+        ("create", "notifications.notifyqueue.io", False),
+        ("delete", "notificationpolicies.notifyqueue.io", False),
+        ("create", "secrets", False),
+        ("update", "secrets", False),
+        ("patch", "secrets", False),
+        ("delete", "secrets", False),
+        ("create", "deployments.apps", False),
+        ("delete", "deployments.apps", False),
+        ("update", "deployments.apps", False),
+        ("update", "deployments.apps/scale", False),
+        ("create", "pods", False),
+        ("get", "pods", False),
+        ("create", "pods/exec", False),
+        ("get", "configmaps", False),
+        ("create", "serviceaccounts/token", False),
+        ("delete", "events", False),
+        ("create", "customresourcedefinitions.apiextensions.k8s.io", False),
+        ("create", "clusterrolebindings.rbac.authorization.k8s.io", False),
+        ("escalate", "clusterroles.rbac.authorization.k8s.io", False),
+        ("impersonate", "users", False),
+        ("create", "namespaces", False),
+    ],
+)
+def test_the_operator_service_account_can_do_exactly_what_it_needs(
+    release: Release, tools: Tools, kubeconfig: Path, verb: str, resource: str, allowed: bool
+) -> None:
+    result = tools.kubectl(
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        "-n",
+        release.namespace,
+        f"--as=system:serviceaccount:{release.namespace}:{OPERATOR_SA}",
+        kubeconfig=kubeconfig,
+        check=False,
+    )
+    assert result.stdout.strip() == ("yes" if allowed else "no"), (
+        f"{verb} {resource}: {result.stdout}{result.stderr}"
+    )
+
+
+def test_the_api_and_worker_service_account_can_do_nothing(
+    release: Release, tools: Tools, kubeconfig: Path
+) -> None:
+    rules = tools.kubectl(
+        "auth",
+        "can-i",
+        "--list",
+        "-n",
+        release.namespace,
+        f"--as=system:serviceaccount:{release.namespace}:{RELEASE}-notify-queue-workload",
+        kubeconfig=kubeconfig,
+    ).stdout
+    granted = [
+        line
+        for line in rules.splitlines()[1:]
+        if "notifyqueue.io" in line or "secrets" in line or "deployments" in line
+    ]
+    assert not granted, rules
+
+
+def test_helm_upgrade_migrates_again_and_keeps_the_operators_replica_counts(
+    release: Release, tools: Tools, kubeconfig: Path
+) -> None:
+    ns = release.namespace
+    tools.kubectl(
+        "scale",
+        "deployment",
+        f"{RELEASE}-notify-queue-worker-bulk",
+        "--replicas=4",
+        "-n",
+        ns,
+        kubeconfig=kubeconfig,
+    )
+    out, logs = _helm_with_hooks(
+        tools,
+        kubeconfig,
+        ns,
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "--values",
+        str(release.values_file),
+        "--set",
+        "workers.pools.bulk.maxReplicas=20",
+    )
+    assert len(logs) == 1 and "schema up to date (0 migrations applied)" in logs[0]
+    bulk = _deployment(tools, kubeconfig, ns, "worker-bulk")
+    assert bulk["metadata"]["annotations"]["notifyqueue.io/max-replicas"] == "20"
+    assert bulk["spec"]["replicas"] == 4, "helm upgrade reset the replica count the operator set"
+    assert "REVISION: 2" in out
+
+
+def test_helm_uninstall_removes_the_release_and_keeps_the_crds(
+    release: Release, tools: Tools, kubeconfig: Path
+) -> None:
+    tools.helm(
+        "uninstall",
+        RELEASE,
+        "--namespace",
+        release.namespace,
+        "--wait",
+        "--timeout",
+        "60s",
+        kubeconfig=kubeconfig,
+    )
+    left = tools.json(
+        "get",
+        "deployments,services,serviceaccounts,secrets",
+        "-n",
+        release.namespace,
+        kubeconfig=kubeconfig,
+    )["items"]
+    # The migration Job and its history stay (hooks are not part of the release's objects).
+    assert [o for o in left if o["kind"] != "Job" and RELEASE in o["metadata"]["name"]] == []
+    tools.kubectl(
+        "get",
+        "crd",
+        "notifications.notifyqueue.io",
+        "notificationpolicies.notifyqueue.io",
+        kubeconfig=kubeconfig,
+    )

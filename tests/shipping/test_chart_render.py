@@ -1,0 +1,371 @@
+"""The Helm chart as rendered, without a cluster: lint, values schema, and what the manifests say.
+
+`helm lint --strict` and `helm template` with the default values and with every value set;
+values.schema.json rejecting bad values with a message that names the value; the chart's CRDs
+equal to crds/; and the promises of the chart read from its output: restricted pod security
+everywhere, secrets only from Secrets, worker pools labelled and annotated for the operator and
+never given a replica count, the migration as a hook, monitoring objects only with their CRDs.
+"""
+
+from __future__ import annotations
+
+import filecmp
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from notify_queue.cli import build_parser
+from notify_queue.settings import Settings
+from tests.shipping.support import (
+    CHART,
+    FULL_VALUES,
+    ROOT,
+    Tools,
+    helm_values_of_hooks,
+    named,
+    of_kind,
+    pod_specs,
+)
+
+pytestmark = pytest.mark.kubernetes
+
+
+@pytest.fixture(scope="module")
+def default_objects(tools: Tools) -> list[dict[str, Any]]:
+    return tools.template()
+
+
+@pytest.fixture(scope="module")
+def full_objects(tools: Tools) -> list[dict[str, Any]]:
+    return tools.template("--api-versions", "monitoring.coreos.com/v1", values=[FULL_VALUES])
+
+
+# --- lint and schema -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", [[], [FULL_VALUES]], ids=["default values", "full values"])
+def test_helm_lint_strict_passes(tools: Tools, values: list[Path]) -> None:
+    args = ["lint", "--strict", str(CHART)] + [a for v in values for a in ("--values", str(v))]
+    result = tools.helm(*args)
+    assert "0 chart(s) failed" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        (
+            "workers.pools.urgent.priorities={URGENT}",
+            "at '/workers/pools/urgent/priorities/0': value must be one of 'HIGH', 'NORMAL', 'LOW'",
+        ),
+        ("config.log-format=xml", "at '/config/log-format': value must be one of 'text', 'json'"),
+        ("config.concurency=5", "additional properties 'concurency' not allowed"),
+        ("config.database-url=postgresql://x", "additional properties 'database-url' not allowed"),
+        ("workers.config.batch-size=5000", "at '/workers/config/batch-size': maximum"),
+        ("api.replicas=-1", "at '/api/replicas': minimum"),
+        ("database.url=mysql://db/notify", "at '/database/url'"),
+        ("secrets.webhookSecret=not-a-secret", "at '/secrets/webhookSecret'"),
+        ("workers.pools.Urgent_Pool.priorities={HIGH}", "'Urgent_Pool' does not match pattern"),
+        ("image.pullPolicy=Sometimes", "at '/image/pullPolicy'"),
+        ("operator.watchNamespace=Not_A_Namespace", "at '/operator/watchNamespace'"),
+        ("metrics.serviceMonitor.interval=soon", "at '/metrics/serviceMonitor/interval'"),
+        ("unknownTopLevel=1", "additional properties 'unknownTopLevel' not allowed"),
+    ],
+)
+def test_the_values_schema_rejects_a_bad_value_and_names_it(
+    tools: Tools, setting: str, message: str
+) -> None:
+    result = tools.helm("template", "nq", str(CHART), "--set", setting, check=False)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    assert message in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (
+            ["workers.pools.bulk.enabled=false"],
+            "no enabled pool serves the NORMAL lane, so NORMAL notifications would never be sent",
+        ),
+        (
+            ["workers.pools.urgent.minReplicas=20"],
+            "workers.pools.urgent: minReplicas (20) must not exceed maxReplicas (10)",
+        ),
+        (["database.url="], "database.url is empty"),
+        (["api.databaseUrlKey=pooled"], "api.databaseUrlKey (pooled) needs existingSecret"),
+    ],
+)
+def test_values_that_cannot_work_together_fail_with_a_clear_message(
+    tools: Tools, settings: list[str], message: str
+) -> None:
+    args = ["template", "nq", str(CHART)] + [a for s in settings for a in ("--set", s)]
+    result = tools.helm(*args, check=False)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+
+
+def test_the_config_schema_is_generated_from_the_settings() -> None:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "gen-chart-schema.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_charts_crds_are_the_projects_crds() -> None:
+    ours = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    chart = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert ours and chart == ours, "run scripts/sync-chart-crds.sh"
+    _, mismatch, errors = filecmp.cmpfiles(ROOT / "crds", CHART / "crds", ours, shallow=False)
+    assert not mismatch and not errors, (
+        f"{mismatch + errors} differ; run scripts/sync-chart-crds.sh"
+    )
+
+
+# --- what the manifests promise ----------------------------------------------------------------
+
+
+def test_the_default_render_has_every_component(default_objects: list[dict[str, Any]]) -> None:
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in default_objects}
+    for expected in [
+        ("Deployment", "nq-notify-queue-operator"),
+        ("Deployment", "nq-notify-queue-api"),
+        ("Service", "nq-notify-queue-api"),
+        ("Deployment", "nq-notify-queue-worker-urgent"),
+        ("Deployment", "nq-notify-queue-worker-bulk"),
+        ("PodDisruptionBudget", "nq-notify-queue-api"),
+        ("PodDisruptionBudget", "nq-notify-queue-worker-urgent"),
+        ("PodDisruptionBudget", "nq-notify-queue-worker-bulk"),
+        ("Job", "nq-notify-queue-migrate"),
+        ("ServiceAccount", "nq-notify-queue-operator"),
+        ("ClusterRole", "notify-queue-nq-notify-queue-operator"),
+        ("ClusterRoleBinding", "notify-queue-nq-notify-queue-operator"),
+        ("Secret", "nq-notify-queue-secrets"),
+    ]:
+        assert expected in kinds
+
+
+def test_the_operator_runs_alone_and_is_replaced_not_rolled(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    operator = named(default_objects, "Deployment", "nq-notify-queue-operator")
+    assert operator["spec"]["replicas"] == 1
+    assert operator["spec"]["strategy"] == {"type": "Recreate"}
+    (container,) = operator["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["operator"]
+    probe = container["livenessProbe"]["httpGet"]
+    assert probe["path"] == "/healthz"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    port = next(p for p in container["ports"] if p["name"] == probe["port"])["containerPort"]
+    assert env["NOTIFY_QUEUE_METRICS_PORT"] == str(port)  # where run_operator serves /healthz
+    assert env["NOTIFY_QUEUE_HOST"] == "0.0.0.0"  # noqa: S104 - the probe reaches it from outside
+
+
+def test_worker_pools_split_urgent_from_bulk_lanes(default_objects: list[dict[str, Any]]) -> None:
+    pools = {
+        d["metadata"]["labels"]["notifyqueue.io/worker-pool"]: d
+        for d in of_kind(default_objects, "Deployment")
+        if "notifyqueue.io/worker-pool" in d["metadata"]["labels"]
+    }
+    assert set(pools) == {"urgent", "bulk"}
+    lanes = {}
+    for name, deployment in pools.items():
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        flags = build_parser().parse_args(container["args"])
+        assert flags.role == "worker"
+        annotations = deployment["metadata"]["annotations"]
+        # The operator scales on the lanes the workers serve: one value, two places.
+        assert annotations["notifyqueue.io/priorities"] == flags.priorities
+        lanes[name] = flags.priorities
+        for key in ("min-replicas", "max-replicas", "target-depth-per-replica", "scale-down-delay"):
+            assert annotations[f"notifyqueue.io/{key}"].isdigit()
+        # The operator owns the replica count; the chart setting it would undo the scaling.
+        assert "replicas" not in deployment["spec"]
+        assert (
+            deployment["spec"]["template"]["metadata"]["labels"]["notifyqueue.io/worker-pool"]
+            == name
+        )
+    assert lanes == {"urgent": "HIGH", "bulk": "NORMAL,LOW"}
+
+
+def test_worker_annotations_are_what_the_operators_scaling_rule_reads(
+    full_objects: list[dict[str, Any]],
+) -> None:
+    from notify_queue.models import Priority
+    from notify_queue.services.scaling import pool_config_from_annotations
+
+    urgent = named(full_objects, "Deployment", "notify-worker-urgent")
+    config = pool_config_from_annotations(urgent["metadata"]["annotations"])
+    assert config.priorities == frozenset({Priority.HIGH})
+    assert (config.min_replicas, config.max_replicas, config.target_depth_per_replica) == (
+        3,
+        30,
+        10,
+    )
+    assert config.scale_down_delay_seconds == 120
+
+
+def test_every_pod_meets_pod_security_restricted_and_has_a_read_only_root(
+    default_objects: list[dict[str, Any]], full_objects: list[dict[str, Any]]
+) -> None:
+    specs = list(pod_specs(default_objects)) + list(pod_specs(full_objects))
+    assert len(specs) >= 9
+    for name, spec in specs:
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True, name
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        for container in spec["containers"] + spec.get("initContainers", []):
+            sc = container["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False, name
+            assert sc["readOnlyRootFilesystem"] is True, name
+            assert sc["capabilities"] == {"drop": ["ALL"]}, name
+            assert sc["runAsNonRoot"] is True and sc["runAsUser"] != 0, name
+            mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
+            assert "/tmp" in mounts, f"{name}: a read-only root needs a writable /tmp"
+
+
+def test_only_the_operator_gets_a_kubernetes_token(default_objects: list[dict[str, Any]]) -> None:
+    for name, spec in pod_specs(default_objects):
+        mounts_token = spec.get("automountServiceAccountToken", True)
+        assert mounts_token is (name == "Deployment/nq-notify-queue-operator"), name
+
+
+def test_secrets_reach_the_pods_only_through_secret_references(
+    default_objects: list[dict[str, Any]], full_objects: list[dict[str, Any]]
+) -> None:
+    secret_options = {"DATABASE_URL", "API_TOKEN", "ADMIN_TOKEN", "WEBHOOK_SECRET", "SMTP_PASSWORD"}
+    for objects in (default_objects, full_objects):
+        for name, spec in pod_specs(objects):
+            for container in spec["containers"]:
+                env = container["env"]
+                names = [e["name"] for e in env]
+                assert len(names) == len(set(names)), f"{name}: duplicate variables {names}"
+                for variable in env:
+                    option = variable["name"].removeprefix("NOTIFY_QUEUE_")
+                    if option in secret_options:
+                        assert "value" not in variable, f"{name}: {variable['name']} in plain text"
+                        assert "secretKeyRef" in variable["valueFrom"]
+    database = [
+        e
+        for _, spec in pod_specs(full_objects)
+        for c in spec["containers"]
+        for e in c["env"]
+        if e["name"] == "NOTIFY_QUEUE_DATABASE_URL"
+    ]
+    assert database and all(
+        e["valueFrom"]["secretKeyRef"]["name"] == "notify-queue-secrets" for e in database
+    ), "existingSecret must be used everywhere, the migration Job included"
+
+
+def test_each_role_can_read_its_database_url_from_its_own_key(
+    full_objects: list[dict[str, Any]],
+) -> None:
+    keys = {}
+    for name, spec in pod_specs(full_objects):
+        (container,) = spec["containers"]
+        (url,) = [e for e in container["env"] if e["name"] == "NOTIFY_QUEUE_DATABASE_URL"]
+        keys[name] = url["valueFrom"]["secretKeyRef"]["key"]
+    assert keys["Deployment/notify-api"] == "pooled-database-url"
+    assert keys["Job/notify-migrate"] == "direct-database-url"
+    assert keys["Deployment/notify-worker-urgent"] == "database-url"
+
+
+def test_every_variable_the_chart_sets_is_a_setting_that_the_role_accepts(
+    default_objects: list[dict[str, Any]], full_objects: list[dict[str, Any]]
+) -> None:
+    from notify_queue.settings import load_settings
+
+    for objects in (default_objects, full_objects):
+        for name, spec in pod_specs(objects):
+            for container in spec["containers"]:
+                values: dict[str, str] = {}
+                for variable in container["env"]:
+                    if not variable["name"].startswith("NOTIFY_QUEUE_"):
+                        continue
+                    field = variable["name"].removeprefix("NOTIFY_QUEUE_").lower()
+                    assert field in Settings.model_fields, (
+                        f"{name}: {variable['name']} is no setting"
+                    )
+                    if "value" in variable:
+                        values[field] = variable["value"]
+                    elif field == "database_url":  # from the Secret at run time
+                        values[field] = "postgresql://user@db:5432/notify"
+                flags = vars(build_parser().parse_args(container["args"]))
+                role = flags.pop("role")
+                # What the program will do at start: build and validate its settings.
+                load_settings(**values, **{k: v for k, v in flags.items() if v is not None})
+                assert role in {"api", "worker", "operator", "migrate"}, name
+
+
+def test_the_migration_runs_as_a_hook_before_install_and_upgrade(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    job = named(default_objects, "Job", "nq-notify-queue-migrate")
+    assert helm_values_of_hooks(job) == {"pre-install", "pre-upgrade"}
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["migrate"]
+    # The ordinary Secret does not exist yet when hooks run: the Job reads a hook Secret made
+    # just before it (a lower weight) and deleted when the hooks are done.
+    ref = next(e for e in container["env"] if e["name"] == "NOTIFY_QUEUE_DATABASE_URL")
+    secret = named(default_objects, "Secret", ref["valueFrom"]["secretKeyRef"]["name"])
+    assert helm_values_of_hooks(secret) == {"pre-install", "pre-upgrade"}
+    weight = int(secret["metadata"]["annotations"]["helm.sh/hook-weight"])
+    assert weight < int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
+    assert "hook-succeeded" in secret["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+
+
+def test_disruption_budgets_cover_the_api_and_every_pool(
+    full_objects: list[dict[str, Any]],
+) -> None:
+    budgets = {
+        b["metadata"]["name"]: b["spec"] for b in of_kind(full_objects, "PodDisruptionBudget")
+    }
+    assert set(budgets) == {
+        "notify-api",
+        "notify-worker-urgent",
+        "notify-worker-bulk",
+        "notify-worker-sms",
+    }
+    for name, spec in budgets.items():
+        target = named(full_objects, "Deployment", name)
+        selected = target["spec"]["template"]["metadata"]["labels"]
+        assert spec["selector"]["matchLabels"].items() <= selected.items(), name
+
+
+def test_a_watched_namespace_gets_a_role_instead_of_a_cluster_role(
+    full_objects: list[dict[str, Any]],
+) -> None:
+    assert not of_kind(full_objects, "ClusterRole")
+    (role,) = of_kind(full_objects, "Role")
+    assert role["metadata"]["namespace"] == "notify"
+    operator = named(full_objects, "Deployment", "notify-operator")
+    env = {
+        e["name"]: e.get("value")
+        for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["NOTIFY_QUEUE_NAMESPACE"] == "notify"
+
+
+def test_monitoring_objects_render_only_when_the_cluster_serves_their_api(tools: Tools) -> None:
+    enabled = {"metrics.serviceMonitor.enabled": "true", "metrics.prometheusRule.enabled": "true"}
+    without = tools.template(set_values=enabled)
+    assert not of_kind(without, "ServiceMonitor") and not of_kind(without, "PrometheusRule")
+    with_api = tools.template("--api-versions", "monitoring.coreos.com/v1", set_values=enabled)
+    assert len(of_kind(with_api, "ServiceMonitor")) == 1
+    (rule,) = of_kind(with_api, "PrometheusRule")
+    alerts = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    # Metric names from CONTRACT section 7.
+    assert (
+        'notify_queue_notifications{status="DEAD_LETTERED"'
+        in alerts["NotifyQueueDeadLettersGrowing"]
+    )
+    assert "notify_queue_oldest_due_age_seconds" in alerts["NotifyQueueOldestDueTooOld"]
+    assert 'notify_queue_webhook_events{state="failed"' in alerts["NotifyQueueWebhookFailures"]
+    off = tools.template("--api-versions", "monitoring.coreos.com/v1")
+    assert not of_kind(off, "ServiceMonitor") and not of_kind(off, "PrometheusRule")
