@@ -45,30 +45,37 @@ WHERE (SELECT count(*) FROM recipient_locks) >= 0
 -- attempt counts when claimed, so a notification that crashes every worker still runs out).
 -- The others stay PENDING, due at the moment a slot frees (the matching oldest slot's time plus
 -- the window), with no attempt used. Admitted rows take a slot now, in this transaction.
+--
+-- Cost per row is what limits throughput, so: each row is found through the primary key
+-- (`id = ANY(array)`, never a join the planner could turn into a scan of the whole table, which
+-- would make a claim's cost grow with the table), the window's slots are counted once per
+-- distinct recipient, and the moment a slot frees is looked up only for rows that must wait.
 WITH batch AS (
-    SELECT n.id, n.recipient, n.channel, n.priority, n.next_attempt_at, n.created_at,
+    SELECT n.id, n.recipient, n.priority, n.next_attempt_at, n.created_at,
            COALESCE(p.rate_limit, %(rate_limit)s) AS rate_limit,
-           make_interval(secs => COALESCE(p.rate_window_seconds, %(rate_window_seconds)s)) AS win
+           make_interval(secs => COALESCE(p.rate_window_seconds, %(rate_window_seconds)s)) AS win,
+           -- A row whose lease was recovered after a crash still holds the slot its lost attempt
+           -- took. That slot stands for the one delivery its key can make (the re-check goes out
+           -- with the same idempotency key), so the row is admitted on it (renewing it) and does
+           -- not compete for another: it must not wait a whole window behind its own slot.
+           EXISTS (SELECT 1 FROM nq_rate_slots s
+                   WHERE s.notification_id = n.id
+                     AND s.taken_at > now() - make_interval(
+                         secs => COALESCE(p.rate_window_seconds, %(rate_window_seconds)s))) AS holds_slot
     FROM nq_notifications n
     LEFT JOIN nq_policies p ON p.name = n.policy
     WHERE n.id = ANY(%(ids)s::uuid[])
-), ranked AS (
-    SELECT b.*,
-           row_number() OVER (PARTITION BY b.recipient
-                              ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank,
+), recipients AS (
+    -- Slots in the window per recipient (and window: a policy may set its own).
+    SELECT r.recipient, r.win,
            (SELECT count(*) FROM nq_rate_slots s
-            WHERE s.recipient = b.recipient AND s.taken_at > now() - b.win) AS used
-    FROM batch b
+            WHERE s.recipient = r.recipient AND s.taken_at > now() - r.win) AS used
+    FROM (SELECT DISTINCT recipient, win FROM batch) r
 ), decided AS (
-    SELECT r.*, r.rank <= r.rate_limit - r.used AS admitted,
-           -- The slot this row waits for is the (used - limit + rank)-th oldest in the window;
-           -- when that slot is not taken yet (a burst within one batch), a full window from now.
-           COALESCE((SELECT s.taken_at FROM nq_rate_slots s
-                     WHERE s.recipient = r.recipient AND s.taken_at > now() - r.win
-                     ORDER BY s.taken_at
-                     OFFSET GREATEST(r.used - r.rate_limit + r.rank - 1, 0) LIMIT 1),
-                    now()) + r.win AS slot_frees_at
-    FROM ranked r
+    SELECT b.id, b.recipient, b.win, u.used, b.rate_limit, b.holds_slot,
+           row_number() OVER (PARTITION BY b.recipient, b.holds_slot
+                              ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank
+    FROM batch b JOIN recipients u ON u.recipient = b.recipient AND u.win = b.win
 ), admitted AS (
     UPDATE nq_notifications n
     SET status = 'PROCESSING',
@@ -76,15 +83,26 @@ WITH batch AS (
         claim_token = gen_random_uuid(),
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
         updated_at = now()
-    FROM decided d
-    WHERE n.id = d.id AND d.admitted
+    -- These rows are locked by step 1 of this transaction, so they are still PENDING.
+    WHERE n.id = ANY(ARRAY(SELECT id FROM decided WHERE holds_slot OR rank <= rate_limit - used))
     RETURNING n.id, n.claim_token, n.channel, n.recipient, n.subject, n.body, n.metadata,
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at
+), waiting AS (
+    -- The slot a waiting row waits for is the (used - limit + rank)-th oldest in the window;
+    -- when that slot is not taken yet (a burst within one batch), a full window from now.
+    SELECT d.id,
+           COALESCE((SELECT s.taken_at FROM nq_rate_slots s
+                     WHERE s.recipient = d.recipient AND s.taken_at > now() - d.win
+                     ORDER BY s.taken_at
+                     OFFSET GREATEST(d.used - d.rate_limit + d.rank - 1, 0) LIMIT 1),
+                    now()) + d.win AS slot_frees_at
+    FROM decided d
+    WHERE NOT d.holds_slot AND d.rank > d.rate_limit - d.used
 ), deferred AS (
     UPDATE nq_notifications n
-    SET next_attempt_at = d.slot_frees_at, updated_at = now()
-    FROM decided d
-    WHERE n.id = d.id AND NOT d.admitted
+    SET next_attempt_at = w.slot_frees_at, updated_at = now()
+    FROM waiting w
+    WHERE n.id = ANY(ARRAY(SELECT id FROM waiting)) AND n.id = w.id
     RETURNING n.id, n.channel
 ), slots AS (
     INSERT INTO nq_rate_slots (notification_id, recipient, taken_at)
@@ -127,7 +145,9 @@ WITH results AS (
         lease_expires_at = NULL,
         updated_at = now()
     FROM results r
-    WHERE n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
+    -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
+    WHERE n.id = ANY(%(ids)s::uuid[])
+      AND n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
     RETURNING n.id, n.status, n.attempt_count, n.webhook_url, n.policy
 ), events AS (
     SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),

@@ -5,6 +5,9 @@
 -- lease: next_attempt_at moves %(lease_seconds)s ahead, so an event whose dispatcher died is
 -- picked up again later, with the same id (at least once). The attempt counts when claimed.
 -- Secrets are read now from the policy, so a rotated secret applies to the next attempt.
+-- The UPDATE finds its rows through the primary key (`= ANY`), never by a join the planner
+-- could turn into a scan of the whole outbox, so a claim costs the same however many delivered
+-- events the table holds.
 WITH due AS (
     SELECT id FROM nq_webhook_events
     WHERE state = 'pending' AND next_attempt_at <= now()
@@ -16,8 +19,7 @@ UPDATE nq_webhook_events e
 SET attempts = e.attempts + 1,
     claim_token = gen_random_uuid(),
     next_attempt_at = now() + make_interval(secs => %(lease_seconds)s)
-FROM due
-WHERE e.id = due.id
+WHERE e.id = ANY(ARRAY(SELECT id FROM due))
 RETURNING e.id, e.notification_id, e.url, e.payload, e.attempts, e.claim_token, e.policy,
           (SELECT p.webhook_secrets FROM nq_policies p WHERE p.name = e.policy) AS policy_secrets
 
@@ -32,7 +34,8 @@ SET state = r.state,
 FROM unnest(%(ids)s::uuid[], %(claim_tokens)s::uuid[], %(states)s::text[],
             %(retry_in_seconds)s::float8[], %(last_errors)s::text[])
      AS r(id, claim_token, state, retry_in_seconds, last_error)
-WHERE e.id = r.id AND e.claim_token = r.claim_token
+-- Through the primary key (`= ANY`), so the cost is per result, never per event in the table.
+WHERE e.id = ANY(%(ids)s::uuid[]) AND e.id = r.id AND e.claim_token = r.claim_token
 RETURNING e.id
 
 -- name: webhook_next_due_at

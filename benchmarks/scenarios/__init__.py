@@ -1,0 +1,1 @@
+"""One module per measured aspect; each exposes `run(ctx)` and records its figures on `ctx`."""

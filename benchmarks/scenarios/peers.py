@@ -1,0 +1,121 @@
+"""6. Side by side: the same due-job burn-down on Notify Queue, pg-boss and Procrastinate, on the
+same PostgreSQL, interleaved round by round so a burst of load from elsewhere on the machine hits
+all of them alike; the ratios are computed per round and their median reported.
+
+Notify Queue runs with the tuned worker flags (TUNED_WORKER_FLAGS, as pg-boss gets its best
+batchSize) and everything on (rate limiting, a webhook event per notification POSTed to
+the receiver) and, for the like-for-like figure, without a webhook URL; the peers run no-op jobs.
+pg-boss is tried at several batch sizes and its best is the one compared (the conservative
+choice); Procrastinate, which fetches one job per query, gets `concurrency` sub-workers per process.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from benchmarks import peers
+from benchmarks.burn import burn_down
+from benchmarks.context import TUNED_WORKER_FLAGS, Context
+from benchmarks.env import LoadWatch
+from benchmarks.progress import say
+
+PGBOSS_BATCH_SIZES = {"full": [100, 1000], "quick": [100, 1000], "smoke": [100]}
+PROCRASTINATE_CONCURRENCY = 16
+
+
+def run(ctx: Context) -> None:
+    peers.ensure_installed()
+    ctx.notes.append(f"peer versions: {peers.versions()}")
+    n = ctx.sizes.peer_notifications
+    n_proc = ctx.sizes.procrastinate_notifications
+    workers = 2 if ctx.mode != "smoke" else 1
+    rounds: list[dict[str, Any]] = []
+    for round_ in range(ctx.sizes.rounds):
+        watch = LoadWatch()
+        say(f"[peers] round {round_ + 1}: {n:,} jobs, {workers} worker processes each")
+        ours = burn_down(
+            ctx,
+            label=f"notify-queue W={workers}",
+            notifications=n,
+            workers=workers,
+            extra=TUNED_WORKER_FLAGS,
+        )
+        ours_plain = burn_down(
+            ctx,
+            label=f"notify-queue W={workers} no webhooks",
+            notifications=n,
+            workers=workers,
+            webhooks=False,
+            extra=TUNED_WORKER_FLAGS,
+        )
+        boss = {
+            bs: peers.pgboss_burn(ctx, jobs=n, workers=workers, batch_size=bs)
+            for bs in PGBOSS_BATCH_SIZES[ctx.mode]
+        }
+        proc = peers.procrastinate_burn(
+            ctx, jobs=n_proc, workers=workers, concurrency=PROCRASTINATE_CONCURRENCY
+        )
+        best_bs, best = max(boss.items(), key=lambda kv: kv[1].get("jobs_per_second") or 0)
+        r = {
+            "round": round_ + 1,
+            "notify_queue_per_second": ours.get("notifications_per_second"),
+            "notify_queue_webhooks_per_second": ours.get("webhooks_per_second"),
+            "notify_queue_no_webhooks_per_second": ours_plain.get("notifications_per_second"),
+            "pgboss_per_second": best.get("jobs_per_second"),
+            "pgboss_batch_size": best_bs,
+            "pgboss_by_batch_size": {bs: b.get("jobs_per_second") for bs, b in boss.items()},
+            "procrastinate_per_second": proc.get("jobs_per_second"),
+            "procrastinate_jobs": n_proc,
+            "load": {
+                "notify_queue": ours["load"],
+                "notify_queue_no_webhooks": ours_plain["load"],
+                "pgboss": {bs: b["load"] for bs, b in boss.items()},
+                "procrastinate": proc["load"],
+            },
+        }
+        for key, peer in (
+            ("pgboss", "pgboss_per_second"),
+            ("procrastinate", "procrastinate_per_second"),
+        ):
+            if r["notify_queue_per_second"] and r[peer]:
+                r[f"ratio_{key}"] = round(r["notify_queue_per_second"] / r[peer], 2)
+                r[f"ratio_{key}_no_webhooks"] = round(
+                    r["notify_queue_no_webhooks_per_second"] / r[peer], 2
+                )
+        rounds.append(r)
+        ctx.record(
+            "peers",
+            f"round {round_ + 1} W={workers}",
+            {k: v for k, v in r.items() if k != "load"},
+            load=watch,
+            params={
+                "jobs": n,
+                "workers": workers,
+                "procrastinate_concurrency": PROCRASTINATE_CONCURRENCY,
+                "notify_queue_worker_flags": TUNED_WORKER_FLAGS,
+                "round_loads": r["load"],
+            },
+        )
+    if len(rounds) > 1:
+        summary = {
+            k: statistics.median([r[k] for r in rounds if r.get(k)])
+            for k in (
+                "notify_queue_per_second",
+                "notify_queue_no_webhooks_per_second",
+                "pgboss_per_second",
+                "procrastinate_per_second",
+                "ratio_pgboss",
+                "ratio_procrastinate",
+                "ratio_pgboss_no_webhooks",
+                "ratio_procrastinate_no_webhooks",
+            )
+            if any(r.get(k) for r in rounds)
+        }
+        ctx.record(
+            "peers",
+            f"median of {len(rounds)} rounds W={workers}",
+            summary,
+            load={"loadavg_before": None},
+            params={"rounds": len(rounds)},
+        )

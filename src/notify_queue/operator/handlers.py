@@ -1,0 +1,136 @@
+"""The kopf handlers, registered on a dedicated `kopf.OperatorRegistry` (never kopf's global one),
+so several operators can run in one process, as the tests do.
+
+The handlers are thin: they pass the object's fields to the mirrors and turn "try again later"
+errors into `kopf.TemporaryError` with a short delay. Handlers are per-object by nature; the
+per-change work (status write-back, TTL, scaling) is done by single tasks outside kopf.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar, cast
+
+import kopf
+
+from notify_queue.errors import DatabaseUnavailable
+from notify_queue.operator.kubeapi import KubeApi, KubeUnavailable
+from notify_queue.operator.mirror import NotificationMirror, PolicyMirror
+from notify_queue.services.kube import GROUP, NOTIFICATIONS, POLICIES, VERSION
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Seconds before kopf retries a handler that failed for a reason that passes (database or API
+# server away); kopf's own default (60 s) would leave a Notification unmirrored for a minute.
+RETRY_DELAY_SECONDS = 2.0
+
+
+async def _retrying(call: Callable[[], Awaitable[Any]]) -> Any:
+    try:
+        return await call()
+    except (DatabaseUnavailable, KubeUnavailable) as exc:
+        raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY_SECONDS) from None
+
+
+def register_handlers(
+    registry: kopf.OperatorRegistry,
+    *,
+    kube: KubeApi,
+    notifications: NotificationMirror,
+    policies: PolicyMirror,
+) -> None:
+    def on(decorator: Callable[..., Any], plural: str, handler_id: str) -> Callable[[F], F]:
+        # One place for what every handler shares: our registry, an explicit id (kopf's default
+        # is the function's qualified name) and the short retry delay.
+        return cast(
+            Callable[[F], F],
+            decorator(
+                GROUP,
+                VERSION,
+                plural,
+                id=handler_id,
+                registry=registry,
+                backoff=RETRY_DELAY_SECONDS,
+            ),
+        )
+
+    @kopf.on.login(id="login", registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kube.connection_info()
+
+    # --- Notification ----------------------------------------------------------------------
+
+    @on(kopf.on.create, NOTIFICATIONS, "notification_created")
+    async def notification_created(
+        namespace: str, name: str, uid: str, meta: kopf.Meta, spec: kopf.Spec, **_: Any
+    ) -> None:
+        await _retrying(
+            lambda: notifications.created(
+                namespace=namespace,
+                name=name,
+                uid=uid,
+                generation=int(meta.get("generation", 1)),
+                spec=dict(spec),
+            )
+        )
+
+    @on(kopf.on.delete, NOTIFICATIONS, "notification_deleted")
+    async def notification_deleted(uid: str, **_: Any) -> None:
+        await _retrying(lambda: notifications.deleted(uid=uid))
+
+    # --- NotificationPolicy ------------------------------------------------------------------
+
+    @on(kopf.on.resume, POLICIES, "policy_changed")
+    @on(kopf.on.create, POLICIES, "policy_changed")
+    @on(kopf.on.update, POLICIES, "policy_changed")
+    async def policy_changed(
+        namespace: str,
+        name: str,
+        uid: str,
+        meta: kopf.Meta,
+        spec: kopf.Spec,
+        status: kopf.Status,
+        **_: Any,
+    ) -> None:
+        await _retrying(
+            lambda: policies.changed(
+                namespace=namespace,
+                name=name,
+                uid=uid,
+                generation=int(meta.get("generation", 1)),
+                spec=dict(spec),
+                conditions=list(status.get("conditions") or ()),
+            )
+        )
+
+    @on(kopf.on.delete, POLICIES, "policy_deleted")
+    async def policy_deleted(namespace: str, name: str, **_: Any) -> None:
+        await _retrying(lambda: policies.deleted(namespace=namespace, name=name))
+
+    # Which policies use which Secret, so a Secret's change re-mirrors exactly those.
+    @kopf.index(GROUP, VERSION, POLICIES, id="policies_by_secret", registry=registry)  # type: ignore[arg-type]
+    def policies_by_secret(namespace: str, name: str, spec: kopf.Spec, **_: Any) -> Any:
+        ref = (spec.get("webhook") or {}).get("secretRef")
+        return {(namespace, ref["name"]): name} if ref else None
+
+    # (kopf passes indices to handlers but not to `when` filters, so the check is inside.)
+    @kopf.on.event("v1", "secrets", id="secret_changed", registry=registry)  # type: ignore[arg-type]
+    async def secret_changed(
+        namespace: str, name: str, policies_by_secret: kopf.Index[Any, str], **_: Any
+    ) -> None:
+        # A rotation (or the Secret appearing at last): mirror each policy that refers to it.
+        for policy in sorted(set(policies_by_secret.get((namespace, name), ()))):
+            try:
+                await policies.resync(namespace=namespace, name=policy)
+            except (DatabaseUnavailable, KubeUnavailable) as exc:
+                # kopf does not retry event handlers; the Secret's next change, or the policy's
+                # resume when the operator restarts, mirrors it then.
+                log.warning(
+                    "policy %s/%s not re-mirrored after its Secret changed: %s",
+                    namespace,
+                    policy,
+                    exc,
+                )

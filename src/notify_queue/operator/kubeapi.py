@@ -1,0 +1,342 @@
+"""The operator's own calls to the Kubernetes API, outside kopf's handlers.
+
+kopf watches and patches the objects it handles; the status writer, the TTL sweeper, the scaler
+and the policy mirror need a few more calls (a status patch of any object, a delete with a uid
+precondition, a Secret, the worker Deployments and their scale subresource, Events). They are
+made here with aiohttp, on the event loop, with the same credentials kopf logs in with: the
+official `kubernetes` package only loads the configuration (kubeconfig, exec plugins, in-cluster
+service account), it never makes a request, so no thread pool sits between us and the API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import enum
+import json as _json
+import logging
+import os
+import ssl
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import kopf
+
+from notify_queue.errors import ConfigurationError, NotifyQueueError
+from notify_queue.services.kube import GROUP, VERSION, kube_time
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+COMPONENT = "notify-queue-operator"
+
+
+class KubeUnavailable(NotifyQueueError):
+    """The API server could not be reached or answered 5xx/429; the caller retries later."""
+
+
+class KubeRefused(NotifyQueueError):
+    """The API server refused a request for good (4xx other than 404/409/429)."""
+
+
+class PatchOutcome(enum.StrEnum):
+    PATCHED = "patched"
+    # The object is gone, or a new object with another uid took its name: nothing to write to.
+    GONE = "gone"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPool:
+    """A Deployment labelled notifyqueue.io/worker-pool, as the scaler needs it."""
+
+    namespace: str
+    name: str
+    uid: str
+    replicas: int
+    annotations: dict[str, str]
+
+
+def load_kube_configuration(kubeconfig: Path | None = None) -> Any:
+    """A `kubernetes.client.Configuration`: from `kubeconfig`, else $KUBECONFIG or
+    ~/.kube/config, else the in-cluster service account."""
+    import kubernetes.client
+    import kubernetes.config
+
+    configuration = kubernetes.client.Configuration()
+    use_kubeconfig = (
+        kubeconfig is not None
+        or bool(os.environ.get("KUBECONFIG"))
+        or (Path.home() / ".kube" / "config").exists()
+    )
+    try:
+        if use_kubeconfig:
+            # config_file None: the library reads $KUBECONFIG (a ':'-separated list is merged,
+            # as kubectl does) or ~/.kube/config.
+            kubernetes.config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=str(kubeconfig) if kubeconfig is not None else None,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        else:
+            kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                client_configuration=configuration
+            )
+    except kubernetes.config.ConfigException as exc:
+        raise ConfigurationError([f"no Kubernetes credentials: {exc}"]) from None
+    return configuration
+
+
+class KubeApi:
+    """A few REST calls with the operator's credentials; create and close on the running loop."""
+
+    def __init__(self, configuration: Any, *, request_timeout_seconds: float = 30.0) -> None:
+        self._configuration = configuration
+        self.server = str(configuration.host).rstrip("/")
+        self._ssl: ssl.SSLContext | bool
+        if str(configuration.host).startswith("https"):
+            context = ssl.create_default_context(cafile=configuration.ssl_ca_cert or None)
+            if configuration.cert_file:
+                context.load_cert_chain(configuration.cert_file, configuration.key_file)
+            if not configuration.verify_ssl:
+                context.check_hostname = False
+                context.verify_mode = ssl.CERT_NONE
+            self._ssl = context
+        else:
+            self._ssl = False
+        # Strong references to fire-and-forget Event posts (asyncio keeps only weak ones).
+        self._background: set[asyncio.Task[None]] = set()
+        self._session = aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=request_timeout_seconds),
+            connector=aiohttp.TCPConnector(ssl=self._ssl, limit=32),
+        )
+
+    async def flush_events(self, timeout_seconds: float = 5.0) -> None:
+        """Wait (a while) for Events still being posted."""
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=timeout_seconds)
+
+    async def close(self) -> None:
+        await self.flush_events()
+        await self._session.close()
+
+    # --- credentials -------------------------------------------------------------------------
+
+    def _authorization(self) -> str | None:
+        # Asked per request: an in-cluster token is re-read by the client's refresh hook.
+        c = self._configuration
+        header = c.get_api_key_with_prefix("BearerToken") or c.get_api_key_with_prefix(
+            "authorization"
+        )
+        return str(header) if header else None
+
+    def connection_info(self) -> kopf.ConnectionInfo:
+        """The same credentials for kopf (its login handler)."""
+        c = self._configuration
+        header = self._authorization()
+        scheme, _, token = (header or "").partition(" ")
+        return kopf.ConnectionInfo(
+            server=self.server,
+            ca_path=c.ssl_ca_cert or None,
+            insecure=not c.verify_ssl,
+            scheme=scheme or None,
+            token=token or None,
+            certificate_path=c.cert_file or None,
+            private_key_path=c.key_file or None,
+            username=c.username or None,
+            password=c.password or None,
+        )
+
+    # --- the transport -------------------------------------------------------------------------
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, str] | None = None,
+        content_type: str = "application/json",
+        tolerated: tuple[int, ...] = (404, 409),
+    ) -> tuple[int, Any]:
+        """(status, parsed body) of a call; 5xx, 429, 401 and 403 raise KubeUnavailable (try
+        again later: an overloaded server, credentials being refreshed, RBAC being fixed), other
+        4xx not in `tolerated` raise KubeRefused."""
+        headers = {"Accept": "application/json"}
+        if json is not None:
+            headers["Content-Type"] = content_type
+        if auth := self._authorization():
+            headers["Authorization"] = auth
+        try:
+            async with self._session.request(
+                method, self.server + path, json=json, params=params, headers=headers
+            ) as response:
+                text = await response.text()
+                status = response.status
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise KubeUnavailable(f"{method} {path}: {type(exc).__name__}: {exc}") from None
+        try:
+            body = _json.loads(text) if text else None
+        except ValueError:
+            body = text  # a proxy's HTML error page, say: kept for the message
+        if status >= 500 or status in (401, 403, 429):
+            raise KubeUnavailable(f"{method} {path}: HTTP {status}: {_message(body)}")
+        if status >= 400 and status not in tolerated:
+            raise KubeRefused(f"{method} {path}: HTTP {status}: {_message(body)}")
+        return status, body
+
+    # --- Notifications and policies --------------------------------------------------------------
+
+    async def status_patch(
+        self, *, plural: str, namespace: str, name: str, uid: str, status: dict[str, Any]
+    ) -> PatchOutcome:
+        """Set the object's whole .status, only if it is still the object with `uid`.
+
+        A JSON patch whose first operation tests metadata.uid: the status subresource ignores
+        metadata in a merge patch, so a uid there would be no precondition at all. A failed test
+        is a 422 without details; a GET then tells it from a status the schema refused.
+        """
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}/status"
+        operations = [
+            {"op": "test", "path": "/metadata/uid", "value": uid},
+            {"op": "add", "path": "/status", "value": _without_nulls(status)},
+        ]
+        code, body = await self._request(
+            "PATCH", path, json=operations, content_type=JSON_PATCH, tolerated=(404, 422)
+        )
+        if code == 404:
+            return PatchOutcome.GONE
+        if code == 422:
+            current = await self.custom_object_get(plural=plural, namespace=namespace, name=name)
+            if current is None or current["metadata"].get("uid") != uid:
+                return PatchOutcome.GONE
+            raise KubeRefused(f"PATCH {path}: HTTP 422: {_message(body)}")
+        return PatchOutcome.PATCHED
+
+    async def custom_object_get(
+        self, *, plural: str, namespace: str, name: str
+    ) -> dict[str, Any] | None:
+        code, body = await self._request(
+            "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}"
+        )
+        return None if code == 404 else dict(body)
+
+    async def custom_object_delete(
+        self, *, plural: str, namespace: str, name: str, uid: str
+    ) -> bool:
+        """Delete the object if it is still the one with `uid`; False when it is already gone."""
+        code, _ = await self._request(
+            "DELETE",
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}",
+            json={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}},
+        )
+        return code not in (404, 409)
+
+    async def secret_value(self, *, namespace: str, name: str, key: str) -> str | None:
+        """One key of a Secret, decoded; None when the Secret or the key does not exist."""
+        code, body = await self._request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        if code == 404:
+            return None
+        data = (body or {}).get("data") or {}
+        if key not in data:
+            return None
+        return base64.b64decode(data[key]).decode("utf-8", errors="replace").strip()
+
+    # --- worker pools ----------------------------------------------------------------------------
+
+    async def worker_pools(self, *, namespace: str | None, label: str) -> list[WorkerPool]:
+        path = (
+            f"/apis/apps/v1/namespaces/{namespace}/deployments"
+            if namespace
+            else "/apis/apps/v1/deployments"
+        )
+        _, body = await self._request("GET", path, params={"labelSelector": label})
+        pools = []
+        for item in (body or {}).get("items", []):
+            meta = item["metadata"]
+            pools.append(
+                WorkerPool(
+                    namespace=meta["namespace"],
+                    name=meta["name"],
+                    uid=meta["uid"],
+                    replicas=int(item.get("spec", {}).get("replicas", 1)),
+                    annotations=dict(meta.get("annotations") or {}),
+                )
+            )
+        return pools
+
+    async def deployment_scale(self, *, namespace: str, name: str, replicas: int) -> None:
+        """Set the replica count through the scale subresource (what an autoscaler uses)."""
+        await self._request(
+            "PATCH",
+            f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale",
+            json={"spec": {"replicas": replicas}},
+            content_type=MERGE_PATCH,
+        )
+
+    async def deployment_annotate(
+        self, *, namespace: str, name: str, annotations: dict[str, str | None]
+    ) -> None:
+        """Set annotations (None removes one)."""
+        await self._request(
+            "PATCH",
+            f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
+            json={"metadata": {"annotations": annotations}},
+            content_type=MERGE_PATCH,
+        )
+
+    # --- events --------------------------------------------------------------------------------
+
+    async def event_post(
+        self, *, involved: dict[str, str], type: str, reason: str, message: str
+    ) -> None:
+        """Post a core/v1 Event about `involved`; a failure is logged, never raised."""
+        now = kube_time(datetime.now(UTC))
+        namespace = involved["namespace"]
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{involved['name']}.{uuid.uuid4().hex[:12]}",
+                "namespace": namespace,
+            },
+            "involvedObject": involved,
+            "type": type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": COMPONENT},
+            "reportingComponent": COMPONENT,
+            "reportingInstance": COMPONENT,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self._request("POST", f"/api/v1/namespaces/{namespace}/events", json=event)
+        except NotifyQueueError as exc:
+            log.warning(
+                "could not post Event %s for %s/%s: %s", reason, namespace, involved["name"], exc
+            )
+
+    def event_soon(self, *, involved: dict[str, str], type: str, reason: str, message: str) -> None:
+        """Post an Event in the background (the caller does not wait for the API server)."""
+        task = asyncio.create_task(
+            self.event_post(involved=involved, type=type, reason=reason, message=message)
+        )
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+def _without_nulls(status: dict[str, Any]) -> dict[str, Any]:
+    # Unset fields are left out (a whole-status replacement has no use for nulls).
+    return {k: v for k, v in status.items() if v is not None}
+
+
+def _message(body: Any) -> str:
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])
+    return str(body)[:300]

@@ -1,0 +1,54 @@
+"""The operator's own Prometheus metrics, served on --metrics-port.
+
+Queue-wide figures (depth, counts per status) are the API's /metrics; these say how the operator
+itself is doing: is the write-back keeping up, what did mirroring come to, what did it scale.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge
+
+STATUS_PATCHES = Counter(
+    "notify_queue_operator_status_patches",
+    "Status write-backs to Notification objects, by outcome (patched, gone: the object was "
+    "deleted, failed: will be retried).",
+    ["outcome"],
+)
+MIRRORS = Counter(
+    "notify_queue_operator_mirrors",
+    "Objects mirrored into the queue, by kind (notification, policy) and outcome (accepted, "
+    "existing, rejected, conflict, ready, not_ready).",
+    ["kind", "outcome"],
+)
+SCALE_CHANGES = Counter(
+    "notify_queue_operator_scale_changes",
+    "Replica count changes of worker pools, by direction (up, down).",
+    ["direction"],
+)
+TTL_DELETIONS = Counter(
+    "notify_queue_operator_ttl_deletions",
+    "Finished Notification objects deleted after their policy's ttlSecondsAfterFinished.",
+)
+OUTBOX_QUEUED = Gauge(
+    "notify_queue_operator_status_outbox_queued",
+    "Status changes in the outbox not yet written back to their objects.",
+)
+OUTBOX_LAG = Gauge(
+    "notify_queue_operator_status_outbox_lag_seconds",
+    "Age of the oldest status change not yet written back (0: none waiting).",
+)
+
+# Every series from the start (at zero), so dashboards and alerts see them before the first event.
+for _outcome in ("patched", "gone", "failed"):
+    STATUS_PATCHES.labels(_outcome)
+for _kind, _outcome in [
+    ("notification", "accepted"),
+    ("notification", "existing"),
+    ("notification", "rejected"),
+    ("notification", "conflict"),
+    ("policy", "ready"),
+    ("policy", "not_ready"),
+]:
+    MIRRORS.labels(_kind, _outcome)
+for _direction in ("up", "down"):
+    SCALE_CHANGES.labels(_direction)

@@ -1,0 +1,220 @@
+"""Mirroring objects into the queue: Notifications become rows, NotificationPolicies policies.
+
+A Notification is enqueued through the same `NotificationService.enqueue` the HTTP API uses, with
+source `kubernetes` and a key derived from its uid, so mirroring it again (an operator restart, a
+re-list, a second replica) finds the same row instead of making a second. The link object→row
+is saved with the first status write in one statement; from then on the status writer keeps
+`.status` current. What the queue refuses becomes phase `Rejected`, written here, with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from notify_queue.errors import Conflict, NotFound, ValidationFailed
+from notify_queue.models import Source
+from notify_queue.operator import metrics
+from notify_queue.operator.kubeapi import KubeApi
+from notify_queue.repositories.kube import KubeRepository
+from notify_queue.repositories.policies import PolicyRepository
+from notify_queue.services import kube as rules
+from notify_queue.services.notifications import NotificationService
+
+log = logging.getLogger(__name__)
+
+
+class NotificationMirror:
+    def __init__(
+        self,
+        notifications: NotificationService,
+        links: KubeRepository,
+        kube: KubeApi,
+        *,
+        database_concurrency: int,
+    ) -> None:
+        self._notifications = notifications
+        self._links = links
+        self._kube = kube
+        # kopf runs one handler per object at once: after a restart or a bulk apply that is
+        # thousands. They queue here for a few database connections instead of all waiting in
+        # the pool (and timing out there) at the same time.
+        self._database_slots = asyncio.Semaphore(database_concurrency)
+
+    async def created(
+        self, *, namespace: str, name: str, uid: str, generation: int, spec: Mapping[str, Any]
+    ) -> str:
+        """Mirror a Notification (idempotent); return the outcome (a metrics label)."""
+        involved = rules.object_reference(
+            kind="Notification", namespace=namespace, name=name, uid=uid
+        )
+        try:
+            new = rules.new_notification_from_spec(
+                namespace=namespace, uid=uid, spec=spec, now=datetime.now(UTC)
+            )
+        except ValidationFailed as exc:
+            await self._reject(involved, generation, "Invalid", f"not accepted by the queue: {exc}")
+            return "rejected"
+        async with self._database_slots:
+            # No look-up first: kopf calls this for objects it has not handled, which are nearly
+            # always new, and enqueueing an existing key only finds the existing row.
+            result = await self._notifications.enqueue(new)
+            stored = result.notification
+            clash = result.conflict or stored.source is not Source.KUBERNETES
+            if not clash:
+                await self._links.kube_link_save(
+                    uid=uid,
+                    namespace=namespace,
+                    name=name,
+                    notification_id=stored.id,
+                    generation=generation,
+                )
+        if clash:
+            await self._reject(
+                involved,
+                generation,
+                "IdempotencyKeyConflict",
+                f"idempotency key {new.idempotency_key!r} is already used by notification "
+                f"{stored.id} (created through the {stored.source.value} source) for a different "
+                "request; use another idempotencyKey",
+            )
+            return "conflict"
+        outcome = "accepted" if result.created else "existing"
+        metrics.MIRRORS.labels("notification", outcome).inc()
+        if result.created:
+            self._kube.event_soon(
+                involved=involved,
+                type="Normal",
+                reason="Accepted",
+                message=f"enqueued as notification {stored.id}",
+            )
+        return outcome
+
+    async def _reject(
+        self, involved: dict[str, str], generation: int, reason: str, message: str
+    ) -> None:
+        metrics.MIRRORS.labels(
+            "notification", "rejected" if reason == "Invalid" else "conflict"
+        ).inc()
+        log.warning(
+            "Notification %s/%s rejected: %s", involved["namespace"], involved["name"], message
+        )
+        status = rules.rejected_status(
+            reason=reason, message=message, generation=generation, now=datetime.now(UTC)
+        )
+        await self._kube.status_patch(
+            plural=rules.NOTIFICATIONS,
+            namespace=involved["namespace"],
+            name=involved["name"],
+            uid=involved["uid"],
+            status=status,
+        )
+        self._kube.event_soon(involved=involved, type="Warning", reason="Rejected", message=message)
+
+    async def deleted(self, *, uid: str) -> None:
+        """The object is being deleted: cancel its notification if still PENDING, drop the link.
+
+        Quick and final in every case (no row, a final row, a shared row), so the finalizer is
+        never held: only a database outage makes kopf retry it.
+        """
+        async with self._database_slots:
+            await self._release(uid)
+
+    async def _release(self, uid: str) -> None:
+        link = await self._links.kube_link_get(uid=uid)
+        if link is None:
+            return
+        if link.other_links == 0:
+            try:
+                await self._notifications.cancel(link.notification_id)
+                log.info(
+                    "cancelled notification %s: its Notification %s/%s was deleted",
+                    link.notification_id,
+                    link.namespace,
+                    link.name,
+                )
+            except (Conflict, NotFound):
+                pass  # already past PENDING (or gone): nothing to cancel
+        await self._links.kube_link_delete(uid=uid)
+
+
+class PolicyMirror:
+    def __init__(self, policies: PolicyRepository, kube: KubeApi) -> None:
+        self._policies = policies
+        self._kube = kube
+
+    async def changed(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        generation: int,
+        spec: Mapping[str, Any],
+        conditions: Sequence[Mapping[str, Any]] = (),
+        uid: str,
+    ) -> bool:
+        """Mirror a NotificationPolicy (and its webhook Secret), report Ready; True if mirrored."""
+        secret_value: str | None = None
+        ref = (spec.get("webhook") or {}).get("secretRef")
+        problem: tuple[str, str] | None = None
+        if ref:
+            secret_value = await self._kube.secret_value(
+                namespace=namespace, name=ref["name"], key=ref["key"]
+            )
+            if secret_value is None:
+                problem = (
+                    "SecretNotFound",
+                    f"Secret {ref['name']!r} with key {ref['key']!r} not found in namespace "
+                    f"{namespace}; "
+                    "the policy is mirrored once it exists",
+                )
+        policy = None
+        if problem is None:
+            try:
+                policy = rules.policy_from_spec(
+                    namespace=namespace, name=name, spec=spec, webhook_secret=secret_value
+                )
+            except ValidationFailed as exc:
+                problem = ("Invalid", str(exc))
+        if policy is not None:
+            await self._policies.policy_upsert(policy=policy)
+        ready = policy is not None
+        reason, message = problem or (
+            "Mirrored",
+            f"mirrored as policy {rules.policy_name(namespace, name)}",
+        )
+        metrics.MIRRORS.labels("policy", "ready" if ready else "not_ready").inc()
+        status = rules.policy_status(
+            ready=ready,
+            reason=reason,
+            message=message,
+            generation=generation,
+            now=datetime.now(UTC),
+            previous=conditions,
+        )
+        await self._kube.status_patch(
+            plural=rules.POLICIES, namespace=namespace, name=name, uid=uid, status=status
+        )
+        return ready
+
+    async def resync(self, *, namespace: str, name: str) -> None:
+        """Mirror a policy again from what the API server has now (its Secret changed)."""
+        body = await self._kube.custom_object_get(
+            plural=rules.POLICIES, namespace=namespace, name=name
+        )
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        await self.changed(
+            namespace=namespace,
+            name=name,
+            uid=body["metadata"]["uid"],
+            generation=int(body["metadata"].get("generation", 1)),
+            spec=body.get("spec") or {},
+            conditions=(body.get("status") or {}).get("conditions") or (),
+        )
+
+    async def deleted(self, *, namespace: str, name: str) -> None:
+        await self._policies.policy_delete(name=rules.policy_name(namespace, name))

@@ -1,0 +1,163 @@
+"""Status write-back: one task that carries changes of linked rows to their objects' `.status`.
+
+A trigger fills the status outbox with one row per change of a Kubernetes row (migration 0003)
+and sends one NOTIFY per transaction. This task LISTENs, and on every wake-up (and on start and
+after a reconnect, to catch up; and every `fallback_poll_seconds` in case a hint was lost) drains
+the outbox: a batch of the oldest changes, coalesced per object, each written as one merge patch
+built from the row's current state, at most `patches_per_second`, and the batch's outbox rows
+deleted once their patches went through. A patch that fails leaves its rows for the next round.
+
+So the cost follows the rate of change, not the number of objects: there is no timer, daemon or
+poll per object, and 2,000 idle Notifications cost nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from notify_queue.errors import DatabaseUnavailable, NotifyQueueError
+from notify_queue.models import Status
+from notify_queue.operator import metrics
+from notify_queue.operator.kubeapi import KubeApi, KubeUnavailable, PatchOutcome
+from notify_queue.operator.waiting import pause
+from notify_queue.repositories.kube import KubeRepository, StatusChange
+from notify_queue.services.kube import NOTIFICATIONS, notification_status, object_reference
+
+log = logging.getLogger(__name__)
+
+# Transitions worth a Kubernetes Event: a person should look at these.
+_EVENT_REASONS = {Status.DEAD_LETTERED: "DeadLettered", Status.FAILED: "DeliveryFailed"}
+
+
+class RateLimiter:
+    """A token bucket: at most `rate` acquisitions a second, bursts up to `burst`."""
+
+    def __init__(self, rate: float, *, burst: float | None = None) -> None:
+        self._rate = rate
+        self._capacity = max(burst if burst is not None else rate / 5, 1.0)
+        self._tokens = self._capacity
+        self._updated = time.monotonic()
+        self._lock = asyncio.Lock()
+
+    async def acquire(self) -> None:
+        async with self._lock:
+            while True:
+                now = time.monotonic()
+                self._tokens = min(
+                    self._capacity, self._tokens + (now - self._updated) * self._rate
+                )
+                self._updated = now
+                if self._tokens >= 1:
+                    self._tokens -= 1
+                    return
+                await asyncio.sleep((1 - self._tokens) / self._rate)
+
+
+class StatusWriter:
+    def __init__(
+        self,
+        repository: KubeRepository,
+        kube: KubeApi,
+        *,
+        namespace: str | None,
+        batch_size: int,
+        patches_per_second: float,
+        concurrency: int = 16,
+        fallback_poll_seconds: float = 5.0,
+        on_finished: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._repository = repository
+        self._kube = kube
+        self._namespace = namespace
+        self._batch_size = batch_size
+        self._limiter = RateLimiter(patches_per_second)
+        self._concurrency = asyncio.Semaphore(concurrency)
+        self._fallback_poll_seconds = fallback_poll_seconds
+        self._on_finished = on_finished
+        self._wake = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        listener = asyncio.create_task(self._listen(stop), name="status outbox listener")
+        try:
+            while not stop.is_set():
+                try:
+                    await self.drain()
+                    await self._report_lag()
+                except (DatabaseUnavailable, KubeUnavailable) as exc:
+                    log.warning("status write-back paused: %s", exc)
+                    await pause(stop, 1.0)
+                    continue
+                await pause(stop, self._fallback_poll_seconds, self._wake)
+                self._wake.clear()
+        finally:
+            listener.cancel()
+            await asyncio.gather(listener, return_exceptions=True)
+
+    async def _listen(self, stop: asyncio.Event) -> None:
+        async for _ in self._repository.status_outbox_wakeups(stop):
+            self._wake.set()
+
+    async def drain(self) -> int:
+        """Write back everything queued now; return the number of objects patched."""
+        patched = 0
+        while True:
+            async with self._repository.status_outbox_batch(
+                namespace=self._namespace, limit=self._batch_size
+            ) as batch:
+                # None: another replica is writing this scope's batch right now.
+                if batch is None or not batch.changes:
+                    return patched
+                results = await asyncio.gather(*(self._write(c) for c in batch.changes))
+                written = [c for c, ok in zip(batch.changes, results, strict=True) if ok]
+                await batch.delete([seq for c in written for seq in c.outbox_seqs])
+                patched += sum(1 for c in written if c.linked)
+            # A short batch was the last; a failed patch waits for the next round (a wake-up or
+            # the fallback poll) instead of being retried in a tight loop.
+            if len(batch.changes) < self._batch_size or len(written) < len(batch.changes):
+                return patched
+
+    async def _write(self, change: StatusChange) -> bool:
+        """Patch one object; True when its outbox rows are done (written, or nowhere to write)."""
+        n = change.notification
+        if not change.linked or n is None:
+            return True
+        status = notification_status(n, generation=change.generation)
+        async with self._concurrency:
+            await self._limiter.acquire()
+            try:
+                outcome = await self._kube.status_patch(
+                    plural=NOTIFICATIONS,
+                    namespace=change.namespace,
+                    name=change.name,
+                    uid=change.uid,
+                    status=status,
+                )
+            except NotifyQueueError as exc:
+                metrics.STATUS_PATCHES.labels("failed").inc()
+                log.warning("status of %s/%s not written: %s", change.namespace, change.name, exc)
+                # Refused for good (a 4xx): retrying the same patch cannot help.
+                return not isinstance(exc, KubeUnavailable)
+        metrics.STATUS_PATCHES.labels(outcome.value).inc()
+        if outcome is PatchOutcome.PATCHED:
+            involved = object_reference(
+                kind="Notification", namespace=change.namespace, name=change.name, uid=change.uid
+            )
+            for entered in sorted(change.entered_statuses & _EVENT_REASONS.keys()):
+                message = status["conditions"][-1]["message"]
+                self._kube.event_soon(
+                    involved=involved,
+                    type="Warning",
+                    reason=_EVENT_REASONS[entered],
+                    message=message,
+                )
+        if n.status.is_final:
+            self._on_finished()
+        return True
+
+    async def _report_lag(self) -> None:
+        queued, age = await self._repository.status_outbox_lag(namespace=self._namespace)
+        metrics.OUTBOX_QUEUED.set(queued)
+        metrics.OUTBOX_LAG.set(age)

@@ -1,0 +1,169 @@
+"""The operator's side of the database: object links, the status outbox, the TTL sweep, lane depths.
+
+The status outbox is filled by a trigger on nq_notifications (migration 0003) for rows that belong
+to Notification objects, and drained here by one writer at a time, in batches, inside a
+transaction that holds an advisory lock (see `status_outbox_batch`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from notify_queue.models import Notification, Priority, Status
+from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.rows import notification_from_row
+
+STATUS_OUTBOX_CHANNEL = "nq_status_outbox"
+
+
+@dataclass(frozen=True, slots=True)
+class KubeLink:
+    """A Notification object and the row it became."""
+
+    uid: str
+    namespace: str
+    name: str
+    notification_id: uuid.UUID
+    generation: int
+    # Other objects linked to the same row (the same explicit idempotencyKey and request).
+    other_links: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class StatusChange:
+    """Queued changes of one object's notification, coalesced: what its status should show now."""
+
+    uid: str
+    namespace: str
+    name: str
+    outbox_seqs: tuple[int, ...]
+    # Statuses the row moved into since the last write-back (for Events), e.g. DEAD_LETTERED.
+    entered_statuses: frozenset[Status]
+    # False: the object is gone (its link was deleted); nothing to write, the rows just go.
+    linked: bool
+    generation: int | None
+    notification: Notification | None
+
+
+class StatusOutboxBatch:
+    """A batch taken under the writer lock; `delete` the seqs written back before it ends."""
+
+    def __init__(self, conn: Connection, changes: list[StatusChange]) -> None:
+        self._conn = conn
+        self.changes = changes
+
+    async def delete(self, seqs: Sequence[int]) -> None:
+        if seqs:
+            await self._conn.execute("status_outbox_delete", {"seqs": list(seqs)})
+
+
+def _link_from_row(row: dict[str, Any]) -> KubeLink:
+    return KubeLink(
+        uid=row["uid"],
+        namespace=row["namespace"],
+        name=row["name"],
+        notification_id=row["notification_id"],
+        generation=int(row["generation"]),
+        other_links=int(row["other_links"]),
+    )
+
+
+def _change_from_row(row: dict[str, Any]) -> StatusChange:
+    return StatusChange(
+        uid=row["object_uid"],
+        namespace=row["object_namespace"],
+        name=row["object_name"],
+        outbox_seqs=tuple(row["outbox_seqs"]),
+        entered_statuses=frozenset(Status(s) for s in row["entered_statuses"]),
+        linked=bool(row["object_linked"]),
+        generation=row["object_generation"],
+        notification=notification_from_row(row) if row["id"] is not None else None,
+    )
+
+
+class KubeRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    # --- links ----------------------------------------------------------------------------
+
+    async def kube_link_get(self, *, uid: str) -> KubeLink | None:
+        row = await self._db.fetch_one("kube_link_get", {"uid": uid})
+        return None if row is None else _link_from_row(row)
+
+    async def kube_link_save(
+        self, *, uid: str, namespace: str, name: str, notification_id: uuid.UUID, generation: int
+    ) -> None:
+        """Link the object to its row and queue its first status write (idempotent)."""
+        await self._db.fetch_one(
+            "kube_link_save",
+            {
+                "uid": uid,
+                "namespace": namespace,
+                "name": name,
+                "notification_id": notification_id,
+                "generation": generation,
+            },
+        )
+
+    async def kube_link_delete(self, *, uid: str) -> None:
+        await self._db.execute("kube_link_delete", {"uid": uid})
+
+    # --- status outbox ----------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def status_outbox_batch(
+        self, *, namespace: str | None, limit: int
+    ) -> AsyncIterator[StatusOutboxBatch | None]:
+        """The oldest queued changes of `namespace` (None: all), coalesced per object.
+
+        Yields None when another writer holds the lock for this scope. The transaction (and the
+        lock) lasts until the block ends, so keep the block to one batch of patches.
+        """
+        async with self._db.transaction() as conn:
+            locked = await conn.fetch_one("status_outbox_lock", {"namespace": namespace})
+            if not locked or not locked["locked"]:
+                yield None
+                return
+            rows = await conn.fetch_all(
+                "status_outbox_take", {"namespace": namespace, "limit": limit}
+            )
+            yield StatusOutboxBatch(conn, [_change_from_row(r) for r in rows])
+
+    async def status_outbox_lag(self, *, namespace: str | None) -> tuple[int, float]:
+        """(queued changes, age in seconds of the oldest)."""
+        row = await self._db.fetch_one("status_outbox_lag", {"namespace": namespace})
+        assert row is not None
+        return int(row["queued"]), float(row["oldest_age_seconds"])
+
+    async def status_outbox_wakeups(self, stop: asyncio.Event) -> AsyncIterator[None]:
+        """One item per NOTIFY from the outbox trigger, and one after each (re)connect."""
+        async for _ in self._db.listen(STATUS_OUTBOX_CHANNEL, stop):
+            yield None
+
+    # --- TTL sweep ---------------------------------------------------------------------------
+
+    async def kube_finished_take_due(self, *, namespace: str | None, limit: int) -> list[KubeLink]:
+        rows = await self._db.fetch_all(
+            "kube_finished_take_due", {"namespace": namespace, "limit": limit}
+        )
+        return [_link_from_row(r) for r in rows]
+
+    async def kube_finished_next_due(self, *, namespace: str | None) -> float | None:
+        """Seconds until the next TTL runs out (≤ 0: overdue), or None when none is waiting."""
+        row = await self._db.fetch_one("kube_finished_next_due", {"namespace": namespace})
+        return None if row is None or row["seconds"] is None else float(row["seconds"])
+
+    # --- scaling ------------------------------------------------------------------------------
+
+    async def lane_depths(self) -> dict[Priority, int]:
+        """PENDING and due now, per priority: reads only the claim index."""
+        rows = await self._db.fetch_all("queue_status_due")
+        return {p: 0 for p in Priority} | {
+            Priority.from_rank(r["priority"]): int(r["n"]) for r in rows
+        }

@@ -1,0 +1,131 @@
+-- The Kubernetes operator's queries: links between Notification objects and rows, the status
+-- outbox that carries row changes back to the objects, the TTL sweep and lane depths for scaling.
+-- Every query that takes a namespace treats NULL as "all namespaces" (a cluster-wide operator).
+
+-- name: kube_link_get
+-- The row a Notification object became, and how many other objects share that row (the same
+-- explicit idempotencyKey and request): a shared row is cancelled only with its last object.
+SELECT l.uid, l.namespace, l.name, l.notification_id, l.generation,
+       (SELECT count(*) FROM nq_kube_links o
+        WHERE o.notification_id = l.notification_id AND o.uid <> l.uid) AS other_links
+FROM nq_kube_links l
+WHERE l.uid = %(uid)s
+
+-- name: kube_link_save
+-- Link an object to its row and queue its first status write, in one statement.
+-- The row is locked FOR SHARE first. A worker's UPDATE of the row that started before this
+-- link existed fired the outbox trigger without finding the link; the lock waits for that
+-- worker to commit, so the status this statement queues is read after the change and cannot be
+-- older than it. Conversely a worker that updates after this commits finds the link (each
+-- statement of the trigger function takes a fresh snapshot). No change slips between the two.
+-- Repeating it (an operator restart, a second replica) queues one more, harmless, status write.
+WITH target AS (
+    SELECT id, status FROM nq_notifications WHERE id = %(notification_id)s FOR SHARE
+), link AS (
+    INSERT INTO nq_kube_links (uid, namespace, name, notification_id, generation)
+    SELECT %(uid)s, %(namespace)s, %(name)s, t.id, %(generation)s FROM target t
+    ON CONFLICT (uid) DO UPDATE SET generation = excluded.generation
+    RETURNING uid, namespace, name, notification_id
+), queued AS (
+    INSERT INTO nq_status_outbox (uid, namespace, name, notification_id, old_status, new_status)
+    SELECT l.uid, l.namespace, l.name, l.notification_id, NULL, t.status
+    FROM link l JOIN target t ON t.id = l.notification_id
+    RETURNING seq
+)
+SELECT (SELECT count(*) FROM queued) AS queued, pg_notify('nq_status_outbox', '') AS notified
+
+-- name: kube_link_delete
+-- The object is gone (its finalizer ran): forget the link. The row stays, as history; outbox
+-- rows still queued for the object are dropped by the writer when it finds no link.
+DELETE FROM nq_kube_links WHERE uid = %(uid)s
+
+-- name: status_outbox_lock
+-- One status writer at a time per scope (namespace or cluster), across operator replicas: a
+-- transaction-level advisory lock, taken without waiting, released at commit. Batches are so
+-- serialised, and each reads the rows' current state, so a slower writer can never overwrite a
+-- newer status with an older one. The key is a hash of "nq status outbox" and the scope.
+SELECT pg_try_advisory_xact_lock(
+    hashtextextended('nq status outbox:' || COALESCE(%(namespace)s::text, '*'), 0)) AS locked
+
+-- name: status_outbox_take
+-- The objects with the oldest queued changes (up to %(limit)s objects), each with ALL its queued
+-- rows, coalesced: one result per object with every seq it covers, the statuses it entered (for
+-- Events), and the row's current state, read now, which is what the object's status will show.
+-- Taking whole objects rather than the oldest rows means that under a backlog an object whose
+-- row went PENDING -> PROCESSING -> SENT gets one patch (SENT), not three.
+-- Runs in the writer's transaction after status_outbox_lock; the rows are deleted in that
+-- transaction once their patches succeeded. The outbox holds only what is not yet written
+-- back (a backlog of thousands at worst), so grouping it whole is cheap.
+WITH objects AS (
+    SELECT uid, min(seq) AS first_seq
+    FROM nq_status_outbox
+    WHERE %(namespace)s::text IS NULL OR namespace = %(namespace)s
+    GROUP BY uid
+    ORDER BY first_seq
+    LIMIT %(limit)s
+), changed AS (
+    SELECT o.uid, o.namespace, o.name, o.notification_id,
+           array_agg(o.seq ORDER BY o.seq) AS outbox_seqs,
+           min(o.seq) AS first_seq,
+           COALESCE(array_agg(DISTINCT o.new_status) FILTER (
+               WHERE o.old_status IS NOT NULL AND o.old_status IS DISTINCT FROM o.new_status), '{}')
+               AS entered_statuses
+    FROM nq_status_outbox o
+    JOIN objects USING (uid)
+    GROUP BY o.uid, o.namespace, o.name, o.notification_id
+)
+SELECT c.uid AS object_uid, c.namespace AS object_namespace, c.name AS object_name,
+       c.outbox_seqs, c.entered_statuses,
+       l.uid IS NOT NULL AS object_linked, l.generation AS object_generation,
+       n.*
+FROM changed c
+LEFT JOIN nq_kube_links l ON l.uid = c.uid
+LEFT JOIN nq_notifications n ON n.id = c.notification_id
+ORDER BY c.first_seq
+
+-- name: status_outbox_delete
+-- Written back (or nothing left to write to): these changes are done.
+DELETE FROM nq_status_outbox WHERE seq = ANY(%(seqs)s::bigint[])
+
+-- name: status_outbox_lag
+-- How far the write-back is behind: queued rows and the age of the oldest (a metric).
+SELECT count(*) AS queued,
+       COALESCE(EXTRACT(EPOCH FROM now() - min(created_at)), 0)::float8 AS oldest_age_seconds
+FROM nq_status_outbox
+WHERE %(namespace)s::text IS NULL OR namespace = %(namespace)s
+
+-- name: kube_finished_take_due
+-- Objects whose notification finished at least their policy's ttlSecondsAfterFinished ago,
+-- marked as asked-to-delete in the same statement (asked again after a minute if the object is
+-- still there, e.g. the delete call failed). Walks the links (one per object: thousands, not
+-- millions) and reads each row by primary key. SKIP LOCKED: two replicas split the work.
+WITH due AS (
+    SELECT l.uid
+    FROM nq_kube_links l
+    JOIN nq_notifications n ON n.id = l.notification_id
+    JOIN nq_policies p ON p.name = n.policy
+    WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
+      AND n.finished_at IS NOT NULL
+      AND p.ttl_seconds_after_finished IS NOT NULL
+      AND n.finished_at + make_interval(secs => p.ttl_seconds_after_finished) <= now()
+      AND (l.ttl_delete_requested_at IS NULL OR l.ttl_delete_requested_at < now() - interval '1 minute')
+    ORDER BY n.finished_at
+    LIMIT %(limit)s
+    FOR UPDATE OF l SKIP LOCKED
+)
+UPDATE nq_kube_links l SET ttl_delete_requested_at = now()
+FROM due WHERE l.uid = due.uid
+RETURNING l.uid, l.namespace, l.name, l.notification_id, l.generation, 0::bigint AS other_links
+
+-- name: kube_finished_next_due
+-- Seconds until the next finished object's TTL runs out (negative: overdue), or NULL: none, so
+-- the sweeper sleeps exactly that long instead of polling.
+SELECT EXTRACT(EPOCH FROM min(n.finished_at + make_interval(secs => p.ttl_seconds_after_finished))
+               - now())::float8 AS seconds
+FROM nq_kube_links l
+JOIN nq_notifications n ON n.id = l.notification_id
+JOIN nq_policies p ON p.name = n.policy
+WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
+  AND n.finished_at IS NOT NULL
+  AND p.ttl_seconds_after_finished IS NOT NULL
+  AND l.ttl_delete_requested_at IS NULL

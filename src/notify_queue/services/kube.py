@@ -1,0 +1,331 @@
+"""The rules between Kubernetes resources and the queue, as pure functions.
+
+- A Notification's spec becomes the same `NotificationRequest` the HTTP API builds, so the one
+  validation gate (`services.validation`) decides for both; its idempotency key defaults to
+  `k8s:<uid>`, so one object is one notification however often it is mirrored.
+- A NotificationPolicy's spec, plus its webhook Secret's value, becomes a `Policy`.
+- A notification's row becomes the object's `.status` (phase, conditions and the rest): a
+  function of the row alone, so writing it twice, or late, is harmless.
+
+Nothing here talks to Kubernetes or the database; the operator does, and these rules are tested
+without either.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from notify_queue.errors import FieldError, ValidationFailed
+from notify_queue.models import NewNotification, Notification, Policy, Source, Status
+from notify_queue.services.validation import (
+    MAX_DELAY_SECONDS,
+    parse_request,
+    request_hash,
+    to_new_notification,
+)
+
+GROUP = "notifyqueue.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+NOTIFICATIONS = "notifications"
+POLICIES = "notificationpolicies"
+DEFAULT_POLICY = "default"
+
+PHASES: dict[Status, str] = {
+    Status.PENDING: "Pending",
+    Status.PROCESSING: "Processing",
+    Status.SENT: "Sent",
+    Status.FAILED: "Failed",
+    Status.DEAD_LETTERED: "DeadLettered",
+    Status.CANCELLED: "Cancelled",
+    Status.EXPIRED: "Expired",
+}
+REJECTED = "Rejected"
+
+# 90s, 15m, 2h, 1h30m; policies also take milliseconds (500ms). The CRDs check the same shapes.
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
+
+
+def parse_duration_seconds(text: str, *, allow_milliseconds: bool = True) -> float:
+    """Seconds in a duration such as `90s`, `15m`, `2h`, `1h30m` (and `500ms` if allowed)."""
+    match = _DURATION.match(text.strip()) if text else None
+    if not match or not any(match.groups()) or (match[4] and not allow_milliseconds):
+        units = "h, m, s" + (" or ms" if allow_milliseconds else "")
+        raise ValueError(f"must be a duration such as 90s, 15m, 2h or 1h30m (units {units})")
+    hours, minutes, seconds, millis = (int(g) if g else 0 for g in match.groups())
+    return hours * 3600 + minutes * 60 + seconds + millis / 1000
+
+
+def policy_name(namespace: str, name: str) -> str:
+    """The name a NotificationPolicy has in the queue: `namespace/name`."""
+    return f"{namespace}/{name}"
+
+
+def idempotency_key_for(uid: str, spec: Mapping[str, Any]) -> str:
+    """The object's own key, or one derived from its uid: the same object, the same key."""
+    key = spec.get("idempotencyKey")
+    return str(key) if key else f"k8s:{uid}"
+
+
+def request_from_spec(namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The HTTP API's request body for a Notification spec (CONTRACT §4 field names).
+
+    `delay` becomes `delaySeconds`; `policy` (a name in the object's namespace, default
+    `default`) becomes `namespace/name`. The policy is stored even when it does not exist (yet):
+    workers read policies when they claim, so one created later applies from then on.
+    """
+    data: dict[str, Any] = {
+        key: spec[key]
+        for key in (
+            "channel",
+            "recipient",
+            "subject",
+            "body",
+            "priority",
+            "sendAt",
+            "expiresAt",
+            "webhookUrl",
+            "metadata",
+        )
+        if spec.get(key) is not None
+    }
+    if spec.get("delay") is not None:
+        data["delaySeconds"] = spec["delay"]  # replaced by seconds in new_notification_from_spec
+    data["policy"] = policy_name(namespace, str(spec.get("policy") or DEFAULT_POLICY))
+    return data
+
+
+def new_notification_from_spec(
+    *, namespace: str, uid: str, spec: Mapping[str, Any], now: datetime
+) -> NewNotification:
+    """The notification to enqueue for a Notification object; ValidationFailed names spec fields."""
+    data = request_from_spec(namespace, spec)
+    if "delaySeconds" in data:
+        try:
+            seconds = parse_duration_seconds(str(data["delaySeconds"]), allow_milliseconds=False)
+        except ValueError as exc:
+            raise ValidationFailed([FieldError("spec.delay", str(exc))]) from None
+        if seconds > MAX_DELAY_SECONDS:
+            raise ValidationFailed([FieldError("spec.delay", "must be at most one year")])
+        data["delaySeconds"] = int(seconds)
+    try:
+        request = parse_request(data, prefix="spec.")
+    except ValidationFailed as exc:
+        raise ValidationFailed([_spec_field(e) for e in exc.errors]) from None
+    return to_new_notification(
+        request,
+        idempotency_key=idempotency_key_for(uid, spec),
+        request_digest=request_hash(data),
+        now=now,
+        source=Source.KUBERNETES,
+        field_prefix="spec.",
+    )
+
+
+def _spec_field(error: FieldError) -> FieldError:
+    # The API's names back to the spec's: delaySeconds is delay here.
+    return FieldError(error.field.replace("spec.delaySeconds", "spec.delay"), error.message)
+
+
+def policy_from_spec(
+    *, namespace: str, name: str, spec: Mapping[str, Any], webhook_secret: str | None
+) -> Policy:
+    """The queue's policy for a NotificationPolicy; `webhook_secret` is the Secret's value."""
+    errors: list[FieldError] = []
+
+    def seconds(value: object, field: str) -> float | None:
+        if value is None:
+            return None
+        try:
+            result = parse_duration_seconds(str(value))
+        except ValueError as exc:
+            errors.append(FieldError(field, str(exc)))
+            return None
+        if result <= 0:
+            errors.append(FieldError(field, "must be longer than zero"))
+        return result
+
+    rate = spec.get("rateLimit") or {}
+    retry = spec.get("retry") or {}
+    webhook = spec.get("webhook") or {}
+    secrets: tuple[str, ...] = ()
+    if webhook_secret is not None:
+        secrets = tuple(s.strip() for s in webhook_secret.split(",") if s.strip())
+        if not secrets or not all(s.startswith("whsec_") for s in secrets):
+            errors.append(
+                FieldError(
+                    "spec.webhook.secretRef", "the Secret's value must look like whsec_<base64>"
+                )
+            )
+    policy = Policy(
+        name=policy_name(namespace, name),
+        rate_limit=rate.get("maxPerWindow"),
+        rate_window_seconds=seconds(rate.get("window"), "spec.rateLimit.window"),
+        max_attempts=retry.get("maxAttempts"),
+        backoff_base_seconds=seconds(retry.get("initialBackoff"), "spec.retry.initialBackoff"),
+        backoff_max_seconds=seconds(retry.get("maxBackoff"), "spec.retry.maxBackoff"),
+        webhook_url=webhook.get("url"),
+        webhook_secrets=secrets,
+        ttl_seconds_after_finished=spec.get("ttlSecondsAfterFinished"),
+    )
+    if (
+        policy.backoff_base_seconds is not None
+        and policy.backoff_max_seconds is not None
+        and policy.backoff_base_seconds > policy.backoff_max_seconds
+    ):
+        errors.append(FieldError("spec.retry.initialBackoff", "must not exceed maxBackoff"))
+    if errors:
+        raise ValidationFailed(errors)
+    return policy
+
+
+# --- status ------------------------------------------------------------------------------------
+
+
+def kube_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with seconds, as Kubernetes writes its own times."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _precise_time(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def condition(
+    type: str,
+    status: str,
+    reason: str,
+    message: str,
+    *,
+    at: datetime,
+    generation: int | None,
+    previous: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """A status condition; keeps the previous lastTransitionTime when its status did not change."""
+    transition = kube_time(at)
+    for old in previous:
+        if (
+            old.get("type") == type
+            and old.get("status") == status
+            and old.get("lastTransitionTime")
+        ):
+            transition = str(old["lastTransitionTime"])
+    result: dict[str, Any] = {
+        "type": type,
+        "status": status,
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": transition,
+    }
+    if generation is not None:
+        result["observedGeneration"] = generation
+    return result
+
+
+def _delivered(n: Notification) -> tuple[str, str, str]:
+    """(status, reason, message) of the Delivered condition."""
+    attempts = f"{n.attempt_count} attempt{'s' if n.attempt_count != 1 else ''}"
+    if n.status is Status.SENT:
+        return "True", "Sent", f"delivered after {attempts}"
+    if n.status is Status.PROCESSING:
+        return "Unknown", "Delivering", f"attempt {n.attempt_count} in progress"
+    if n.status is Status.PENDING:
+        due = kube_time(n.next_attempt_at)
+        if n.attempt_count == 0:
+            return "Unknown", "Waiting", f"due at {due}"
+        return "Unknown", "RetryScheduled", f"{attempts} so far ({n.last_error}); next at {due}"
+    if n.status is Status.FAILED:
+        return "False", "PermanentFailure", n.last_error or "the provider refused it"
+    if n.status is Status.DEAD_LETTERED:
+        return "False", "DeadLettered", f"gave up after {attempts}: {n.last_error}"
+    if n.status is Status.CANCELLED:
+        return "False", "Cancelled", "cancelled before it was sent"
+    return "False", "Expired", n.last_error or "expired before it could be sent"
+
+
+def notification_status(notification: Notification, *, generation: int | None) -> dict[str, Any]:
+    """The `.status` of a Notification object whose row is `notification` (a merge patch)."""
+    n = notification
+    delivered_status, reason, message = _delivered(n)
+    return {
+        "phase": PHASES[n.status],
+        "notificationId": str(n.id),
+        "attempts": n.attempt_count,
+        # None clears the field in a merge patch (a retried notification has no error any more).
+        "lastError": n.last_error,
+        "sentAt": _precise_time(n.sent_at),
+        "nextAttemptAt": _precise_time(n.next_attempt_at) if n.status is Status.PENDING else None,
+        "observedGeneration": generation,
+        "conditions": [
+            condition(
+                "Accepted",
+                "True",
+                "Enqueued",
+                f"enqueued as notification {n.id}",
+                at=n.created_at,
+                generation=generation,
+            ),
+            condition(
+                "Delivered",
+                delivered_status,
+                reason,
+                message,
+                at=n.updated_at,
+                generation=generation,
+            ),
+        ],
+    }
+
+
+def rejected_status(
+    *, reason: str, message: str, generation: int | None, now: datetime
+) -> dict[str, Any]:
+    """The `.status` of a Notification the queue did not accept (no row was stored)."""
+    return {
+        "phase": REJECTED,
+        "observedGeneration": generation,
+        "conditions": [
+            condition("Accepted", "False", reason, message, at=now, generation=generation),
+        ],
+    }
+
+
+def policy_status(
+    *,
+    ready: bool,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: datetime,
+    previous: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    return {
+        "observedGeneration": generation,
+        "conditions": [
+            condition(
+                "Ready",
+                "True" if ready else "False",
+                reason,
+                message,
+                at=now,
+                generation=generation,
+                previous=previous,
+            )
+        ],
+    }
+
+
+def object_reference(*, kind: str, namespace: str, name: str, uid: str) -> dict[str, str]:
+    """What an Event's involvedObject needs to point at one of our objects."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": kind,
+        "namespace": namespace,
+        "name": name,
+        "uid": uid,
+    }

@@ -1,0 +1,142 @@
+"""How many workers a pool should run: the scaling rule for Deployments labelled
+`notifyqueue.io/worker-pool` (CONTRACT section 8), as pure functions.
+
+desired = clamp(ceil(depth / target-depth-per-replica), min-replicas, max-replicas), where depth
+is the number of notifications PENDING and due now in the lanes the pool serves. Up at once (a
+backlog of one-time codes cannot wait), down only once the lower number has been wanted for the
+whole scale-down delay (a dip between two bursts should not cost a restart of every pod). The
+moment since which a lower number is wanted lives with the Deployment (an annotation), so the
+rule is a function of what the Deployment says plus the depth, and survives operator restarts.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from notify_queue.errors import FieldError, ValidationFailed
+from notify_queue.models import Priority
+from notify_queue.services.kube import parse_duration_seconds
+
+POOL_LABEL = "notifyqueue.io/worker-pool"
+PRIORITIES = "notifyqueue.io/priorities"
+MIN_REPLICAS = "notifyqueue.io/min-replicas"
+MAX_REPLICAS = "notifyqueue.io/max-replicas"
+TARGET_DEPTH = "notifyqueue.io/target-depth-per-replica"
+SCALE_DOWN_DELAY = "notifyqueue.io/scale-down-delay"
+# Written by the operator: since when a lower replica count has been wanted (RFC 3339).
+LOWER_WANTED_SINCE = "notifyqueue.io/scale-down-wanted-since"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolConfig:
+    """A pool's scaling settings, from its Deployment's annotations (defaults in brackets)."""
+
+    # The lanes the pool serves [all]; their depths add up.
+    priorities: frozenset[Priority] = frozenset(Priority)
+    min_replicas: int = 1  # [1]: one worker keeps latency low when the queue is quiet
+    max_replicas: int = 10  # [10]: a bound on what a burst can cost
+    target_depth_per_replica: int = 100  # [100]: due notifications one worker should face
+    scale_down_delay_seconds: float = 300.0  # [300 s]: how long a lower count must be wanted
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleDecision:
+    replicas: int
+    # Since when a lower count has been wanted while we wait out the delay; None: not waiting.
+    lower_wanted_since: datetime | None
+
+    def changes(self, current: int) -> bool:
+        return self.replicas != current
+
+
+def pool_config_from_annotations(annotations: Mapping[str, str]) -> PoolConfig:
+    """Read the pool's annotations; ValidationFailed names every bad one."""
+    errors: list[FieldError] = []
+    defaults = PoolConfig()
+
+    def integer(key: str, default: int, minimum: int) -> int:
+        raw = annotations.get(key)
+        if raw is None or raw.strip() == "":
+            return default
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            errors.append(FieldError(key, f"must be a whole number, not {raw!r}"))
+            return default
+        if value < minimum:
+            errors.append(FieldError(key, f"must be at least {minimum}"))
+            return default
+        return value
+
+    priorities = defaults.priorities
+    if (raw := annotations.get(PRIORITIES)) is not None and raw.strip():
+        try:
+            priorities = frozenset(Priority(p.strip().upper()) for p in raw.split(",") if p.strip())
+        except ValueError:
+            errors.append(FieldError(PRIORITIES, f"must list HIGH, NORMAL or LOW, not {raw!r}"))
+    delay = defaults.scale_down_delay_seconds
+    if (raw := annotations.get(SCALE_DOWN_DELAY)) is not None and raw.strip():
+        try:
+            delay = _seconds(raw)
+        except ValueError:
+            errors.append(
+                FieldError(
+                    SCALE_DOWN_DELAY, f"must be seconds (300) or a duration (5m), not {raw!r}"
+                )
+            )
+    config = PoolConfig(
+        priorities=priorities,
+        min_replicas=integer(MIN_REPLICAS, defaults.min_replicas, 0),
+        max_replicas=integer(MAX_REPLICAS, defaults.max_replicas, 1),
+        target_depth_per_replica=integer(TARGET_DEPTH, defaults.target_depth_per_replica, 1),
+        scale_down_delay_seconds=delay,
+    )
+    if config.min_replicas > config.max_replicas:
+        errors.append(FieldError(MIN_REPLICAS, "must not exceed max-replicas"))
+    if errors:
+        raise ValidationFailed(errors)
+    return config
+
+
+def _seconds(text: str) -> float:
+    """Plain seconds (`300`, `90.5`) or a duration (`5m`, `1h30m`)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        return parse_duration_seconds(text)
+    if not 0 <= seconds < float("inf"):
+        raise ValueError("must not be negative")
+    return seconds
+
+
+def pool_depth(depths: Mapping[Priority, int], config: PoolConfig) -> int:
+    return sum(depths.get(p, 0) for p in config.priorities)
+
+
+def desired_replicas(depth: int, config: PoolConfig) -> int:
+    wanted = math.ceil(max(depth, 0) / config.target_depth_per_replica)
+    return min(max(wanted, config.min_replicas), config.max_replicas)
+
+
+def decide_scale(
+    *,
+    current: int,
+    depth: int,
+    config: PoolConfig,
+    lower_wanted_since: datetime | None,
+    now: datetime,
+) -> ScaleDecision:
+    """The replica count to set now, and the lower-wanted-since moment to remember."""
+    desired = desired_replicas(depth, config)
+    if desired >= current:
+        # Up at once; equal: nothing to do. Either way a pending scale-down is called off.
+        return ScaleDecision(desired, None)
+    since = (
+        lower_wanted_since if lower_wanted_since is not None and lower_wanted_since <= now else now
+    )
+    if (now - since).total_seconds() >= config.scale_down_delay_seconds:
+        return ScaleDecision(desired, None)
+    return ScaleDecision(current, since)

@@ -1,0 +1,279 @@
+"""The rules between resources and the queue (`services.kube`) on their own: a Notification spec
+becomes the API's request, a NotificationPolicy a policy, a row a status.
+No cluster, no database."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from notify_queue.errors import ValidationFailed
+from notify_queue.models import Channel, Notification, Policy, Priority, Source, Status
+from notify_queue.services.kube import (
+    PHASES,
+    new_notification_from_spec,
+    notification_status,
+    parse_duration_seconds,
+    policy_from_spec,
+    policy_status,
+    rejected_status,
+)
+
+NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
+UID = "0b7c2f4e-8f5e-4c4e-9d55-6a1f3f0e2a11"
+
+
+def _spec(**fields: object) -> dict[str, object]:
+    return {
+        "channel": "email",
+        "recipient": "a@example.com",
+        "body": "hi",
+        "priority": "NORMAL",
+    } | fields
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("90s", 90), ("15m", 900), ("2h", 7200), ("1h30m", 5400), ("1h0m5s", 3605), ("500ms", 0.5)],
+)
+def test_durations_read_like_kubernetes_durations(text: str, seconds: float) -> None:
+    assert parse_duration_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5", "5 minutes", "1d", "m", "-5s"])
+def test_anything_else_is_not_a_duration(text: str) -> None:
+    with pytest.raises(ValueError, match="must be a duration"):
+        parse_duration_seconds(text)
+
+
+def test_a_spec_becomes_a_kubernetes_notification_keyed_by_the_objects_uid() -> None:
+    new = new_notification_from_spec(
+        namespace="shop",
+        uid=UID,
+        now=NOW,
+        spec=_spec(
+            subject="Order",
+            priority="HIGH",
+            delay="1h30m",
+            metadata={"order": 1},
+            webhookUrl="https://hooks.example.com/n",
+        ),
+    )
+    assert new.idempotency_key == f"k8s:{UID}"
+    assert new.source is Source.KUBERNETES
+    assert (new.channel, new.priority, new.subject) == (Channel.EMAIL, Priority.HIGH, "Order")
+    assert new.send_at == NOW + timedelta(minutes=90)
+    assert new.policy == "shop/default"
+    assert new.metadata == {"order": 1} and new.webhook_url == "https://hooks.example.com/n"
+
+
+def test_an_explicit_key_and_policy_are_kept() -> None:
+    new = new_notification_from_spec(
+        namespace="shop", uid=UID, now=NOW, spec=_spec(idempotencyKey="order-1", policy="receipts")
+    )
+    assert (new.idempotency_key, new.policy) == ("order-1", "shop/receipts")
+
+
+def test_the_same_spec_is_the_same_request_at_any_time() -> None:
+    spec = _spec(delay="5m")
+    first = new_notification_from_spec(namespace="shop", uid=UID, now=NOW, spec=spec)
+    later = new_notification_from_spec(
+        namespace="shop", uid=UID, now=NOW + timedelta(hours=3), spec=spec
+    )
+    other = new_notification_from_spec(namespace="shop", uid=UID, now=NOW, spec=_spec(delay="6m"))
+    assert first.request_hash == later.request_hash != other.request_hash
+
+
+def test_what_the_schema_cannot_check_is_refused_with_spec_field_names() -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        new_notification_from_spec(
+            namespace="shop",
+            uid=UID,
+            now=NOW,
+            spec=_spec(
+                delay="1h",
+                expiresAt="2026-09-24T12:30:00Z",
+                metadata={"blob": "x" * 17_000},
+            ),
+        )
+    fields = {e.field for e in caught.value.errors}
+    assert "spec.metadata" in fields
+
+
+def test_an_expiry_before_a_delayed_send_time_is_refused() -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        new_notification_from_spec(
+            namespace="shop",
+            uid=UID,
+            now=NOW,
+            spec=_spec(delay="1h", expiresAt="2026-09-24T12:30:00Z"),
+        )
+    assert [e.field for e in caught.value.errors] == ["spec.expiresAt"]
+
+
+def test_a_bad_delay_names_the_delay_field() -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        new_notification_from_spec(namespace="shop", uid=UID, now=NOW, spec=_spec(delay="500ms"))
+    assert [e.field for e in caught.value.errors] == ["spec.delay"]
+
+
+def test_a_policy_spec_and_its_secret_become_a_policy() -> None:
+    policy = policy_from_spec(
+        namespace="shop",
+        name="receipts",
+        webhook_secret="whsec_b2xk, whsec_bmV3",
+        spec={
+            "rateLimit": {"maxPerWindow": 5, "window": "1h"},
+            "retry": {"maxAttempts": 3, "initialBackoff": "500ms", "maxBackoff": "1m"},
+            "webhook": {"url": "https://hooks.example.com", "secretRef": {"name": "s", "key": "k"}},
+            "ttlSecondsAfterFinished": 60,
+        },
+    )
+    assert policy == Policy(
+        name="shop/receipts",
+        rate_limit=5,
+        rate_window_seconds=3600.0,
+        max_attempts=3,
+        backoff_base_seconds=0.5,
+        backoff_max_seconds=60.0,
+        webhook_url="https://hooks.example.com",
+        webhook_secrets=("whsec_b2xk", "whsec_bmV3"),
+        ttl_seconds_after_finished=60,
+    )
+    assert policy_from_spec(namespace="shop", name="empty", spec={}, webhook_secret=None) == Policy(
+        name="shop/empty"
+    )
+
+
+def test_a_secret_that_is_not_a_signing_key_is_refused() -> None:
+    with pytest.raises(ValidationFailed, match="whsec_"):
+        policy_from_spec(namespace="shop", name="p", spec={}, webhook_secret="hunter2")
+
+
+def _row(status: Status, **fields: object) -> Notification:
+    values: dict[str, object] = {
+        "id": uuid.UUID(int=7),
+        "idempotency_key": "k",
+        "channel": Channel.EMAIL,
+        "recipient": "a@example.com",
+        "subject": None,
+        "body": "hi",
+        "priority": Priority.NORMAL,
+        "status": status,
+        "send_at": NOW,
+        "next_attempt_at": NOW + timedelta(seconds=30),
+        "expires_at": None,
+        "attempt_count": 0,
+        "max_attempts": 6,
+        "last_error": None,
+        "sent_at": None,
+        "provider_message_id": None,
+        "retries": [],
+        "source": Source.KUBERNETES,
+        "policy": None,
+        "webhook_url": None,
+        "metadata": {},
+        "created_at": NOW,
+        "updated_at": NOW,
+    }
+    values.update(fields)
+    return Notification(**values)  # type: ignore[arg-type]
+
+
+def test_every_status_has_a_phase() -> None:
+    assert set(PHASES) == set(Status)
+    assert sorted(PHASES.values()) == sorted(
+        ["Pending", "Processing", "Sent", "Failed", "DeadLettered", "Cancelled", "Expired"]
+    )
+
+
+def test_a_sent_row_shows_as_sent_with_both_conditions() -> None:
+    status = notification_status(
+        _row(
+            Status.SENT,
+            attempt_count=2,
+            sent_at=NOW + timedelta(seconds=5),
+            updated_at=NOW + timedelta(seconds=5),
+        ),
+        generation=1,
+    )
+    assert status["phase"] == "Sent" and status["attempts"] == 2
+    assert status["sentAt"] == "2026-09-24T12:00:05.000000Z" and status["nextAttemptAt"] is None
+    accepted, delivered = status["conditions"]
+    assert (accepted["type"], accepted["status"], accepted["reason"]) == (
+        "Accepted",
+        "True",
+        "Enqueued",
+    )
+    assert (delivered["type"], delivered["status"], delivered["reason"]) == (
+        "Delivered",
+        "True",
+        "Sent",
+    )
+    assert delivered["lastTransitionTime"] == "2026-09-24T12:00:05Z"
+    assert delivered["observedGeneration"] == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "attempts", "expected"),
+    [
+        (Status.PENDING, 0, ("Unknown", "Waiting")),
+        (Status.PENDING, 2, ("Unknown", "RetryScheduled")),
+        (Status.PROCESSING, 1, ("Unknown", "Delivering")),
+        (Status.FAILED, 1, ("False", "PermanentFailure")),
+        (Status.DEAD_LETTERED, 6, ("False", "DeadLettered")),
+        (Status.CANCELLED, 0, ("False", "Cancelled")),
+        (Status.EXPIRED, 0, ("False", "Expired")),
+    ],
+)
+def test_the_delivered_condition_follows_the_row(
+    status: Status, attempts: int, expected: tuple[str, str]
+) -> None:
+    result = notification_status(
+        _row(status, attempt_count=attempts, last_error="boom"), generation=1
+    )
+    delivered = result["conditions"][1]
+    assert (delivered["status"], delivered["reason"]) == expected
+    assert (result["nextAttemptAt"] is not None) == (status is Status.PENDING)
+
+
+def test_a_rejected_notification_says_why_and_is_not_accepted() -> None:
+    status = rejected_status(
+        reason="Invalid", message="spec.metadata: too big", generation=1, now=NOW
+    )
+    assert status["phase"] == "Rejected"
+    assert status["conditions"] == [
+        {
+            "type": "Accepted",
+            "status": "False",
+            "reason": "Invalid",
+            "message": "spec.metadata: too big",
+            "lastTransitionTime": "2026-09-24T12:00:00Z",
+            "observedGeneration": 1,
+        }
+    ]
+
+
+def test_a_ready_condition_keeps_its_transition_time_while_it_holds() -> None:
+    earlier = policy_status(ready=True, reason="Mirrored", message="m", generation=1, now=NOW)
+    later = policy_status(
+        ready=True,
+        reason="Mirrored",
+        message="m",
+        generation=2,
+        now=NOW + timedelta(hours=1),
+        previous=earlier["conditions"],
+    )
+    assert later["conditions"][0]["lastTransitionTime"] == "2026-09-24T12:00:00Z"
+    assert later["observedGeneration"] == 2
+    broken = policy_status(
+        ready=False,
+        reason="SecretNotFound",
+        message="m",
+        generation=2,
+        now=NOW + timedelta(hours=1),
+        previous=later["conditions"],
+    )
+    assert broken["conditions"][0]["lastTransitionTime"] == "2026-09-24T13:00:00Z"

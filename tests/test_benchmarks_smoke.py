@@ -1,0 +1,56 @@
+"""The benchmark harness itself runs: `python -m benchmarks --smoke` finishes and writes a valid
+results document. Tiny sizes and no timing assertions: this checks the harness, not the speed.
+The peers (pg-boss, Procrastinate) are left out, since installing them needs the registries."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+
+def test_the_benchmark_smoke_run_writes_a_valid_results_document(
+    tmp_path: Path, project_root: Path
+) -> None:
+    out = tmp_path / "results"
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "ignore",
+            "-m",
+            "benchmarks",
+            "--smoke",
+            "--skip",
+            "peers",
+            "--output-dir",
+            str(out),
+        ],
+        cwd=project_root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    latest = json.loads((out / "latest.json").read_text())
+    assert latest["mode"] == "smoke" and not latest["errors"]
+    assert {r["scenario"] for r in latest["results"]} == {
+        "throughput",
+        "ingest",
+        "latency",
+        "scale",
+        "priority",
+    }
+    assert all("loadavg_before" in r["load"] for r in latest["results"])
+    assert latest["machine"]["cores"] >= 1 and latest["postgres"]["fsync"] == "on"
+    assert [t["key"] for t in latest["targets"]] == [
+        "e2e_throughput",
+        "vs_pgboss",
+        "batch_ingest",
+        "claim_p99",
+        "claim_flat",
+    ]
+    assert len(list(out.glob("*-smoke.json"))) == 1
+    assert "targets:" in run.stdout
