@@ -43,7 +43,10 @@ layers: $(STAMP) ## check the layering with import-linter
 	$(BIN)/lint-imports
 
 fuzz: $(STAMP) ## the long schemathesis run over the OpenAPI document
-	NOTIFY_QUEUE_FUZZ_EXAMPLES=500 $(BIN)/pytest -q tests/api -k fuzz
+	NOTIFY_QUEUE_FUZZ_EXAMPLES=500 NOTIFY_QUEUE_PROPERTY_EXAMPLES=400 $(BIN)/pytest -q tests/api/test_fuzz.py tests/properties
+
+soak: $(STAMP) ## a 10-minute chaos soak: random worker kills, restarts and outages (docs/reliability.md)
+	$(BIN)/python scripts/soak.py --minutes 10
 
 bench: $(STAMP) ## the benchmark suite (writes benchmarks/results/*.json)
 	$(BIN)/python -m benchmarks

@@ -110,21 +110,17 @@ def register_handlers(
     async def policy_deleted(namespace: str, name: str, **_: Any) -> None:
         await _retrying(lambda: policies.deleted(namespace=namespace, name=name))
 
-    # Which policies use which Secret, so a Secret's change re-mirrors exactly those.
-    @kopf.index(GROUP, VERSION, POLICIES, id="policies_by_secret", registry=registry)  # type: ignore[arg-type]
-    def policies_by_secret(namespace: str, name: str, spec: kopf.Spec, **_: Any) -> Any:
-        ref = (spec.get("webhook") or {}).get("secretRef")
-        return {(namespace, ref["name"]): name} if ref else None
+    # A Secret used by a policy changed (a rotation, or the Secret appearing at last): mirror
+    # each policy that uses it. The filter keeps kopf from running (and logging) a handler for
+    # every other Secret in scope.
+    def used_by_a_policy(namespace: str | None, name: str, **_: Any) -> bool:
+        return namespace is not None and policies.uses_secret(namespace, name)
 
-    # (kopf passes indices to handlers but not to `when` filters, so the check is inside.)
-    @kopf.on.event("v1", "secrets", id="secret_changed", registry=registry)  # type: ignore[arg-type]
-    async def secret_changed(
-        namespace: str, name: str, policies_by_secret: kopf.Index[Any, str], **_: Any
-    ) -> None:
-        # A rotation (or the Secret appearing at last): mirror each policy that refers to it.
-        for policy in sorted(set(policies_by_secret.get((namespace, name), ()))):
+    @kopf.on.event("v1", "secrets", id="secret_changed", registry=registry, when=used_by_a_policy)
+    async def secret_changed(namespace: str | None, name: str, **_: Any) -> None:
+        for policy in policies.secret_users(namespace or "", name):
             try:
-                await policies.resync(namespace=namespace, name=policy)
+                await policies.resync(namespace=namespace or "", name=policy)
             except (DatabaseUnavailable, KubeUnavailable) as exc:
                 # kopf does not retry event handlers; the Secret's next change, or the policy's
                 # resume when the operator restarts, mirrors it then.

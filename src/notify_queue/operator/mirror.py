@@ -145,6 +145,10 @@ class PolicyMirror:
     def __init__(self, policies: PolicyRepository, kube: KubeApi) -> None:
         self._policies = policies
         self._kube = kube
+        # (namespace, Secret name) -> the policies that use it, kept as policies are mirrored
+        # (every policy is, at start: resume), so a Secret event can be filtered before any
+        # handler runs: most Secrets in a cluster have nothing to do with us.
+        self._secret_users: dict[tuple[str, str], set[str]] = {}
 
     async def changed(
         self,
@@ -159,6 +163,7 @@ class PolicyMirror:
         """Mirror a NotificationPolicy (and its webhook Secret), report Ready; True if mirrored."""
         secret_value: str | None = None
         ref = (spec.get("webhook") or {}).get("secretRef")
+        self._remember_secret(namespace, name, ref["name"] if ref else None)
         problem: tuple[str, str] | None = None
         if ref:
             secret_value = await self._kube.secret_value(
@@ -217,4 +222,23 @@ class PolicyMirror:
         )
 
     async def deleted(self, *, namespace: str, name: str) -> None:
+        self._remember_secret(namespace, name, None)
         await self._policies.policy_delete(name=rules.policy_name(namespace, name))
+
+    def uses_secret(self, namespace: str, secret: str) -> bool:
+        """Whether a policy mirrored by this operator refers to this Secret."""
+        return (namespace, secret) in self._secret_users
+
+    def secret_users(self, namespace: str, secret: str) -> list[str]:
+        """The names of the policies that refer to this Secret."""
+        return sorted(self._secret_users.get((namespace, secret), ()))
+
+    def _remember_secret(self, namespace: str, policy: str, secret: str | None) -> None:
+        for key in [
+            k for k, users in self._secret_users.items() if policy in users and k[0] == namespace
+        ]:
+            self._secret_users[key].discard(policy)
+            if not self._secret_users[key]:
+                del self._secret_users[key]
+        if secret is not None:
+            self._secret_users.setdefault((namespace, secret), set()).add(policy)

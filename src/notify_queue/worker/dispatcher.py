@@ -71,7 +71,10 @@ class WebhookDispatcher:
             )
         WEBHOOK_POSTS.labels("delivered" if error is None else "error").inc()
         if error is not None:
-            log.info("webhook %s to %s failed (attempt %d): %s", event.id, _origin(event.url), event.attempts, error)
+            log.info(
+                "webhook %s to %s failed (attempt %d): %s",
+                event.id, _origin(event.url), event.attempts, error,
+            )
         s = self._settings
         return decide_webhook_result(
             event,
