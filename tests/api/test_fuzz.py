@@ -1,11 +1,13 @@
 """Property-based fuzzing of the whole API from its own OpenAPI document (schemathesis): for
 every operation, generated valid and invalid requests never get a 5xx, and every response
 (status, media type, headers, body) is one the document declares. Runs against a real uvicorn
-server with both tokens set, so authentication is fuzzed too. Bounded to stay quick in CI.
+server with both tokens set, so authentication is fuzzed too. Bounded to stay quick in CI
+(`make fuzz` runs many more examples).
 """
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import time
@@ -20,6 +22,8 @@ from schemathesis import checks
 from notify_queue.api.app import create_app
 from tests.api.support import api_settings
 
+# 25 per operation keeps CI quick; `make fuzz` sets NOTIFY_QUEUE_FUZZ_EXAMPLES=500.
+FUZZ_EXAMPLES = int(os.environ.get("NOTIFY_QUEUE_FUZZ_EXAMPLES", "25"))
 TOKENS = {"api_token": "fuzz-client", "admin_token": "fuzz-admin"}
 # The document only; the database URL is not used to build it.
 schema = schemathesis.openapi.from_dict(
@@ -58,7 +62,7 @@ EXCLUDED = [checks.positive_data_acceptance]
 
 
 @schema.parametrize()
-@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=FUZZ_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 def test_every_operation_answers_as_documented_and_never_5xx(
     case: schemathesis.Case, fuzz_server: str
 ) -> None:
