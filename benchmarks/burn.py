@@ -116,7 +116,7 @@ def burn_down(
         deadline = time.monotonic() + timeout
         timed_out = False
         try:
-            with psycopg.connect(url, autocommit=True) as conn:
+            with queue.watcher(url) as conn:
                 last_count = 0.0
                 while True:
                     # Existence checks are nearly free; a real count only every few seconds,

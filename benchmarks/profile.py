@@ -89,7 +89,7 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         t0 = time.monotonic()
-        with psycopg.connect(url, autocommit=True) as conn:
+        with queue.watcher(url) as conn:
             while queue.any_unfinished(conn) or (
                 not args.no_webhooks and queue.any_webhook_pending(conn)
             ):

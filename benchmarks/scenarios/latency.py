@@ -112,7 +112,7 @@ def run(ctx: Context) -> None:
         )
         try:
             driven = asyncio.run(_drive(ctx, url))
-            with psycopg.connect(url, autocommit=True) as conn:
+            with queue.watcher(url) as conn:
                 deadline = time.monotonic() + 60
                 while queue.any_unfinished(conn) and time.monotonic() < deadline:
                     time.sleep(0.2)

@@ -28,6 +28,7 @@ async def _high_until_drained(url: str, rate: float, low: int) -> dict[str, Any]
 
     async def watch() -> None:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute("SET enable_seqscan = off")  # see queue.watcher
             while True:
                 cur = await conn.execute(
                     "SELECT count(*) FROM nq_notifications"
@@ -83,7 +84,7 @@ def _one(ctx: Context, *, dedicated: bool, webhooks: bool = True) -> None:
                 conn.execute("SELECT pg_notify('nq_wakeup', '')")
             load = LoadWatch()
             driven = asyncio.run(_high_until_drained(url, s.priority_high_rate, s.priority_low))
-            with psycopg.connect(url, autocommit=True) as conn:
+            with queue.watcher(url) as conn:
                 deadline = time.monotonic() + 60
                 while queue.any_unfinished(conn) and time.monotonic() < deadline:
                     time.sleep(0.2)
