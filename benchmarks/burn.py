@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import psutil
 import psycopg
 
 from benchmarks import queue
@@ -46,6 +47,60 @@ def start_workers(
         )
         for i in range(count)
     ]
+
+
+def _cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of these live processes (gone ones count nothing)."""
+    total = 0.0
+    for pid in pids:
+        try:
+            times = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def postgres_pids(ctx: Context) -> list[int]:
+    """The server and every backend: the postmaster's children."""
+    pid = ctx.pg.server.pid
+    if pid is None:
+        return []
+    try:
+        return [pid, *(c.pid for c in psutil.Process(pid).children())]
+    except psutil.Error:
+        return []
+
+
+class CpuSplit:
+    """Where the CPU went during a run: PostgreSQL, the workers, the webhook receiver.
+
+    Read just before the workers stop (their backends exit with them). Backends that came and
+    went during the run are missed, so the PostgreSQL figure is a floor."""
+
+    def __init__(self, ctx: Context) -> None:
+        self._ctx = ctx
+        self._pg_before = {pid: _cpu_seconds([pid]) for pid in postgres_pids(ctx)}
+        self._receiver_before = _cpu_seconds([ctx.receiver.proc.pid])
+
+    def finish(self, workers: list[Proc], delivered: int) -> dict[str, Any]:
+        pg_now = {pid: _cpu_seconds([pid]) for pid in postgres_pids(self._ctx)}
+        postgres = sum(v - self._pg_before.get(pid, 0.0) for pid, v in pg_now.items())
+        worker = _cpu_seconds([p.pid for p in workers])
+        receiver = _cpu_seconds([self._ctx.receiver.proc.pid]) - self._receiver_before
+        per = (lambda x: round(x / delivered * 1e6, 1)) if delivered else (lambda x: None)  # noqa: E731
+        return {
+            "cpu_seconds": {
+                "postgres": round(postgres, 2),
+                "workers": round(worker, 2),
+                "receiver": round(receiver, 2),
+            },
+            "cpu_us_per_notification": {
+                "postgres": per(postgres),
+                "workers": per(worker),
+                "receiver": per(receiver),
+            },
+        }
 
 
 def wait_until_listening(url: str, workers: int, timeout_seconds: float = 60.0) -> None:
@@ -110,7 +165,9 @@ def burn_down(
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("SELECT pg_stat_statements_reset()")
         load = LoadWatch()
+        cpu = CpuSplit(ctx)
         procs = start_workers(ctx, url, workers, webhooks=webhooks, extra=extra)
+        split: dict[str, Any] = {}
         timeout = timeout_seconds or max(120.0, notifications / 300)
         bar = Progress(label, notifications)
         deadline = time.monotonic() + timeout
@@ -138,11 +195,12 @@ def burn_down(
                         timed_out = True
                         break
                     time.sleep(0.25)
+            split = cpu.finish(procs, notifications)
         finally:
             bar.close()
             stop_all(procs)
         with psycopg.connect(url, autocommit=True) as conn:
-            figures = queue.burn_down_figures(conn)
+            figures = queue.burn_down_figures(conn) | split
             figures["top_statements"] = top_statements(conn)
         figures["timed_out"] = timed_out
         figures["load"] = load.finish()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -26,8 +28,11 @@ _counter = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg") / "data", delete_on_stop=True)
+def pg_server() -> Iterator[EmbeddedPostgres]:
+    # A directory of its own, not pytest's tmp_path: pytest prunes old tmp directories of other
+    # runs, and a concurrent run must never delete this server's data under it.
+    root = Path(tempfile.mkdtemp(prefix="notify-queue-pg-"))
+    server = EmbeddedPostgres(root / "data", delete_on_stop=True)
     with psycopg.connect(server.url(), autocommit=True) as conn:
         # Durability is not what these tests check; speed is welcome. Reloadable settings only.
         conn.execute("ALTER SYSTEM SET fsync = off")
@@ -43,6 +48,7 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPost
     asyncio.run(prepare())
     yield server
     server.stop()
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture
