@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -51,14 +52,23 @@ def pg_server() -> Iterator[EmbeddedPostgres]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def database_url(pg_server: EmbeddedPostgres) -> Iterator[str]:
-    name = f"t_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
+@contextmanager
+def cloned_database(pg_server: EmbeddedPostgres, prefix: str = "t") -> Iterator[str]:
+    """A new database cloned from the migrated template; dropped afterwards."""
+    name = f"{prefix}_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
     with psycopg.connect(pg_server.url(), autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name} TEMPLATE {_TEMPLATE}")
-    yield pg_server.url(name)
-    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    try:
+        yield pg_server.url(name)
+    finally:
+        with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def database_url(pg_server: EmbeddedPostgres) -> Iterator[str]:
+    with cloned_database(pg_server) as url:
+        yield url
 
 
 @pytest.fixture

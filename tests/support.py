@@ -79,7 +79,11 @@ def new(
 
 
 async def eventually(
-    check: Callable[[], Awaitable[Any]], *, timeout: float = 10.0, interval: float = 0.05
+    check: Callable[[], Awaitable[Any]],
+    *,
+    timeout: float = 10.0,
+    interval: float = 0.05,
+    what: str = "condition",
 ) -> Any:
     """Poll `check` until it returns something truthy, or fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -88,7 +92,7 @@ async def eventually(
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
+            raise AssertionError(f"{what} not reached within {timeout:g}s (last: {value!r})")
         await asyncio.sleep(interval)
 
 

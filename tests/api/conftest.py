@@ -9,16 +9,15 @@ database clone per test.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
-import psycopg
 import pytest
 
 from notify_queue.embedded import EmbeddedPostgres
 from notify_queue.repositories.db import Database
 from tests.api.support import api_client
+from tests.conftest import cloned_database
 
 
 @pytest.fixture
@@ -29,12 +28,8 @@ async def client(database_url: str, db: Database) -> AsyncIterator[httpx.AsyncCl
 
 @pytest.fixture(scope="module")
 def shared_database_url(pg_server: EmbeddedPostgres) -> Iterator[str]:
-    name = f"api_shared_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE nq_template")
-    yield pg_server.url(name)
-    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with cloned_database(pg_server, "api_shared") as url:
+        yield url
 
 
 @pytest.fixture

@@ -11,16 +11,14 @@ do not match the database, and webhook events not received. Shared by the tests 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.services.notifications import NotificationService
 from tests.chaos.peers import ChaosProvider, SignedWebhookReceiver
+from tests.support import eventually as poll
 
 WEBHOOK_SECRET = "whsec_" + "Y2hhb3MtdGVzdHMtd2ViaG9vay1zZWNyZXQtMzJi"  # base64 of 30 bytes
 REPORT_ENV = "NOTIFY_QUEUE_CHAOS_REPORT"
@@ -228,24 +227,6 @@ async def enqueue(db: Database, notifications: list[NewNotification]) -> list[uu
 async def counts(db: Database) -> dict[str, int]:
     rows = await db.fetch_all("queue_status_counts")
     return {r["status"]: int(r["n"]) for r in rows}
-
-
-async def poll(
-    check: Callable[[], Awaitable[Any]],
-    *,
-    timeout: float,
-    interval: float = 0.2,
-    what: str = "condition",
-) -> Any:
-    """Poll `check` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout:.0f}s (last: {value!r})")
-        await asyncio.sleep(interval)
 
 
 async def all_final(db: Database, total: int) -> bool:
