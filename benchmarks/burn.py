@@ -88,7 +88,7 @@ class CpuSplit:
         postgres = sum(v - self._pg_before.get(pid, 0.0) for pid, v in pg_now.items())
         worker = _cpu_seconds([p.pid for p in workers])
         receiver = _cpu_seconds([self._ctx.receiver.proc.pid]) - self._receiver_before
-        per = (lambda x: round(x / delivered * 1e6, 1)) if delivered else (lambda x: None)  # noqa: E731
+        per = (lambda x: round(x / delivered * 1e6, 1)) if delivered else (lambda x: None)
         return {
             "cpu_seconds": {
                 "postgres": round(postgres, 2),

@@ -43,6 +43,7 @@ class SteadyEnqueuer:
         self.late_starts = 0
         self.failed = 0
         self.max_in_flight = 32
+        self.seconds = 0.0
 
     async def __aenter__(self) -> SteadyEnqueuer:
         await self.db.open()
@@ -89,6 +90,12 @@ class SteadyEnqueuer:
             i += 1
         if pending:
             await asyncio.gather(*pending)
+        self.seconds = time.monotonic() - start
+
+    @property
+    def achieved_per_second(self) -> float:
+        """The rate really sent: lower than asked when the machine could not keep the pace."""
+        return round(self.sent / self.seconds, 1) if self.seconds else 0.0
 
     async def _one(self, service: NotificationService, notification: NewNotification) -> None:
         try:

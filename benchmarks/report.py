@@ -108,6 +108,8 @@ def write(doc: dict[str, Any], directory: Path, started: datetime) -> Path:
 
 def _fmt(value: Any) -> str:
     if isinstance(value, float):
+        if abs(value) < 10:
+            return f"{value:.2f}"
         return f"{value:,.1f}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, int):
         return f"{value:,}"
@@ -125,6 +127,7 @@ SHOWN = {
     ],
     "ingest": ["accepted_per_second", "batch_accepted_per_second", "clients", "p99_ms"],
     "latency": [
+        "enqueue_achieved_per_second",
         "due_to_claimed_p50_ms",
         "due_to_claimed_p95_ms",
         "due_to_claimed_p99_ms",
@@ -154,9 +157,11 @@ SHOWN = {
     ],
     "peers": [
         "notify_queue_per_second",
+        "notify_queue_no_webhooks_per_second",
         "pgboss_per_second",
         "procrastinate_per_second",
         "ratio_pgboss",
+        "ratio_pgboss_no_webhooks",
         "ratio_procrastinate",
     ],
 }

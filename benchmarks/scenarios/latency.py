@@ -94,6 +94,7 @@ async def _drive(ctx: Context, url: str) -> dict[str, Any]:
             "scheduled_enqueued": scheduled.sent,
             "enqueue_late_starts": due_now.late_starts + scheduled.late_starts,
             "enqueue_failed": due_now.failed + scheduled.failed,
+            "enqueue_achieved_per_second": due_now.achieved_per_second,
         }
 
 

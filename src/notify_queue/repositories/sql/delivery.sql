@@ -155,8 +155,9 @@ WITH results AS (
                                     %(default_webhook_url)s) AS n
     FROM updated
 ), released AS (
-    DELETE FROM nq_rate_slots s USING updated u
-    WHERE s.notification_id = u.id AND u.status <> 'SENT'
+    -- By primary key (`= ANY`): a join here could be planned as a scan of every slot.
+    DELETE FROM nq_rate_slots s
+    WHERE s.notification_id = ANY(ARRAY(SELECT id FROM updated WHERE status <> 'SENT'))
 )
 -- events is read here (once, as an init plan) so that its insert runs: a plain SELECT in WITH
 -- is evaluated only when referenced.
@@ -173,7 +174,7 @@ WITH released AS (
     WHERE n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
     RETURNING n.id
 ), slots AS (
-    DELETE FROM nq_rate_slots s USING released r WHERE s.notification_id = r.id
+    DELETE FROM nq_rate_slots s WHERE s.notification_id = ANY(ARRAY(SELECT id FROM released))
 )
 SELECT count(*) AS released FROM released
 
