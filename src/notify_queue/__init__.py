@@ -1,3 +1,3 @@
-"""Notify Queue: a notification queue (email, SMS, push) on PostgreSQL, run as a Kubernetes operator."""
+"""Notify Queue: notifications (email, SMS, push) queued in PostgreSQL, run as an operator."""
 
 __version__ = "0.1.0"

@@ -82,7 +82,7 @@ ROLES: dict[str, tuple[str, list[str]]] = {
     "operator": ("run the Kubernetes operator", COMMON + OPERATOR + POLICY),
     "up": (
         "everything on one machine: embedded PostgreSQL, migrate, API and a worker",
-        COMMON + ["data_dir", "kubernetes"] + API + WORKER,
+        [*COMMON, "data_dir", "kubernetes", *API, *WORKER],
     ),
 }
 
@@ -98,7 +98,8 @@ def _flag_type(annotation: Any) -> Callable[[str], Any]:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="notify-queue",
-        description="A notification queue (email, SMS, push) on PostgreSQL, run as a Kubernetes operator. "
+        description="A notification queue (email, SMS, push) on PostgreSQL, run as a Kubernetes "
+        "operator. "
         "Every option also reads NOTIFY_QUEUE_<OPTION>; flags win.",
     )
     roles = parser.add_subparsers(dest="role", required=True, metavar="ROLE")

@@ -15,7 +15,7 @@ class NotifyQueueError(Exception):
 
 @dataclass(frozen=True)
 class FieldError:
-    """One invalid field of a request: the field's path (`sendAt`, `notifications[3].body`) and why."""
+    """One invalid field: its path (`sendAt`, `notifications[3].body`) and what is wrong."""
 
     field: str
     message: str

@@ -8,10 +8,26 @@ happens once, at the edge, in `services.validation`.
 from __future__ import annotations
 
 import enum
+import os
+import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+
+def time_ordered_uuid() -> uuid.UUID:
+    """A UUID version 7 (RFC 9562): 48 bits of Unix milliseconds, then 74 random bits.
+
+    Notification ids are the primary key, and ids made close in time sort close together: new
+    rows land on the same few pages of the primary-key index instead of a random page each,
+    which keeps the index's working set small and the WAL of each claim flat as history grows
+    (random v4 ids made every updated row dirty a page of its own at millions of rows).
+    """
+    value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
+    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # the RFC 9562 variant
+    return uuid.UUID(int=value)
 
 
 class Channel(enum.StrEnum):
@@ -93,7 +109,7 @@ class NewNotification:
     policy: str | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     source: Source = Source.API
-    id: uuid.UUID = field(default_factory=uuid.uuid4)
+    id: uuid.UUID = field(default_factory=time_ordered_uuid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +199,7 @@ class Completion:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """A delivery policy (mirrored from a NotificationPolicy); `None` fields fall back to defaults."""
+    """A delivery policy (mirrored from a NotificationPolicy); `None` fields use the defaults."""
 
     name: str
     rate_limit: int | None = None

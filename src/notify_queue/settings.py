@@ -34,7 +34,7 @@ Seconds = Annotated[float, Field(gt=0)]
 
 
 class Settings(BaseSettings):
-    """All options. `Field.description` is the help text of the flag and the configuration reference."""
+    """All options; `Field.description` is the flag's help and the configuration reference."""
 
     model_config = SettingsConfigDict(
         env_prefix="NOTIFY_QUEUE_", extra="forbid", validate_default=True, frozen=True
@@ -58,7 +58,8 @@ class Settings(BaseSettings):
         8,
         ge=1,
         le=200,
-        description="Connections per process. Workers need few: one statement serves a whole batch; "
+        description="Connections per process. Workers need few: one statement serves a whole "
+        "batch; "
         "the count that matters is processes x pool size against PostgreSQL's max_connections.",
     )
 
@@ -79,13 +80,15 @@ class Settings(BaseSettings):
     )
     admin_token: str | None = Field(
         None,
-        description="Bearer token required for cancel and retry; unset means the API token suffices.",
+        description="Bearer token required for cancel and retry; unset means the API token "
+        "suffices.",
     )
     api_workers: int = Field(1, ge=1, le=64, description="uvicorn worker processes for the API.")
     max_body_bytes: int = Field(
         2 * 1024 * 1024,
         ge=1024,
-        description="Largest request body accepted, in bytes, checked before it is read into memory. "
+        description="Largest request body accepted, in bytes, checked before it is read into "
+        "memory. "
         "2 MiB fits a batch of 1,000 typical notifications.",
     )
 
@@ -102,7 +105,8 @@ class Settings(BaseSettings):
     )
     poll_interval: Seconds = Field(
         1.0,
-        description="Seconds between polls when no wake-up arrives; new work also wakes workers at once "
+        description="Seconds between polls when no wake-up arrives; new work also wakes workers "
+        "at once "
         "through LISTEN/NOTIFY, so this only bounds the delay when a hint is lost.",
     )
     lease_seconds: Seconds = Field(
@@ -124,7 +128,8 @@ class Settings(BaseSettings):
     )
     shutdown_grace_seconds: Seconds = Field(
         10.0,
-        description="On SIGTERM, seconds to let in-flight deliveries finish before the rest is handed "
+        description="On SIGTERM, seconds to let in-flight deliveries finish before the rest is "
+        "handed "
         "back (without using an attempt).",
     )
 
@@ -149,14 +154,16 @@ class Settings(BaseSettings):
     )
     webhook_secret: str | None = Field(
         None,
-        description="Signing secret, `whsec_<base64>`; several, comma-separated, during a rotation.",
+        description="Signing secret, `whsec_<base64>`; several, comma-separated, during a "
+        "rotation.",
     )
     webhook_max_attempts: int = Field(
         10, ge=1, le=100, description="Webhook POSTs before an event is `failed`."
     )
     webhook_backoff_base: Seconds = Field(
         1.0,
-        description="Seconds of the first webhook retry ceiling; doubles per attempt (equal jitter).",
+        description="Seconds of the first webhook retry ceiling; doubles per attempt (equal "
+        "jitter).",
     )
     webhook_backoff_max: Seconds = Field(
         300.0,
@@ -165,7 +172,8 @@ class Settings(BaseSettings):
     webhook_timeout: Seconds = Field(10.0, description="Seconds one webhook POST may take.")
     outbound_allow: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="CIDRs or host names outbound calls (webhooks, HTTP provider) may reach even though "
+        description="CIDRs or host names outbound calls (webhooks, HTTP provider) may reach "
+        "even though "
         "they are loopback, private or link-local. Empty: only public addresses.",
     )
 
@@ -266,7 +274,7 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides: object) -> Settings:
-    """Build settings from the environment plus `overrides` (the flags given), or fail with one line."""
+    """Settings from the environment plus `overrides` (the flags given), or one line of error."""
     try:
         return Settings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
     except ValidationError as exc:

@@ -3,8 +3,9 @@
 It behaves like a real provider that honours idempotency keys: it fails at random at
 `failure_rate` (temporarily), fails permanently for recipients starting with `invalid`, times
 out for recipients starting with `timeout`, kills its own process for recipients starting
-with `crash` (a poison message that takes the worker down with it), and never delivers the same key twice (a repeat
-answers SENT with the first delivery's message id, as a real provider's idempotency layer would).
+with `crash` (a poison message that takes the worker down with it), and never delivers the
+same key twice (a repeat answers SENT with the first delivery's message id, as a real
+provider's idempotency layer would).
 
 It sits on the benchmark's hot path (20,000 deliveries a second), so a call allocates nothing it
 can avoid: failure results are built once, the random generator is consulted only when failures

@@ -64,7 +64,7 @@ class Database:
         )
 
     async def open(self, *, wait: bool = True, timeout: float = 10.0) -> None:
-        """Open the pool; with `wait`, fail fast with the server's own reason if it cannot connect."""
+        """Open the pool; with `wait`, fail fast with the server's reason if it cannot connect."""
         try:
             if wait:
                 # One direct connection first: its error says why ("connection refused",
@@ -90,7 +90,7 @@ class Database:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
-        """A pooled connection in autocommit mode; use `Connection.transaction()` for atomic work."""
+        """A pooled connection in autocommit mode; `Connection.transaction()` for atomic work."""
         try:
             async with self._pool.connection() as conn:
                 yield Connection(cast(psycopg.AsyncConnection[Row], conn))
@@ -189,5 +189,5 @@ class Connection:
 
 
 def _sql(name: str) -> str:
-    """The text of the named query from `sql/*.sql` (never built from input: values are parameters)."""
+    """The named query from `sql/*.sql` (never built from input: values are parameters)."""
     return QUERIES[name]

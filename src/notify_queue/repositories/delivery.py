@@ -130,8 +130,10 @@ class DeliveryRepository:
         )
         return int(row["expired"]) if row else 0
 
-    async def next_due_at(self, *, priorities: Sequence[Priority]) -> tuple[datetime | None, datetime]:
-        """The earliest next_attempt_at among PENDING rows of these lanes, and the database's now."""
+    async def next_due_at(
+        self, *, priorities: Sequence[Priority]
+    ) -> tuple[datetime | None, datetime]:
+        """The earliest next_attempt_at of PENDING rows in these lanes, and the database's now."""
         row = await self._db.fetch_one(
             "next_due_at", {"priorities": sorted(p.rank for p in priorities)}
         )

@@ -35,11 +35,13 @@ class WebhookRepository:
         ]
 
     async def webhook_results_record(self, *, results: Sequence[WebhookResult]) -> int:
-        """Record dispatch results: delivered; else pending again after retry_in_seconds; else failed."""
+        """Record results: delivered; else pending again after retry_in_seconds; else failed."""
         if not results:
             return 0
         states = [
-            "delivered" if r.delivered else ("pending" if r.retry_in_seconds is not None else "failed")
+            "delivered"
+            if r.delivered
+            else ("pending" if r.retry_in_seconds is not None else "failed")
             for r in results
         ]
         rows = await self._db.fetch_all(
@@ -59,7 +61,9 @@ class WebhookRepository:
         assert row is not None
         return row["next_due_at"], row["now"]
 
-    async def webhook_events_for_notification(self, *, notification_id: uuid.UUID) -> list[dict[str, object]]:
+    async def webhook_events_for_notification(
+        self, *, notification_id: uuid.UUID
+    ) -> list[dict[str, object]]:
         return await self._db.fetch_all(
             "webhook_events_for_notification", {"notification_id": notification_id}
         )

@@ -121,7 +121,8 @@ class NotificationService:
         if retried is None:
             current = await self.get(id)
             raise Conflict(
-                f"notification {id} is {current.status}; only FAILED or DEAD_LETTERED can be retried"
+                f"notification {id} is {current.status}; only FAILED or DEAD_LETTERED can be "
+                f"retried"
             )
         if self._waker is not None:
             await self._waker.poke()

@@ -30,7 +30,9 @@ _CONCURRENCY = 128
 
 
 class WebhookDispatcher:
-    def __init__(self, settings: Settings, repository: WebhookRepository, sender: WebhookSender) -> None:
+    def __init__(
+        self, settings: Settings, repository: WebhookRepository, sender: WebhookSender
+    ) -> None:
         self._settings = settings
         self._repository = repository
         self._sender = sender
@@ -73,7 +75,10 @@ class WebhookDispatcher:
         if error is not None:
             log.info(
                 "webhook %s to %s failed (attempt %d): %s",
-                event.id, _origin(event.url), event.attempts, error,
+                event.id,
+                _origin(event.url),
+                event.attempts,
+                error,
             )
         s = self._settings
         return decide_webhook_result(

@@ -33,8 +33,8 @@ from notify_queue.models import Channel, ClaimedNotification, DeliveryResult, Ou
 from notify_queue.providers.base import DeliveryRequest, Provider
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.worker.dispatcher import WebhookDispatcher
-from notify_queue.worker.waiting import wait_any
 from notify_queue.worker.metrics import DELIVERIES, DELIVERY_DURATION, STALE_RESULTS
+from notify_queue.worker.waiting import wait_any
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,9 @@ class Worker:
             asyncio.create_task(self._housekeeping_forever(), name="housekeeping"),
         ]
         if self._dispatcher is not None:
-            background.append(asyncio.create_task(self._dispatcher.run(self._stop), name="webhooks"))
+            background.append(
+                asyncio.create_task(self._dispatcher.run(self._stop), name="webhooks")
+            )
         try:
             await self._claim_forever()
             await self._drain()
@@ -101,7 +103,11 @@ class Worker:
     async def _drain(self) -> None:
         """Let deliveries in flight finish within the grace period; hand the rest back."""
         if self._in_flight:
-            log.info("shutting down: waiting up to %.0fs for %d deliveries", self._grace, len(self._in_flight))
+            log.info(
+                "shutting down: waiting up to %.0fs for %d deliveries",
+                self._grace,
+                len(self._in_flight),
+            )
             await asyncio.wait(list(self._in_flight), timeout=self._grace)
         unfinished = list(self._in_flight.items())
         for task, _ in unfinished:
@@ -195,7 +201,9 @@ class Worker:
         duration.observe(time.perf_counter() - started)
         counter = self._outcomes.get((channel, result.outcome))
         if counter is None:
-            counter = self._outcomes[(channel, result.outcome)] = DELIVERIES.labels(channel, result.outcome.value)
+            counter = self._outcomes[(channel, result.outcome)] = DELIVERIES.labels(
+                channel, result.outcome.value
+            )
         counter.inc()
         self._results.append((claimed, result))
         self._results_ready.set()
@@ -237,7 +245,12 @@ class Worker:
             try:
                 recovered, dead, expired = await self._service.housekeeping()
                 if recovered or expired:
-                    log.info("recovered %d expired leases (%d dead-lettered), expired %d", recovered, dead, expired)
+                    log.info(
+                        "recovered %d expired leases (%d dead-lettered), expired %d",
+                        recovered,
+                        dead,
+                        expired,
+                    )
                     self._wake.set()
                 if time.monotonic() - last_prune > 60:
                     await self._service.prune_rate_slots()
@@ -264,8 +277,10 @@ async def _resume(coro: Coroutine[Any, Any, None], waiting_on: Any) -> None:
                 waiting_on._asyncio_future_blocking = False
                 await waiting_on
         except BaseException as exc:
-            if waiting_on is None or not waiting_on.done() or (
-                not waiting_on.cancelled() and waiting_on.exception() is None
+            if (
+                waiting_on is None
+                or not waiting_on.done()
+                or (not waiting_on.cancelled() and waiting_on.exception() is None)
             ):
                 try:
                     waiting_on = coro.throw(exc)
