@@ -170,8 +170,8 @@ async def test_the_retry_settings_of_a_named_policy_decide_when_it_is_dead_lette
     delivered = condition(obj, "Delivered")
     assert delivered["status"] == "False" and delivered["reason"] == "DeadLettered"
     assert phase(other) in ("Pending", "Processing")  # the worker's 6 attempts are not used up
-    events = await eventually(lambda: kube.events(namespace, name="doomed"))
-    assert any(e["reason"] == "DeadLettered" and e["type"] == "Warning" for e in events)
+    # Accepted is posted first; wait for the DeadLettered one itself.
+    await eventually(lambda: _warning(kube, namespace, "doomed", "DeadLettered"), timeout=10)
 
 
 async def test_the_webhook_is_signed_with_the_key_from_the_secret_and_follows_its_rotation(
@@ -246,3 +246,8 @@ async def _phase_is(kube: Kube, namespace: str, name: str, expected: str) -> boo
 
 async def _gone(kube: Kube, namespace: str, name: str) -> bool:
     return await kube.get("Notification", namespace, name) is None
+
+
+async def _warning(kube: Kube, namespace: str, name: str, reason: str) -> bool:
+    events = await kube.events(namespace, name=name)
+    return any(e["reason"] == reason and e["type"] == "Warning" for e in events)

@@ -75,8 +75,7 @@ async def test_a_pool_scales_up_with_its_lanes_depth_and_down_only_after_the_del
     # ceil(7 / 2) = 4, within max 4; the bulk pool's 3 LOW ones fit one replica of target 100.
     await eventually(lambda: _has_replicas(kube, namespace, "urgent", 4), timeout=10)
     assert await _replicas(kube, namespace, "bulk") == 1
-    events = await eventually(lambda: kube.events(namespace, name="urgent"))
-    assert any(e["reason"] == "Scaled" and "from 1 to 4" in e["message"] for e in events)
+    await eventually(lambda: _scaled_event(kube, namespace, "from 1 to 4"), timeout=5)
 
     for created in high:
         await notifications.cancel(created.notification.id)
@@ -90,8 +89,13 @@ async def test_a_pool_scales_up_with_its_lanes_depth_and_down_only_after_the_del
     assert (datetime.now(UTC) - since).total_seconds() >= 2.8
     # Then it forgets the moment (the annotation goes right after the scale).
     await eventually(lambda: _not_annotated(kube, namespace, "urgent"), timeout=5)
+    # The Event is posted after the scale itself; wait for it rather than read once.
+    await eventually(lambda: _scaled_event(kube, namespace, "down from 4 to 1"), timeout=5)
+
+
+async def _scaled_event(kube: Kube, namespace: str, text: str) -> bool:
     events = await kube.events(namespace, name="urgent")
-    assert any(e["reason"] == "Scaled" and "down from 4 to 1" in e["message"] for e in events)
+    return any(e["reason"] == "Scaled" and text in e["message"] for e in events)
 
 
 async def test_the_scale_down_delay_already_waited_survives_an_operator_restart(
