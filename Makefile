@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-fast lint format typecheck layers k8s-binaries fuzz soak bench clean
+.PHONY: help run test test-fast lint format typecheck layers k8s-binaries docs fuzz soak bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -41,6 +41,12 @@ typecheck: $(STAMP) ## mypy strict
 
 layers: $(STAMP) ## check the layering with import-linter
 	$(BIN)/lint-imports
+
+docs: $(STAMP) ## regenerate what is generated from the code: references, chart schema, chart CRDs
+	$(BIN)/python scripts/gen-config-docs.py
+	$(BIN)/python scripts/gen-api-docs.py
+	$(BIN)/python scripts/gen-chart-schema.py
+	scripts/sync-chart-crds.sh
 
 fuzz: $(STAMP) ## the long schemathesis run over the OpenAPI document
 	NOTIFY_QUEUE_FUZZ_EXAMPLES=500 NOTIFY_QUEUE_PROPERTY_EXAMPLES=400 $(BIN)/pytest -q tests/api/test_fuzz.py tests/properties

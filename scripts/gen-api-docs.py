@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from generated import write_or_check  # scripts/ is on sys.path when run as a file
+
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "docs" / "api-reference.md"
 
@@ -196,14 +198,7 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = render()
-    if argv[1:] == ["--check"]:
-        if not OUTPUT.exists() or OUTPUT.read_text() != text:
-            print("docs/api-reference.md is stale; run scripts/gen-api-docs.py", file=sys.stderr)
-            return 1
-        return 0
-    OUTPUT.write_text(text)
-    return 0
+    return write_or_check(OUTPUT, render(), argv)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from generated import write_or_check  # scripts/ is on sys.path when run as a file
+
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "charts" / "notify-queue" / "values.schema.json"
 
@@ -87,17 +89,7 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = render()
-    if argv[1:] == ["--check"]:
-        if SCHEMA.read_text() != text:
-            print(
-                f"{SCHEMA.relative_to(ROOT)} is stale; run scripts/gen-chart-schema.py",
-                file=sys.stderr,
-            )
-            return 1
-        return 0
-    SCHEMA.write_text(text)
-    return 0
+    return write_or_check(SCHEMA, render(), argv)
 
 
 if __name__ == "__main__":

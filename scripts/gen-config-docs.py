@@ -16,6 +16,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from generated import write_or_check  # scripts/ is on sys.path when run as a file
+
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = ROOT / "docs" / "configuration.md"
 SECRET_WORDS = ("token", "secret", "password", "database_url")
@@ -176,14 +178,7 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = render()
-    if argv[1:] == ["--check"]:
-        if not OUTPUT.exists() or OUTPUT.read_text() != text:
-            print("docs/configuration.md is stale; run scripts/gen-config-docs.py", file=sys.stderr)
-            return 1
-        return 0
-    OUTPUT.write_text(text)
-    return 0
+    return write_or_check(OUTPUT, render(), argv)
 
 
 if __name__ == "__main__":
