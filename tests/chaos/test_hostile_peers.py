@@ -410,3 +410,34 @@ async def test_the_operators_endpoints_are_trusted_and_client_urls_are_guarded(
     assert rows[loopback]["state"] == "failed" and "loopback" in rows[loopback]["last_error"]
     assert rows[private]["state"] == "failed" and "private" in rows[private]["last_error"]
     assert peer.paths == Counter({"operator": 1})  # nothing reached the client URL
+
+
+async def test_with_dispatch_off_the_worker_posts_nothing_and_the_relay_role_posts_it_all(
+    db: Database, database_url: str, peer: HostilePeer, spawn
+) -> None:
+    procs = spawn(database_url)
+    worker = procs.start(
+        *_flags("--webhook-url", f"{peer.base}/hooks"), "--webhook-dispatch", "off"
+    )
+    await procs.ready(worker)
+    ids = [await _send(db, f"r-{i}@example.com") for i in range(10)]
+    for id in ids:
+        assert (await poll(lambda id=id: _final(db, id), timeout=30))["status"] == Status.SENT
+    rows = await read_rows(db, "SELECT count(*) AS n FROM nq_webhook_events WHERE state='pending'")
+    assert rows[0]["n"] == 10 and not peer.calls  # written to the outbox, not POSTed
+
+    relay = procs.start_relay("--poll-interval", "0.2", "--webhook-url", f"{peer.base}/hooks")
+    await poll(
+        lambda: _delivered_count(db, 10),
+        timeout=30,
+        what="the relay delivered every event",
+    )
+    assert sorted(peer.calls.values()) == [1] * 10
+    assert relay.poll() is None and "relay started" in procs.log(relay)
+
+
+async def _delivered_count(db: Database, expected: int) -> bool:
+    rows = await read_rows(
+        db, "SELECT count(*) AS n FROM nq_webhook_events WHERE state='delivered'"
+    )
+    return bool(rows[0]["n"] == expected)
