@@ -29,6 +29,7 @@ from notify_queue.models import (
 from notify_queue.repositories.delivery import ClaimedBatch, DeliveryRepository
 from notify_queue.services.backoff import backoff_seconds, retry_after_seconds
 
+
 def decide_completion(
     claimed: ClaimedNotification, result: DeliveryResult, *, rng: random.Random | None = None
 ) -> Completion:
