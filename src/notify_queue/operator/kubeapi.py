@@ -27,7 +27,8 @@ import aiohttp
 import kopf
 
 from notify_queue.errors import ConfigurationError, NotifyQueueError
-from notify_queue.services.kube import GROUP, VERSION, kube_time
+from notify_queue.services.kube import GROUP, VERSION
+from notify_queue.services.kube_status import kube_time
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from notify_queue.models import Notification, Priority, Status
@@ -48,6 +49,10 @@ class StatusChange:
     linked: bool
     generation: int | None
     notification: Notification | None
+    # When the row reached its final status (None: not final); drives lastTransitionTime.
+    finished_at: datetime | None = None
+    # False while the row's NotificationPolicy exists but is not Ready (the row is held).
+    policy_ready: bool = True
 
 
 class StatusOutboxBatch:
@@ -83,6 +88,8 @@ def _change_from_row(row: dict[str, Any]) -> StatusChange:
         linked=bool(row["object_linked"]),
         generation=row["object_generation"],
         notification=notification_from_row(row) if row["id"] is not None else None,
+        finished_at=row["finished_at"],
+        policy_ready=bool(row["object_policy_ready"]),
     )
 
 

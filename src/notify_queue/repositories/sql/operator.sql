@@ -77,10 +77,13 @@ WITH objects AS (
 SELECT c.uid AS object_uid, c.namespace AS object_namespace, c.name AS object_name,
        c.outbox_seqs, c.entered_statuses,
        l.uid IS NOT NULL AS object_linked, l.generation AS object_generation,
+       -- A row held by a policy that is not Ready shows Reconciling/PolicyNotReady.
+       COALESCE(p.ready, true) AS object_policy_ready,
        n.*
 FROM changed c
 LEFT JOIN nq_kube_links l ON l.uid = c.uid
 LEFT JOIN nq_notifications n ON n.id = c.notification_id
+LEFT JOIN nq_policies p ON p.name = n.policy
 ORDER BY c.first_seq
 
 -- name: status_outbox_delete
