@@ -118,11 +118,14 @@ def test_the_config_schema_is_generated_from_the_settings() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_the_charts_crds_are_the_projects_crds() -> None:
+@pytest.mark.parametrize(
+    "copy", [CHART / "crds", ROOT / "src" / "notify_queue" / "crds"], ids=["chart", "package"]
+)
+def test_the_charts_and_the_packages_crds_are_the_projects_crds(copy: Path) -> None:
     ours = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
-    chart = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
-    assert ours and chart == ours, "run scripts/sync-chart-crds.sh"
-    _, mismatch, errors = filecmp.cmpfiles(ROOT / "crds", CHART / "crds", ours, shallow=False)
+    theirs = sorted(p.name for p in copy.glob("*.yaml"))
+    assert ours and theirs == ours, "run scripts/sync-chart-crds.sh"
+    _, mismatch, errors = filecmp.cmpfiles(ROOT / "crds", copy, ours, shallow=False)
     assert not mismatch and not errors, (
         f"{mismatch + errors} differ; run scripts/sync-chart-crds.sh"
     )

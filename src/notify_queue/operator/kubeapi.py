@@ -270,6 +270,25 @@ class KubeApi:
             )
         return pools
 
+    async def autoscalers(
+        self, *, namespace: str | None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(HorizontalPodAutoscalers, KEDA ScaledObjects) in scope, as the API returns them.
+
+        KEDA is optional: without its CRD the list is a 404, which means "none". Forbidden (the
+        chart's RBAC grants both lists) is raised: scaling a pool that an unseen autoscaler
+        also scales would be the fight this check exists to prevent.
+        """
+        where = f"/namespaces/{namespace}" if namespace else ""
+        lists = []
+        for path in (
+            f"/apis/autoscaling/v2{where}/horizontalpodautoscalers",
+            f"/apis/keda.sh/v1alpha1{where}/scaledobjects",
+        ):
+            code, body = await self._request("GET", path, tolerated=(404,))
+            lists.append([] if code == 404 else list((body or {}).get("items", [])))
+        return lists[0], lists[1]
+
     async def deployment_scale(self, *, namespace: str, name: str, replicas: int) -> None:
         """Set the replica count through the scale subresource (what an autoscaler uses)."""
         await self._request(
