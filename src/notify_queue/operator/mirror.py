@@ -190,6 +190,8 @@ class PolicyMirror:
             problem = problem or ("Invalid", f"{exc}; its notifications wait until it is fixed")
         ready = problem is None
         if await self._policies.policy_upsert(policy=policy, ready=ready):
+            if ready:
+                await self._policies.policy_release_held(name=policy.name)
             await self._policies.policy_refresh_statuses(namespace=namespace, name=policy.name)
         reason, message = problem or (
             "Mirrored",

@@ -29,6 +29,10 @@ class PolicyRepository:
         )
         return bool(row and row["ready_changed"])
 
+    async def policy_release_held(self, *, name: str) -> int:
+        """The policy is Ready again: its held notifications are due now. Returns how many."""
+        return await self._db.execute("policy_release_held", {"name": name})
+
     async def policy_refresh_statuses(self, *, namespace: str, name: str) -> int:
         """Queue status writes for the PENDING Notification objects naming the policy `name`."""
         row = await self._db.fetch_one(

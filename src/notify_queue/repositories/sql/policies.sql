@@ -45,6 +45,27 @@ SELECT count(*) AS queued,
        CASE WHEN count(*) > 0 THEN pg_notify('nq_status_outbox', '') END AS notified
 FROM queued
 
+-- name: policy_release_held
+-- The policy is Ready again: make its held notifications due now instead of at their next
+-- recheck (up to 30 s away). Held rows are PENDING with no attempt used, their send time passed
+-- and next_attempt_at in the future; the only other rows like that are rate-limited ones, and
+-- making those due only costs one claim that defers them again (the claim re-checks the window).
+-- A row with attempts made keeps its backoff. There is no index on policy: the claim index
+-- (partial, PENDING, by priority and next_attempt_at) narrows it to the next 31 s of each lane,
+-- which is where the claim puts held rows.
+UPDATE nq_notifications
+SET next_attempt_at = now(), updated_at = now()
+WHERE id IN (
+    SELECT n.id
+    FROM unnest('{0,1,2}'::smallint[]) AS lane(priority)
+    CROSS JOIN LATERAL (
+        SELECT id, policy, attempt_count, send_at FROM nq_notifications
+        WHERE status = 'PENDING' AND priority = lane.priority
+          AND next_attempt_at > now() AND next_attempt_at <= now() + interval '31 seconds'
+    ) n
+    WHERE n.policy = %(name)s AND n.attempt_count = 0 AND n.send_at <= now()
+)
+
 -- name: policy_delete
 DELETE FROM nq_policies WHERE name = %(name)s
 
