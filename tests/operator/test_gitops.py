@@ -273,3 +273,49 @@ async def test_a_policy_without_its_secret_holds_its_notifications_until_the_sec
         )
     sent = await kube.get("Notification", namespace, "held")
     assert _true_of(sent or {}) == ["Ready"]
+
+
+async def test_transition_times_hold_across_three_retries_on_the_live_object(
+    kube: Kube, namespace: str, operator: OperatorThread, db: Database, database_url: str
+) -> None:
+    await kube.create(
+        policy(
+            namespace,
+            "patient",
+            retry={"maxAttempts": 4, "initialBackoff": "300ms", "maxBackoff": "300ms"},
+        )
+    )
+    await eventually(lambda: _policy_ready(kube, namespace, "patient"), timeout=15)
+    await kube.create(
+        notification(namespace, "flaky", recipient="timeout-2@example.com", policy="patient")
+    )
+    seen: dict[int, dict[str, str]] = {}  # attempts -> condition type -> lastTransitionTime
+
+    async def dead_lettered() -> bool:
+        live = await kube.get("Notification", namespace, "flaky")
+        status = (live or {}).get("status") or {}
+        if status.get("phase") in ("Pending", "Processing") and status.get("attempts"):
+            times = {c["type"]: c["lastTransitionTime"] for c in status["conditions"]}
+            seen.setdefault(int(status["attempts"]), times)
+        return status.get("phase") == "DeadLettered"
+
+    worker = settings_for(database_url, namespace, provider_timeout=0.05)
+    async with running_worker(worker, db):
+        await eventually(dead_lettered, timeout=30, interval=0.02, what="DeadLettered")
+    assert {1, 2, 3} <= set(seen), seen  # retries 1 to 3 were each seen in progress
+    assert len({tuple(sorted(times.items())) for times in seen.values()}) == 1, seen
+    final = await kube.get("Notification", namespace, "flaky")
+    assert final is not None and _true_of(final) == ["Stalled"]
+    first = seen[min(seen)]
+    moved = {
+        c["type"]
+        for c in final["status"]["conditions"]
+        if c["lastTransitionTime"] != first[c["type"]]
+    }
+    # Finishing turned Reconciling off, Stalled on and Delivered to False; Ready stayed False.
+    assert moved <= {"Reconciling", "Stalled", "Delivered"}
+    assert "Ready" not in moved and "Accepted" not in moved
+
+
+async def _policy_ready(kube: Kube, namespace: str, name: str) -> bool:
+    return _true_of(await kube.get("NotificationPolicy", namespace, name) or {}) == ["Ready"]
