@@ -63,6 +63,10 @@ MATRIX = [
     (Status.DEAD_LETTERED, 6, ("False", "False", "True", "False", "DeadLettered")),
     (Status.EXPIRED, 0, ("False", "False", "True", "False", "Expired")),
 ]
+# Suppressed (issue 12: the recipient opted out) is a deliberate outcome like Cancelled; the row
+# joins the matrix as soon as the status exists.
+if (suppressed := getattr(Status, "SUPPRESSED", None)) is not None:
+    MATRIX.append((suppressed, 0, ("True", "False", "False", "False", "Suppressed")))
 
 
 @pytest.mark.parametrize(("status", "attempts", "expected"), MATRIX)
