@@ -1,8 +1,9 @@
 """A provider that only records when each request arrived, in a process of its own.
 
 Rate-limit tests and the provider_limit benchmark measure the limit where requests arrive.
-Recorded inside the test process, an arrival is stamped when that process's event loop gets to it, so a pause there (garbage
-collection, reading 2,000 rows back) would stamp seconds of evenly spaced requests as one burst.
+Recorded inside the test process, an arrival is stamped when that process's event loop gets to
+it, so a pause there (garbage collection, reading 2,000 rows back) would stamp seconds of evenly
+spaced requests as one burst.
 This process does nothing else. It answers 200 with a messageId, and on SIGTERM writes the
 arrival times (CLOCK_MONOTONIC seconds, comparable across processes) as JSON to `--out`.
 
