@@ -24,7 +24,7 @@ from notify_queue.providers import SimulatedProvider, build_providers
 from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.http import HttpProvider, parse_retry_after
 from notify_queue.providers.outbound import outbound_session
-from notify_queue.settings import ProviderKind, Settings
+from notify_queue.settings import ProviderKind, WorkerSettings
 
 
 class DeliveryService:
@@ -284,7 +284,7 @@ async def test_a_provider_url_inside_the_network_is_a_permanent_failure() -> Non
 async def test_build_providers_shares_one_instance_per_kind_across_channels(
     session: aiohttp.ClientSession,
 ) -> None:
-    settings = Settings(
+    settings = WorkerSettings(
         provider=ProviderKind.HTTP,
         push_provider=ProviderKind.SIMULATED,
         provider_url="http://127.0.0.1:9/send",

@@ -38,7 +38,7 @@ from notify_queue.cli import build_parser
 from notify_queue.devcluster import LocalControlPlane
 from notify_queue.embedded import EmbeddedPostgres
 from notify_queue.repositories.db import Database
-from notify_queue.settings import Settings, load_settings
+from notify_queue.settings import ROLE_SETTINGS, DatabaseOptions, load_settings
 from tests.operator.support import OperatorThread, running_worker
 from tests.shipping.support import CHART, Tools
 from tests.support import eventually
@@ -95,19 +95,19 @@ def _container_environment(
     return env
 
 
-def _settings_of(env: dict[str, str], args: list[str], **overrides: Any) -> Settings:
-    """The settings the program builds from this environment and these arguments."""
+def _settings_of(env: dict[str, str], args: list[str], **overrides: Any) -> Any:
+    """The settings the program builds from this environment and these arguments: its role's,
+    from the variables of that role's options (the program ignores the others)."""
+    parsed = vars(build_parser().parse_args(args))
+    model: type[DatabaseOptions] = ROLE_SETTINGS[parsed.pop("role")]
     values = {
         k.removeprefix("NOTIFY_QUEUE_").lower(): v
         for k, v in env.items()
         if k.startswith("NOTIFY_QUEUE_")
+        and k.removeprefix("NOTIFY_QUEUE_").lower() in model.model_fields
     }
-    flags = {
-        k: v
-        for k, v in vars(build_parser().parse_args(args)).items()
-        if k != "role" and v is not None
-    }
-    return load_settings(**{**values, **flags, **overrides})
+    flags = {k: v for k, v in parsed.items() if v is not None}
+    return load_settings(model, **{**values, **flags, **overrides})
 
 
 def _run_hook_jobs(

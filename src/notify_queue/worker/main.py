@@ -1,4 +1,5 @@
-"""Wiring of the worker role: settings in, a running `Worker` out, until SIGTERM."""
+"""Wiring of the worker and relay roles: settings in, a running `Worker` (or the webhook
+dispatcher alone, for `relay`) out, until SIGTERM."""
 
 from __future__ import annotations
 
@@ -15,14 +16,14 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryRepository
 from notify_queue.repositories.webhooks import WebhookRepository
 from notify_queue.services.delivery import DeliveryService
-from notify_queue.settings import Settings
+from notify_queue.settings import RelaySettings, Switch, WorkerSettings
 from notify_queue.worker.dispatcher import WebhookDispatcher
 from notify_queue.worker.runner import Worker
 
 log = logging.getLogger(__name__)
 
 
-def delivery_defaults(settings: Settings) -> DeliveryDefaults:
+def delivery_defaults(settings: WorkerSettings) -> DeliveryDefaults:
     return DeliveryDefaults(
         rate_limit=settings.rate_limit,
         rate_window_seconds=settings.rate_limit_window,
@@ -34,7 +35,7 @@ def delivery_defaults(settings: Settings) -> DeliveryDefaults:
 
 
 async def run_worker(
-    settings: Settings, *, db: Database | None = None, stop: asyncio.Event | None = None
+    settings: WorkerSettings, *, db: Database | None = None, stop: asyncio.Event | None = None
 ) -> None:
     """Run one worker process until SIGTERM/SIGINT (or `stop`), then shut down gracefully."""
     own_db = db is None
@@ -56,10 +57,14 @@ async def run_worker(
         priorities=settings.priorities,
         channels=settings.channels,
     )
-    dispatcher = WebhookDispatcher(
-        settings,
-        WebhookRepository(db),
-        WebhookSender(session, timeout_seconds=settings.webhook_timeout),
+    dispatcher = (
+        WebhookDispatcher(
+            settings,
+            WebhookRepository(db),
+            WebhookSender(session, timeout_seconds=settings.webhook_timeout),
+        )
+        if settings.webhook_dispatch is Switch.ON
+        else None
     )
     worker = Worker(
         service,
@@ -101,3 +106,41 @@ async def run_worker(
 async def _stop_when(stop: asyncio.Event, worker: Worker) -> None:
     await stop.wait()
     worker.stop()
+
+
+async def run_relay(settings: RelaySettings, *, stop: asyncio.Event | None = None) -> None:
+    """Relay the webhook outbox, and nothing else, until SIGTERM/SIGINT (or `stop`)."""
+    # The dispatcher is typed against the worker's settings but reads only the webhook options
+    # and the poll interval, which the relay has: hand it those, the rest at their defaults.
+    dispatcher_settings = WorkerSettings.model_construct(**settings.model_dump())
+    # Standalone, the relay owns SIGTERM/SIGINT; a caller that passes `stop` owns them.
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT) if stop is None else ()
+    stop = stop or asyncio.Event()
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    db = Database(
+        settings.require_database_url(),
+        pool_size=settings.database_pool_size,
+        name="notify-queue-relay",
+    )
+    session = outbound_session(
+        allow=settings.outbound_allow, timeout_seconds=settings.webhook_timeout
+    )
+    try:
+        await db.open()
+        if settings.metrics_port is not None:
+            start_http_server(settings.metrics_port, addr=settings.host)
+        dispatcher = WebhookDispatcher(
+            dispatcher_settings,
+            WebhookRepository(db),
+            WebhookSender(session, timeout_seconds=settings.webhook_timeout),
+        )
+        log.info("relay started")
+        await dispatcher.run(stop)
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await session.close()
+        await db.close()
+        log.info("relay stopped")
