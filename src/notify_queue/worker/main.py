@@ -1,16 +1,15 @@
-"""Wiring of the worker and relay roles: settings in, a running `Worker` (or the webhook
-dispatcher alone, for `relay`) out, until SIGTERM."""
+"""Wiring of the worker and relay roles: settings in, running tasks out, until SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
-
-from prometheus_client import start_http_server
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 from notify_queue.providers import build_providers
-from notify_queue.providers.outbound import outbound_session
+from notify_queue.providers.outbound import outbound_session, trusted_session
 from notify_queue.providers.webhooks import WebhookSender
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryRepository
@@ -18,7 +17,9 @@ from notify_queue.repositories.webhooks import WebhookRepository
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.settings import RelaySettings, Switch, WorkerSettings
 from notify_queue.worker.dispatcher import WebhookDispatcher
+from notify_queue.worker.endpoints import start_endpoints
 from notify_queue.worker.runner import Worker
+from notify_queue.worker.supervision import Health, supervise
 
 log = logging.getLogger(__name__)
 
@@ -34,113 +35,143 @@ def delivery_defaults(settings: WorkerSettings) -> DeliveryDefaults:
     )
 
 
+@asynccontextmanager
+async def _process(
+    settings: RelaySettings, name: str, db: Database | None, health: Health
+) -> AsyncIterator[Database]:
+    """The database pool and the --metrics-port endpoints of one worker or relay process."""
+    own_db = db is None
+    if db is None:
+        db = Database(
+            settings.require_database_url(), pool_size=settings.database_pool_size, name=name
+        )
+        await db.open()
+    endpoints = None
+    try:
+        if settings.metrics_port is not None:
+            endpoints = await start_endpoints(settings.host, settings.metrics_port, health)
+        yield db
+    finally:
+        if endpoints is not None:
+            await endpoints.cleanup()
+        if own_db:
+            await db.close()
+
+
+def webhook_dispatcher(
+    settings: WorkerSettings, db: Database, health: Health
+) -> tuple[WebhookDispatcher, Callable[[], Awaitable[None]]]:
+    """The outbox relay and the coroutine function that closes its sessions."""
+    guarded = outbound_session(
+        allow=settings.outbound_allow, timeout_seconds=settings.webhook_timeout
+    )
+    trusted = trusted_session(timeout_seconds=settings.webhook_timeout)
+    dispatcher = WebhookDispatcher(
+        settings,
+        WebhookRepository(db),
+        guarded=WebhookSender(guarded, timeout_seconds=settings.webhook_timeout),
+        trusted=WebhookSender(trusted, timeout_seconds=settings.webhook_timeout),
+        health=health,
+    )
+
+    async def close() -> None:
+        await guarded.close()
+        await trusted.close()
+
+    return dispatcher, close
+
+
 async def run_worker(
     settings: WorkerSettings, *, db: Database | None = None, stop: asyncio.Event | None = None
 ) -> None:
     """Run one worker process until SIGTERM/SIGINT (or `stop`), then shut down gracefully."""
-    own_db = db is None
-    if db is None:
-        db = Database(
-            settings.require_database_url(),
-            pool_size=settings.database_pool_size,
-            name="notify-queue-worker",
+    health = Health()
+    async with _process(settings, "notify-queue-worker", db, health) as db:
+        # Provider URLs are the operator's own endpoints: no outbound guard (docs/reliability.md).
+        provider_session = trusted_session(timeout_seconds=settings.provider_timeout)
+        providers = build_providers(settings, provider_session)
+        dispatcher, close_dispatcher = (
+            webhook_dispatcher(settings, db, health)
+            if settings.webhook_dispatch is Switch.ON
+            else (None, None)
         )
-        await db.open()
-    if settings.metrics_port is not None:
-        start_http_server(settings.metrics_port, addr=settings.host)
-    session = outbound_session(
-        allow=settings.outbound_allow, timeout_seconds=settings.provider_timeout
-    )
-    providers = build_providers(settings, session)
-    service = DeliveryService(
-        DeliveryRepository(db, delivery_defaults(settings)),
-        priorities=settings.priorities,
-        channels=settings.channels,
-    )
-    dispatcher = (
-        WebhookDispatcher(
-            settings,
-            WebhookRepository(db),
-            WebhookSender(session, timeout_seconds=settings.webhook_timeout),
+        service = DeliveryService(
+            DeliveryRepository(db, delivery_defaults(settings)),
+            priorities=settings.priorities,
+            channels=settings.channels,
         )
-        if settings.webhook_dispatch is Switch.ON
-        else None
-    )
-    worker = Worker(
-        service,
-        providers,
-        dispatcher,
-        concurrency=settings.concurrency,
-        batch_size=settings.batch_size,
-        poll_interval=settings.poll_interval,
-        shutdown_grace_seconds=settings.shutdown_grace_seconds,
-    )
-    # Standalone, the worker owns SIGTERM/SIGINT; inside `up`, the caller owns them and sets `stop`.
+        worker = Worker(
+            service,
+            providers,
+            dispatcher,
+            concurrency=settings.concurrency,
+            batch_size=settings.batch_size,
+            poll_interval=settings.poll_interval,
+            shutdown_grace_seconds=settings.shutdown_grace_seconds,
+            provider_timeout_seconds=settings.provider_timeout,
+            health=health,
+        )
+        log.info(
+            "worker started: lanes %s, channels %s, concurrency %d, batch %d, webhooks %s",
+            ",".join(settings.priorities),
+            ",".join(settings.channels),
+            settings.concurrency,
+            settings.batch_size,
+            settings.webhook_dispatch,
+        )
+        try:
+            await _until_signal(worker.run(), worker.stop, stop)
+        finally:
+            for provider in {id(p): p for p in providers.values()}.values():
+                await provider.close()
+            await provider_session.close()
+            if close_dispatcher is not None:
+                await close_dispatcher()
+            log.info("worker stopped")
+
+
+async def run_relay(
+    settings: RelaySettings, *, db: Database | None = None, stop: asyncio.Event | None = None
+) -> None:
+    """Relay the webhook outbox alone until SIGTERM/SIGINT (or `stop`)."""
+    health = Health()
+    done = asyncio.Event()
+    # The dispatcher is typed against the worker's settings (`settings.Settings`) but reads only
+    # what a relay has (webhook options, poll interval): hand it those, the rest at defaults.
+    as_worker = WorkerSettings.model_construct(**settings.model_dump())
+    async with _process(settings, "notify-queue-relay", db, health) as db:
+        dispatcher, close_dispatcher = webhook_dispatcher(as_worker, db, health)
+        log.info("relay started")
+        try:
+            await _until_signal(
+                supervise("webhooks", lambda: dispatcher.run(done), health, stop=done),
+                done.set,
+                stop,
+            )
+        finally:
+            await close_dispatcher()
+            log.info("relay stopped")
+
+
+async def _until_signal(
+    main: Awaitable[None], begin_stop: Callable[[], None], stop: asyncio.Event | None
+) -> None:
+    """Await `main`, calling `begin_stop` on SIGTERM/SIGINT, or when `stop` is set (inside `up`,
+    the caller owns the signals)."""
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT) if stop is None else ()
     for sig in signals:
-        loop.add_signal_handler(sig, worker.stop)
-    stopper = asyncio.create_task(_stop_when(stop, worker)) if stop is not None else None
-    log.info(
-        "worker started: lanes %s, channels %s, concurrency %d, batch %d",
-        ",".join(settings.priorities),
-        ",".join(settings.channels),
-        settings.concurrency,
-        settings.batch_size,
-    )
+        loop.add_signal_handler(sig, begin_stop)
+    stopper = asyncio.create_task(_call_when_set(stop, begin_stop)) if stop is not None else None
     try:
-        await worker.run()
+        await main
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
         if stopper is not None:
             stopper.cancel()
-        for provider in {id(p): p for p in providers.values()}.values():
-            await provider.close()
-        await session.close()
-        if own_db:
-            await db.close()
-        log.info("worker stopped")
 
 
-async def _stop_when(stop: asyncio.Event, worker: Worker) -> None:
-    await stop.wait()
-    worker.stop()
-
-
-async def run_relay(settings: RelaySettings, *, stop: asyncio.Event | None = None) -> None:
-    """Relay the webhook outbox, and nothing else, until SIGTERM/SIGINT (or `stop`)."""
-    # The dispatcher is typed against the worker's settings but reads only the webhook options
-    # and the poll interval, which the relay has: hand it those, the rest at their defaults.
-    dispatcher_settings = WorkerSettings.model_construct(**settings.model_dump())
-    # Standalone, the relay owns SIGTERM/SIGINT; a caller that passes `stop` owns them.
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT) if stop is None else ()
-    stop = stop or asyncio.Event()
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
-    db = Database(
-        settings.require_database_url(),
-        pool_size=settings.database_pool_size,
-        name="notify-queue-relay",
-    )
-    session = outbound_session(
-        allow=settings.outbound_allow, timeout_seconds=settings.webhook_timeout
-    )
-    try:
-        await db.open()
-        if settings.metrics_port is not None:
-            start_http_server(settings.metrics_port, addr=settings.host)
-        dispatcher = WebhookDispatcher(
-            dispatcher_settings,
-            WebhookRepository(db),
-            WebhookSender(session, timeout_seconds=settings.webhook_timeout),
-        )
-        log.info("relay started")
-        await dispatcher.run(stop)
-    finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-        await session.close()
-        await db.close()
-        log.info("relay stopped")
+async def _call_when_set(event: asyncio.Event, call: Callable[[], None]) -> None:
+    await event.wait()
+    call()
