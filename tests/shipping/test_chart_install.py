@@ -580,6 +580,25 @@ def test_helm_upgrade_migrates_again_and_keeps_the_operators_replica_counts(
     assert "REVISION: 2" in out
 
 
+def test_the_generated_api_token_is_kept_across_upgrades(
+    release: Release, tools: Tools, kubeconfig: Path
+) -> None:
+    ns = release.namespace
+    secret = f"{RELEASE}-notify-queue-secrets"
+    token = _secret_value(tools, kubeconfig, ns, secret, "api-token")
+    assert token and len(token) >= 32, "no token given: the chart generates one"
+    (api,) = _deployment(tools, kubeconfig, ns, "api")["spec"]["template"]["spec"]["containers"]
+    assert _container_environment(tools, kubeconfig, ns, api)["NOTIFY_QUEUE_API_TOKEN"] == token
+
+    _helm_with_hooks(
+        tools, kubeconfig, ns, "upgrade", RELEASE, str(CHART), "--values", str(release.values_file)
+    )
+
+    assert _secret_value(tools, kubeconfig, ns, secret, "api-token") == token, (
+        "an upgrade changed the API token: every client would be locked out"
+    )
+
+
 def test_helm_uninstall_removes_the_release_and_keeps_the_crds(
     release: Release, tools: Tools, kubeconfig: Path
 ) -> None:
