@@ -82,9 +82,14 @@ async def run_up(settings: UpSettings) -> None:
                 log.info("kubernetes: export KUBECONFIG=%s", cluster.kubeconfig)
                 # kopf runs on its own loop in a thread: when it stops it cancels every task its
                 # loop created while it ran, which here would be the API's and the worker's.
+                # --metrics-port is the worker's here: the operator serving on it as well would
+                # find the port taken.
+                operator_settings = settings.model_copy(update={"metrics_port": None})
                 operator = asyncio.to_thread(
                     asyncio.run,
-                    run_operator(settings, kubeconfig=cluster.kubeconfig, stop_flag=operator_stop),
+                    run_operator(
+                        operator_settings, kubeconfig=cluster.kubeconfig, stop_flag=operator_stop
+                    ),
                 )
                 tasks.append(asyncio.create_task(operator, name="operator"))
             api = f"http://{settings.host}:{settings.port}"
