@@ -188,9 +188,10 @@ class WorkerOptions(_Options):
         256,
         ge=1,
         le=10_000,
-        description="Deliveries in flight per worker process. A delivery is mostly waiting on a "
-        "provider, so 256 keep a 100 ms provider from capping a process near 2,500/s, while "
-        "the memory held stays small.",
+        description="Deliveries in flight per worker process. A delivery mostly waits on its "
+        "provider: with 256 in flight a provider answering in 100 ms still allows about 2,500 "
+        "deliveries/s per process (32 allowed 320/s), and a waiting delivery costs one small "
+        "task.",
     )
     batch_size: int = Field(
         100,
