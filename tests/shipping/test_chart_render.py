@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from notify_queue.cli import build_parser
+from notify_queue.operator.release import build_parser as release_parser
 from notify_queue.settings import ROLE_SETTINGS
 from tests.shipping.support import (
     CHART,
@@ -31,6 +32,8 @@ from tests.shipping.support import (
 )
 
 pytestmark = pytest.mark.kubernetes
+
+RELEASE_MODULE = "notify_queue.operator.release"
 
 
 @pytest.fixture(scope="module")
@@ -118,11 +121,14 @@ def test_the_config_schema_is_generated_from_the_settings() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_the_charts_crds_are_the_projects_crds() -> None:
+@pytest.mark.parametrize(
+    "copy", [CHART / "crds", ROOT / "src" / "notify_queue" / "crds"], ids=["chart", "package"]
+)
+def test_the_charts_and_the_packages_crds_are_the_projects_crds(copy: Path) -> None:
     ours = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
-    chart = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
-    assert ours and chart == ours, "run scripts/sync-chart-crds.sh"
-    _, mismatch, errors = filecmp.cmpfiles(ROOT / "crds", CHART / "crds", ours, shallow=False)
+    theirs = sorted(p.name for p in copy.glob("*.yaml"))
+    assert ours and theirs == ours, "run scripts/sync-chart-crds.sh"
+    _, mismatch, errors = filecmp.cmpfiles(ROOT / "crds", copy, ours, shallow=False)
     assert not mismatch and not errors, (
         f"{mismatch + errors} differ; run scripts/sync-chart-crds.sh"
     )
@@ -233,7 +239,11 @@ def test_every_pod_meets_pod_security_restricted_and_has_a_read_only_root(
 def test_only_the_operator_gets_a_kubernetes_token(default_objects: list[dict[str, Any]]) -> None:
     for name, spec in pod_specs(default_objects):
         mounts_token = spec.get("automountServiceAccountToken", True)
-        assert mounts_token is (name == "Deployment/nq-notify-queue-operator"), name
+        # The uninstall hook runs the operator's release step with the operator's account.
+        operator = name in {"Deployment/nq-notify-queue-operator", "Job/nq-notify-queue-release"}
+        assert mounts_token is operator, name
+        if operator:
+            assert spec["serviceAccountName"] == "nq-notify-queue-operator", name
 
 
 def test_secrets_reach_the_pods_only_through_secret_references(
@@ -285,28 +295,28 @@ def test_every_variable_the_chart_sets_is_a_setting_that_the_role_accepts(
     for objects in (default_objects, full_objects):
         for name, spec in pod_specs(objects):
             for container in spec["containers"]:
-                flags = vars(build_parser().parse_args(container["args"]))
-                role = flags.pop("role")
-                assert role in {"api", "worker", "operator", "migrate"}, name
-                model = ROLE_SETTINGS[role]
-                values: dict[str, str] = {}
+                variables: dict[str, str] = {}
                 for variable in container["env"]:
                     if not variable["name"].startswith("NOTIFY_QUEUE_"):
                         continue
                     field = variable["name"].removeprefix("NOTIFY_QUEUE_").lower()
                     assert field in every_option, f"{name}: {variable['name']} is no setting"
-                    # The top-level `config` goes to every role; a role ignores what it does
-                    # not read, as the program does.
-                    if field not in model.model_fields:
-                        continue
-                    if "value" in variable:
-                        values[field] = variable["value"]
-                    else:  # from the Secret at run time
-                        values[field] = {
-                            "database_url": "postgresql://user@db:5432/notify",
-                            "webhook_secret": "whsec_c2VjcmV0",
-                        }.get(field, "secret")
-                # What the program will do at start: build and validate its settings.
+                    variables[field] = variable.get("value") or {  # else from the Secret
+                        "database_url": "postgresql://user@db:5432/notify",
+                        "webhook_secret": "whsec_c2VjcmV0",
+                    }.get(field, "secret")
+                if container.get("command") == ["python", "-m", RELEASE_MODULE]:
+                    # The uninstall hook: not a role, the operator's release step.
+                    release_parser().parse_args(container["args"])
+                    assert set(variables) <= {"database_url", "namespace"}, name
+                    continue
+                flags = vars(build_parser().parse_args(container["args"]))
+                role = flags.pop("role")
+                assert role in {"api", "worker", "operator", "migrate"}, name
+                model = ROLE_SETTINGS[role]
+                # The top-level `config` goes to every role; a role reads only its own options,
+                # as the program does. What the program will do at start: build and validate.
+                values = {k: v for k, v in variables.items() if k in model.model_fields}
                 load_settings(model, **values, **{k: v for k, v in flags.items() if v is not None})
 
 
@@ -325,6 +335,24 @@ def test_the_migration_runs_as_a_hook_before_install_and_upgrade(
     weight = int(secret["metadata"]["annotations"]["helm.sh/hook-weight"])
     assert weight < int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
     assert "hook-succeeded" in secret["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+
+
+def test_uninstall_runs_the_release_step_before_anything_is_deleted(
+    default_objects: list[dict[str, Any]], tools: Tools
+) -> None:
+    job = named(default_objects, "Job", "nq-notify-queue-release")
+    assert helm_values_of_hooks(job) == {"pre-delete"}
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["python", "-m", RELEASE_MODULE]
+    args = release_parser().parse_args(container["args"])
+    assert args.operator_deployment == "nq-notify-queue-operator"
+    # It may scale the operator's own Deployment, and only that one.
+    role = named(default_objects, "Role", "nq-notify-queue-operator-self")
+    assert {tuple(r["resourceNames"]) for r in role["rules"]} == {("nq-notify-queue-operator",)}
+    # Without the hook (releaseOnUninstall: false) nothing of it renders.
+    without = tools.template(set_values={"operator.releaseOnUninstall": "false"})
+    names = {o["metadata"]["name"] for o in without}
+    assert not names & {"nq-notify-queue-release", "nq-notify-queue-operator-self"}
 
 
 def test_disruption_budgets_cover_the_api_and_every_pool(
@@ -349,7 +377,9 @@ def test_a_watched_namespace_gets_a_role_instead_of_a_cluster_role(
     full_objects: list[dict[str, Any]],
 ) -> None:
     assert not of_kind(full_objects, "ClusterRole")
-    (role,) = of_kind(full_objects, "Role")
+    (role,) = [
+        r for r in of_kind(full_objects, "Role") if not r["metadata"]["name"].endswith("-self")
+    ]
     assert role["metadata"]["namespace"] == "notify"
     operator = named(full_objects, "Deployment", "notify-operator")
     env = {
