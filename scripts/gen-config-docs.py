@@ -44,10 +44,12 @@ option and exit code 2, never later inside a worker; a worker also refuses to st
 channel it serves has no provider that can deliver it (`--provider smtp` serves email only).
 Durations are seconds unless the name says otherwise.
 
-In the Helm chart, `config` (and `api.config`, `workers.config`, a pool's `config`,
-`operator.config`) maps these option names to values, e.g. `config: {log-format: json}`; the
-secret options (database URL, tokens, webhook secret, SMTP password) come from a Secret
-instead (`charts/notify-queue/values.yaml`, "secret settings")."""
+In the Helm chart, `config` maps these option names to values for every role, e.g.
+`config: {log-format: json}` (each role reads its own); `api.config`, `workers.config` (and a
+pool's `config`) and `operator.config` take only that role's options, so a misplaced one fails
+`helm install`. The provider and the outbound allow-list have values of their own (`provider`,
+`outboundAllow`), and the secret options (database URL, tokens, webhook secret, SMTP password)
+come from a Secret (`charts/notify-queue/values.yaml`, "secret settings")."""
 
 
 def _load() -> Any:
