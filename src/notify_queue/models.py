@@ -104,6 +104,22 @@ RETRYABLE_STATUSES = frozenset({Status.FAILED, Status.DEAD_LETTERED})
 WEBHOOK_STATUSES = frozenset({Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.EXPIRED})
 
 
+class Failover(enum.StrEnum):
+    """When a notification moves on to the next provider of its chain.
+
+    OnDefiniteFailure (default): only when the current provider's circuit is open, it is
+    rate-limited for longer than the bound, or it answered in a way that proves nothing was sent
+    (connection refused, 429, 503). After a timeout the outcome is unknown, so the same provider
+    is retried (its idempotency key makes the retry safe there; another provider has no such
+    memory and might send a duplicate). Always: also after a timeout (one-time codes, where a late
+    duplicate is better than none). Never: the first provider only.
+    """
+
+    NEVER = "Never"
+    ON_DEFINITE_FAILURE = "OnDefiniteFailure"
+    ALWAYS = "Always"
+
+
 class Source(enum.StrEnum):
     API = "api"
     KUBERNETES = "kubernetes"
@@ -115,7 +131,13 @@ class Outcome(enum.StrEnum):
     SENT = "sent"
     TEMPORARY_FAILURE = "temporary_failure"
     PERMANENT_FAILURE = "permanent_failure"
-    RATE_LIMITED = "rate_limited"
+    RATE_LIMITED = "rate_limited"  # the recipient's window is full: waits, no attempt used
+    PROVIDER_LIMITED = "provider_limited"  # every provider's send rate is taken: waits, no attempt
+    CIRCUIT_OPEN = "circuit_open"  # every provider's circuit is open: waits, no attempt used
+
+    @property
+    def uses_attempt(self) -> bool:
+        return self not in (Outcome.PROVIDER_LIMITED, Outcome.CIRCUIT_OPEN, Outcome.RATE_LIMITED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +193,9 @@ class Notification:
     metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    # The provider that sent it (else None), and the last 20 provider calls and skips.
+    provider: str | None = None
+    delivery_attempts: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +223,9 @@ class ClaimedNotification:
     backoff_base_seconds: float
     backoff_max_seconds: float
     priority: Priority
+    # From the notification's policy: its failover rule and provider chain (None: the worker's).
+    failover: Failover | None = None
+    providers: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +240,13 @@ class DeliveryResult:
     provider_message_id: str | None = None
     error: str | None = None
     retry_after_seconds: float | None = None
+    # A temporary failure that proves nothing was sent (connection refused, 429, 503): another
+    # provider may be tried at once without risking a duplicate.
+    nothing_sent: bool = False
+    # Which provider answered (set by the worker's routing, not by providers themselves) and the
+    # calls and skips of this attempt, for the delivery record: JSON text, a list of objects.
+    provider: str | None = None
+    attempts_json: str = "[]"
 
     def __post_init__(self) -> None:
         if self.provider_message_id is not None:
@@ -232,6 +267,10 @@ class Completion:
     retry_in_seconds: float | None
     last_error: str | None
     provider_message_id: str | None
+    provider: str | None = None
+    attempts_json: str = "[]"
+    # The attempt the claim counted was not one (every provider open or rate-limited): give it back.
+    give_back_attempt: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +286,8 @@ class Policy:
     webhook_url: str | None = None
     webhook_secrets: tuple[str, ...] = ()
     ttl_seconds_after_finished: int | None = None
+    failover: Failover | None = None
+    providers: tuple[str, ...] | None = None  # the provider chain to use, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,8 +319,15 @@ class WebhookResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderCircuit:
+    state: str  # closed | half-open | open
+    open_until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStatus:
     counts: dict[Status, int]
     due: dict[Priority, int]
     oldest_due_age_seconds: float
     webhook_events: dict[str, int]
+    providers: dict[str, ProviderCircuit] = field(default_factory=dict)

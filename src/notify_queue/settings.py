@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from notify_queue.errors import ConfigurationError
-from notify_queue.models import Channel, Priority
+from notify_queue.models import Channel, Failover, Priority
 
 
 class LogFormat(StrEnum):
@@ -354,9 +354,23 @@ class OutboundOptions(_Options):
 class ProviderOptions(_Options):
     """Providers
 
-    Which provider delivers each channel, and how to reach it.
+    Which provider delivers each channel, and how to reach it: a providers file, or the
+    single-provider flags (one provider per channel, named after its type).
     """
 
+    providers_file: Path | None = Field(
+        None,
+        description="YAML file naming providers, their rate limits and circuit breakers, and a "
+        "failover chain per channel (docs/configuration.md). Unset: the flags below define one "
+        "provider per channel, without breaker or rate limit.",
+    )
+    failover: Failover = Field(
+        Failover.ON_DEFINITE_FAILURE,
+        description="When to move on to the next provider of a chain, for notifications whose "
+        "policy does not say: Never, OnDefiniteFailure (circuit open, rate-limited too long, or "
+        "an answer proving nothing was sent; after a timeout the same provider is retried), "
+        "Always (also after a timeout: a duplicate is possible).",
+    )
     provider: ProviderKind = Field(
         ProviderKind.SIMULATED,
         description="Provider for every channel. `simulated` sends nothing anywhere: it only "
@@ -472,7 +486,10 @@ class WorkerSettings(RelaySettings, WorkerOptions, DeliveryPolicyOptions, Provid
     @model_validator(mode="after")
     def _check_served_channels_have_providers(self) -> WorkerSettings:
         # A worker that cannot deliver a channel it claims would fail every such notification
-        # at delivery time; refusing to start says so once, to whoever started it.
+        # at delivery time; refusing to start says so once, to whoever started it. A providers
+        # file replaces the flags checked here, and is checked when it is loaded.
+        if self.providers_file is not None:
+            return self
         problems: list[str] = []
         for channel in self.channels:
             kind = self.provider_for(channel)

@@ -123,6 +123,17 @@ class Retry(_Wire):
     from_status: Status
 
 
+class DeliveryAttempt(_Wire):
+    at: UtcTime
+    provider: str
+    outcome: str = Field(
+        description="sent, temporary_failure, permanent_failure, or circuit_open / "
+        "provider_limited when the provider was skipped without a call."
+    )
+    error: str | None
+    duration_ms: float | None
+
+
 class Notification(_Wire):
     id: uuid.UUID
     idempotency_key: str
@@ -140,6 +151,10 @@ class Notification(_Wire):
     last_error: str | None
     sent_at: UtcTime | None
     provider_message_id: str | None
+    provider: str | None = Field(description="The provider that sent it; null until SENT.")
+    delivery_attempts: list[DeliveryAttempt] = Field(
+        description="The last 20 provider calls and skips, oldest first."
+    )
     retries: list[Retry]
     source: Source
     metadata: dict[str, Any]
@@ -165,6 +180,8 @@ class Notification(_Wire):
             last_error=n.last_error,
             sent_at=n.sent_at,
             provider_message_id=n.provider_message_id,
+            provider=n.provider,
+            delivery_attempts=[DeliveryAttempt.model_validate(a) for a in n.delivery_attempts],
             retries=[Retry(at=r.at, from_status=r.from_status) for r in n.retries],
             source=n.source,
             metadata=n.metadata,
@@ -241,11 +258,19 @@ class DueCounts(BaseModel):
     LOW: int
 
 
+class ProviderCircuit(_Wire):
+    circuit: Literal["closed", "half-open", "open"]
+    open_until: UtcTime | None
+
+
 class QueueStatus(_Wire):
     counts: StatusCounts
     due: DueCounts = Field(description="PENDING and due now, per priority.")
     oldest_due_age_seconds: float
     database: Literal["ok"]
+    providers: dict[str, ProviderCircuit] = Field(
+        description="The circuit of every provider with a breaker, as all workers share it."
+    )
 
     @classmethod
     def of(cls, s: domain.QueueStatus) -> QueueStatus:
@@ -254,6 +279,10 @@ class QueueStatus(_Wire):
             due=DueCounts(**{k.value: v for k, v in s.due.items()}),
             oldest_due_age_seconds=s.oldest_due_age_seconds,
             database="ok",
+            providers={
+                name: ProviderCircuit(circuit=c.state, open_until=c.open_until)
+                for name, c in s.providers.items()
+            },
         )
 
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from notify_queue.models import Channel, ClaimedNotification, Completion, Priority
+from notify_queue.models import Channel, ClaimedNotification, Completion, Failover, Priority
 from notify_queue.repositories.db import Database
 
 WAKEUP_CHANNEL = "nq_wakeup"
@@ -81,6 +81,8 @@ class DeliveryRepository:
                 backoff_base_seconds=r["backoff_base_seconds"],
                 backoff_max_seconds=r["backoff_max_seconds"],
                 priority=Priority.from_rank(r["priority"]),
+                failover=Failover(r["failover"]) if r["failover"] else None,
+                providers=tuple(r["providers"]) if r["providers"] else None,
             )
             for r in rows
             if r["admitted"]
@@ -101,6 +103,9 @@ class DeliveryRepository:
                 "retry_in_seconds": [c.retry_in_seconds for c in completions],
                 "last_errors": [c.last_error for c in completions],
                 "provider_message_ids": [c.provider_message_id for c in completions],
+                "providers": [c.provider for c in completions],
+                "attempts": [c.attempts_json for c in completions],
+                "give_back": [c.give_back_attempt for c in completions],
                 "default_webhook_url": self._defaults.webhook_url,
             },
         )

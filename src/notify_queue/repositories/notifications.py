@@ -8,7 +8,14 @@ from datetime import datetime
 
 from psycopg.types.json import Jsonb
 
-from notify_queue.models import NewNotification, Notification, Priority, QueueStatus, Status
+from notify_queue.models import (
+    NewNotification,
+    Notification,
+    Priority,
+    ProviderCircuit,
+    QueueStatus,
+    Status,
+)
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.rows import notification_from_row
 
@@ -105,6 +112,7 @@ class NotificationRepository:
             counts = await conn.fetch_all("queue_status_counts")
             due = await conn.fetch_all("queue_status_due")
             hooks = await conn.fetch_all("queue_status_webhooks")
+            circuits = await conn.fetch_all("provider_circuits_read")
             now = (await conn.fetch_one("database_now") or {})["now"]
         oldest = min((r["oldest_due"] for r in due), default=None)
         return QueueStatus(
@@ -114,4 +122,10 @@ class NotificationRepository:
             oldest_due_age_seconds=max((now - oldest).total_seconds(), 0.0) if oldest else 0.0,
             webhook_events={"pending": 0, "delivered": 0, "failed": 0}
             | {r["state"]: int(r["n"]) for r in hooks},
+            providers={
+                r["provider"]: ProviderCircuit(
+                    r["state"], r["open_until"] if r["state"] != "closed" else None
+                )
+                for r in circuits
+            },
         )

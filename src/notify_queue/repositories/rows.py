@@ -35,4 +35,6 @@ def notification_from_row(row: dict[str, Any]) -> Notification:
         metadata=row["metadata"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        provider=row.get("provider"),
+        delivery_attempts=row.get("delivery_attempts") or [],
     )
