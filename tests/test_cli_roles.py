@@ -174,6 +174,23 @@ def test_a_worker_refuses_an_http_provider_without_url_only_for_channels_it_serv
     assert "the http provider needs --provider-url" in one_line(result.stderr)
 
 
+def test_a_worker_with_a_providers_file_refuses_the_single_provider_flags(tmp_path: Path) -> None:
+    providers = tmp_path / "providers.yaml"
+    providers.write_text("providers: []\n")
+
+    result = run(
+        "worker",
+        "--providers-file",
+        str(providers),
+        "--provider-url",
+        "http://gateway/send",
+        NOTIFY_QUEUE_DATABASE_URL="postgresql://nobody@127.0.0.1:1/none",
+    )
+
+    assert result.returncode == 2
+    assert "--provider-url is not read with --providers-file" in one_line(result.stderr)
+
+
 @pytest.fixture
 def processes() -> Iterator[list[subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []

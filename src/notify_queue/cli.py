@@ -27,6 +27,7 @@ from notify_queue.settings import (
     DatabaseOptions,
     OperatorOptions,
     OperatorSettings,
+    ProviderOptions,
     RelaySettings,
     UpSettings,
     WorkerSettings,
@@ -44,6 +45,12 @@ ROLE_HELP: dict[str, str] = {
     "(and with --kubernetes a local kube-apiserver and the operator)",
 }
 SECRET_WORDS = ("secret", "token", "password")
+# The worker options a providers file replaces (--provider-timeout still bounds the session).
+SINGLE_PROVIDER_FLAGS = frozenset(ProviderOptions.model_fields) - {
+    "providers_file",
+    "failover",
+    "provider_timeout",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -167,6 +174,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                     [
                         f"--{f.replace('_', '-')} is read only with --kubernetes"
                         for f in operator_only
+                    ]
+                )
+        if isinstance(settings, WorkerSettings) and settings.providers_file is not None:
+            unread = [f for f in flags if f in SINGLE_PROVIDER_FLAGS]
+            if unread:
+                raise ConfigurationError(
+                    [
+                        f"--{f.replace('_', '-')} is not read with --providers-file (the file "
+                        "defines the providers)"
+                        for f in unread
                     ]
                 )
         configure_logging(settings.log_level, settings.log_format)

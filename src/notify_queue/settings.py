@@ -355,7 +355,8 @@ class ProviderOptions(_Options):
     """Providers
 
     Which provider delivers each channel, and how to reach it: a providers file, or the
-    single-provider flags (one provider per channel, named after its type).
+    single-provider flags (one provider per channel, named after its type), which a worker given
+    a providers file refuses (--provider-timeout aside).
     """
 
     providers_file: Path | None = Field(
