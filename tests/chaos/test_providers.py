@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -249,44 +251,78 @@ async def test_after_a_timeout_the_default_waits_for_the_same_provider_and_alway
     assert worker.poll() is None
 
 
+@pytest.mark.parametrize("limited", [True, False])
 async def test_four_workers_keep_a_provider_under_its_rate_limit_in_every_second(
-    db: Database, database_url: str, providers: tuple[FakeProvider, FakeProvider], spawn, tmp_path
+    db: Database, database_url: str, spawn, tmp_path: Path, limited: bool
 ) -> None:
-    a, _ = providers
-    await a.start()
+    """With `limited` False, the negative control: the same drain without the limit exceeds it,
+    so the measurement can see a violation."""
     per_second = 50
-    path = _providers_file(
-        tmp_path,
+    port, arrivals_file = free_port(), tmp_path / "arrivals.json"
+    provider = subprocess.Popen(
         [
-            {
-                "name": "a",
-                "type": "http",
-                "channels": ["email", "sms", "push"],
-                "url": a.url,
-                "rateLimit": {"perSecond": per_second},
-            }
+            sys.executable,
+            "-m",
+            "tests.chaos.timing_provider",
+            "--port",
+            str(port),
+            "--out",
+            str(arrivals_file),
         ],
-        ["a"],
+        stdout=subprocess.PIPE,
     )
-    procs = spawn(database_url)
-    workers = [procs.start(*_flags(path)) for _ in range(4)]
-    await procs.ready(*workers)
-    ids = await _send_wave(db, 2000, "bulk")
-    rows = await poll(lambda: _final_rows(db, ids), timeout=180, interval=1.0)
-    assert all(r["status"] == Status.SENT for r in rows)
+    try:
+        assert provider.stdout is not None and provider.stdout.readline() == b"listening\n"
+        path = _providers_file(
+            tmp_path,
+            [
+                {
+                    "name": "a",
+                    "type": "http",
+                    "channels": ["email", "sms", "push"],
+                    "url": f"http://127.0.0.1:{port}/send",
+                    "rateLimit": {"perSecond": per_second} if limited else None,
+                }
+            ],
+            ["a"],
+        )
+        procs = spawn(database_url)
+        workers = [procs.start(*_flags(path)) for _ in range(4)]
+        await procs.ready(*workers)
+        ids = await _send_wave(db, 1000, "bulk-a") + await _send_wave(db, 1000, "bulk-b")
+        await poll(lambda: _unfinished_none(db), timeout=180, interval=1.0, what="all sent")
+    finally:
+        provider.terminate()
+        provider.wait(timeout=10)
+    rows = await read_rows(
+        db,
+        "SELECT status, attempt_count FROM nq_notifications WHERE id = ANY(%(ids)s)",
+        {"ids": ids},
+    )
+    assert {r["status"] for r in rows} == {Status.SENT}
     # Waiting for a slot never used an attempt.
     assert {r["attempt_count"] for r in rows} == {1}
-    times = sorted(t for t, _ in a.arrivals)
+    times = sorted(json.loads(arrivals_file.read_text()))
     assert len(times) == 2000
     busiest, start = 0, 0
     for end, t in enumerate(times):  # the most arrivals in any window [t, t + 1 s)
         while t - times[start] >= 1.0:
             start += 1
         busiest = max(busiest, end - start + 1)
+    if not limited:
+        assert busiest > per_second, busiest
+        return
     assert busiest <= per_second, f"{busiest} calls in one second"
     rate = (len(times) - 1) / (times[-1] - times[0])
     assert rate > per_second * 0.8, rate  # the limit is used, not starved
     assert all(w.poll() is None for w in workers)
+
+
+async def _unfinished_none(db: Database) -> bool:
+    rows = await read_rows(
+        db, "SELECT count(*) AS n FROM nq_notifications WHERE status IN ('PENDING', 'PROCESSING')"
+    )
+    return bool(rows[0]["n"] == 0)
 
 
 async def test_a_push_token_the_provider_calls_gone_fails_after_one_attempt(
