@@ -11,8 +11,8 @@ from benchmarks.env import BenchPostgres, LoadWatch
 from benchmarks.procs import Receiver
 
 # The worker flags of the "tuned" runs: with a provider that answers at once, a claim is sized by
-# free concurrency, so the default --concurrency 32 caps every claim at 32 rows; 500 lets one
-# statement serve 500 (the defaults are measured too).
+# free concurrency, so --concurrency 32 (the default when these were measured; 256 now) caps every
+# claim at 32 rows; 500 lets one statement serve 500 (the defaults are measured too).
 TUNED_WORKER_FLAGS = ["--concurrency", "500", "--batch-size", "500"]
 
 

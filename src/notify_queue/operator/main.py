@@ -43,7 +43,7 @@ from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.repositories.schema import current_version, latest_version
 from notify_queue.services.notifications import NotificationService
-from notify_queue.settings import Settings
+from notify_queue.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ def operator_settings() -> kopf.OperatorSettings:
 
 
 async def run_operator(
-    settings: Settings,
+    settings: OperatorSettings,
     *,
     kubeconfig: Path | None = None,
     stop_flag: StopFlag | None = None,
@@ -127,7 +127,7 @@ async def _close_pool(db: Database) -> None:
 
 
 async def _run(
-    settings: Settings,
+    settings: OperatorSettings,
     db: Database,
     kube: KubeApi,
     *,
