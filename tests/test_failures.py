@@ -119,11 +119,12 @@ async def test_a_notification_that_always_fails_temporarily_is_dead_lettered_aft
 async def test_a_provider_that_always_times_out_ends_dead_lettered(
     db: Database, database_url: str
 ) -> None:
-    created = await notification_service(db).enqueue(new(recipient="timeout@example.com"))
-    provider = SimulatedProvider(0.0, 0.0, 0.05)
-    workers = await start_workers(
-        database_url, provider, backoff_base=0.01, backoff_max=0.05, max_attempts=3
+    # Attempts are fixed when a notification is created, not by the worker.
+    created = await notification_service(db, max_attempts=3).enqueue(
+        new(recipient="timeout@example.com")
     )
+    provider = SimulatedProvider(0.0, 0.0, 0.05)
+    workers = await start_workers(database_url, provider, backoff_base=0.01, backoff_max=0.05)
     try:
         stored = await eventually(lambda: _final(db, created.notification.id), timeout=15)
     finally:

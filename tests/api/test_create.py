@@ -17,8 +17,8 @@ from tests.api.support import PROBLEM, api_client, email, fields_named, key, sql
 # In the order of the contract's example.
 CONTRACT_FIELDS = (
     "id idempotencyKey channel recipient subject body priority status sendAt nextAttemptAt "
-    "expiresAt attemptCount maxAttempts lastError sentAt providerMessageId retries source "
-    "metadata createdAt updatedAt"
+    "expiresAt attemptCount maxAttempts lastError sentAt providerMessageId provider "
+    "deliveryAttempts retries source metadata createdAt updatedAt"
 ).split()
 UTC_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 
@@ -65,7 +65,8 @@ async def test_the_notification_json_has_exactly_the_contract_fields_in_camel_ca
     assert datetime.fromisoformat(n["sendAt"]) == send_at
     assert n["expiresAt"] == "2030-01-03T00:00:00Z"
     assert (n["attemptCount"], n["maxAttempts"], n["retries"]) == (0, 6, [])
-    assert n["lastError"] is n["sentAt"] is n["providerMessageId"] is None
+    assert n["lastError"] is n["sentAt"] is n["providerMessageId"] is n["provider"] is None
+    assert n["deliveryAttempts"] == []
     assert n["metadata"] == {"order": 1001, "tags": ["a"]}
     for field in ("sendAt", "nextAttemptAt", "createdAt", "updatedAt"):
         assert UTC_TIME.match(n[field]), n[field]

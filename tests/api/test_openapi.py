@@ -75,7 +75,7 @@ def test_models_use_camel_case_names() -> None:
         schemas["Notification"]["properties"]
     )
     assert schemas["Retry"]["required"] == ["at", "fromStatus"]
-    assert {"oldestDueAgeSeconds", "counts", "due", "database"} == set(
+    assert {"oldestDueAgeSeconds", "counts", "due", "database", "providers"} == set(
         schemas["QueueStatus"]["properties"]
     )
     assert {"items", "nextCursor"} == set(schemas["NotificationPage"]["properties"])

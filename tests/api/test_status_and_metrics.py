@@ -82,7 +82,8 @@ async def test_status_reports_the_databases_counts(
 
     assert response.status_code == 200
     status = response.json()
-    assert set(status) == {"counts", "due", "oldestDueAgeSeconds", "database"}
+    assert set(status) == {"counts", "due", "oldestDueAgeSeconds", "database", "providers"}
+    assert status["providers"] == {}  # no provider with a breaker has run
     assert status["counts"] == expected["counts"]
     assert status["due"] == expected["due"] == {"HIGH": 7, "NORMAL": 8, "LOW": 8}
     assert status["oldestDueAgeSeconds"] == pytest.approx(expected["oldest"]["age"], abs=5)
