@@ -19,6 +19,8 @@ CONTRACT_FIELDS = (
     "id idempotencyKey channel recipient subject body priority status sendAt nextAttemptAt "
     "expiresAt attemptCount maxAttempts lastError sentAt providerMessageId retries source "
     "metadata createdAt updatedAt"
+    # CONTRACT §9: what a user-targeted or templated notification was for.
+    " category recipientId template"
 ).split()
 UTC_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 

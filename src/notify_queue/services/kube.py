@@ -42,6 +42,7 @@ PHASES: dict[Status, str] = {
     Status.DEAD_LETTERED: "DeadLettered",
     Status.CANCELLED: "Cancelled",
     Status.EXPIRED: "Expired",
+    Status.SUPPRESSED: "Suppressed",
 }
 REJECTED = "Rejected"
 
@@ -245,6 +246,8 @@ def _delivered(n: Notification) -> tuple[str, str, str]:
         return "False", "DeadLettered", f"gave up after {attempts}: {n.last_error}"
     if n.status is Status.CANCELLED:
         return "False", "Cancelled", "cancelled before it was sent"
+    if n.status is Status.SUPPRESSED:
+        return "False", "Suppressed", n.last_error or "the recipient opted out"
     return "False", "Expired", n.last_error or "expired before it could be sent"
 
 

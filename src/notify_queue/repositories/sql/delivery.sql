@@ -86,7 +86,8 @@ WITH batch AS (
     -- These rows are locked by step 1 of this transaction, so they are still PENDING.
     WHERE n.id = ANY(ARRAY(SELECT id FROM decided WHERE holds_slot OR rank <= rate_limit - used))
     RETURNING n.id, n.claim_token, n.channel, n.recipient, n.subject, n.body, n.metadata,
-              n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at
+              n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at,
+              n.category, n.expires_at, n.recipient_id
 ), waiting AS (
     -- The slot a waiting row waits for is the (used - limit + rank)-th oldest in the window;
     -- when that slot is not taken yet (a burst within one batch), a full window from now.
@@ -113,10 +114,17 @@ SELECT true AS admitted, a.id, a.claim_token, a.channel, a.recipient, a.subject,
        a.metadata, a.attempt_count, a.max_attempts, a.priority,
        COALESCE(p.backoff_base_seconds, %(backoff_base_seconds)s) AS backoff_base_seconds,
        COALESCE(p.backoff_max_seconds, %(backoff_max_seconds)s) AS backoff_max_seconds,
-       a.next_attempt_at, a.created_at
+       a.next_attempt_at, a.created_at, a.category, a.expires_at, a.recipient_id,
+       -- A user-targeted notification carries its recipient's preferences as of this claim, read
+       -- in this transaction (a primary-key lookup), so the send-time check (services/
+       -- preferences.py) never works from a stale copy. A deleted recipient reads as absent.
+       r.id IS NOT NULL AS recipient_exists, r.timezone, r.opt_out_all, r.opt_out_channels,
+       r.opt_out_categories, r.quiet_start, r.quiet_end
 FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
+LEFT JOIN nq_recipients r ON r.id = a.recipient_id
 UNION ALL
-SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM deferred d
 -- Claim order, so the worker starts the most urgent deliveries first.
 ORDER BY priority, next_attempt_at, created_at
@@ -127,16 +135,24 @@ ORDER BY priority, next_attempt_at, created_at
 -- otherwise, since nothing reached the recipient). A result is accepted only from the holder of
 -- the current claim token of a PROCESSING row; a late result from a worker whose lease expired
 -- matches nothing and is dropped (its id is absent from the result).
+-- The send-time preference check records here too, right after the claim and in its
+-- transaction: SUPPRESSED, EXPIRED, or back to PENDING at the end of quiet hours (an absolute
+-- next_attempt_at), each giving back the attempt the claim counted (refund_attempt).
 WITH results AS (
     SELECT * FROM unnest(
         %(ids)s::uuid[], %(claim_tokens)s::uuid[], %(statuses)s::text[],
         %(retry_in_seconds)s::float8[], %(last_errors)s::text[],
-        %(provider_message_ids)s::text[]
-    ) AS r(id, claim_token, status, retry_in_seconds, last_error, provider_message_id)
+        %(provider_message_ids)s::text[], %(next_attempt_ats)s::timestamptz[],
+        %(refund_attempts)s::boolean[]
+    ) AS r(id, claim_token, status, retry_in_seconds, last_error, provider_message_id,
+           next_attempt_at, refund_attempt)
 ), updated AS (
     UPDATE nq_notifications n
     SET status = r.status,
-        next_attempt_at = COALESCE(now() + make_interval(secs => r.retry_in_seconds), n.next_attempt_at),
+        attempt_count = n.attempt_count - CASE WHEN r.refund_attempt THEN 1 ELSE 0 END,
+        next_attempt_at = COALESCE(r.next_attempt_at,
+                                   now() + make_interval(secs => r.retry_in_seconds),
+                                   n.next_attempt_at),
         last_error = r.last_error,
         provider_message_id = COALESCE(r.provider_message_id, n.provider_message_id),
         sent_at = CASE WHEN r.status = 'SENT' THEN now() ELSE n.sent_at END,
