@@ -132,7 +132,7 @@ async def start_workers(
 ) -> RunningWorkers:
     """Start `count` workers on `database_url` delivering through `provider`."""
     from notify_queue.models import Channel
-    from notify_queue.providers.outbound import outbound_session
+    from notify_queue.providers.outbound import outbound_session, trusted_session
     from notify_queue.providers.webhooks import WebhookSender
     from notify_queue.repositories.webhooks import WebhookRepository
     from notify_queue.settings import Settings
@@ -153,10 +153,14 @@ async def start_workers(
         )
         dispatcher = None
         if webhooks:
-            session = outbound_session(allow=["127.0.0.0/8"], timeout_seconds=s.webhook_timeout)
-            running.sessions.append(session)
+            guarded = outbound_session(allow=["127.0.0.0/8"], timeout_seconds=s.webhook_timeout)
+            trusted = trusted_session(timeout_seconds=s.webhook_timeout)
+            running.sessions += [guarded, trusted]
             dispatcher = WebhookDispatcher(
-                s, WebhookRepository(wdb), WebhookSender(session, timeout_seconds=s.webhook_timeout)
+                s,
+                WebhookRepository(wdb),
+                guarded=WebhookSender(guarded, timeout_seconds=s.webhook_timeout),
+                trusted=WebhookSender(trusted, timeout_seconds=s.webhook_timeout),
             )
         worker = Worker(
             service,
@@ -166,6 +170,7 @@ async def start_workers(
             batch_size=s.batch_size,
             poll_interval=s.poll_interval,
             shutdown_grace_seconds=s.shutdown_grace_seconds,
+            provider_timeout_seconds=s.provider_timeout,
         )
         running.workers.append(worker)
         running.tasks.append(asyncio.create_task(worker.run()))

@@ -11,6 +11,7 @@ import sys
 from datetime import UTC, datetime
 
 import pytest
+from aiohttp import web
 
 from notify_queue.models import ClaimedNotification, DeliveryResult, Outcome, Priority, Status
 from notify_queue.providers.simulated import SimulatedProvider
@@ -158,19 +159,50 @@ def _worker_process(database_url: str, *extra: str) -> subprocess.Popen[bytes]:
 async def test_a_poison_notification_that_crashes_every_worker_ends_dead_lettered(
     db: Database, database_url: str
 ) -> None:
-    created = await notification_service(db).enqueue(new(recipient="crash@example.com"))
+    # The poison: whichever worker process calls the provider with this notification dies at
+    # that moment, killed from outside (SIGKILL, no chance to hand anything back), just as a
+    # notification that makes a worker crash would.
+    created = await notification_service(db).enqueue(new(recipient="poison@example.com"))
+    current: list[subprocess.Popen[bytes]] = []
+
+    async def kill_the_caller(request: web.Request) -> web.Response:
+        os.kill(current[-1].pid, signal.SIGKILL)
+        await asyncio.sleep(30)  # the caller is gone; nobody reads this answer
+        return web.Response(status=500)
+
+    app = web.Application()
+    app.router.add_post("/deliver", kill_the_caller)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     crashes = 0
-    for _ in range(10):
-        proc = _worker_process(database_url, "--lease-seconds", "0.3")
-        code = await asyncio.to_thread(proc.wait, 20)
-        if code == 86:
-            crashes += 1
-        stored = await notification_service(db).get(created.notification.id)
-        await asyncio.sleep(0.4)  # let the lease run out before the next worker looks
-        await delivery_service(db).housekeeping()
-        stored = await notification_service(db).get(created.notification.id)
-        if stored.status.is_final:
-            break
+    try:
+        for _ in range(10):
+            proc = _worker_process(
+                database_url,
+                "--lease-seconds",
+                "0.3",
+                "--provider",
+                "http",
+                "--provider-url",
+                f"http://127.0.0.1:{port}/deliver",
+            )
+            current.append(proc)
+            code = await asyncio.to_thread(proc.wait, 20)
+            if code == -signal.SIGKILL:
+                crashes += 1
+            await asyncio.sleep(0.4)  # let the lease run out before the next worker looks
+            await delivery_service(db).housekeeping()
+            stored = await notification_service(db).get(created.notification.id)
+            if stored.status.is_final:
+                break
+    finally:
+        for proc in current:
+            if proc.poll() is None:
+                proc.kill()
+        await runner.cleanup()
     assert stored.status is Status.DEAD_LETTERED
     # Six attempts plus the one final re-check the spec allows after a crash on the last one.
     assert crashes == 7 and stored.attempt_count == 7

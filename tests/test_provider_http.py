@@ -23,7 +23,7 @@ from notify_queue.models import Channel, Outcome
 from notify_queue.providers import SimulatedProvider, build_providers
 from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.http import HttpProvider, parse_retry_after
-from notify_queue.providers.outbound import outbound_session
+from notify_queue.providers.outbound import outbound_session, trusted_session
 from notify_queue.settings import ProviderKind, Settings
 
 
@@ -272,13 +272,17 @@ async def test_an_endless_answer_is_read_only_up_to_the_cap(
     assert result.provider_message_id is None
 
 
-async def test_a_provider_url_inside_the_network_is_a_permanent_failure() -> None:
-    async with outbound_session(allow=[], timeout_seconds=5.0) as guarded:
-        provider = HttpProvider("http://169.254.169.254/send", 5.0, guarded)
-        result = await provider.deliver(make_request())
-    assert result.outcome is Outcome.PERMANENT_FAILURE
-    assert result.error is not None
-    assert "refused" in result.error and "cloud metadata" in result.error
+async def test_the_configured_provider_url_is_reached_on_a_private_address_without_allow_list(
+    service: DeliveryService,
+) -> None:
+    # The provider URL is the operator's own endpoint (a gateway Service in the cluster), so the
+    # worker's session for it is not guarded; `--outbound-allow` is only for client URLs.
+    async with trusted_session(timeout_seconds=5.0) as session:
+        providers = build_providers(
+            Settings(provider=ProviderKind.HTTP, provider_url=service.url("/ok")), session
+        )
+        result = await providers[Channel.SMS].deliver(make_request())
+    assert result.outcome is Outcome.SENT
 
 
 async def test_build_providers_shares_one_instance_per_kind_across_channels(

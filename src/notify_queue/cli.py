@@ -60,6 +60,7 @@ WORKER = [
     "channels",
     "metrics_port",
     "shutdown_grace_seconds",
+    "webhook_dispatch",
     *POLICY,
     *PROVIDERS,
 ]
@@ -79,6 +80,21 @@ ROLES: dict[str, tuple[str, list[str]]] = {
     ),
     "api": ("run the HTTP API with /metrics", COMMON + API),
     "worker": ("claim, deliver and record notifications; dispatch webhooks", COMMON + WORKER),
+    "relay": (
+        "relay the webhook outbox only (workers then run with --webhook-dispatch off)",
+        [
+            *COMMON,
+            "poll_interval",
+            "metrics_port",
+            "webhook_url",
+            "webhook_secret",
+            "webhook_max_attempts",
+            "webhook_backoff_base",
+            "webhook_backoff_max",
+            "webhook_timeout",
+            "outbound_allow",
+        ],
+    ),
     "operator": ("run the Kubernetes operator", COMMON + OPERATOR + POLICY),
     "up": (
         "everything on one machine: embedded PostgreSQL, migrate, API and a worker",
@@ -169,6 +185,11 @@ async def _run(role: str, settings: Settings) -> int:
         from notify_queue.worker.main import run_worker
 
         await run_worker(settings)
+        return 0
+    if role == "relay":
+        from notify_queue.worker.main import run_relay
+
+        await run_relay(settings)
         return 0
     if role == "api":
         from notify_queue.api.main import run_api

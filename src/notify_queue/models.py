@@ -31,6 +31,32 @@ def time_ordered_uuid() -> uuid.UUID:
     return uuid.UUID(int=value)
 
 
+# How much outside text (a provider's error body, an SMTP reply, a webhook receiver's answer) is
+# kept in `last_error`, and how long a provider's message id may be. Enough to show the peer's
+# reason; a peer answering a megabyte cannot make every row and log line a megabyte.
+EXTERNAL_ERROR_CHARS = 1000
+EXTERNAL_ID_CHARS = 255
+
+
+def external_text(value: str | bytes | None, limit: int) -> str | None:
+    """Outside text made safe to store and log: the one place every peer's words pass through.
+
+    PostgreSQL `text` cannot hold NUL and psycopg refuses strings that are not valid UTF-8 (lone
+    surrogates, from `surrogateescape` decoding or a JSON `\ud800`): either would fail the whole
+    batch statement that records the result. So bytes are decoded with replacement, NUL and lone
+    surrogates become U+FFFD, and the text is cut to `limit` characters.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", errors="replace")
+    elif not value.isascii():
+        value = value.encode("utf-8", errors="surrogatepass").decode("utf-8", errors="replace")
+    if "\x00" in value:
+        value = value.replace("\x00", "\ufffd")
+    return value[:limit]
+
+
 class Channel(enum.StrEnum):
     EMAIL = "email"
     SMS = "sms"
@@ -264,12 +290,23 @@ class Template:
 
 @dataclass(frozen=True, slots=True)
 class DeliveryResult:
-    """What a provider answered. `retry_after_seconds` is the provider's own hint (Retry-After)."""
+    """What a provider answered. `retry_after_seconds` is the provider's own hint (Retry-After).
+
+    The peer's words (`provider_message_id`, `error`) are made safe here, when the result is
+    built, so no provider can hand the completer a string PostgreSQL refuses.
+    """
 
     outcome: Outcome
     provider_message_id: str | None = None
     error: str | None = None
     retry_after_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.provider_message_id is not None:
+            clean = external_text(self.provider_message_id, EXTERNAL_ID_CHARS)
+            object.__setattr__(self, "provider_message_id", clean)
+        if self.error is not None:
+            object.__setattr__(self, "error", external_text(self.error, EXTERNAL_ERROR_CHARS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,9 +360,14 @@ class WebhookResult:
     id: uuid.UUID
     claim_token: uuid.UUID
     delivered: bool
+    # A receiver's answer, made safe to store and log when the result is built.
     error: str | None
     # Seconds until the next POST; None and not delivered: out of attempts, the event is failed.
     retry_in_seconds: float | None
+
+    def __post_init__(self) -> None:
+        if self.error is not None:
+            object.__setattr__(self, "error", external_text(self.error, EXTERNAL_ERROR_CHARS))
 
 
 @dataclass(frozen=True, slots=True)

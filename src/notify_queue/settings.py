@@ -24,6 +24,11 @@ class LogFormat(StrEnum):
     JSON = "json"
 
 
+class Switch(StrEnum):
+    ON = "on"
+    OFF = "off"
+
+
 class ProviderKind(StrEnum):
     SIMULATED = "simulated"
     HTTP = "http"
@@ -124,7 +129,16 @@ class Settings(BaseSettings):
         description="The channels this worker delivers (comma-separated).",
     )
     metrics_port: int | None = Field(
-        None, ge=0, le=65535, description="Worker /metrics port; unset: none."
+        None,
+        ge=0,
+        le=65535,
+        description="Port of /metrics and /healthz (503 while a background task is failing); "
+        "unset: none.",
+    )
+    webhook_dispatch: Switch = Field(
+        Switch.ON,
+        description="on: this worker also relays the webhook outbox; off: `notify-queue relay` "
+        "processes do it, so webhook POSTs never share the delivery loop.",
     )
     shutdown_grace_seconds: Seconds = Field(
         10.0,

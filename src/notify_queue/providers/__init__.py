@@ -13,7 +13,7 @@ from notify_queue.errors import ConfigurationError
 from notify_queue.models import Channel
 from notify_queue.providers.base import DeliveryRequest, Provider
 from notify_queue.providers.http import HttpProvider
-from notify_queue.providers.outbound import OutboundRefused, outbound_session
+from notify_queue.providers.outbound import OutboundRefused, outbound_session, trusted_session
 from notify_queue.providers.simulated import SimulatedProvider
 from notify_queue.providers.smtp import SmtpProvider
 from notify_queue.providers.webhooks import WebhookSender
@@ -29,13 +29,15 @@ __all__ = [
     "WebhookSender",
     "build_providers",
     "outbound_session",
+    "trusted_session",
 ]
 
 
 def build_providers(settings: Settings, session: aiohttp.ClientSession) -> dict[Channel, Provider]:
     """One provider per kind in use, keyed by every channel that uses it.
 
-    `session` should come from `outbound_session`; the HTTP provider borrows it and the caller
+    `session` should come from `trusted_session` (the provider URL is the operator's own
+    choice, not a client's); the HTTP provider borrows it and the caller
     closes it. Close each distinct provider once (`set(providers.values())`).
     """
     by_kind: dict[ProviderKind, Provider] = {}

@@ -3,12 +3,14 @@
 The notification id travels as `Idempotency-Key` on every attempt, so a retry after a lost
 answer or a worker crash is deduplicated by the receiver. Every outcome is classified here and
 nothing is raised: 2xx is SENT; 408, 425, 429, 5xx, timeouts and connection errors are worth
-another try (with the receiver's `Retry-After`, which the delivery rules cap); everything else,
-including a destination the outbound guard refuses, will not get better by retrying.
+another try (with the receiver's `Retry-After`, which the delivery rules cap); everything else
+will not get better by retrying. The provider URL is configured by whoever runs the system, so
+its session (`trusted_session`) is not subject to the outbound guard: a gateway on a private
+address in the cluster is the normal case.
 
 Redirects are not followed: the configured URL is where notification content may go, and a 3xx
 is reported as the permanent failure it is for a POST API. The session is borrowed, not owned,
-so `close` leaves it to whoever made it (it is shared with webhook dispatch).
+so `close` leaves it to whoever made it.
 """
 
 from __future__ import annotations
@@ -21,11 +23,7 @@ import aiohttp
 
 from notify_queue.models import DeliveryResult, Outcome
 from notify_queue.providers.base import DeliveryRequest
-from notify_queue.providers.outbound import (
-    OutboundRefused,
-    describe_failed_response,
-    read_body_capped,
-)
+from notify_queue.providers.outbound import describe_failed_response, read_body_capped
 
 # Statuses that say "not now" rather than "never" (RFC 9110 and RFC 8470 for 425).
 _TEMPORARY_STATUSES = frozenset({408, 425, 429})
@@ -64,8 +62,6 @@ class HttpProvider:
             ) as response:
                 body = await read_body_capped(response)
                 return _classify(response.status, response.headers.get("Retry-After"), body)
-        except OutboundRefused as exc:
-            return DeliveryResult(Outcome.PERMANENT_FAILURE, error=str(exc))
         except TimeoutError:
             # aiohttp's own timeout errors subclass asyncio.TimeoutError, which is TimeoutError.
             return DeliveryResult(

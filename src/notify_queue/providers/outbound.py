@@ -1,6 +1,10 @@
-"""Outbound HTTP safety: webhook and provider URLs must not reach the inside of our network.
+"""Outbound HTTP safety: URLs that clients supply must not reach the inside of our network.
 
-Webhook URLs come from API clients, so without a guard anyone who can create a notification
+Trust follows who chose the URL. Endpoints set by whoever installs and runs the system (provider
+URLs, the SMTP host, `--webhook-url`) are reached wherever they are: in a cluster the SMS gateway
+or the mail relay is usually a Service on a private address (`trusted_session`). URLs that API
+clients or namespace users supply (a notification's `webhookUrl`, a NotificationPolicy's webhook)
+go through the guard (`outbound_session`): without it anyone who can create a notification
 could make a worker POST to the cloud metadata service, to PostgreSQL's neighbours or to
 loopback admin ports (server-side request forgery). The check has to happen on the address
 actually dialled, not on the URL text, because a public-looking name can resolve to
@@ -207,6 +211,18 @@ def outbound_session(
         timeout=aiohttp.ClientTimeout(total=timeout_seconds),
         middlewares=(_literal_ip_guard(allow_list),),
         # Environment proxies would make the proxy, not the destination, the address we dial.
+        trust_env=False,
+    )
+
+
+def trusted_session(*, timeout_seconds: float) -> aiohttp.ClientSession:
+    """A session for endpoints the person running the system configured: no address guard.
+
+    Still no environment proxies and no redirects followed by the callers, so a configured URL
+    is exactly where the content goes.
+    """
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=timeout_seconds),
         trust_env=False,
     )
 

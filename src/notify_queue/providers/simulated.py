@@ -2,10 +2,12 @@
 
 It behaves like a real provider that honours idempotency keys: it fails at random at
 `failure_rate` (temporarily), fails permanently for recipients starting with `invalid`, times
-out for recipients starting with `timeout`, kills its own process for recipients starting
-with `crash` (a poison message that takes the worker down with it), and never delivers the
-same key twice (a repeat answers SENT with the first delivery's message id, as a real
-provider's idempotency layer would).
+out for recipients starting with `timeout`, and never delivers the same key twice (a repeat
+answers SENT with the first delivery's message id, as a real provider's idempotency layer
+would).
+
+It has no way to harm the process it runs in: it is the default provider, and whoever can
+create a notification chooses its recipient. Poison-message tests crash a worker from outside.
 
 It sits on the benchmark's hot path (20,000 deliveries a second), so a call allocates nothing it
 can avoid: failure results are built once, the random generator is consulted only when failures
@@ -20,16 +22,12 @@ which is fine for a simulation's lifetime.
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import uuid
 from collections.abc import Set
 
 from notify_queue.models import DeliveryResult, Outcome
 from notify_queue.providers.base import DeliveryRequest
-
-# The exit code of a worker killed by a simulated poison message.
-CRASH_EXIT_CODE = 86
 
 
 class SimulatedProvider:
@@ -87,8 +85,6 @@ class SimulatedProvider:
         recipient = request.recipient
         if recipient.startswith("invalid"):
             return self._permanent_failure
-        if recipient.startswith("crash"):
-            os._exit(CRASH_EXIT_CODE)
         if recipient.startswith("timeout"):
             await asyncio.sleep(self._timeout_seconds)
             return self._timed_out

@@ -9,8 +9,9 @@ that knows either the old or the new secret accepts the event.
 The signature comes from the `standardwebhooks` reference library, so the bytes we sign are
 exactly the bytes its `verify` checks; we do not hand-roll the HMAC. The payload is sent as the
 exact string that was signed. Redirects are not followed: a signed event goes to the configured
-URL or not at all, and the 3xx is reported for the retry schedule. The session comes from
-`outbound_session`, so private and metadata addresses are refused before anything is sent.
+URL or not at all, and the 3xx is reported for the retry schedule. For client-supplied URLs the
+session comes from `outbound_session`, so private and metadata addresses are refused before
+anything is sent; the operator's own `--webhook-url` goes through `trusted_session`.
 """
 
 from __future__ import annotations

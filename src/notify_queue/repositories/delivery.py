@@ -148,11 +148,16 @@ class DeliveryRepository:
         return int(row["expired"]) if row else 0
 
     async def next_due_at(
-        self, *, priorities: Sequence[Priority]
+        self, *, priorities: Sequence[Priority], channels: Sequence[Channel]
     ) -> tuple[datetime | None, datetime]:
-        """The earliest next_attempt_at of PENDING rows in these lanes, and the database's now."""
+        """The earliest next_attempt_at of claimable rows in these lanes (the claim's filter:
+        priorities, channels, not expired), and the database's now."""
         row = await self._db.fetch_one(
-            "next_due_at", {"priorities": sorted(p.rank for p in priorities)}
+            "next_due_at",
+            {
+                "priorities": sorted(p.rank for p in priorities),
+                "channels": [c.value for c in channels],
+            },
         )
         assert row is not None
         return row["next_due_at"], row["now"]

@@ -30,13 +30,10 @@ from notify_queue.repositories.delivery import ClaimedBatch, DeliveryRepository
 from notify_queue.services.backoff import backoff_seconds, retry_after_seconds
 from notify_queue.services.preferences import Clock, screen_claimed, system_clock
 
-_ERROR_LIMIT = 1000  # characters of a provider's error kept in last_error
-
-
 def decide_completion(
     claimed: ClaimedNotification, result: DeliveryResult, *, rng: random.Random | None = None
 ) -> Completion:
-    error = result.error[:_ERROR_LIMIT] if result.error else None
+    error = result.error  # already made safe and capped (models.external_text)
     if result.outcome is Outcome.SENT:
         return Completion(
             claimed.id, claimed.claim_token, Status.SENT, None, None, result.provider_message_id
@@ -114,7 +111,9 @@ class DeliveryService:
 
     async def seconds_until_due(self, *, ceiling: float) -> float:
         """Seconds until this worker's lanes next have due work, at most `ceiling`."""
-        next_due, now = await self._repository.next_due_at(priorities=self._priorities)
+        next_due, now = await self._repository.next_due_at(
+            priorities=self._priorities, channels=self._channels
+        )
         if next_due is None:
             return ceiling
         return min(max((next_due - now).total_seconds(), 0.0), ceiling)

@@ -1,13 +1,22 @@
-"""Webhook dispatch: the outbox's relay, run inside every worker process.
+"""Webhook dispatch: the outbox's relay, in a worker (`--webhook-dispatch on`) or alone (`relay`).
 
-Claims due events in batches (SKIP LOCKED, with a lease), POSTs them concurrently and records the
-batch's results in one statement. At least once: an event whose dispatcher dies mid-POST is taken
-again when its lease ends, with the same eventId, so receivers de-duplicate on it.
+Events are claimed only as fast as POSTs can start: a claim takes at most as many events as there
+are free POST slots, so every claimed event is POSTed at once and its lease (long enough for one
+POST and its record) never runs out while it waits behind its neighbours. Each POST is a task of
+its own; its result joins a buffer that the recorder writes as results arrive, many per statement
+under load, so one slow receiver delays only its own events. At least once: an event whose
+dispatcher dies mid-POST is taken again when its lease ends, with the same eventId, so receivers
+de-duplicate on it.
+
+Trust: the `--webhook-url` configured by whoever runs the system is reached wherever it is;
+every other URL (a notification's `webhookUrl`, a policy's webhook: chosen by API clients and
+namespace users) goes through the outbound guard and its `--outbound-allow` list.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from urllib.parse import urlsplit
 
@@ -18,44 +27,88 @@ from notify_queue.repositories.webhooks import WebhookRepository
 from notify_queue.services.webhooks import decide_webhook_result
 from notify_queue.settings import Settings
 from notify_queue.worker.metrics import WEBHOOK_POSTS
+from notify_queue.worker.supervision import Health
 from notify_queue.worker.waiting import wait_any
 
 log = logging.getLogger(__name__)
 
-# Events claimed per statement and POSTs in flight per process. A claim and a record cost one
-# round trip each, so a large batch amortises them; 128 POSTs in flight keep a receiver's
+# POSTs in flight per process, and so the most events one claim takes. 128 keep a receiver's
 # keep-alive connections busy without opening more than aiohttp's default pool of 100 per host.
-_BATCH = 500
 _CONCURRENCY = 128
+_RETRY_DB_SECONDS = 1.0
+_HEALTH_NAME = "webhooks"
 
 
 class WebhookDispatcher:
     def __init__(
-        self, settings: Settings, repository: WebhookRepository, sender: WebhookSender
+        self,
+        settings: Settings,
+        repository: WebhookRepository,
+        *,
+        guarded: WebhookSender,
+        trusted: WebhookSender,
+        health: Health | None = None,
+        concurrency: int = _CONCURRENCY,
     ) -> None:
         self._settings = settings
         self._repository = repository
-        self._sender = sender
+        self._guarded = guarded
+        self._trusted = trusted
+        self._health = health or Health()
+        self._concurrency = concurrency
         self._wake = asyncio.Event()
-        self._limit = asyncio.Semaphore(_CONCURRENCY)
+        self._slot_free = asyncio.Event()
+        self._results_ready = asyncio.Event()
+        # Kept on the instance, not in `run`: when the supervisor restarts `run` after an error,
+        # POSTs in flight carry on and their results are still recorded.
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._results: list[WebhookResult] = []
+        self._record_lock = asyncio.Lock()
 
     def poke(self) -> None:
         """New events were written by this process: look now instead of at the next poll."""
         self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
+        """Claim and POST until `stop`; then cancel what is in flight and record what finished."""
+        recorder = asyncio.create_task(self._record_forever(stop), name="webhook-recorder")
+        try:
+            await self._claim_forever(stop, recorder)
+        finally:
+            if stop.is_set():
+                for task in list(self._in_flight):
+                    task.cancel()
+                await asyncio.gather(*self._in_flight, return_exceptions=True)
+            recorder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await recorder
+            if stop.is_set():
+                with contextlib.suppress(DatabaseUnavailable):
+                    await self._record()
+
+    async def _claim_forever(self, stop: asyncio.Event, recorder: asyncio.Task[None]) -> None:
         s = self._settings
+        # One POST (bounded by --webhook-timeout) plus the time to record it, with room to spare.
         lease = s.webhook_timeout * 2 + 5
         while not stop.is_set():
+            if recorder.done():
+                recorder.result()  # the recorder failed: raise it here for the supervisor
+            free = self._concurrency - len(self._in_flight)
+            if free <= 0:
+                self._slot_free.clear()
+                await wait_any(self._slot_free, stop, timeout=s.poll_interval)
+                continue
             try:
                 events = await self._repository.webhook_events_claim(
-                    limit=_BATCH, lease_seconds=lease, default_secrets=s.webhook_secrets
+                    limit=free, lease_seconds=lease, default_secrets=s.webhook_secrets
                 )
-                if events:
-                    results = await asyncio.gather(*(self._post(e) for e in events))
-                    await self._repository.webhook_results_record(results=results)
-                    if len(events) == _BATCH:
-                        continue
+                for event in events:
+                    task = asyncio.create_task(self._post(event))
+                    self._in_flight.add(task)
+                    task.add_done_callback(self._post_done)
+                self._health.ok(_HEALTH_NAME)
+                if len(events) == free:
+                    continue
                 next_due, now = await self._repository.webhook_next_due_at()
                 wait = s.poll_interval
                 if next_due is not None:
@@ -63,31 +116,59 @@ class WebhookDispatcher:
             except DatabaseUnavailable as exc:
                 log.warning("webhook dispatch paused: %s", exc)
                 wait = s.poll_interval
-            await wait_any(self._wake, stop, timeout=wait)
             self._wake.clear()
+            await wait_any(self._wake, stop, timeout=wait)
 
-    async def _post(self, event: WebhookEvent) -> WebhookResult:
-        async with self._limit:
-            error = await self._sender.post(
-                event_id=str(event.id), url=event.url, payload=event.payload, secrets=event.secrets
-            )
-        WEBHOOK_POSTS.labels("delivered" if error is None else "error").inc()
-        if error is not None:
-            log.info(
-                "webhook %s to %s failed (attempt %d): %s",
-                event.id,
-                _origin(event.url),
-                event.attempts,
-                error,
-            )
+    def _post_done(self, task: asyncio.Task[None]) -> None:
+        self._in_flight.discard(task)
+        self._slot_free.set()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("webhook POST task failed", exc_info=task.exception())
+
+    async def _post(self, event: WebhookEvent) -> None:
+        sender = self._trusted if event.url == self._settings.webhook_url else self._guarded
+        error = await sender.post(
+            event_id=str(event.id), url=event.url, payload=event.payload, secrets=event.secrets
+        )
         s = self._settings
-        return decide_webhook_result(
+        result = decide_webhook_result(
             event,
             error,
             max_attempts=s.webhook_max_attempts,
             backoff_base_seconds=s.webhook_backoff_base,
             backoff_max_seconds=s.webhook_backoff_max,
         )
+        WEBHOOK_POSTS.labels("delivered" if result.delivered else "error").inc()
+        if result.error is not None:
+            log.info(
+                "webhook %s to %s failed (attempt %d): %s",
+                event.id,
+                _origin(event.url),
+                event.attempts,
+                result.error,
+            )
+        self._results.append(result)
+        self._results_ready.set()
+
+    async def _record_forever(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self._results_ready.wait()
+            self._results_ready.clear()
+            try:
+                await self._record()
+            except DatabaseUnavailable as exc:
+                log.warning("recording webhook results failed: %s; retrying", exc)
+                self._results_ready.set()
+                await wait_any(stop, timeout=_RETRY_DB_SECONDS)
+
+    async def _record(self) -> None:
+        """Write the results that have arrived; each leaves the buffer once its statement
+        committed."""
+        async with self._record_lock:
+            while self._results:
+                chunk = self._results[:1000]
+                await self._repository.webhook_results_record(results=chunk)
+                del self._results[: len(chunk)]
 
 
 def _origin(url: str) -> str:

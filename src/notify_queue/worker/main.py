@@ -1,23 +1,25 @@
-"""Wiring of the worker role: settings in, a running `Worker` out, until SIGTERM."""
+"""Wiring of the worker and relay roles: settings in, running tasks out, until SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
-
-from prometheus_client import start_http_server
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 from notify_queue.providers import build_providers
-from notify_queue.providers.outbound import outbound_session
+from notify_queue.providers.outbound import outbound_session, trusted_session
 from notify_queue.providers.webhooks import WebhookSender
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryRepository
 from notify_queue.repositories.webhooks import WebhookRepository
 from notify_queue.services.delivery import DeliveryService
-from notify_queue.settings import Settings
+from notify_queue.settings import Settings, Switch
 from notify_queue.worker.dispatcher import WebhookDispatcher
+from notify_queue.worker.endpoints import start_endpoints
 from notify_queue.worker.runner import Worker
+from notify_queue.worker.supervision import Health, supervise
 
 log = logging.getLogger(__name__)
 
@@ -33,71 +35,140 @@ def delivery_defaults(settings: Settings) -> DeliveryDefaults:
     )
 
 
+@asynccontextmanager
+async def _process(
+    settings: Settings, name: str, db: Database | None, health: Health
+) -> AsyncIterator[Database]:
+    """The database pool and the --metrics-port endpoints of one worker or relay process."""
+    own_db = db is None
+    if db is None:
+        db = Database(
+            settings.require_database_url(), pool_size=settings.database_pool_size, name=name
+        )
+        await db.open()
+    endpoints = None
+    try:
+        if settings.metrics_port is not None:
+            endpoints = await start_endpoints(settings.host, settings.metrics_port, health)
+        yield db
+    finally:
+        if endpoints is not None:
+            await endpoints.cleanup()
+        if own_db:
+            await db.close()
+
+
+def webhook_dispatcher(
+    settings: Settings, db: Database, health: Health
+) -> tuple[WebhookDispatcher, Callable[[], Awaitable[None]]]:
+    """The outbox relay and the coroutine function that closes its sessions."""
+    guarded = outbound_session(
+        allow=settings.outbound_allow, timeout_seconds=settings.webhook_timeout
+    )
+    trusted = trusted_session(timeout_seconds=settings.webhook_timeout)
+    dispatcher = WebhookDispatcher(
+        settings,
+        WebhookRepository(db),
+        guarded=WebhookSender(guarded, timeout_seconds=settings.webhook_timeout),
+        trusted=WebhookSender(trusted, timeout_seconds=settings.webhook_timeout),
+        health=health,
+    )
+
+    async def close() -> None:
+        await guarded.close()
+        await trusted.close()
+
+    return dispatcher, close
+
+
 async def run_worker(
     settings: Settings, *, db: Database | None = None, stop: asyncio.Event | None = None
 ) -> None:
     """Run one worker process until SIGTERM/SIGINT (or `stop`), then shut down gracefully."""
-    own_db = db is None
-    if db is None:
-        db = Database(
-            settings.require_database_url(),
-            pool_size=settings.database_pool_size,
-            name="notify-queue-worker",
+    health = Health()
+    async with _process(settings, "notify-queue-worker", db, health) as db:
+        # Provider URLs are the operator's own endpoints: no outbound guard (docs/reliability.md).
+        provider_session = trusted_session(timeout_seconds=settings.provider_timeout)
+        providers = build_providers(settings, provider_session)
+        dispatcher, close_dispatcher = (
+            webhook_dispatcher(settings, db, health)
+            if settings.webhook_dispatch is Switch.ON
+            else (None, None)
         )
-        await db.open()
-    if settings.metrics_port is not None:
-        start_http_server(settings.metrics_port, addr=settings.host)
-    session = outbound_session(
-        allow=settings.outbound_allow, timeout_seconds=settings.provider_timeout
-    )
-    providers = build_providers(settings, session)
-    service = DeliveryService(
-        DeliveryRepository(db, delivery_defaults(settings)),
-        priorities=settings.priorities,
-        channels=settings.channels,
-    )
-    dispatcher = WebhookDispatcher(
-        settings,
-        WebhookRepository(db),
-        WebhookSender(session, timeout_seconds=settings.webhook_timeout),
-    )
-    worker = Worker(
-        service,
-        providers,
-        dispatcher,
-        concurrency=settings.concurrency,
-        batch_size=settings.batch_size,
-        poll_interval=settings.poll_interval,
-        shutdown_grace_seconds=settings.shutdown_grace_seconds,
-    )
-    # Standalone, the worker owns SIGTERM/SIGINT; inside `up`, the caller owns them and sets `stop`.
+        service = DeliveryService(
+            DeliveryRepository(db, delivery_defaults(settings)),
+            priorities=settings.priorities,
+            channels=settings.channels,
+        )
+        worker = Worker(
+            service,
+            providers,
+            dispatcher,
+            concurrency=settings.concurrency,
+            batch_size=settings.batch_size,
+            poll_interval=settings.poll_interval,
+            shutdown_grace_seconds=settings.shutdown_grace_seconds,
+            provider_timeout_seconds=settings.provider_timeout,
+            health=health,
+        )
+        log.info(
+            "worker started: lanes %s, channels %s, concurrency %d, batch %d, webhooks %s",
+            ",".join(settings.priorities),
+            ",".join(settings.channels),
+            settings.concurrency,
+            settings.batch_size,
+            settings.webhook_dispatch,
+        )
+        try:
+            await _until_signal(worker.run(), worker.stop, stop)
+        finally:
+            for provider in {id(p): p for p in providers.values()}.values():
+                await provider.close()
+            await provider_session.close()
+            if close_dispatcher is not None:
+                await close_dispatcher()
+            log.info("worker stopped")
+
+
+async def run_relay(
+    settings: Settings, *, db: Database | None = None, stop: asyncio.Event | None = None
+) -> None:
+    """Relay the webhook outbox alone until SIGTERM/SIGINT (or `stop`)."""
+    health = Health()
+    done = asyncio.Event()
+    async with _process(settings, "notify-queue-relay", db, health) as db:
+        dispatcher, close_dispatcher = webhook_dispatcher(settings, db, health)
+        log.info("relay started")
+        try:
+            await _until_signal(
+                supervise("webhooks", lambda: dispatcher.run(done), health, stop=done),
+                done.set,
+                stop,
+            )
+        finally:
+            await close_dispatcher()
+            log.info("relay stopped")
+
+
+async def _until_signal(
+    main: Awaitable[None], begin_stop: Callable[[], None], stop: asyncio.Event | None
+) -> None:
+    """Await `main`, calling `begin_stop` on SIGTERM/SIGINT, or when `stop` is set (inside `up`,
+    the caller owns the signals)."""
     loop = asyncio.get_running_loop()
     signals = (signal.SIGTERM, signal.SIGINT) if stop is None else ()
     for sig in signals:
-        loop.add_signal_handler(sig, worker.stop)
-    stopper = asyncio.create_task(_stop_when(stop, worker)) if stop is not None else None
-    log.info(
-        "worker started: lanes %s, channels %s, concurrency %d, batch %d",
-        ",".join(settings.priorities),
-        ",".join(settings.channels),
-        settings.concurrency,
-        settings.batch_size,
-    )
+        loop.add_signal_handler(sig, begin_stop)
+    stopper = asyncio.create_task(_call_when_set(stop, begin_stop)) if stop is not None else None
     try:
-        await worker.run()
+        await main
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
         if stopper is not None:
             stopper.cancel()
-        for provider in {id(p): p for p in providers.values()}.values():
-            await provider.close()
-        await session.close()
-        if own_db:
-            await db.close()
-        log.info("worker stopped")
 
 
-async def _stop_when(stop: asyncio.Event, worker: Worker) -> None:
-    await stop.wait()
-    worker.stop()
+async def _call_when_set(event: asyncio.Event, call: Callable[[], None]) -> None:
+    await event.wait()
+    call()

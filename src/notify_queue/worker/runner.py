@@ -1,19 +1,22 @@
 """The worker loop: claim, deliver, complete, all in batches.
 
-One process runs a few cooperating tasks on one event loop:
+One process runs a few cooperating tasks on one event loop, each supervised (`supervision`): an
+unexpected exception is logged with its traceback, shows on `/healthz`, and the task starts again
+after a backoff. No task dies silently.
 
 - the claimer takes a batch (one claim transaction) whenever delivery slots are free, and
-  otherwise sleeps until a wake-up (LISTEN/NOTIFY), the next scheduled notification is due, or the
-  poll interval passes, whichever is first;
-- each claimed notification is delivered concurrently, bounded by --concurrency; no database
-  connection or lock is held while a provider is called. A delivery is started inline and gets
-  a task of its own only if the provider actually waits (network I/O): a provider that answers
-  at once (the simulated one, a rejection decided locally) costs no task, no scheduling round
-  and no callback, which at tens of thousands of deliveries a second is most of the worker's time;
+  otherwise sleeps until a wake-up (LISTEN/NOTIFY), the next due notification of its own lanes,
+  or the poll interval, whichever is first; it pauses while results cannot be recorded, so it
+  never takes work it could not report;
+- each claimed notification is delivered in a task of its own, bounded by --concurrency, with
+  the worker's own deadline around the provider's (the provider's timeout fires first and says
+  what happened; the deadline catches a provider that hangs anyway). No database connection or
+  lock is held while a provider is called;
 - the completer writes results as they arrive, as many as have accumulated per statement (status,
   webhook event and rate-limit slot together), so under load one round trip records hundreds;
+  a result leaves memory only once its statement committed;
 - housekeeping recovers expired leases, expires overdue notifications and prunes old slots;
-- the webhook dispatcher relays the outbox.
+- the webhook relay (`--webhook-dispatch on`) relays the outbox.
 
 On SIGTERM the claimer stops, deliveries in flight get --shutdown-grace-seconds to finish, and
 what is still unfinished is handed back without using an attempt.
@@ -25,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from notify_queue.errors import DatabaseUnavailable
@@ -34,12 +37,16 @@ from notify_queue.providers.base import DeliveryRequest, Provider
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.worker.dispatcher import WebhookDispatcher
 from notify_queue.worker.metrics import DELIVERIES, DELIVERY_DURATION, STALE_RESULTS
+from notify_queue.worker.supervision import Health, supervise
 from notify_queue.worker.waiting import wait_any
 
 log = logging.getLogger(__name__)
 
 _COMPLETE_CHUNK = 1000
 _RETRY_DB_SECONDS = 1.0
+# The worker's deadline for one delivery is the provider's timeout plus this: the provider's own
+# timer fires first and reports what it saw; the deadline only catches a provider that hangs.
+_DEADLINE_MARGIN_SECONDS = 1.0
 
 
 class Worker:
@@ -53,6 +60,8 @@ class Worker:
         batch_size: int,
         poll_interval: float,
         shutdown_grace_seconds: float,
+        provider_timeout_seconds: float,
+        health: Health | None = None,
     ) -> None:
         self._service = service
         self._providers = providers
@@ -61,9 +70,12 @@ class Worker:
         self._batch_size = batch_size
         self._poll_interval = poll_interval
         self._grace = shutdown_grace_seconds
+        self._deadline_seconds = provider_timeout_seconds + _DEADLINE_MARGIN_SECONDS
+        self.health = health or Health()
         self._in_flight: dict[asyncio.Task[None], ClaimedNotification] = {}
         self._results: list[tuple[ClaimedNotification, DeliveryResult]] = []
         self._results_ready = asyncio.Event()
+        self._flush_lock = asyncio.Lock()  # the completer and the shutdown drain both flush
         self._slot_free = asyncio.Event()
         self._wake = asyncio.Event()
         self._claiming_stopped = asyncio.Event()
@@ -79,24 +91,37 @@ class Worker:
         self._claiming_stopped.set()
 
     async def run(self) -> None:
-        background = [
-            asyncio.create_task(self._listen(), name="listen"),
-            asyncio.create_task(self._complete_forever(), name="complete"),
-            asyncio.create_task(self._housekeeping_forever(), name="housekeeping"),
-        ]
+        tasks: dict[str, Callable[[], Awaitable[None]]] = {
+            "claim": self._claim_forever,
+            "listen": self._listen,
+            "complete": self._complete_forever,
+            "housekeeping": self._housekeeping_forever,
+        }
         if self._dispatcher is not None:
-            background.append(
-                asyncio.create_task(self._dispatcher.run(self._stop), name="webhooks")
+            dispatcher = self._dispatcher
+            tasks["webhooks"] = lambda: dispatcher.run(self._stop)
+        supervised = {
+            name: asyncio.create_task(
+                supervise(
+                    name,
+                    run,
+                    self.health,
+                    stop=self._claiming_stopped if name == "claim" else self._stop,
+                ),
+                name=name,
             )
+            for name, run in tasks.items()
+        }
         try:
-            await self._claim_forever()
+            await supervised["claim"]
             await self._drain()
         finally:
+            self._claiming_stopped.set()
             self._stop.set()
             self._results_ready.set()
-            for task in background:
+            for task in supervised.values():
                 task.cancel()
-            for task in background:
+            for task in supervised.values():
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
@@ -124,6 +149,11 @@ class Worker:
 
     async def _claim_forever(self) -> None:
         while not self._claiming_stopped.is_set():
+            if not self.health.is_healthy("complete"):
+                # Results cannot be recorded right now: claiming more would only pile up work
+                # whose leases run out unrecorded. Deliveries in flight still finish.
+                await wait_any(self._claiming_stopped, timeout=self._poll_interval)
+                continue
             free = self._concurrency - len(self._in_flight)
             if free <= 0:
                 self._slot_free.clear()
@@ -138,10 +168,9 @@ class Worker:
                 continue
             for channel in batch.rate_limited:
                 DELIVERIES.labels(channel.value, Outcome.RATE_LIMITED.value).inc()
+            self.health.ok("claim")
             for claimed in batch.claimed:
                 self._start_delivery(claimed)
-            if self._results:
-                self._results_ready.set()
             if len(batch.claimed) + len(batch.rate_limited) >= limit:
                 continue  # more may be due right now
             self._wake.clear()
@@ -153,22 +182,19 @@ class Worker:
                 await wait_any(self._wake, self._claiming_stopped, timeout=wait)
 
     def _start_delivery(self, claimed: ClaimedNotification) -> None:
-        """Run the delivery up to its first real wait; only then does it become a task."""
-        coro = self._deliver(claimed)
-        try:
-            waiting_on = coro.send(None)
-        except StopIteration:
-            return  # finished without waiting: its result is already queued for completion
-        except Exception:
-            log.exception("delivery of %s failed to start", claimed.id)
-            return  # its lease runs out and the housekeeping hands it back
-        task = asyncio.create_task(_resume(coro, waiting_on))
+        task = asyncio.create_task(self._deliver(claimed))
         self._in_flight[task] = claimed
         task.add_done_callback(self._delivery_done)
 
     def _delivery_done(self, task: asyncio.Task[None]) -> None:
-        self._in_flight.pop(task, None)
+        claimed = self._in_flight.pop(task, None)
         self._slot_free.set()
+        if not task.cancelled() and task.exception() is not None:
+            # `_deliver` turns every provider error into a result; reaching this is a bug of ours.
+            # The lease runs out and housekeeping hands the notification back.
+            log.error(
+                "delivery of %s failed", claimed.id if claimed else "?", exc_info=task.exception()
+            )
 
     async def _listen(self) -> None:
         async for _ in self._service.wakeups(self._stop):
@@ -188,9 +214,13 @@ class Worker:
         )
         started = time.perf_counter()
         try:
-            result = await provider.deliver(request)
-        except asyncio.CancelledError:
-            raise
+            async with asyncio.timeout(self._deadline_seconds):
+                result = await provider.deliver(request)
+        except TimeoutError:
+            result = DeliveryResult(
+                Outcome.TEMPORARY_FAILURE,
+                error=f"no answer within the worker's deadline of {self._deadline_seconds:g}s",
+            )
         except Exception as exc:  # a provider bug must not kill the worker; retry it later
             log.exception("provider raised for %s", claimed.id)
             result = DeliveryResult(Outcome.TEMPORARY_FAILURE, error=f"provider error: {exc!r}")
@@ -217,17 +247,24 @@ class Worker:
             await self._flush_results()
 
     async def _flush_results(self) -> None:
+        async with self._flush_lock:
+            await self._flush_locked()
+
+    async def _flush_locked(self) -> None:
         while self._results:
-            chunk, self._results = self._results[:_COMPLETE_CHUNK], self._results[_COMPLETE_CHUNK:]
-            while True:
-                try:
-                    completions, accepted = await self._service.complete(chunk)
-                    break
-                except DatabaseUnavailable as exc:
-                    # Results are kept and written once the database is back; the leases are
-                    # long enough that nobody else takes these notifications meanwhile.
-                    log.warning("recording %d results failed: %s; retrying", len(chunk), exc)
-                    await asyncio.sleep(_RETRY_DB_SECONDS)
+            # The chunk leaves the buffer only after its statement committed: an unexpected error
+            # (the supervisor restarts this task) loses no result.
+            chunk = self._results[:_COMPLETE_CHUNK]
+            try:
+                completions, accepted = await self._service.complete(chunk)
+            except DatabaseUnavailable as exc:
+                # Results are kept and written once the database is back; the leases are
+                # long enough that nobody else takes these notifications meanwhile.
+                log.warning("recording %d results failed: %s; retrying", len(chunk), exc)
+                await asyncio.sleep(_RETRY_DB_SECONDS)
+                continue
+            del self._results[: len(chunk)]
+            self.health.ok("complete")
             stale = len(chunk) - len(accepted)
             if stale:
                 STALE_RESULTS.inc(stale)
@@ -255,39 +292,7 @@ class Worker:
                 if time.monotonic() - last_prune > 60:
                     await self._service.prune_rate_slots()
                     last_prune = time.monotonic()
+                self.health.ok("housekeeping")
             except DatabaseUnavailable as exc:
                 log.warning("housekeeping skipped: %s", exc)
             await wait_any(self._stop, timeout=self._poll_interval)
-
-
-async def _resume(coro: Coroutine[Any, Any, None], waiting_on: Any) -> None:
-    """Carry on a coroutine that was started by hand and is suspended on `waiting_on`.
-
-    Does what an asyncio task's step does: wait for the future the coroutine yielded (a bare
-    `yield`, as in `sleep(0)`, yields None), then resume it. The awaited future's own result or
-    exception the coroutine reads itself when resumed; this task's cancellation is thrown into
-    it, so it sees CancelledError exactly as it would in a task of its own.
-    """
-    while True:
-        try:
-            if waiting_on is None:
-                await asyncio.sleep(0)
-            else:
-                # What a task does with a yielded future: it is now ours to wait on.
-                waiting_on._asyncio_future_blocking = False
-                await waiting_on
-        except BaseException as exc:
-            if (
-                waiting_on is None
-                or not waiting_on.done()
-                or (not waiting_on.cancelled() and waiting_on.exception() is None)
-            ):
-                try:
-                    waiting_on = coro.throw(exc)
-                except StopIteration:
-                    return
-                continue
-        try:
-            waiting_on = coro.send(None)
-        except StopIteration:
-            return

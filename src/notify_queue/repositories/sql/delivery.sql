@@ -253,13 +253,20 @@ WITH overdue AS (
 SELECT count(*) AS expired, (SELECT n FROM events) AS events_written FROM updated u
 
 -- name: next_due_at
--- When this worker's lanes next have work: the first row of each priority's range of the claim
--- index, so a worker can sleep exactly until a scheduled notification is due instead of a poll.
+-- When this worker's lanes next have work it can claim: the first row of each priority's range of
+-- the claim index that passes the claim's own filter (its channels, not expired), so a worker can
+-- sleep exactly until a scheduled notification is due instead of a poll. The filters must stay
+-- those of claim_lock_candidates: a row this query counts but the claim skips (an sms for an
+-- email-only worker, an expired row housekeeping has not reached yet) would say "due now" forever
+-- and the worker would spin. Rows of other channels ahead of the first match are read and skipped
+-- once per wake-up, not once per loop.
 SELECT min(first_due) AS next_due_at, now() AS now
 FROM unnest(%(priorities)s::smallint[]) AS lane(priority)
 CROSS JOIN LATERAL (
     SELECT next_attempt_at AS first_due FROM nq_notifications
     WHERE status = 'PENDING' AND priority = lane.priority
+      AND channel = ANY(%(channels)s::text[])
+      AND (expires_at IS NULL OR expires_at > now())
     ORDER BY next_attempt_at
     LIMIT 1
 ) f
