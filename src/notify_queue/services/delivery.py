@@ -30,6 +30,7 @@ from notify_queue.repositories.delivery import ClaimedBatch, DeliveryRepository
 from notify_queue.services.backoff import backoff_seconds, retry_after_seconds
 from notify_queue.services.preferences import Clock, screen_claimed, system_clock
 
+
 def decide_completion(
     claimed: ClaimedNotification, result: DeliveryResult, *, rng: random.Random | None = None
 ) -> Completion:
