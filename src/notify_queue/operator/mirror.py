@@ -1,10 +1,15 @@
-"""Mirroring objects into the queue: Notifications become rows, NotificationPolicies policies.
+"""Mirroring objects into the queue: Notifications become rows, NotificationPolicies policies,
+NotificationTemplates templates.
 
 A Notification is enqueued through the same `NotificationService.enqueue` the HTTP API uses, with
 source `kubernetes` and a key derived from its uid, so mirroring it again (an operator restart, a
 re-list, a second replica) finds the same row instead of making a second. The link object→row
 is saved with the first status write in one statement; from then on the status writer keeps
 `.status` current. What the queue refuses becomes phase `Rejected`, written here, with the reason.
+
+A Notification with `recipientId` becomes one row per channel (CONTRACT §9): the object links to
+the first, whose status its phase follows, and `status.notifications` lists them all (written
+here once: the set never changes).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from notify_queue.repositories.kube import KubeRepository
 from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.services import kube as rules
 from notify_queue.services.notifications import NotificationService
+from notify_queue.services.recipients import RecipientService
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +58,7 @@ class NotificationMirror:
             kind="Notification", namespace=namespace, name=name, uid=uid
         )
         try:
-            new = rules.new_notification_from_spec(
+            new = rules.prepared_from_spec(
                 namespace=namespace, uid=uid, spec=spec, now=datetime.now(UTC)
             )
         except ValidationFailed as exc:
@@ -61,17 +67,24 @@ class NotificationMirror:
         async with self._database_slots:
             # No look-up first: kopf calls this for objects it has not handled, which are nearly
             # always new, and enqueueing an existing key only finds the existing row.
-            result = await self._notifications.enqueue(new)
-            stored = result.notification
-            clash = result.conflict or stored.source is not Source.KUBERNETES
-            if not clash:
-                await self._links.kube_link_save(
-                    uid=uid,
-                    namespace=namespace,
-                    name=name,
-                    notification_id=stored.id,
-                    generation=generation,
-                )
+            (result,) = await self._notifications.create_many([new])
+            clash = False
+            if not isinstance(result, ValidationFailed):
+                stored = result.notification
+                clash = result.conflict or stored.source is not Source.KUBERNETES
+                if not clash:
+                    await self._links.kube_link_save(
+                        uid=uid,
+                        namespace=namespace,
+                        name=name,
+                        notification_id=stored.id,
+                        generation=generation,
+                    )
+        if isinstance(result, ValidationFailed):  # an unknown template, a missing variable
+            await self._reject(
+                involved, generation, "Invalid", f"not accepted by the queue: {result}"
+            )
+            return "rejected"
         if clash:
             await self._reject(
                 involved,
@@ -82,6 +95,14 @@ class NotificationMirror:
                 "request; use another idempotencyKey",
             )
             return "conflict"
+        if new.request.recipient_id is not None:
+            await self._kube.status_patch(
+                plural=rules.NOTIFICATIONS,
+                namespace=namespace,
+                name=name,
+                uid=uid,
+                status={"notifications": [str(n.id) for n in result.notifications]},
+            )
         outcome = "accepted" if result.created else "existing"
         metrics.MIRRORS.labels("notification", outcome).inc()
         if result.created:
@@ -89,7 +110,9 @@ class NotificationMirror:
                 involved=involved,
                 type="Normal",
                 reason="Accepted",
-                message=f"enqueued as notification {stored.id}",
+                message="enqueued as notification"
+                + ("s " if len(result.notifications) > 1 else " ")
+                + ", ".join(str(n.id) for n in (result.notifications or (stored,))),
             )
         return outcome
 
@@ -242,3 +265,53 @@ class PolicyMirror:
                 del self._secret_users[key]
         if secret is not None:
             self._secret_users.setdefault((namespace, secret), set()).add(policy)
+
+
+class TemplateMirror:
+    """NotificationTemplates into the templates table as `namespace.name`, with Ready."""
+
+    def __init__(self, recipients: RecipientService, kube: KubeApi) -> None:
+        self._recipients = recipients
+        self._kube = kube
+
+    async def changed(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        generation: int,
+        spec: Mapping[str, Any],
+        conditions: Sequence[Mapping[str, Any]] = (),
+    ) -> bool:
+        queue_name = rules.template_name(namespace, name)
+        version: int | None = None
+        try:
+            template, _ = await self._recipients.template_put(
+                queue_name, dict(spec), source=Source.KUBERNETES, prefix="spec."
+            )
+            version = template.version
+            reason, message = "Mirrored", f"mirrored as template {queue_name} version {version}"
+        except ValidationFailed as exc:
+            reason, message = "Invalid", str(exc)
+        metrics.MIRRORS.labels("template", "ready" if version else "not_ready").inc()
+        status = rules.template_status(
+            ready=version is not None,
+            reason=reason,
+            message=message,
+            generation=generation,
+            now=datetime.now(UTC),
+            version=version,
+            name=queue_name,
+            previous=conditions,
+        )
+        await self._kube.status_patch(
+            plural=rules.TEMPLATES, namespace=namespace, name=name, uid=uid, status=status
+        )
+        return version is not None
+
+    async def deleted(self, *, namespace: str, name: str) -> None:
+        try:
+            await self._recipients.template_delete(rules.template_name(namespace, name))
+        except (NotFound, ValidationFailed):
+            pass  # never mirrored (invalid name) or already gone

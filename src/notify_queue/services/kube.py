@@ -22,7 +22,9 @@ from notify_queue.errors import FieldError, ValidationFailed
 from notify_queue.models import NewNotification, Notification, Policy, Source, Status
 from notify_queue.services.validation import (
     MAX_DELAY_SECONDS,
+    PreparedRequest,
     parse_request,
+    prepare_request,
     request_hash,
     to_new_notification,
 )
@@ -32,6 +34,7 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 NOTIFICATIONS = "notifications"
 POLICIES = "notificationpolicies"
+TEMPLATES = "notificationtemplates"
 DEFAULT_POLICY = "default"
 
 PHASES: dict[Status, str] = {
@@ -65,6 +68,12 @@ def policy_name(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
+def template_name(namespace: str, name: str) -> str:
+    """The name a NotificationTemplate has in the queue: `namespace.name` (a namespace has no
+    dots, so the first one separates them; a template API name cannot hold a slash)."""
+    return f"{namespace}.{name}"
+
+
 def idempotency_key_for(uid: str, spec: Mapping[str, Any]) -> str:
     """The object's own key, or one derived from its uid: the same object, the same key."""
     key = spec.get("idempotencyKey")
@@ -90,19 +99,28 @@ def request_from_spec(namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]
             "expiresAt",
             "webhookUrl",
             "metadata",
+            "recipientId",
+            "channels",
+            "strategy",
+            "category",
+            "data",
         )
         if spec.get(key) is not None
     }
+    if spec.get("template") is not None:  # a NotificationTemplate in the object's namespace
+        data["template"] = template_name(namespace, str(spec["template"]))
     if spec.get("delay") is not None:
-        data["delaySeconds"] = spec["delay"]  # replaced by seconds in new_notification_from_spec
+        data["delaySeconds"] = spec["delay"]  # replaced by seconds in prepared_from_spec
     data["policy"] = policy_name(namespace, str(spec.get("policy") or DEFAULT_POLICY))
     return data
 
 
-def new_notification_from_spec(
+def prepared_from_spec(
     *, namespace: str, uid: str, spec: Mapping[str, Any], now: datetime
-) -> NewNotification:
-    """The notification to enqueue for a Notification object; ValidationFailed names spec fields."""
+) -> PreparedRequest:
+    """The request to enqueue for a Notification object; ValidationFailed names spec fields.
+
+    The service renders its template and expands its recipientId, as for the HTTP API."""
     data = request_from_spec(namespace, spec)
     if "delaySeconds" in data:
         try:
@@ -114,12 +132,27 @@ def new_notification_from_spec(
         data["delaySeconds"] = int(seconds)
     try:
         request = parse_request(data, prefix="spec.")
+        return prepare_request(
+            request,
+            idempotency_key=idempotency_key_for(uid, spec),
+            request_digest=request_hash(data),
+            now=now,
+            source=Source.KUBERNETES,
+            field_prefix="spec.",
+        )
     except ValidationFailed as exc:
         raise ValidationFailed([_spec_field(e) for e in exc.errors]) from None
+
+
+def new_notification_from_spec(
+    *, namespace: str, uid: str, spec: Mapping[str, Any], now: datetime
+) -> NewNotification:
+    """The one notification of a plain Notification spec (channel + recipient, body)."""
+    p = prepared_from_spec(namespace=namespace, uid=uid, spec=spec, now=now)
     return to_new_notification(
-        request,
-        idempotency_key=idempotency_key_for(uid, spec),
-        request_digest=request_hash(data),
+        p.request,
+        idempotency_key=p.idempotency_key,
+        request_digest=p.request_hash,
         now=now,
         source=Source.KUBERNETES,
         field_prefix="spec.",
@@ -129,6 +162,32 @@ def new_notification_from_spec(
 def _spec_field(error: FieldError) -> FieldError:
     # The API's names back to the spec's: delaySeconds is delay here.
     return FieldError(error.field.replace("spec.delaySeconds", "spec.delay"), error.message)
+
+
+def template_status(
+    *,
+    ready: bool,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: datetime,
+    version: int | None,
+    name: str,
+    previous: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The `.status` of a NotificationTemplate: Ready, and the mirrored version and name."""
+    status = policy_status(
+        ready=ready,
+        reason=reason,
+        message=message,
+        generation=generation,
+        now=now,
+        previous=previous,
+    )
+    status["templateName"] = name
+    if version is not None:
+        status["version"] = version
+    return status
 
 
 def policy_from_spec(
