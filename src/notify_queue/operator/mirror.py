@@ -8,8 +8,8 @@ is saved with the first status write in one statement; from then on the status w
 `.status` current. What the queue refuses becomes phase `Rejected`, written here, with the reason.
 
 A Notification with `recipientId` becomes one row per channel (CONTRACT §9): the object links to
-the first, whose status its phase follows, and `status.notifications` lists them all (written
-here once: the set never changes).
+the first, whose status its phase follows, and the status writer lists them all in
+`status.notifications`.
 """
 
 from __future__ import annotations
@@ -95,14 +95,6 @@ class NotificationMirror:
                 "request; use another idempotencyKey",
             )
             return "conflict"
-        if new.request.recipient_id is not None:
-            await self._kube.status_patch(
-                plural=rules.NOTIFICATIONS,
-                namespace=namespace,
-                name=name,
-                uid=uid,
-                status={"notifications": [str(n.id) for n in result.notifications]},
-            )
         outcome = "accepted" if result.created else "existing"
         metrics.MIRRORS.labels("notification", outcome).inc()
         if result.created:

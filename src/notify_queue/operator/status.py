@@ -124,7 +124,7 @@ class StatusWriter:
         n = change.notification
         if not change.linked or n is None:
             return True
-        status = notification_status(n, generation=change.generation)
+        status = notification_status(n, generation=change.generation, related=change.related)
         async with self._concurrency:
             await self._limiter.acquire()
             try:

@@ -48,6 +48,8 @@ class StatusChange:
     linked: bool
     generation: int | None
     notification: Notification | None
+    # Every notification a recipientId request became (the linked one included); else empty.
+    related: tuple[uuid.UUID, ...] = ()
 
 
 class StatusOutboxBatch:
@@ -83,6 +85,7 @@ def _change_from_row(row: dict[str, Any]) -> StatusChange:
         linked=bool(row["object_linked"]),
         generation=row["object_generation"],
         notification=notification_from_row(row) if row["id"] is not None else None,
+        related=tuple(row["related_ids"] or ()),
     )
 
 

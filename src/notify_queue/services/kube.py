@@ -14,6 +14,7 @@ without either.
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -310,13 +311,22 @@ def _delivered(n: Notification) -> tuple[str, str, str]:
     return "False", "Expired", n.last_error or "expired before it could be sent"
 
 
-def notification_status(notification: Notification, *, generation: int | None) -> dict[str, Any]:
-    """The `.status` of a Notification object whose row is `notification` (a merge patch)."""
+def notification_status(
+    notification: Notification,
+    *,
+    generation: int | None,
+    related: Sequence[uuid.UUID] = (),
+) -> dict[str, Any]:
+    """The `.status` of a Notification object whose row is `notification` (a merge patch).
+
+    `related`: every row a recipientId request became (CONTRACT §9), as status.notifications.
+    """
     n = notification
     delivered_status, reason, message = _delivered(n)
     return {
         "phase": PHASES[n.status],
         "notificationId": str(n.id),
+        "notifications": [str(i) for i in related] or None,
         "attempts": n.attempt_count,
         # None clears the field in a merge patch (a retried notification has no error any more).
         "lastError": n.last_error,
