@@ -185,7 +185,16 @@ def _row(status: Status, **fields: object) -> Notification:
 def test_every_status_has_a_phase() -> None:
     assert set(PHASES) == set(Status)
     assert sorted(PHASES.values()) == sorted(
-        ["Pending", "Processing", "Sent", "Failed", "DeadLettered", "Cancelled", "Expired"]
+        [
+            "Pending",
+            "Processing",
+            "Sent",
+            "Failed",
+            "DeadLettered",
+            "Cancelled",
+            "Expired",
+            "Suppressed",
+        ]
     )
 
 
