@@ -377,7 +377,9 @@ class RecipientPut(_Wire):
         default_factory=list, max_length=20, description="A push goes to the first."
     )
     timezone: str = Field("UTC", description="An IANA zone name, e.g. Europe/Berlin.")
-    preferences: RecipientPreferences | None = None
+    preferences: PreferencesPatch | None = Field(
+        None, description="Absent parts are the defaults (nothing opted out, no quiet hours)."
+    )
 
 
 class Recipient(_Wire):

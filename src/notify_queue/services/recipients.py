@@ -44,14 +44,15 @@ MAX_PUSH_TOKENS = 20
 class OptOutBody(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    channels: list[Channel] | None = None
-    categories: Annotated[list[StrictStr] | None, Field(max_length=100)] = None
-    all: StrictBool | None = None
+    # Not nullable: an absent field is kept by a PATCH (model_fields_set tells), null is a 400.
+    channels: list[Channel] = Field(default_factory=list)
+    categories: Annotated[list[StrictStr], Field(max_length=100)] = Field(default_factory=list)
+    all: StrictBool = False
 
     @field_validator("categories")
     @classmethod
-    def _categories(cls, value: list[str] | None) -> list[str] | None:
-        for c in value or []:
+    def _categories(cls, value: list[str]) -> list[str]:
+        for c in value:
             if not CATEGORY_PATTERN.fullmatch(c):
                 raise ValueError(f"{c!r} is not a category (lowercase letters, digits, -_.)")
         return value

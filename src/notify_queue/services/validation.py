@@ -107,9 +107,11 @@ class NotificationRequest(BaseModel):
 
     @field_validator("recipient")
     @classmethod
-    def _recipient_format(cls, value: str, info: ValidationInfo) -> str:
+    def _recipient_format(cls, value: str | None, info: ValidationInfo) -> str | None:
         # A field validator (channel is validated first), so a bad recipient is named even when
         # other fields are bad too; a model validator would only run once every field is valid.
+        if value is None:
+            return None
         if not value.strip():
             raise ValueError("must not be blank")
         channel = info.data.get("channel")
