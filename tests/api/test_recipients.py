@@ -9,6 +9,7 @@ autoescaping, a later edit not touching queued text).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
@@ -403,3 +404,25 @@ async def test_editing_a_template_does_not_change_queued_notifications(
         "name": "receipt",
         "version": 2,
     }
+
+
+async def test_identical_user_targeted_requests_at_once_expand_once(
+    client: httpx.AsyncClient, database_url: str
+) -> None:
+    await put_recipient(client, "u-13")
+    responses = await asyncio.gather(
+        *[
+            client.post(
+                "/notifications",
+                json={"recipientId": "u-13", "body": "once"},
+                headers={"Idempotency-Key": "burst-1"},
+            )
+            for _ in range(10)
+        ]
+    )
+    assert sorted(r.status_code for r in responses) == [200] * 9 + [201]
+    assert len({tuple(n["id"] for n in r.json()["notifications"]) for r in responses}) == 1
+    rows = await sql(
+        database_url, "SELECT count(*) FROM nq_notifications WHERE recipient_id = 'u-13'"
+    )
+    assert rows == [(3,)]

@@ -117,6 +117,7 @@ async def test_a_notification_for_a_recipient_becomes_one_rendered_row_per_chann
         return ids and len(ids) == 2 and phase(obj) == "Pending" and ids
 
     ids = await eventually(listed, timeout=20, what="status.notifications")
+    assert "Accepted" in {e["reason"] for e in await kube.events(namespace, name="welcome")}
     rows = await sql(
         database_url,
         "SELECT channel, recipient, subject, body, template_name, template_version, category "
@@ -135,6 +136,17 @@ async def test_a_notification_for_a_recipient_becomes_one_rendered_row_per_chann
         ),
         ("sms", "+4915112345678", None, "Order 42 for Ada", f"{namespace}.receipt", 1, "marketing"),
     ]
+
+    # Deleting the object cancels every notification it became, not only the first.
+    await kube.delete("Notification", namespace, "welcome")
+
+    async def cancelled() -> bool:
+        found = await sql(
+            database_url, "SELECT status FROM nq_notifications WHERE id = ANY(%s::uuid[])", (ids,)
+        )
+        return found == [("CANCELLED",), ("CANCELLED",)]
+
+    await eventually(cancelled, timeout=20, what="both cancelled")
 
     apply(
         control_plane,

@@ -144,15 +144,21 @@ class NotificationMirror:
             return
         if link.other_links == 0:
             try:
-                await self._notifications.cancel(link.notification_id)
-                log.info(
-                    "cancelled notification %s: its Notification %s/%s was deleted",
-                    link.notification_id,
-                    link.namespace,
-                    link.name,
-                )
-            except (Conflict, NotFound):
-                pass  # already past PENDING (or gone): nothing to cancel
+                # A recipientId object became one row per channel: cancel each still PENDING.
+                related = await self._notifications.siblings(link.notification_id)
+            except NotFound:
+                related = ()
+            for n in related:
+                try:
+                    await self._notifications.cancel(n.id)
+                    log.info(
+                        "cancelled notification %s: its Notification %s/%s was deleted",
+                        n.id,
+                        link.namespace,
+                        link.name,
+                    )
+                except (Conflict, NotFound):
+                    pass  # already past PENDING (or gone): nothing to cancel
         await self._links.kube_link_delete(uid=uid)
 
 

@@ -241,6 +241,18 @@ class NotificationService:
         items = items[:limit]
         return items, encode_cursor(items[-1].created_at, items[-1].id)
 
+    async def siblings(self, id: uuid.UUID) -> tuple[Notification, ...]:
+        """Every notification the request of `id` became: itself, or for a recipientId request
+        all of its channels (their keys are derived from the request's key)."""
+        found = await self.get(id)
+        if found.recipient_id is None:
+            return (found,)
+        request_key = found.idempotency_key.rsplit(" ", 1)[0]
+        rows = await self._repository.notifications_get_by_keys(
+            idempotency_keys=_keys_of(request_key)
+        )
+        return tuple(n for n, _ in rows.values()) or (found,)
+
     async def cancel(self, id: uuid.UUID) -> Notification:
         cancelled = await self._repository.notification_cancel(id=id)
         if cancelled is not None:
