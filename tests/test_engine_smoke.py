@@ -19,7 +19,7 @@ async def test_a_due_notification_is_claimed_and_completed_as_sent(db: Database)
     assert [c.id for c in batch.claimed] == [created.notification.id]
     assert batch.claimed[0].attempt_count == 1
 
-    completions, accepted = await delivery.complete(
+    _completions, accepted = await delivery.complete(
         [(batch.claimed[0], DeliveryResult(Outcome.SENT, provider_message_id="m-1"))]
     )
     assert accepted == {created.notification.id}

@@ -10,7 +10,12 @@ import psycopg
 
 from notify_queue.embedded import EmbeddedPostgres
 from notify_queue.repositories.db import Database
-from notify_queue.repositories.schema import current_version, latest_version, migrate
+from notify_queue.repositories.schema import (
+    available_migrations,
+    current_version,
+    latest_version,
+    migrate,
+)
 from tests.support import eventually, new, notification_service
 
 
@@ -25,7 +30,8 @@ async def test_migrating_twice_changes_nothing_the_second_time(pg_server: Embedd
     url = _fresh_database(pg_server, "mig_twice")
     async with Database(url, pool_size=1) as db:
         assert await current_version(db) is None
-        assert await migrate(db) == list(range(1, latest_version() + 1))
+        # Every migration shipped, in order (numbers are reserved per branch, so gaps may exist).
+        assert await migrate(db) == [m.version for m in available_migrations()]
         assert await migrate(db) == []
         assert await current_version(db) == latest_version()
 
@@ -51,7 +57,7 @@ async def test_migrations_run_from_several_processes_at_once_apply_each_version_
     assert [p.returncode for p in procs] == [0, 0, 0, 0], results
     async with Database(url, pool_size=1) as db:
         rows = await db.fetch_all("migration_versions")
-    assert sorted(r["version"] for r in rows) == list(range(1, latest_version() + 1))
+    assert sorted(r["version"] for r in rows) == [m.version for m in available_migrations()]
 
 
 def test_a_database_that_is_down_at_start_gives_one_line_and_a_non_zero_exit() -> None:

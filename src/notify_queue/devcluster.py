@@ -41,8 +41,9 @@ log = logging.getLogger(__name__)
 
 BUILD_HINT = "run scripts/build-k8s-binaries.sh to build them"
 REQUIRED_BINARIES = ("etcd", "kube-apiserver", "kubectl")
-# The CRDs shipped with the project (crds/ next to src/ in a checkout).
-DEFAULT_CRD_DIR = Path(__file__).resolve().parents[2] / "crds"
+# The CRDs shipped inside the package (package data: any install has them, editable or not);
+# copies of crds/, the source of truth, made by scripts/sync-chart-crds.sh.
+DEFAULT_CRD_DIR = Path(__file__).resolve().parent / "crds"
 
 
 class ControlPlaneUnavailable(NotifyQueueError):

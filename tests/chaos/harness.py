@@ -54,6 +54,10 @@ class WorkerProcesses:
         """Start one worker with the group's common flags plus `extra`."""
         return self._spawn("worker", [*self.common, *extra], env)
 
+    def start_relay(self, *extra: str) -> subprocess.Popen[bytes]:
+        """Start `notify-queue relay` with `extra` flags only (it refuses the workers' flags)."""
+        return self._spawn("relay", list(extra), None)
+
     def start_api(self, port: int, *extra: str) -> subprocess.Popen[bytes]:
         """Start `notify-queue api` on 127.0.0.1:`port` (not counted among `alive` workers)."""
         proc = self._spawn("api", ["--port", str(port), "--log-level", "INFO", *extra], None)

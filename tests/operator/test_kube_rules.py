@@ -1,24 +1,20 @@
 """The rules between resources and the queue (`services.kube`) on their own: a Notification spec
-becomes the API's request, a NotificationPolicy a policy, a row a status.
+becomes the API's request, a NotificationPolicy a policy (a row's status: test_conditions.py).
 No cluster, no database."""
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from notify_queue.errors import ValidationFailed
-from notify_queue.models import Channel, Notification, Policy, Priority, Source, Status
+from notify_queue.models import Channel, Policy, Priority, Source, Status
 from notify_queue.services.kube import (
     PHASES,
     new_notification_from_spec,
-    notification_status,
     parse_duration_seconds,
     policy_from_spec,
-    policy_status,
-    rejected_status,
 )
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
@@ -152,36 +148,6 @@ def test_a_secret_that_is_not_a_signing_key_is_refused() -> None:
         policy_from_spec(namespace="shop", name="p", spec={}, webhook_secret="hunter2")
 
 
-def _row(status: Status, **fields: object) -> Notification:
-    values: dict[str, object] = {
-        "id": uuid.UUID(int=7),
-        "idempotency_key": "k",
-        "channel": Channel.EMAIL,
-        "recipient": "a@example.com",
-        "subject": None,
-        "body": "hi",
-        "priority": Priority.NORMAL,
-        "status": status,
-        "send_at": NOW,
-        "next_attempt_at": NOW + timedelta(seconds=30),
-        "expires_at": None,
-        "attempt_count": 0,
-        "max_attempts": 6,
-        "last_error": None,
-        "sent_at": None,
-        "provider_message_id": None,
-        "retries": [],
-        "source": Source.KUBERNETES,
-        "policy": None,
-        "webhook_url": None,
-        "metadata": {},
-        "created_at": NOW,
-        "updated_at": NOW,
-    }
-    values.update(fields)
-    return Notification(**values)  # type: ignore[arg-type]
-
-
 def test_every_status_has_a_phase() -> None:
     assert set(PHASES) == set(Status)
     assert sorted(PHASES.values()) == sorted(
@@ -196,93 +162,3 @@ def test_every_status_has_a_phase() -> None:
             "Suppressed",
         ]
     )
-
-
-def test_a_sent_row_shows_as_sent_with_both_conditions() -> None:
-    status = notification_status(
-        _row(
-            Status.SENT,
-            attempt_count=2,
-            sent_at=NOW + timedelta(seconds=5),
-            updated_at=NOW + timedelta(seconds=5),
-        ),
-        generation=1,
-    )
-    assert status["phase"] == "Sent" and status["attempts"] == 2
-    assert status["sentAt"] == "2026-09-24T12:00:05.000000Z" and status["nextAttemptAt"] is None
-    accepted, delivered = status["conditions"]
-    assert (accepted["type"], accepted["status"], accepted["reason"]) == (
-        "Accepted",
-        "True",
-        "Enqueued",
-    )
-    assert (delivered["type"], delivered["status"], delivered["reason"]) == (
-        "Delivered",
-        "True",
-        "Sent",
-    )
-    assert delivered["lastTransitionTime"] == "2026-09-24T12:00:05Z"
-    assert delivered["observedGeneration"] == 1
-
-
-@pytest.mark.parametrize(
-    ("status", "attempts", "expected"),
-    [
-        (Status.PENDING, 0, ("Unknown", "Waiting")),
-        (Status.PENDING, 2, ("Unknown", "RetryScheduled")),
-        (Status.PROCESSING, 1, ("Unknown", "Delivering")),
-        (Status.FAILED, 1, ("False", "PermanentFailure")),
-        (Status.DEAD_LETTERED, 6, ("False", "DeadLettered")),
-        (Status.CANCELLED, 0, ("False", "Cancelled")),
-        (Status.EXPIRED, 0, ("False", "Expired")),
-    ],
-)
-def test_the_delivered_condition_follows_the_row(
-    status: Status, attempts: int, expected: tuple[str, str]
-) -> None:
-    result = notification_status(
-        _row(status, attempt_count=attempts, last_error="boom"), generation=1
-    )
-    delivered = result["conditions"][1]
-    assert (delivered["status"], delivered["reason"]) == expected
-    assert (result["nextAttemptAt"] is not None) == (status is Status.PENDING)
-
-
-def test_a_rejected_notification_says_why_and_is_not_accepted() -> None:
-    status = rejected_status(
-        reason="Invalid", message="spec.metadata: too big", generation=1, now=NOW
-    )
-    assert status["phase"] == "Rejected"
-    assert status["conditions"] == [
-        {
-            "type": "Accepted",
-            "status": "False",
-            "reason": "Invalid",
-            "message": "spec.metadata: too big",
-            "lastTransitionTime": "2026-09-24T12:00:00Z",
-            "observedGeneration": 1,
-        }
-    ]
-
-
-def test_a_ready_condition_keeps_its_transition_time_while_it_holds() -> None:
-    earlier = policy_status(ready=True, reason="Mirrored", message="m", generation=1, now=NOW)
-    later = policy_status(
-        ready=True,
-        reason="Mirrored",
-        message="m",
-        generation=2,
-        now=NOW + timedelta(hours=1),
-        previous=earlier["conditions"],
-    )
-    assert later["conditions"][0]["lastTransitionTime"] == "2026-09-24T12:00:00Z"
-    assert later["observedGeneration"] == 2
-    broken = policy_status(
-        ready=False,
-        reason="SecretNotFound",
-        message="m",
-        generation=2,
-        now=NOW + timedelta(hours=1),
-        previous=later["conditions"],
-    )
-    assert broken["conditions"][0]["lastTransitionTime"] == "2026-09-24T13:00:00Z"

@@ -11,9 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from notify_queue.errors import ValidationFailed
-from notify_queue.models import Priority
+from notify_queue.models import Channel, Priority
 from notify_queue.services.scaling import (
     PoolConfig,
+    autoscaler_targets,
     decide_scale,
     desired_replicas,
     pool_config_from_annotations,
@@ -91,9 +92,70 @@ def test_min_above_max_is_refused() -> None:
 
 
 def test_the_depth_of_a_pool_counts_only_its_lanes() -> None:
-    depths = {Priority.HIGH: 7, Priority.NORMAL: 100, Priority.LOW: 1000}
-    assert pool_depth(depths, PoolConfig(priorities=frozenset({Priority.HIGH}))) == 7
-    assert pool_depth(depths, PoolConfig()) == 1107
+    depths = {
+        (Priority.HIGH, Channel.EMAIL): 7,
+        (Priority.HIGH, Channel.SMS): 3,
+        (Priority.NORMAL, Channel.EMAIL): 100,
+        (Priority.LOW, Channel.PUSH): 1000,
+    }
+    assert pool_depth(depths, PoolConfig(priorities=frozenset({Priority.HIGH}))) == 10
+    assert pool_depth(depths, PoolConfig()) == 1110
+    email_only = PoolConfig(channels=frozenset({Channel.EMAIL}))
+    assert pool_depth(depths, email_only) == 107
+    high_sms = PoolConfig(priorities=frozenset({Priority.HIGH}), channels=frozenset({Channel.SMS}))
+    assert pool_depth(depths, high_sms) == 3
+
+
+def test_the_channels_annotation_names_the_channels_a_pool_drains() -> None:
+    config = pool_config_from_annotations({"notifyqueue.io/channels": "Email, sms"})
+    assert config.channels == frozenset({Channel.EMAIL, Channel.SMS})
+    assert pool_config_from_annotations({}).channels == frozenset(Channel)
+    with pytest.raises(ValidationFailed, match=r"notifyqueue\.io/channels"):
+        pool_config_from_annotations({"notifyqueue.io/channels": "email,fax"})
+
+
+def _ref(owner: str, namespace: str, owner_name: str, **target: str) -> dict[str, object]:
+    return {
+        "kind": owner,
+        "metadata": {"namespace": namespace, "name": owner_name},
+        "spec": {"scaleTargetRef": target},
+    }
+
+
+def test_deployments_targeted_by_an_hpa_or_a_scaled_object_are_found() -> None:
+    hpas = [
+        _ref(
+            "HorizontalPodAutoscaler",
+            "a",
+            "web",
+            apiVersion="apps/v1",
+            kind="Deployment",
+            name="bulk",
+        ),
+        # KEDA's own HPA for the ScaledObject below: the ScaledObject is what gets named.
+        _ref(
+            "HorizontalPodAutoscaler",
+            "a",
+            "keda-hpa-urgent",
+            apiVersion="apps/v1",
+            kind="Deployment",
+            name="urgent",
+        ),
+        _ref(
+            "HorizontalPodAutoscaler",
+            "a",
+            "sts",
+            apiVersion="apps/v1",
+            kind="StatefulSet",
+            name="db",
+        ),
+    ]
+    scaled_objects = [_ref("ScaledObject", "a", "urgent", name="urgent")]  # kind defaults
+    assert autoscaler_targets(hpas, scaled_objects) == {
+        ("a", "bulk"): "HorizontalPodAutoscaler/web",
+        ("a", "urgent"): "ScaledObject/urgent",
+    }
+    assert autoscaler_targets([], []) == {}
 
 
 @given(depth=st.integers(0, 100_000), config=configs)

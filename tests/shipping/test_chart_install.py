@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -39,7 +40,7 @@ from notify_queue.devcluster import LocalControlPlane
 from notify_queue.embedded import EmbeddedPostgres
 from notify_queue.repositories.db import Database
 from notify_queue.settings import Settings, load_settings
-from tests.operator.support import OperatorThread, running_worker
+from tests.operator.support import OperatorThread, running_worker, settings_for
 from tests.shipping.support import CHART, Tools
 from tests.support import eventually
 
@@ -113,46 +114,70 @@ def _settings_of(env: dict[str, str], args: list[str], **overrides: Any) -> Sett
 def _run_hook_jobs(
     tools: Tools, kubeconfig: Path, namespace: str, helm: subprocess.Popen[str]
 ) -> list[str]:
-    """Play the Job controller for the release's hook Jobs until helm exits; return their logs."""
-    job_name = f"{RELEASE}-notify-queue-migrate"
+    """Play the Job controller for the release's hook Jobs until helm exits; return their logs.
+
+    The migration Job runs `notify-queue <args>`; the uninstall Job (pre-delete) runs
+    `python -m notify_queue.operator.release <args>` with the operator ServiceAccount's token,
+    as its pod would (its ServiceAccount is still there while the hook runs).
+    """
+    job_names = [f"{RELEASE}-notify-queue-{c}" for c in ("migrate", "release")]
     logs = []
     done_uids: set[str] = set()
     deadline = time.monotonic() + 180
     while helm.poll() is None:
         assert time.monotonic() < deadline, "helm did not finish"
-        result = tools.kubectl(
-            "get",
-            "job",
-            job_name,
-            "-n",
-            namespace,
-            "-o",
-            "json",
-            kubeconfig=kubeconfig,
-            check=False,
-        )
-        if result.returncode != 0:
+        jobs = []
+        for job_name in job_names:
+            result = tools.kubectl(
+                "get",
+                "job",
+                job_name,
+                "-n",
+                namespace,
+                "-o",
+                "json",
+                kubeconfig=kubeconfig,
+                check=False,
+            )
+            if result.returncode == 0:
+                jobs.append(json.loads(result.stdout))
+        pending = [
+            job
+            for job in jobs
+            if job["metadata"]["uid"] not in done_uids  # not an earlier release's Job
+            and not any(
+                c["type"] in ("Complete", "Failed")
+                for c in job.get("status", {}).get("conditions", [])
+            )
+        ]
+        if not pending:
             time.sleep(0.2)
             continue
-        job = json.loads(result.stdout)
-        finished = any(
-            c["type"] in ("Complete", "Failed") for c in job.get("status", {}).get("conditions", [])
-        )
-        if finished or job["metadata"]["uid"] in done_uids:  # an earlier release's Job
-            time.sleep(0.2)
-            continue
+        job = pending[0]
         (container,) = job["spec"]["template"]["spec"]["containers"]
         env = _container_environment(tools, kubeconfig, namespace, container)
-        program = Path(sys.executable).parent / "notify-queue"
+        if container.get("command", [None])[0] == "python":
+            token_config = _service_account_kubeconfig_at(
+                tools, kubeconfig, namespace, Path(tempfile.mkdtemp()) / "kubeconfig"
+            )
+            command = [
+                sys.executable,
+                *container["command"][1:],
+                *container["args"],
+                "--kubeconfig",
+                str(token_config),
+            ]
+        else:
+            command = [str(Path(sys.executable).parent / "notify-queue"), *container["args"]]
         run = subprocess.run(
-            [str(program), *container["args"]],
+            command,
             env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), **env},
             capture_output=True,
             text=True,
             timeout=120,
             check=False,
         )
-        assert run.returncode == 0, f"the migration Job's command failed: {run.stderr}"
+        assert run.returncode == 0, f"the Job {job['metadata']['name']} failed: {run.stderr}"
         logs.append(run.stdout + run.stderr)
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         conditions = [
@@ -163,7 +188,7 @@ def _run_hook_jobs(
         tools.kubectl(
             "patch",
             "job",
-            job_name,
+            job["metadata"]["name"],
             "-n",
             namespace,
             "--subresource=status",
@@ -274,6 +299,10 @@ def test_helm_install_migrates_the_database_in_a_hook_before_the_release(
 def _service_account_kubeconfig(
     tools: Tools, cluster: LocalControlPlane, namespace: str, path: Path
 ) -> Path:
+    return _service_account_kubeconfig_at(tools, cluster.kubeconfig, namespace, path)
+
+
+def _service_account_kubeconfig_at(tools: Tools, admin: Path, namespace: str, path: Path) -> Path:
     token = tools.kubectl(
         "create",
         "token",
@@ -281,9 +310,9 @@ def _service_account_kubeconfig(
         "-n",
         namespace,
         "--duration=1h",
-        kubeconfig=cluster.kubeconfig,
+        kubeconfig=admin,
     ).stdout.strip()
-    config = json.loads(cluster.kubeconfig.read_text())
+    config = json.loads(admin.read_text())
     config["users"] = [{"name": OPERATOR_SA, "user": {"token": token}}]
     config["contexts"][0]["context"]["user"] = OPERATOR_SA
     path.write_text(json.dumps(config))
@@ -580,28 +609,55 @@ def test_helm_upgrade_migrates_again_and_keeps_the_operators_replica_counts(
     assert "REVISION: 2" in out
 
 
-def test_helm_uninstall_removes_the_release_and_keeps_the_crds(
+async def test_helm_uninstall_releases_the_notifications_and_removes_the_release(
     release: Release, tools: Tools, kubeconfig: Path
 ) -> None:
-    tools.helm(
-        "uninstall",
-        RELEASE,
-        "--namespace",
-        release.namespace,
+    # Notifications the operator handled (each with its finalizer), then the operator is lost.
+    apps = tools.namespace(kubeconfig, prefix="apps")
+    operator = await OperatorThread(settings_for(release.database_url, apps), kubeconfig).start()
+    try:
+        tools.kubectl("apply", "-n", apps, "-f", "-", kubeconfig=kubeconfig, input=_APPS)
+        handled = await eventually(lambda: _handled(tools, kubeconfig, apps), timeout=20)
+    finally:
+        await operator.stop()
+    waiting_id = handled["waiting"]["status"]["notificationId"]
+
+    _, logs = _helm_with_hooks(tools, kubeconfig, release.namespace, "uninstall", RELEASE, "--wait")
+    assert any("released" in log for log in logs), logs
+    # The Pending one was cancelled: nobody would have served it.
+    with psycopg.connect(release.database_url) as conn:
+        row = conn.execute(
+            "SELECT status FROM nq_notifications WHERE id = %s", (waiting_id,)
+        ).fetchone()
+    assert row == ("CANCELLED",)
+    # No finalizer is left, so with no operator the objects (and so their namespace, which the
+    # namespace controller empties the same way) delete at once.
+    objects = tools.json("get", "notif,npol", "-n", apps, kubeconfig=kubeconfig)["items"]
+    assert len(objects) == 3 and all(not o["metadata"].get("finalizers") for o in objects)
+    tools.kubectl(
+        "delete",
+        "notif,npol",
+        "--all",
+        "-n",
+        apps,
         "--wait",
-        "--timeout",
-        "60s",
+        "--timeout=30s",
         kubeconfig=kubeconfig,
     )
+    assert tools.json("get", "notif,npol", "-n", apps, kubeconfig=kubeconfig)["items"] == []
+
     left = tools.json(
         "get",
-        "deployments,services,serviceaccounts,secrets",
+        "deployments,services,serviceaccounts,secrets,roles,rolebindings",
         "-n",
         release.namespace,
         kubeconfig=kubeconfig,
     )["items"]
-    # The migration Job and its history stay (hooks are not part of the release's objects).
-    assert [o for o in left if o["kind"] != "Job" and RELEASE in o["metadata"]["name"]] == []
+    # The migration Job and its history stay (hooks are not part of the release's objects);
+    # the uninstall Job is deleted once it succeeded.
+    assert [o for o in left if RELEASE in o["metadata"]["name"]] == []
+    jobs = tools.json("get", "jobs", "-n", release.namespace, kubeconfig=kubeconfig)["items"]
+    assert [j["metadata"]["name"] for j in jobs] == [f"{RELEASE}-notify-queue-migrate"]
     tools.kubectl(
         "get",
         "crd",
@@ -609,3 +665,36 @@ def test_helm_uninstall_removes_the_release_and_keeps_the_crds(
         "notificationpolicies.notifyqueue.io",
         kubeconfig=kubeconfig,
     )
+
+
+_APPS = """
+apiVersion: notifyqueue.io/v1alpha1
+kind: Notification
+metadata: {name: waiting}
+spec: {channel: email, recipient: later@example.com, body: hi, delay: 1h}
+---
+apiVersion: notifyqueue.io/v1alpha1
+kind: Notification
+metadata: {name: refused}
+spec: {channel: email, recipient: a@example.com, body: hi, policy: default,
+       metadata: {blob: "%s"}}
+---
+apiVersion: notifyqueue.io/v1alpha1
+kind: NotificationPolicy
+metadata: {name: default}
+spec: {rateLimit: {maxPerWindow: 5, window: 1h}}
+""" % ("x" * 17_000)
+
+
+async def _handled(tools: Tools, kubeconfig: Path, namespace: str) -> dict[str, Any] | None:
+    items = tools.json("get", "notif,npol", "-n", namespace, kubeconfig=kubeconfig)["items"]
+    by_name = {o["metadata"]["name"]: o for o in items}
+    phases = {n: (o.get("status") or {}).get("phase") for n, o in by_name.items()}
+    done = (
+        phases.get("waiting") == "Pending"
+        and phases.get("refused") == "Rejected"
+        and len(items) == 3
+        and all(o["metadata"].get("finalizers") for o in items)
+        and all((o.get("status") or {}).get("conditions") for o in items)
+    )
+    return by_name if done else None

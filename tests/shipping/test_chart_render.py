@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from notify_queue.cli import build_parser
+from notify_queue.operator.release import build_parser as release_parser
 from notify_queue.settings import Settings
 from tests.shipping.support import (
     CHART,
@@ -31,6 +32,8 @@ from tests.shipping.support import (
 )
 
 pytestmark = pytest.mark.kubernetes
+
+RELEASE_MODULE = "notify_queue.operator.release"
 
 
 @pytest.fixture(scope="module")
@@ -118,11 +121,14 @@ def test_the_config_schema_is_generated_from_the_settings() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_the_charts_crds_are_the_projects_crds() -> None:
+@pytest.mark.parametrize(
+    "copy", [CHART / "crds", ROOT / "src" / "notify_queue" / "crds"], ids=["chart", "package"]
+)
+def test_the_charts_and_the_packages_crds_are_the_projects_crds(copy: Path) -> None:
     ours = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
-    chart = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
-    assert ours and chart == ours, "run scripts/sync-chart-crds.sh"
-    _, mismatch, errors = filecmp.cmpfiles(ROOT / "crds", CHART / "crds", ours, shallow=False)
+    theirs = sorted(p.name for p in copy.glob("*.yaml"))
+    assert ours and theirs == ours, "run scripts/sync-chart-crds.sh"
+    _, mismatch, errors = filecmp.cmpfiles(ROOT / "crds", copy, ours, shallow=False)
     assert not mismatch and not errors, (
         f"{mismatch + errors} differ; run scripts/sync-chart-crds.sh"
     )
@@ -233,7 +239,11 @@ def test_every_pod_meets_pod_security_restricted_and_has_a_read_only_root(
 def test_only_the_operator_gets_a_kubernetes_token(default_objects: list[dict[str, Any]]) -> None:
     for name, spec in pod_specs(default_objects):
         mounts_token = spec.get("automountServiceAccountToken", True)
-        assert mounts_token is (name == "Deployment/nq-notify-queue-operator"), name
+        # The uninstall hook runs the operator's release step with the operator's account.
+        operator = name in {"Deployment/nq-notify-queue-operator", "Job/nq-notify-queue-release"}
+        assert mounts_token is operator, name
+        if operator:
+            assert spec["serviceAccountName"] == "nq-notify-queue-operator", name
 
 
 def test_secrets_reach_the_pods_only_through_secret_references(
@@ -296,6 +306,11 @@ def test_every_variable_the_chart_sets_is_a_setting_that_the_role_accepts(
                         values[field] = variable["value"]
                     elif field == "database_url":  # from the Secret at run time
                         values[field] = "postgresql://user@db:5432/notify"
+                if container.get("command") == ["python", "-m", RELEASE_MODULE]:
+                    # The uninstall hook: not a role, the operator's release step.
+                    release_parser().parse_args(container["args"])
+                    assert set(values) <= {"database_url", "namespace"}, name
+                    continue
                 flags = vars(build_parser().parse_args(container["args"]))
                 role = flags.pop("role")
                 # What the program will do at start: build and validate its settings.
@@ -320,6 +335,24 @@ def test_the_migration_runs_as_a_hook_before_install_and_upgrade(
     assert "hook-succeeded" in secret["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
 
 
+def test_uninstall_runs_the_release_step_before_anything_is_deleted(
+    default_objects: list[dict[str, Any]], tools: Tools
+) -> None:
+    job = named(default_objects, "Job", "nq-notify-queue-release")
+    assert helm_values_of_hooks(job) == {"pre-delete"}
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["command"] == ["python", "-m", RELEASE_MODULE]
+    args = release_parser().parse_args(container["args"])
+    assert args.operator_deployment == "nq-notify-queue-operator"
+    # It may scale the operator's own Deployment, and only that one.
+    role = named(default_objects, "Role", "nq-notify-queue-operator-self")
+    assert {tuple(r["resourceNames"]) for r in role["rules"]} == {("nq-notify-queue-operator",)}
+    # Without the hook (releaseOnUninstall: false) nothing of it renders.
+    without = tools.template(set_values={"operator.releaseOnUninstall": "false"})
+    names = {o["metadata"]["name"] for o in without}
+    assert not names & {"nq-notify-queue-release", "nq-notify-queue-operator-self"}
+
+
 def test_disruption_budgets_cover_the_api_and_every_pool(
     full_objects: list[dict[str, Any]],
 ) -> None:
@@ -342,7 +375,9 @@ def test_a_watched_namespace_gets_a_role_instead_of_a_cluster_role(
     full_objects: list[dict[str, Any]],
 ) -> None:
     assert not of_kind(full_objects, "ClusterRole")
-    (role,) = of_kind(full_objects, "Role")
+    (role,) = [
+        r for r in of_kind(full_objects, "Role") if not r["metadata"]["name"].endswith("-self")
+    ]
     assert role["metadata"]["namespace"] == "notify"
     operator = named(full_objects, "Deployment", "notify-operator")
     env = {

@@ -27,7 +27,8 @@ import aiohttp
 import kopf
 
 from notify_queue.errors import ConfigurationError, NotifyQueueError
-from notify_queue.services.kube import GROUP, VERSION, kube_time
+from notify_queue.services.kube import GROUP, VERSION
+from notify_queue.services.kube_status import kube_time
 
 log = logging.getLogger(__name__)
 
@@ -236,6 +237,42 @@ class KubeApi:
         )
         return code not in (404, 409)
 
+    async def custom_objects_list(
+        self, *, plural: str, namespace: str | None
+    ) -> list[dict[str, Any]]:
+        """Every object of ours of this kind in `namespace` (None: all namespaces)."""
+        where = f"/namespaces/{namespace}" if namespace else ""
+        _, body = await self._request("GET", f"/apis/{GROUP}/{VERSION}{where}/{plural}")
+        return list((body or {}).get("items", []))
+
+    async def finalizer_remove(
+        self, *, plural: str, namespace: str, name: str, uid: str, finalizer: str
+    ) -> bool:
+        """Drop one finalizer, only from the object with `uid` and only if the list is unchanged
+        since it was read (JSON patch tests); False when the object changed or is gone."""
+        body = await self.custom_object_get(plural=plural, namespace=namespace, name=name)
+        if body is None or body["metadata"].get("uid") != uid:
+            return False
+        current = list(body["metadata"].get("finalizers") or [])
+        if finalizer not in current:
+            return True
+        code, _ = await self._request(
+            "PATCH",
+            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}",
+            json=[
+                {"op": "test", "path": "/metadata/uid", "value": uid},
+                {"op": "test", "path": "/metadata/finalizers", "value": current},
+                {
+                    "op": "replace",
+                    "path": "/metadata/finalizers",
+                    "value": [f for f in current if f != finalizer],
+                },
+            ],
+            content_type=JSON_PATCH,
+            tolerated=(404, 409, 422),
+        )
+        return code < 400
+
     async def secret_value(self, *, namespace: str, name: str, key: str) -> str | None:
         """One key of a Secret, decoded; None when the Secret or the key does not exist."""
         code, body = await self._request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
@@ -269,6 +306,25 @@ class KubeApi:
             )
         return pools
 
+    async def autoscalers(
+        self, *, namespace: str | None
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(HorizontalPodAutoscalers, KEDA ScaledObjects) in scope, as the API returns them.
+
+        KEDA is optional: without its CRD the list is a 404, which means "none". Forbidden (the
+        chart's RBAC grants both lists) is raised: scaling a pool that an unseen autoscaler
+        also scales would be the fight this check exists to prevent.
+        """
+        where = f"/namespaces/{namespace}" if namespace else ""
+        lists = []
+        for path in (
+            f"/apis/autoscaling/v2{where}/horizontalpodautoscalers",
+            f"/apis/keda.sh/v1alpha1{where}/scaledobjects",
+        ):
+            code, body = await self._request("GET", path, tolerated=(404,))
+            lists.append([] if code == 404 else list((body or {}).get("items", [])))
+        return lists[0], lists[1]
+
     async def deployment_scale(self, *, namespace: str, name: str, replicas: int) -> None:
         """Set the replica count through the scale subresource (what an autoscaler uses)."""
         await self._request(
@@ -277,6 +333,15 @@ class KubeApi:
             json={"spec": {"replicas": replicas}},
             content_type=MERGE_PATCH,
         )
+
+    async def deployment_replicas(self, *, namespace: str, name: str) -> int | None:
+        """Pods the Deployment still has (status.replicas); None when it does not exist."""
+        code, body = await self._request(
+            "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+        )
+        if code == 404:
+            return None
+        return int((body.get("status") or {}).get("replicas") or 0)
 
     async def deployment_annotate(
         self, *, namespace: str, name: str, annotations: dict[str, str | None]

@@ -109,7 +109,23 @@ async def run_operator(
         await _run(settings, db, kube, stop_flag=stop_flag, ready_flag=ready_flag)
     finally:
         await kube.close()
+        await _close_pool(db)
+
+
+async def _close_pool(db: Database) -> None:
+    """Close the pool even when kopf has cancelled its helpers.
+
+    On shutdown kopf cancels every task created after it started. After a database outage
+    those include the pool's reconnect workers, and the pool's close then re-raises their
+    CancelledError although nobody cancelled us: the pool is closed all the same.
+    """
+    try:
         await db.close()
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        log.debug("database pool closed; its cancelled helpers were ignored")
 
 
 async def _run(

@@ -25,6 +25,23 @@ SCALE_CHANGES = Counter(
     "Replica count changes of worker pools, by direction (up, down).",
     ["direction"],
 )
+LANE_DEPTH = Gauge(
+    "notify_queue_operator_lane_depth",
+    "Notifications PENDING, due now and not expired, per lane (priority, channel): what a worker "
+    "of the lane could claim now. For an HPA (external metrics) or KEDA's prometheus scaler.",
+    ["priority", "channel"],
+)
+LANE_OLDEST_DUE_AGE = Gauge(
+    "notify_queue_operator_lane_oldest_due_age_seconds",
+    "How long the oldest due notification of the lane (priority, channel) has waited (0: none).",
+    ["priority", "channel"],
+)
+WORKER_POOLS = Gauge(
+    "notify_queue_operator_worker_pools",
+    "Worker pools by who sets their replicas: the operator, or an autoscaler (an HPA or KEDA "
+    "ScaledObject targets the Deployment, so the operator leaves it alone).",
+    ["scaled_by"],
+)
 TTL_DELETIONS = Counter(
     "notify_queue_operator_ttl_deletions",
     "Finished Notification objects deleted after their policy's ttlSecondsAfterFinished.",
@@ -52,5 +69,7 @@ for _kind, _outcome in [
     ("template", "not_ready"),
 ]:
     MIRRORS.labels(_kind, _outcome)
+for _scaled_by in ("operator", "autoscaler"):
+    WORKER_POOLS.labels(_scaled_by)
 for _direction in ("up", "down"):
     SCALE_CHANGES.labels(_direction)

@@ -21,12 +21,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from notify_queue.errors import Conflict, NotFound, ValidationFailed
-from notify_queue.models import Source
+from notify_queue.models import Policy, Source
 from notify_queue.operator import metrics
 from notify_queue.operator.kubeapi import KubeApi
 from notify_queue.repositories.kube import KubeRepository
 from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.services import kube as rules
+from notify_queue.services.kube_status import policy_status, rejected_status, template_status
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.recipients import RecipientService
 
@@ -117,7 +118,7 @@ class NotificationMirror:
         log.warning(
             "Notification %s/%s rejected: %s", involved["namespace"], involved["name"], message
         )
-        status = rules.rejected_status(
+        status = rejected_status(
             reason=reason, message=message, generation=generation, now=datetime.now(UTC)
         )
         await self._kube.status_patch(
@@ -181,7 +182,12 @@ class PolicyMirror:
         conditions: Sequence[Mapping[str, Any]] = (),
         uid: str,
     ) -> bool:
-        """Mirror a NotificationPolicy (and its webhook Secret), report Ready; True if mirrored."""
+        """Mirror a NotificationPolicy (and its webhook Secret), report Ready; True if Ready.
+
+        A policy that is not Ready (its Secret or key is missing, its spec unusable) is mirrored
+        all the same, marked not ready: workers hold the notifications that name it rather than
+        send them under the defaults (fail closed), and those show Reconciling/PolicyNotReady.
+        """
         secret_value: str | None = None
         ref = (spec.get("webhook") or {}).get("secretRef")
         self._remember_secret(namespace, name, ref["name"] if ref else None)
@@ -194,26 +200,26 @@ class PolicyMirror:
                 problem = (
                     "SecretNotFound",
                     f"Secret {ref['name']!r} with key {ref['key']!r} not found in namespace "
-                    f"{namespace}; "
-                    "the policy is mirrored once it exists",
+                    f"{namespace}; its notifications wait until it exists",
                 )
-        policy = None
-        if problem is None:
-            try:
-                policy = rules.policy_from_spec(
-                    namespace=namespace, name=name, spec=spec, webhook_secret=secret_value
-                )
-            except ValidationFailed as exc:
-                problem = ("Invalid", str(exc))
-        if policy is not None:
-            await self._policies.policy_upsert(policy=policy)
-        ready = policy is not None
+        policy = Policy(name=rules.policy_name(namespace, name))
+        try:
+            policy = rules.policy_from_spec(
+                namespace=namespace, name=name, spec=spec, webhook_secret=secret_value
+            )
+        except ValidationFailed as exc:
+            problem = problem or ("Invalid", f"{exc}; its notifications wait until it is fixed")
+        ready = problem is None
+        if await self._policies.policy_upsert(policy=policy, ready=ready):
+            if ready:
+                await self._policies.policy_release_held(name=policy.name)
+            await self._policies.policy_refresh_statuses(namespace=namespace, name=policy.name)
         reason, message = problem or (
             "Mirrored",
             f"mirrored as policy {rules.policy_name(namespace, name)}",
         )
         metrics.MIRRORS.labels("policy", "ready" if ready else "not_ready").inc()
-        status = rules.policy_status(
+        status = policy_status(
             ready=ready,
             reason=reason,
             message=message,
@@ -293,7 +299,7 @@ class TemplateMirror:
         except ValidationFailed as exc:
             reason, message = "Invalid", str(exc)
         metrics.MIRRORS.labels("template", "ready" if version else "not_ready").inc()
-        status = rules.template_status(
+        status = template_status(
             ready=version is not None,
             reason=reason,
             message=message,

@@ -1,10 +1,14 @@
 """Worker scaling: every `scale_interval` seconds, size each worker pool to its lanes' depth.
 
-One round reads the lane depths once (the claim index only), lists the Deployments labelled
-`notifyqueue.io/worker-pool`, applies the rule of `services.scaling` to each, sets the replica
-count through the scale subresource when it changes (with an Event), and keeps the
-"lower wanted since" moment in an annotation on the Deployment, so a restarted operator goes on
-waiting out the scale-down delay where the previous one stopped.
+One round reads the lane depths once (the claim index only) and exports them as metrics (per
+priority and channel: depth and oldest due age, for an HPA or KEDA to scale on instead), lists the
+Deployments labelled `notifyqueue.io/worker-pool`, applies the rule of `services.scaling` to
+each, sets the replica count through the scale subresource when it changes (with an Event), and
+keeps the "lower wanted since" moment in an annotation on the Deployment, so a restarted operator
+goes on waiting out the scale-down delay where the previous one stopped.
+
+A pool that an HorizontalPodAutoscaler or a KEDA ScaledObject targets is left alone: its
+replicas are the autoscaler's (an Event and a log line say so once, a gauge counts such pools).
 """
 
 from __future__ import annotations
@@ -14,11 +18,11 @@ import logging
 from datetime import UTC, datetime
 
 from notify_queue.errors import NotifyQueueError, ValidationFailed
-from notify_queue.models import Priority
+from notify_queue.models import Channel, Priority
 from notify_queue.operator import metrics
 from notify_queue.operator.kubeapi import KubeApi, WorkerPool
 from notify_queue.operator.waiting import pause
-from notify_queue.repositories.kube import KubeRepository
+from notify_queue.repositories.kube import KubeRepository, LaneDepth
 from notify_queue.services import scaling
 from notify_queue.services.validation import parse_rfc3339
 
@@ -40,6 +44,8 @@ class WorkerScaler:
         self._interval_seconds = interval_seconds
         # Pools whose bad annotations were reported already: one Event each, not one a round.
         self._reported: dict[str, str] = {}
+        # Pools (uid) an autoscaler owns -> which one, as last reported.
+        self._owners: dict[str, str] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -50,23 +56,55 @@ class WorkerScaler:
             await pause(stop, self._interval_seconds)
 
     async def scale_once(self, *, now: datetime | None = None) -> None:
+        depths = await self._repository.lane_depths()
+        for priority in Priority:
+            for channel in Channel:
+                lane = depths.get((priority, channel), LaneDepth(0, 0.0))
+                metrics.LANE_DEPTH.labels(priority.value, channel.value).set(lane.depth)
+                metrics.LANE_OLDEST_DUE_AGE.labels(priority.value, channel.value).set(
+                    lane.oldest_due_age_seconds
+                )
         pools = await self._kube.worker_pools(namespace=self._namespace, label=scaling.POOL_LABEL)
         if not pools:
+            self._report_owners({})
             return
-        depths = await self._repository.lane_depths()
+        hpas, scaled_objects = await self._kube.autoscalers(namespace=self._namespace)
+        owners = scaling.autoscaler_targets(hpas, scaled_objects)
+        counts = {(p, c): lane.depth for (p, c), lane in depths.items()}
+        managed: dict[str, str] = {}
         for pool in pools:
-            await self._scale_pool(pool, depths, now or datetime.now(UTC))
+            owner = owners.get((pool.namespace, pool.name))
+            if owner is not None:
+                managed[pool.uid] = owner
+                self._leave_alone(pool, owner)
+                continue
+            await self._scale_pool(pool, counts, now or datetime.now(UTC))
+        self._report_owners(managed)
+        metrics.WORKER_POOLS.labels("operator").set(len(pools) - len(managed))
+        metrics.WORKER_POOLS.labels("autoscaler").set(len(managed))
+
+    def _leave_alone(self, pool: WorkerPool, owner: str) -> None:
+        """Say once (per owner) that the pool's replicas belong to an autoscaler."""
+        if self._owners.get(pool.uid) == owner:
+            return
+        message = (
+            f"replicas left to {owner}: the operator does not scale a Deployment that an "
+            "HorizontalPodAutoscaler or KEDA ScaledObject targets"
+        )
+        log.info("worker pool %s/%s: %s", pool.namespace, pool.name, message)
+        self._kube.event_soon(
+            involved=_involved(pool), type="Normal", reason="ScaledExternally", message=message
+        )
+
+    def _report_owners(self, managed: dict[str, str]) -> None:
+        for uid in self._owners.keys() - managed.keys():
+            log.info("worker pool %s is scaled by the operator again", uid)
+        self._owners = managed
 
     async def _scale_pool(
-        self, pool: WorkerPool, depths: dict[Priority, int], now: datetime
+        self, pool: WorkerPool, depths: dict[scaling.Lane, int], now: datetime
     ) -> None:
-        involved = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "namespace": pool.namespace,
-            "name": pool.name,
-            "uid": pool.uid,
-        }
+        involved = _involved(pool)
         try:
             config = scaling.pool_config_from_annotations(pool.annotations)
         except ValidationFailed as exc:
@@ -92,11 +130,10 @@ class WorkerScaler:
             )
             direction = "up" if decision.replicas > pool.replicas else "down"
             metrics.SCALE_CHANGES.labels(direction).inc()
-            lanes = ",".join(p.value for p in Priority if p in config.priorities)
             message = (
                 f"scaled {direction} from {pool.replicas} to {decision.replicas}: {depth} due in "
-                f"{lanes} (target {config.target_depth_per_replica} per replica, "
-                f"min {config.min_replicas}, max {config.max_replicas})"
+                f"{scaling.lanes_label(config)} (target {config.target_depth_per_replica} per "
+                f"replica, min {config.min_replicas}, max {config.max_replicas})"
             )
             log.info("worker pool %s/%s %s", pool.namespace, pool.name, message)
             self._kube.event_soon(
@@ -113,6 +150,16 @@ class WorkerScaler:
                 name=pool.name,
                 annotations={scaling.LOWER_WANTED_SINCE: value},
             )
+
+
+def _involved(pool: WorkerPool) -> dict[str, str]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "namespace": pool.namespace,
+        "name": pool.name,
+        "uid": pool.uid,
+    }
 
 
 def _parse_time(value: str | None) -> datetime | None:

@@ -24,7 +24,8 @@ from notify_queue.operator import metrics
 from notify_queue.operator.kubeapi import KubeApi, KubeUnavailable, PatchOutcome
 from notify_queue.operator.waiting import pause
 from notify_queue.repositories.kube import KubeRepository, StatusChange
-from notify_queue.services.kube import NOTIFICATIONS, notification_status, object_reference
+from notify_queue.services.kube import NOTIFICATIONS, object_reference
+from notify_queue.services.kube_status import notification_status
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,13 @@ class StatusWriter:
         n = change.notification
         if not change.linked or n is None:
             return True
-        status = notification_status(n, generation=change.generation, related=change.related)
+        status = notification_status(
+            n,
+            generation=change.generation,
+            finished_at=change.finished_at,
+            policy_ready=change.policy_ready,
+            related=change.related,
+        )
         async with self._concurrency:
             await self._limiter.acquire()
             try:
@@ -146,7 +153,9 @@ class StatusWriter:
                 kind="Notification", namespace=change.namespace, name=change.name, uid=change.uid
             )
             for entered in sorted(change.entered_statuses & _EVENT_REASONS.keys()):
-                message = status["conditions"][-1]["message"]
+                message = next(
+                    c["message"] for c in status["conditions"] if c["type"] == "Delivered"
+                )
                 self._kube.event_soon(
                     involved=involved,
                     type="Warning",

@@ -12,13 +12,22 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from notify_queue.models import Notification, Priority, Status
+from notify_queue.models import Channel, Notification, Priority, Status
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.rows import notification_from_row
 
 STATUS_OUTBOX_CHANNEL = "nq_status_outbox"
+
+
+@dataclass(frozen=True, slots=True)
+class LaneDepth:
+    """One lane's work that is due now: how many, and how long the oldest has waited."""
+
+    depth: int
+    oldest_due_age_seconds: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +57,10 @@ class StatusChange:
     linked: bool
     generation: int | None
     notification: Notification | None
+    # When the row reached its final status (None: not final); drives lastTransitionTime.
+    finished_at: datetime | None = None
+    # False while the row's NotificationPolicy exists but is not Ready (the row is held).
+    policy_ready: bool = True
     # Every notification a recipientId request became (the linked one included); else empty.
     related: tuple[uuid.UUID, ...] = ()
 
@@ -85,6 +98,8 @@ def _change_from_row(row: dict[str, Any]) -> StatusChange:
         linked=bool(row["object_linked"]),
         generation=row["object_generation"],
         notification=notification_from_row(row) if row["id"] is not None else None,
+        finished_at=row["finished_at"],
+        policy_ready=bool(row["object_policy_ready"]),
         related=tuple(row["related_ids"] or ()),
     )
 
@@ -164,9 +179,12 @@ class KubeRepository:
 
     # --- scaling ------------------------------------------------------------------------------
 
-    async def lane_depths(self) -> dict[Priority, int]:
-        """PENDING and due now, per priority: reads only the claim index."""
-        rows = await self._db.fetch_all("queue_status_due")
-        return {p: 0 for p in Priority} | {
-            Priority.from_rank(r["priority"]): int(r["n"]) for r in rows
+    async def lane_depths(self) -> dict[tuple[Priority, Channel], LaneDepth]:
+        """Per lane (priority, channel): due now and not expired, and the oldest's age."""
+        rows = await self._db.fetch_all("lane_depths")
+        return {
+            (Priority.from_rank(r["priority"]), Channel(r["channel"])): LaneDepth(
+                int(r["depth"]), float(r["oldest_due_age_seconds"])
+            )
+            for r in rows
         }

@@ -10,8 +10,9 @@ class PolicyRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    async def policy_upsert(self, *, policy: Policy) -> None:
-        await self._db.execute(
+    async def policy_upsert(self, *, policy: Policy, ready: bool = True) -> bool:
+        """Store the policy; `ready` False holds its notifications. True if readiness changed."""
+        row = await self._db.fetch_one(
             "policy_upsert",
             {
                 "name": policy.name,
@@ -23,8 +24,21 @@ class PolicyRepository:
                 "webhook_url": policy.webhook_url,
                 "webhook_secrets": list(policy.webhook_secrets),
                 "ttl_seconds_after_finished": policy.ttl_seconds_after_finished,
+                "ready": ready,
             },
         )
+        return bool(row and row["ready_changed"])
+
+    async def policy_release_held(self, *, name: str) -> int:
+        """The policy is Ready again: its held notifications are due now. Returns how many."""
+        return await self._db.execute("policy_release_held", {"name": name})
+
+    async def policy_refresh_statuses(self, *, namespace: str, name: str) -> int:
+        """Queue status writes for the PENDING Notification objects naming the policy `name`."""
+        row = await self._db.fetch_one(
+            "policy_refresh_statuses", {"namespace": namespace, "name": name}
+        )
+        return int(row["queued"]) if row else 0
 
     async def policy_delete(self, *, name: str) -> None:
         await self._db.execute("policy_delete", {"name": name})

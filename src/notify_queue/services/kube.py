@@ -4,8 +4,7 @@
   validation gate (`services.validation`) decides for both; its idempotency key defaults to
   `k8s:<uid>`, so one object is one notification however often it is mirrored.
 - A NotificationPolicy's spec, plus its webhook Secret's value, becomes a `Policy`.
-- A notification's row becomes the object's `.status` (phase, conditions and the rest): a
-  function of the row alone, so writing it twice, or late, is harmless.
+- A notification's row becomes the object's `.status`: see `services.kube_status`.
 
 Nothing here talks to Kubernetes or the database; the operator does, and these rules are tested
 without either.
@@ -14,13 +13,12 @@ without either.
 from __future__ import annotations
 
 import re
-import uuid
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from notify_queue.errors import FieldError, ValidationFailed
-from notify_queue.models import NewNotification, Notification, Policy, Source, Status
+from notify_queue.models import NewNotification, Policy, Source, Status
 from notify_queue.services.validation import (
     MAX_DELAY_SECONDS,
     PreparedRequest,
@@ -165,32 +163,6 @@ def _spec_field(error: FieldError) -> FieldError:
     return FieldError(error.field.replace("spec.delaySeconds", "spec.delay"), error.message)
 
 
-def template_status(
-    *,
-    ready: bool,
-    reason: str,
-    message: str,
-    generation: int | None,
-    now: datetime,
-    version: int | None,
-    name: str,
-    previous: Sequence[Mapping[str, Any]] = (),
-) -> dict[str, Any]:
-    """The `.status` of a NotificationTemplate: Ready, and the mirrored version and name."""
-    status = policy_status(
-        ready=ready,
-        reason=reason,
-        message=message,
-        generation=generation,
-        now=now,
-        previous=previous,
-    )
-    status["templateName"] = name
-    if version is not None:
-        status["version"] = version
-    return status
-
-
 def policy_from_spec(
     *, namespace: str, name: str, spec: Mapping[str, Any], webhook_secret: str | None
 ) -> Policy:
@@ -241,155 +213,6 @@ def policy_from_spec(
     if errors:
         raise ValidationFailed(errors)
     return policy
-
-
-# --- status ------------------------------------------------------------------------------------
-
-
-def kube_time(moment: datetime) -> str:
-    """RFC 3339 in UTC with seconds, as Kubernetes writes its own times."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _precise_time(moment: datetime | None) -> str | None:
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
-
-
-def condition(
-    type: str,
-    status: str,
-    reason: str,
-    message: str,
-    *,
-    at: datetime,
-    generation: int | None,
-    previous: Sequence[Mapping[str, Any]] = (),
-) -> dict[str, Any]:
-    """A status condition; keeps the previous lastTransitionTime when its status did not change."""
-    transition = kube_time(at)
-    for old in previous:
-        if (
-            old.get("type") == type
-            and old.get("status") == status
-            and old.get("lastTransitionTime")
-        ):
-            transition = str(old["lastTransitionTime"])
-    result: dict[str, Any] = {
-        "type": type,
-        "status": status,
-        "reason": reason,
-        "message": message[:1024],
-        "lastTransitionTime": transition,
-    }
-    if generation is not None:
-        result["observedGeneration"] = generation
-    return result
-
-
-def _delivered(n: Notification) -> tuple[str, str, str]:
-    """(status, reason, message) of the Delivered condition."""
-    attempts = f"{n.attempt_count} attempt{'s' if n.attempt_count != 1 else ''}"
-    if n.status is Status.SENT:
-        return "True", "Sent", f"delivered after {attempts}"
-    if n.status is Status.PROCESSING:
-        return "Unknown", "Delivering", f"attempt {n.attempt_count} in progress"
-    if n.status is Status.PENDING:
-        due = kube_time(n.next_attempt_at)
-        if n.attempt_count == 0:
-            return "Unknown", "Waiting", f"due at {due}"
-        return "Unknown", "RetryScheduled", f"{attempts} so far ({n.last_error}); next at {due}"
-    if n.status is Status.FAILED:
-        return "False", "PermanentFailure", n.last_error or "the provider refused it"
-    if n.status is Status.DEAD_LETTERED:
-        return "False", "DeadLettered", f"gave up after {attempts}: {n.last_error}"
-    if n.status is Status.CANCELLED:
-        return "False", "Cancelled", "cancelled before it was sent"
-    if n.status is Status.SUPPRESSED:
-        return "False", "Suppressed", n.last_error or "the recipient opted out"
-    return "False", "Expired", n.last_error or "expired before it could be sent"
-
-
-def notification_status(
-    notification: Notification,
-    *,
-    generation: int | None,
-    related: Sequence[uuid.UUID] = (),
-) -> dict[str, Any]:
-    """The `.status` of a Notification object whose row is `notification` (a merge patch).
-
-    `related`: every row a recipientId request became (CONTRACT §9), as status.notifications.
-    """
-    n = notification
-    delivered_status, reason, message = _delivered(n)
-    return {
-        "phase": PHASES[n.status],
-        "notificationId": str(n.id),
-        "notifications": [str(i) for i in related] or None,
-        "attempts": n.attempt_count,
-        # None clears the field in a merge patch (a retried notification has no error any more).
-        "lastError": n.last_error,
-        "sentAt": _precise_time(n.sent_at),
-        "nextAttemptAt": _precise_time(n.next_attempt_at) if n.status is Status.PENDING else None,
-        "observedGeneration": generation,
-        "conditions": [
-            condition(
-                "Accepted",
-                "True",
-                "Enqueued",
-                f"enqueued as notification {n.id}",
-                at=n.created_at,
-                generation=generation,
-            ),
-            condition(
-                "Delivered",
-                delivered_status,
-                reason,
-                message,
-                at=n.updated_at,
-                generation=generation,
-            ),
-        ],
-    }
-
-
-def rejected_status(
-    *, reason: str, message: str, generation: int | None, now: datetime
-) -> dict[str, Any]:
-    """The `.status` of a Notification the queue did not accept (no row was stored)."""
-    return {
-        "phase": REJECTED,
-        "observedGeneration": generation,
-        "conditions": [
-            condition("Accepted", "False", reason, message, at=now, generation=generation),
-        ],
-    }
-
-
-def policy_status(
-    *,
-    ready: bool,
-    reason: str,
-    message: str,
-    generation: int | None,
-    now: datetime,
-    previous: Sequence[Mapping[str, Any]] = (),
-) -> dict[str, Any]:
-    return {
-        "observedGeneration": generation,
-        "conditions": [
-            condition(
-                "Ready",
-                "True" if ready else "False",
-                reason,
-                message,
-                at=now,
-                generation=generation,
-                previous=previous,
-            )
-        ],
-    }
 
 
 def object_reference(*, kind: str, namespace: str, name: str, uid: str) -> dict[str, str]:

@@ -2,7 +2,9 @@
 `notifyqueue.io/worker-pool` (CONTRACT section 8), as pure functions.
 
 desired = clamp(ceil(depth / target-depth-per-replica), min-replicas, max-replicas), where depth
-is the number of notifications PENDING and due now in the lanes the pool serves. Up at once (a
+is the number of notifications PENDING, due now and not expired in the lanes the pool drains:
+its priorities by its channels (`notifyqueue.io/priorities`, `notifyqueue.io/channels`), so a
+pool of email workers is not scaled on an SMS backlog it cannot touch. Up at once (a
 backlog of one-time codes cannot wait), down only once the lower number has been wanted for the
 whole scale-down delay (a dip between two bursts should not cost a restart of every pod). The
 moment since which a lower number is wanted lives with the Deployment (an annotation), so the
@@ -12,16 +14,18 @@ rule is a function of what the Deployment says plus the depth, and survives oper
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from notify_queue.errors import FieldError, ValidationFailed
-from notify_queue.models import Priority
+from notify_queue.models import Channel, Priority
 from notify_queue.services.kube import parse_duration_seconds
 
 POOL_LABEL = "notifyqueue.io/worker-pool"
 PRIORITIES = "notifyqueue.io/priorities"
+CHANNELS = "notifyqueue.io/channels"
 MIN_REPLICAS = "notifyqueue.io/min-replicas"
 MAX_REPLICAS = "notifyqueue.io/max-replicas"
 TARGET_DEPTH = "notifyqueue.io/target-depth-per-replica"
@@ -34,12 +38,14 @@ LOWER_WANTED_SINCE = "notifyqueue.io/scale-down-wanted-since"
 class PoolConfig:
     """A pool's scaling settings, from its Deployment's annotations (defaults in brackets)."""
 
-    # The lanes the pool serves [all]; their depths add up.
+    # The lanes the pool serves, priorities by channels [all of each]; their depths add up.
     priorities: frozenset[Priority] = frozenset(Priority)
     min_replicas: int = 1  # [1]: one worker keeps latency low when the queue is quiet
     max_replicas: int = 10  # [10]: a bound on what a burst can cost
     target_depth_per_replica: int = 100  # [100]: due notifications one worker should face
     scale_down_delay_seconds: float = 300.0  # [300 s]: how long a lower count must be wanted
+    # [all]: the channels its workers take (--channels), with `priorities` the lanes it drains.
+    channels: frozenset[Channel] = frozenset(Channel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +83,12 @@ def pool_config_from_annotations(annotations: Mapping[str, str]) -> PoolConfig:
             priorities = frozenset(Priority(p.strip().upper()) for p in raw.split(",") if p.strip())
         except ValueError:
             errors.append(FieldError(PRIORITIES, f"must list HIGH, NORMAL or LOW, not {raw!r}"))
+    channels = defaults.channels
+    if (raw := annotations.get(CHANNELS)) is not None and raw.strip():
+        try:
+            channels = frozenset(Channel(c.strip().lower()) for c in raw.split(",") if c.strip())
+        except ValueError:
+            errors.append(FieldError(CHANNELS, f"must list email, sms or push, not {raw!r}"))
     delay = defaults.scale_down_delay_seconds
     if (raw := annotations.get(SCALE_DOWN_DELAY)) is not None and raw.strip():
         try:
@@ -89,6 +101,7 @@ def pool_config_from_annotations(annotations: Mapping[str, str]) -> PoolConfig:
             )
     config = PoolConfig(
         priorities=priorities,
+        channels=channels,
         min_replicas=integer(MIN_REPLICAS, defaults.min_replicas, 0),
         max_replicas=integer(MAX_REPLICAS, defaults.max_replicas, 1),
         target_depth_per_replica=integer(TARGET_DEPTH, defaults.target_depth_per_replica, 1),
@@ -112,8 +125,19 @@ def _seconds(text: str) -> float:
     return seconds
 
 
-def pool_depth(depths: Mapping[Priority, int], config: PoolConfig) -> int:
-    return sum(depths.get(p, 0) for p in config.priorities)
+Lane = tuple[Priority, Channel]
+
+
+def pool_depth(depths: Mapping[Lane, int], config: PoolConfig) -> int:
+    """The depth of the lanes the pool drains (depths per priority and channel)."""
+    return sum(depths.get((p, c), 0) for p in config.priorities for c in config.channels)
+
+
+def lanes_label(config: PoolConfig) -> str:
+    """`HIGH,NORMAL for email,sms` for messages: what the pool drains."""
+    priorities = ",".join(p.value for p in Priority if p in config.priorities)
+    channels = ",".join(c.value for c in Channel if c in config.channels)
+    return f"{priorities} for {channels}"
 
 
 def desired_replicas(depth: int, config: PoolConfig) -> int:
@@ -140,3 +164,33 @@ def decide_scale(
     if (now - since).total_seconds() >= config.scale_down_delay_seconds:
         return ScaleDecision(desired, None)
     return ScaleDecision(current, since)
+
+
+# Who owns a Deployment's replica count when it is not the operator.
+HPA = "HorizontalPodAutoscaler"
+SCALED_OBJECT = "ScaledObject"
+
+
+def autoscaler_targets(
+    hpas: Sequence[Mapping[str, Any]], scaled_objects: Sequence[Mapping[str, Any]]
+) -> dict[tuple[str, str], str]:
+    """(namespace, Deployment name) -> `Kind/name` of the HPA or KEDA ScaledObject scaling it.
+
+    The operator leaves such a Deployment's replicas alone: two controllers writing one number
+    fight, and the autoscaler is what the user chose. KEDA makes an HPA for each ScaledObject;
+    the ScaledObject is named first, as it is what the user wrote (and it exists before KEDA has
+    made its HPA). A ScaledObject's target defaults to a Deployment (apps/v1), as in KEDA.
+    """
+    targets: dict[tuple[str, str], str] = {}
+    for kind, items in ((HPA, hpas), (SCALED_OBJECT, scaled_objects)):
+        for item in items:
+            meta = item.get("metadata") or {}
+            ref = (item.get("spec") or {}).get("scaleTargetRef") or {}
+            if ref.get("kind", "Deployment") != "Deployment" or not ref.get("name"):
+                continue
+            if str(ref.get("apiVersion", "apps/v1")).split("/")[0] != "apps":
+                continue
+            key = (str(meta.get("namespace")), str(ref["name"]))
+            if kind == SCALED_OBJECT or key not in targets:
+                targets[key] = f"{kind}/{meta.get('name')}"
+    return targets

@@ -152,14 +152,15 @@ class WebhookDispatcher:
 
     async def _record_forever(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await self._results_ready.wait()
+            # Record first: after a restart, results of the failed round are still waiting.
             self._results_ready.clear()
             try:
                 await self._record()
             except DatabaseUnavailable as exc:
                 log.warning("recording webhook results failed: %s; retrying", exc)
-                self._results_ready.set()
                 await wait_any(stop, timeout=_RETRY_DB_SECONDS)
+                continue
+            await self._results_ready.wait()
 
     async def _record(self) -> None:
         """Write the results that have arrived; each leaves the buffer once its statement

@@ -242,9 +242,10 @@ class Worker:
 
     async def _complete_forever(self) -> None:
         while not self._stop.is_set():
-            await self._results_ready.wait()
+            # Flush first: after a restart, results of the failed round are still waiting.
             self._results_ready.clear()
             await self._flush_results()
+            await self._results_ready.wait()
 
     async def _flush_results(self) -> None:
         async with self._flush_lock:

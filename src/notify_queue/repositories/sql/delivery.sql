@@ -61,7 +61,10 @@ WITH batch AS (
            EXISTS (SELECT 1 FROM nq_rate_slots s
                    WHERE s.notification_id = n.id
                      AND s.taken_at > now() - make_interval(
-                         secs => COALESCE(p.rate_window_seconds, %(rate_window_seconds)s))) AS holds_slot
+                         secs => COALESCE(p.rate_window_seconds, %(rate_window_seconds)s))) AS holds_slot,
+           -- Policies fail closed (migration 0006): a row whose NotificationPolicy exists but is
+           -- not Ready is held, never sent under the defaults. No policy row: the defaults.
+           COALESCE(NOT p.ready, false) AS held
     FROM nq_notifications n
     LEFT JOIN nq_policies p ON p.name = n.policy
     WHERE n.id = ANY(%(ids)s::uuid[])
@@ -72,8 +75,9 @@ WITH batch AS (
             WHERE s.recipient = r.recipient AND s.taken_at > now() - r.win) AS used
     FROM (SELECT DISTINCT recipient, win FROM batch) r
 ), decided AS (
-    SELECT b.id, b.recipient, b.win, u.used, b.rate_limit, b.holds_slot,
-           row_number() OVER (PARTITION BY b.recipient, b.holds_slot
+    SELECT b.id, b.recipient, b.win, u.used, b.rate_limit, b.holds_slot, b.held,
+           -- Held rows rank apart, so they never take a place in the window from a sendable row.
+           row_number() OVER (PARTITION BY b.recipient, b.holds_slot, b.held
                               ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank
     FROM batch b JOIN recipients u ON u.recipient = b.recipient AND u.win = b.win
 ), admitted AS (
@@ -84,7 +88,8 @@ WITH batch AS (
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
         updated_at = now()
     -- These rows are locked by step 1 of this transaction, so they are still PENDING.
-    WHERE n.id = ANY(ARRAY(SELECT id FROM decided WHERE holds_slot OR rank <= rate_limit - used))
+    WHERE n.id = ANY(ARRAY(SELECT id FROM decided
+                           WHERE NOT held AND (holds_slot OR rank <= rate_limit - used)))
     RETURNING n.id, n.claim_token, n.channel, n.recipient, n.subject, n.body, n.metadata,
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at,
               n.category, n.expires_at, n.recipient_id
@@ -98,7 +103,14 @@ WITH batch AS (
                      OFFSET GREATEST(d.used - d.rate_limit + d.rank - 1, 0) LIMIT 1),
                     now()) + d.win AS slot_frees_at
     FROM decided d
-    WHERE NOT d.holds_slot AND d.rank > d.rate_limit - d.used
+    WHERE NOT d.held AND NOT d.holds_slot AND d.rank > d.rate_limit - d.used
+), held_back AS (
+    -- Held by a policy that is not Ready: look again in 30 s, no attempt used, nothing returned
+    -- (not a rate-limit deferral). Moving it out of the claim index's head keeps claims cheap
+    -- and the worker from waking for it; the operator shows it as Reconciling/PolicyNotReady.
+    UPDATE nq_notifications n
+    SET next_attempt_at = now() + interval '30 seconds', updated_at = now()
+    WHERE n.id = ANY(ARRAY(SELECT id FROM decided WHERE held))
 ), deferred AS (
     UPDATE nq_notifications n
     SET next_attempt_at = w.slot_frees_at, updated_at = now()

@@ -123,9 +123,15 @@ SELECT (SELECT count(*) FROM retried) AS retried,
 SELECT pg_notify('nq_wakeup', '')
 
 -- name: queue_status_counts
--- Counts per status. An index-only scan of nq_notifications_status_created where the
--- visibility map is current; see docs/operations.md for very large tables.
-SELECT status, count(*) AS n FROM nq_notifications GROUP BY status
+-- Counts per status at a cost independent of history (0004_counters.sql): final states from the
+-- counters the status triggers keep (a few rows per status), PENDING and PROCESSING from their
+-- partial indexes (the claim and lease indexes hold only those rows).
+SELECT split_part(name, ':', 2) AS status, sum(n)::bigint AS n
+FROM nq_counters WHERE starts_with(name, 'notifications:') GROUP BY name
+UNION ALL
+SELECT 'PENDING', count(*) FROM nq_notifications WHERE status = 'PENDING'
+UNION ALL
+SELECT 'PROCESSING', count(*) FROM nq_notifications WHERE status = 'PROCESSING'
 
 -- name: queue_status_due
 -- PENDING and due now, per priority, with the oldest due time: reads only the claim index.
@@ -135,7 +141,11 @@ WHERE status = 'PENDING' AND next_attempt_at <= now()
 GROUP BY priority
 
 -- name: queue_status_webhooks
-SELECT state, count(*) AS n FROM nq_webhook_events GROUP BY state
+-- Delivered and failed events from the counters; pending ones from the dispatch index.
+SELECT split_part(name, ':', 2) AS state, sum(n)::bigint AS n
+FROM nq_counters WHERE starts_with(name, 'webhooks:') GROUP BY name
+UNION ALL
+SELECT 'pending', count(*) FROM nq_webhook_events WHERE state = 'pending'
 
 -- name: database_now
 SELECT now() AS now

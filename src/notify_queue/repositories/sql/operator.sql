@@ -86,10 +86,13 @@ SELECT c.uid AS object_uid, c.namespace AS object_namespace, c.name AS object_na
                SELECT split_part(n.idempotency_key, ' ', 1) || ' ' || suffix
                FROM unnest(ARRAY['email', 'sms', 'push', 'suppressed']) AS suffix))
            ORDER BY s.created_at, s.id) END AS related_ids,
+       -- A row held by a policy that is not Ready shows Reconciling/PolicyNotReady.
+       COALESCE(p.ready, true) AS object_policy_ready,
        n.*
 FROM changed c
 LEFT JOIN nq_kube_links l ON l.uid = c.uid
 LEFT JOIN nq_notifications n ON n.id = c.notification_id
+LEFT JOIN nq_policies p ON p.name = n.policy
 ORDER BY c.first_seq
 
 -- name: status_outbox_delete
@@ -138,3 +141,16 @@ WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
   AND n.finished_at IS NOT NULL
   AND p.ttl_seconds_after_finished IS NOT NULL
   AND l.ttl_delete_requested_at IS NULL
+
+-- name: lane_depths
+-- Per lane (priority by channel): notifications a worker of that lane could claim now (PENDING,
+-- due, not expired: expired rows are expire_overdue's and no worker delivers them) and the age
+-- of the oldest. The scaler sums the lanes a pool drains; the same figures are the operator's
+-- lane metrics, for an HPA (external metrics) or KEDA's prometheus scaler. The due range of the
+-- partial claim index (status = 'PENDING', next_attempt_at) is all this reads.
+SELECT priority, channel, count(*) AS depth,
+       EXTRACT(EPOCH FROM now() - min(next_attempt_at))::float8 AS oldest_due_age_seconds
+FROM nq_notifications
+WHERE status = 'PENDING' AND next_attempt_at <= now()
+  AND (expires_at IS NULL OR expires_at > now())
+GROUP BY priority, channel
