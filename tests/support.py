@@ -121,6 +121,34 @@ class RunningWorkers:
             await session.close()
 
 
+def single_provider_router(provider: Any, db: Database, *, timeout: float = 10.0) -> Any:
+    """A worker's router with `provider` (any object with `deliver`) for every channel."""
+    from notify_queue.models import Channel, Failover
+    from notify_queue.provider_specs import ProviderSpecs
+    from notify_queue.repositories.providers import ProviderRepository
+    from notify_queue.worker.routing import Router
+
+    specs = ProviderSpecs.model_validate(
+        {
+            "providers": [
+                {
+                    "name": "primary",
+                    "type": "simulated",
+                    "channels": list(Channel),
+                    "timeout": timeout,
+                    "circuitBreaker": None,
+                }
+            ]
+        }
+    )
+    return Router(
+        specs,
+        {"primary": provider},
+        ProviderRepository(db),
+        failover=Failover.ON_DEFINITE_FAILURE,
+    )
+
+
 async def start_workers(
     database_url: str,
     provider: Any,
@@ -131,7 +159,6 @@ async def start_workers(
     **overrides: Any,
 ) -> RunningWorkers:
     """Start `count` workers on `database_url` delivering through `provider`."""
-    from notify_queue.models import Channel
     from notify_queue.providers.outbound import outbound_session, trusted_session
     from notify_queue.providers.webhooks import WebhookSender
     from notify_queue.repositories.webhooks import WebhookRepository
@@ -164,13 +191,12 @@ async def start_workers(
             )
         worker = Worker(
             service,
-            {c: provider for c in Channel},
+            single_provider_router(provider, wdb, timeout=s.provider_timeout),
             dispatcher,
             concurrency=s.concurrency,
             batch_size=s.batch_size,
             poll_interval=s.poll_interval,
             shutdown_grace_seconds=s.shutdown_grace_seconds,
-            provider_timeout_seconds=s.provider_timeout,
         )
         running.workers.append(worker)
         running.tasks.append(asyncio.create_task(worker.run()))

@@ -227,7 +227,7 @@ async def test_sigterm_hands_claimed_work_back_without_using_an_attempt(
         stored = await notification_service(db).get(result.notification.id)
         assert stored.status is Status.PENDING and stored.attempt_count == 0
     leased = await db.fetch_all("queue_status_counts")
-    assert not [r for r in leased if r["status"] == "PROCESSING"]
+    assert [r["n"] for r in leased if r["status"] == "PROCESSING"] == [0]
 
 
 async def _processing(db: Database, n: int) -> bool:

@@ -20,6 +20,7 @@ import pytest
 from aiohttp import test_utils, web
 
 from notify_queue.models import Channel, Outcome
+from notify_queue.provider_specs import specs_from_settings
 from notify_queue.providers import SimulatedProvider, build_providers
 from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.http import HttpProvider, parse_retry_after
@@ -278,14 +279,13 @@ async def test_the_configured_provider_url_is_reached_on_a_private_address_witho
     # The provider URL is the operator's own endpoint (a gateway Service in the cluster), so the
     # worker's session for it is not guarded; `--outbound-allow` is only for client URLs.
     async with trusted_session(timeout_seconds=5.0) as session:
-        providers = build_providers(
-            Settings(provider=ProviderKind.HTTP, provider_url=service.url("/ok")), session
-        )
-        result = await providers[Channel.SMS].deliver(make_request())
+        settings = Settings(provider=ProviderKind.HTTP, provider_url=service.url("/ok"))
+        providers = build_providers(specs_from_settings(settings), session)
+        result = await providers["http"].deliver(make_request())
     assert result.outcome is Outcome.SENT
 
 
-async def test_build_providers_shares_one_instance_per_kind_across_channels(
+async def test_the_flags_define_one_named_provider_per_kind_serving_its_channels(
     session: aiohttp.ClientSession,
 ) -> None:
     settings = Settings(
@@ -293,8 +293,11 @@ async def test_build_providers_shares_one_instance_per_kind_across_channels(
         push_provider=ProviderKind.SIMULATED,
         provider_url="http://127.0.0.1:9/send",
     )
-    providers = build_providers(settings, session)
+    specs = specs_from_settings(settings)
+    providers = build_providers(specs, session)
 
-    assert isinstance(providers[Channel.EMAIL], HttpProvider)
-    assert providers[Channel.EMAIL] is providers[Channel.SMS]
-    assert isinstance(providers[Channel.PUSH], SimulatedProvider)
+    assert specs.chain(Channel.EMAIL) == ["http"] and specs.chain(Channel.SMS) == ["http"]
+    assert specs.chain(Channel.PUSH) == ["simulated"]
+    assert isinstance(providers["http"], HttpProvider)
+    assert isinstance(providers["simulated"], SimulatedProvider)
+    assert all(p.circuit_breaker is None and p.rate_limit is None for p in specs.providers)

@@ -36,6 +36,8 @@ POLICY = [
     "outbound_allow",
 ]
 PROVIDERS = [
+    "providers_file",
+    "failover",
     "provider",
     "email_provider",
     "sms_provider",

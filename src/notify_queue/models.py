@@ -120,6 +120,22 @@ DEFAULT_CATEGORY = "transactional"
 CRITICAL_CATEGORY = "critical"
 
 
+class Failover(enum.StrEnum):
+    """When a notification moves on to the next provider of its chain.
+
+    OnDefiniteFailure (default): only when the current provider's circuit is open, it is
+    rate-limited for longer than the bound, or it answered in a way that proves nothing was sent
+    (connection refused, 429, 503). After a timeout the outcome is unknown, so the same provider
+    is retried (its idempotency key makes the retry safe there; another provider has no such
+    memory and might send a duplicate). Always: also after a timeout (one-time codes, where a late
+    duplicate is better than none). Never: the first provider only.
+    """
+
+    NEVER = "Never"
+    ON_DEFINITE_FAILURE = "OnDefiniteFailure"
+    ALWAYS = "Always"
+
+
 class Source(enum.StrEnum):
     API = "api"
     KUBERNETES = "kubernetes"
@@ -131,7 +147,13 @@ class Outcome(enum.StrEnum):
     SENT = "sent"
     TEMPORARY_FAILURE = "temporary_failure"
     PERMANENT_FAILURE = "permanent_failure"
-    RATE_LIMITED = "rate_limited"
+    RATE_LIMITED = "rate_limited"  # the recipient's window is full: waits, no attempt used
+    PROVIDER_LIMITED = "provider_limited"  # every provider's send rate is taken: waits, no attempt
+    CIRCUIT_OPEN = "circuit_open"  # every provider's circuit is open: waits, no attempt used
+
+    @property
+    def uses_attempt(self) -> bool:
+        return self not in (Outcome.PROVIDER_LIMITED, Outcome.CIRCUIT_OPEN, Outcome.RATE_LIMITED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +226,9 @@ class Notification:
     category: str = DEFAULT_CATEGORY
     recipient_id: str | None = None
     template: TemplateRef | None = None
+    # The provider that sent it (else None), and the last 20 provider calls and skips.
+    provider: str | None = None
+    delivery_attempts: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +266,9 @@ class ClaimedNotification:
     # (in the claim's transaction, so never older than the claim).
     recipient_id: str | None = None
     preferences: Preferences | None = None
+    # From the notification's policy: its failover rule and provider chain (None: the worker's).
+    failover: Failover | None = None
+    providers: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +328,13 @@ class DeliveryResult:
     provider_message_id: str | None = None
     error: str | None = None
     retry_after_seconds: float | None = None
+    # A temporary failure that proves nothing was sent (connection refused, 429, 503): another
+    # provider may be tried at once without risking a duplicate.
+    nothing_sent: bool = False
+    # Which provider answered (set by the worker's routing, not by providers themselves) and the
+    # calls and skips of this attempt, for the delivery record: JSON text, a list of objects.
+    provider: str | None = None
+    attempts_json: str = "[]"
 
     def __post_init__(self) -> None:
         if self.provider_message_id is not None:
@@ -320,11 +355,13 @@ class Completion:
     retry_in_seconds: float | None
     last_error: str | None
     provider_message_id: str | None
+    provider: str | None = None
+    attempts_json: str = "[]"
+    # The attempt the claim counted was not one (every provider open or rate-limited; or the
+    # send-time preference check: suppressed, quiet hours, expired): give it back.
+    give_back_attempt: bool = False
     # An absolute next due time (a quiet-hours deferral), instead of retry_in_seconds.
     next_attempt_at: datetime | None = None
-    # Give back the attempt the claim counted: the notification was not tried (quiet hours,
-    # suppressed, expired before it could be sent).
-    refund_attempt: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from pydantic import Field, ValidationError, ValidationInfo, field_validator, mo
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from notify_queue.errors import ConfigurationError
-from notify_queue.models import Channel, Priority
+from notify_queue.models import Channel, Failover, Priority
 
 
 class LogFormat(StrEnum):
@@ -192,6 +192,19 @@ class Settings(BaseSettings):
     )
 
     # --- providers ------------------------------------------------------------------------
+    providers_file: Path | None = Field(
+        None,
+        description="YAML file naming providers, their rate limits and circuit breakers, and a "
+        "failover chain per channel (docs/configuration.md). Unset: the flags below define one "
+        "provider per channel, without breaker or rate limit.",
+    )
+    failover: Failover = Field(
+        Failover.ON_DEFINITE_FAILURE,
+        description="When to move on to the next provider of a chain, for notifications whose "
+        "policy does not say: Never, OnDefiniteFailure (circuit open, rate-limited too long, or "
+        "an answer proving nothing was sent; after a timeout the same provider is retried), "
+        "Always (also after a timeout: a duplicate is possible).",
+    )
     provider: ProviderKind = Field(
         ProviderKind.SIMULATED, description="Provider for every channel."
     )

@@ -170,6 +170,17 @@ class TemplateRef(_Wire):
     version: int
 
 
+class DeliveryAttempt(_Wire):
+    at: UtcTime
+    provider: str
+    outcome: str = Field(
+        description="sent, temporary_failure, permanent_failure, or circuit_open / "
+        "provider_limited when the provider was skipped without a call."
+    )
+    error: str | None
+    duration_ms: float | None
+
+
 class Notification(_Wire):
     id: uuid.UUID
     idempotency_key: str
@@ -187,6 +198,10 @@ class Notification(_Wire):
     last_error: str | None
     sent_at: UtcTime | None
     provider_message_id: str | None
+    provider: str | None = Field(description="The provider that sent it; null until SENT.")
+    delivery_attempts: list[DeliveryAttempt] = Field(
+        description="The last 20 provider calls and skips, oldest first."
+    )
     retries: list[Retry]
     source: Source
     metadata: dict[str, Any]
@@ -215,6 +230,8 @@ class Notification(_Wire):
             last_error=n.last_error,
             sent_at=n.sent_at,
             provider_message_id=n.provider_message_id,
+            provider=n.provider,
+            delivery_attempts=[DeliveryAttempt.model_validate(a) for a in n.delivery_attempts],
             retries=[Retry(at=r.at, from_status=r.from_status) for r in n.retries],
             source=n.source,
             metadata=n.metadata,

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from notify_queue.models import Channel, ClaimedNotification, Completion, Preferences, Priority
+from notify_queue.models import (
+    Channel,
+    ClaimedNotification,
+    Completion,
+    Failover,
+    Preferences,
+    Priority,
+)
 from notify_queue.repositories.db import Connection, Database
 
 WAKEUP_CHANNEL = "nq_wakeup"
@@ -116,8 +123,10 @@ class DeliveryRepository:
                 "retry_in_seconds": [c.retry_in_seconds for c in completions],
                 "last_errors": [c.last_error for c in completions],
                 "provider_message_ids": [c.provider_message_id for c in completions],
+                "providers": [c.provider for c in completions],
+                "attempts": [c.attempts_json for c in completions],
+                "give_back": [c.give_back_attempt for c in completions],
                 "next_attempt_ats": [c.next_attempt_at for c in completions],
-                "refund_attempts": [c.refund_attempt for c in completions],
                 "default_webhook_url": self._defaults.webhook_url,
             },
         )
@@ -186,6 +195,8 @@ def _claimed(r: dict[str, Any]) -> ClaimedNotification:
         backoff_base_seconds=r["backoff_base_seconds"],
         backoff_max_seconds=r["backoff_max_seconds"],
         priority=Priority.from_rank(r["priority"]),
+        failover=Failover(r["failover"]) if r["failover"] else None,
+        providers=tuple(r["providers"]) if r["providers"] else None,
         category=r["category"],
         expires_at=r["expires_at"],
         recipient_id=r["recipient_id"],

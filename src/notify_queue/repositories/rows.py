@@ -46,6 +46,8 @@ def notification_from_row(row: dict[str, Any]) -> Notification:
         metadata=row["metadata"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        provider=row.get("provider"),
+        delivery_attempts=row.get("delivery_attempts") or [],
         category=row["category"],
         recipient_id=row["recipient_id"],
         template=(

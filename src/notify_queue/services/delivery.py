@@ -35,14 +35,34 @@ def decide_completion(
     claimed: ClaimedNotification, result: DeliveryResult, *, rng: random.Random | None = None
 ) -> Completion:
     error = result.error  # already made safe and capped (models.external_text)
-    if result.outcome is Outcome.SENT:
+
+    def completion(
+        status: Status, retry_in_seconds: float | None, *, give_back_attempt: bool = False
+    ) -> Completion:
         return Completion(
-            claimed.id, claimed.claim_token, Status.SENT, None, None, result.provider_message_id
+            claimed.id,
+            claimed.claim_token,
+            status,
+            retry_in_seconds,
+            None if status is Status.SENT else error,
+            result.provider_message_id if status is Status.SENT else None,
+            provider=result.provider,
+            attempts_json=result.attempts_json,
+            give_back_attempt=give_back_attempt,
         )
+
+    if result.outcome is Outcome.SENT:
+        return completion(Status.SENT, None)
     if result.outcome is Outcome.PERMANENT_FAILURE:
-        return Completion(claimed.id, claimed.claim_token, Status.FAILED, None, error, None)
+        return completion(Status.FAILED, None)
+    if not result.outcome.uses_attempt:
+        # Every provider of the chain was open or rate-limited: nothing was tried. The
+        # notification waits for the earliest probe or free slot and gets its attempt back,
+        # exactly like the recipient's rate limit.
+        wait = result.retry_after_seconds if result.retry_after_seconds is not None else 1.0
+        return completion(Status.PENDING, max(wait, 0.0), give_back_attempt=True)
     if claimed.attempt_count >= claimed.max_attempts:
-        return Completion(claimed.id, claimed.claim_token, Status.DEAD_LETTERED, None, error, None)
+        return completion(Status.DEAD_LETTERED, None)
     if result.retry_after_seconds is not None:
         wait = retry_after_seconds(result.retry_after_seconds, maximum=claimed.backoff_max_seconds)
     else:
@@ -52,7 +72,7 @@ def decide_completion(
             maximum=claimed.backoff_max_seconds,
             rng=rng,
         )
-    return Completion(claimed.id, claimed.claim_token, Status.PENDING, wait, error, None)
+    return completion(Status.PENDING, wait)
 
 
 class DeliveryService:

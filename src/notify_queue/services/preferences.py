@@ -117,13 +117,13 @@ def screen_claimed(claimed: ClaimedNotification, now: datetime) -> Completion | 
         f"deferred: the recipient's quiet hours last until {_z(ends)}",
         None,
         next_attempt_at=ends,
-        refund_attempt=True,
+        give_back_attempt=True,
     )
 
 
 def _not_sent(claimed: ClaimedNotification, status: Status, reason: str) -> Completion:
     return Completion(
-        claimed.id, claimed.claim_token, status, None, reason, None, refund_attempt=True
+        claimed.id, claimed.claim_token, status, None, reason, None, give_back_attempt=True
     )
 
 

@@ -8,16 +8,20 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+from notify_queue.errors import ConfigurationError
+from notify_queue.provider_specs import specs_from_settings
 from notify_queue.providers import build_providers
 from notify_queue.providers.outbound import outbound_session, trusted_session
 from notify_queue.providers.webhooks import WebhookSender
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryRepository
+from notify_queue.repositories.providers import ProviderRepository
 from notify_queue.repositories.webhooks import WebhookRepository
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.settings import Settings, Switch
 from notify_queue.worker.dispatcher import WebhookDispatcher
 from notify_queue.worker.endpoints import start_endpoints
+from notify_queue.worker.routing import Router
 from notify_queue.worker.runner import Worker
 from notify_queue.worker.supervision import Health, supervise
 
@@ -87,9 +91,16 @@ async def run_worker(
     """Run one worker process until SIGTERM/SIGINT (or `stop`), then shut down gracefully."""
     health = Health()
     async with _process(settings, "notify-queue-worker", db, health) as db:
+        specs = specs_from_settings(settings)
+        missing = specs.missing_channels(settings.channels)
+        if missing:
+            raise ConfigurationError(
+                [f"no provider serves {', '.join(missing)} (--channels, --providers-file)"]
+            )
         # Provider URLs are the operator's own endpoints: no outbound guard (docs/reliability.md).
         provider_session = trusted_session(timeout_seconds=settings.provider_timeout)
-        providers = build_providers(settings, provider_session)
+        providers = build_providers(specs, provider_session)
+        router = Router(specs, providers, ProviderRepository(db), failover=settings.failover)
         dispatcher, close_dispatcher = (
             webhook_dispatcher(settings, db, health)
             if settings.webhook_dispatch is Switch.ON
@@ -102,13 +113,12 @@ async def run_worker(
         )
         worker = Worker(
             service,
-            providers,
+            router,
             dispatcher,
             concurrency=settings.concurrency,
             batch_size=settings.batch_size,
             poll_interval=settings.poll_interval,
             shutdown_grace_seconds=settings.shutdown_grace_seconds,
-            provider_timeout_seconds=settings.provider_timeout,
             health=health,
         )
         log.info(
@@ -120,9 +130,10 @@ async def run_worker(
             settings.webhook_dispatch,
         )
         try:
+            await router.start()
             await _until_signal(worker.run(), worker.stop, stop)
         finally:
-            for provider in {id(p): p for p in providers.values()}.values():
+            for provider in providers.values():
                 await provider.close()
             await provider_session.close()
             if close_dispatcher is not None:

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 DELIVERIES = Counter(
     "notify_queue_deliveries",
-    "Delivery attempts by channel and outcome.",
-    ["channel", "outcome"],
+    "Provider calls and skips by channel, outcome and provider (provider is empty for "
+    "rate_limited: the recipient's window, before any provider is chosen).",
+    ["channel", "outcome", "provider"],
+)
+CIRCUIT_STATE = Gauge(
+    "notify_queue_provider_circuit_state",
+    "Circuit of each provider as this worker last read it: 0 closed, 1 half-open, 2 open.",
+    ["provider"],
+)
+CIRCUIT_TRANSITIONS = Counter(
+    "notify_queue_provider_circuit_transitions",
+    "Circuit state changes this worker recorded, by provider and new state.",
+    ["provider", "state"],
 )
 DELIVERY_DURATION = Histogram(
     "notify_queue_delivery_duration_seconds",

@@ -29,14 +29,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from notify_queue.errors import DatabaseUnavailable
-from notify_queue.models import Channel, ClaimedNotification, DeliveryResult, Outcome, Status
-from notify_queue.providers.base import DeliveryRequest, Provider
+from notify_queue.models import ClaimedNotification, DeliveryResult, Outcome, Status
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.worker.dispatcher import WebhookDispatcher
-from notify_queue.worker.metrics import DELIVERIES, DELIVERY_DURATION, STALE_RESULTS
+from notify_queue.worker.metrics import DELIVERIES, STALE_RESULTS
+from notify_queue.worker.routing import Router
 from notify_queue.worker.supervision import Health, supervise
 from notify_queue.worker.waiting import wait_any
 
@@ -44,33 +43,28 @@ log = logging.getLogger(__name__)
 
 _COMPLETE_CHUNK = 1000
 _RETRY_DB_SECONDS = 1.0
-# The worker's deadline for one delivery is the provider's timeout plus this: the provider's own
-# timer fires first and reports what it saw; the deadline only catches a provider that hangs.
-_DEADLINE_MARGIN_SECONDS = 1.0
 
 
 class Worker:
     def __init__(
         self,
         service: DeliveryService,
-        providers: dict[Channel, Provider],
+        router: Router,
         dispatcher: WebhookDispatcher | None,
         *,
         concurrency: int,
         batch_size: int,
         poll_interval: float,
         shutdown_grace_seconds: float,
-        provider_timeout_seconds: float,
         health: Health | None = None,
     ) -> None:
         self._service = service
-        self._providers = providers
+        self._router = router
         self._dispatcher = dispatcher
         self._concurrency = concurrency
         self._batch_size = batch_size
         self._poll_interval = poll_interval
         self._grace = shutdown_grace_seconds
-        self._deadline_seconds = provider_timeout_seconds + _DEADLINE_MARGIN_SECONDS
         self.health = health or Health()
         self._in_flight: dict[asyncio.Task[None], ClaimedNotification] = {}
         self._results: list[tuple[ClaimedNotification, DeliveryResult]] = []
@@ -80,9 +74,6 @@ class Worker:
         self._wake = asyncio.Event()
         self._claiming_stopped = asyncio.Event()
         self._stop = asyncio.Event()
-        # Labelled metric children, looked up once: `labels()` takes a lock and builds a key.
-        self._durations: dict[str, Any] = {}
-        self._outcomes: dict[tuple[str, Outcome], Any] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -161,13 +152,14 @@ class Worker:
                 continue
             limit = min(self._batch_size, free)
             try:
+                await self._router.circuits.refresh()
                 batch = await self._service.claim(limit)
             except DatabaseUnavailable as exc:
                 log.warning("claim failed: %s; retrying", exc)
                 await wait_any(self._claiming_stopped, timeout=_RETRY_DB_SECONDS)
                 continue
             for channel in batch.rate_limited:
-                DELIVERIES.labels(channel.value, Outcome.RATE_LIMITED.value).inc()
+                DELIVERIES.labels(channel.value, Outcome.RATE_LIMITED.value, "").inc()
             self.health.ok("claim")
             for claimed in batch.claimed:
                 self._start_delivery(claimed)
@@ -203,38 +195,7 @@ class Worker:
     # -- delivering -------------------------------------------------------------------------
 
     async def _deliver(self, claimed: ClaimedNotification) -> None:
-        provider = self._providers[claimed.channel]
-        request = DeliveryRequest(
-            id=claimed.id,
-            channel=claimed.channel,
-            recipient=claimed.recipient,
-            subject=claimed.subject,
-            body=claimed.body,
-            metadata=claimed.metadata,
-        )
-        started = time.perf_counter()
-        try:
-            async with asyncio.timeout(self._deadline_seconds):
-                result = await provider.deliver(request)
-        except TimeoutError:
-            result = DeliveryResult(
-                Outcome.TEMPORARY_FAILURE,
-                error=f"no answer within the worker's deadline of {self._deadline_seconds:g}s",
-            )
-        except Exception as exc:  # a provider bug must not kill the worker; retry it later
-            log.exception("provider raised for %s", claimed.id)
-            result = DeliveryResult(Outcome.TEMPORARY_FAILURE, error=f"provider error: {exc!r}")
-        channel = claimed.channel.value
-        duration = self._durations.get(channel)
-        if duration is None:
-            duration = self._durations[channel] = DELIVERY_DURATION.labels(channel)
-        duration.observe(time.perf_counter() - started)
-        counter = self._outcomes.get((channel, result.outcome))
-        if counter is None:
-            counter = self._outcomes[(channel, result.outcome)] = DELIVERIES.labels(
-                channel, result.outcome.value
-            )
-        counter.inc()
+        result = await self._router.deliver(claimed)
         self._results.append((claimed, result))
         self._results_ready.set()
 
@@ -266,6 +227,7 @@ class Worker:
                 continue
             del self._results[: len(chunk)]
             self.health.ok("complete")
+            await self._router.circuits.flush()
             stale = len(chunk) - len(accepted)
             if stale:
                 STALE_RESULTS.inc(stale)

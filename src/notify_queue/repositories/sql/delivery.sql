@@ -126,6 +126,7 @@ SELECT true AS admitted, a.id, a.claim_token, a.channel, a.recipient, a.subject,
        a.metadata, a.attempt_count, a.max_attempts, a.priority,
        COALESCE(p.backoff_base_seconds, %(backoff_base_seconds)s) AS backoff_base_seconds,
        COALESCE(p.backoff_max_seconds, %(backoff_max_seconds)s) AS backoff_max_seconds,
+       p.failover, p.providers,
        a.next_attempt_at, a.created_at, a.category, a.expires_at, a.recipient_id,
        -- A user-targeted notification carries its recipient's preferences as of this claim, read
        -- in this transaction (a primary-key lookup), so the send-time check (services/
@@ -135,8 +136,7 @@ SELECT true AS admitted, a.id, a.claim_token, a.channel, a.recipient, a.subject,
 FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
 LEFT JOIN nq_recipients r ON r.id = a.recipient_id
 UNION ALL
-SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM deferred d
 -- Claim order, so the worker starts the most urgent deliveries first.
 ORDER BY priority, next_attempt_at, created_at
@@ -146,27 +146,38 @@ ORDER BY priority, next_attempt_at, created_at
 -- statement, same transaction: the outbox) and the rate-limit slot (kept when SENT, given back
 -- otherwise, since nothing reached the recipient). A result is accepted only from the holder of
 -- the current claim token of a PROCESSING row; a late result from a worker whose lease expired
--- matches nothing and is dropped (its id is absent from the result).
+-- matches nothing and is dropped (its id is absent from the result). The attempt's provider calls
+-- are appended to delivery_attempts, keeping the last 20; when no provider was tried (all open or
+-- rate-limited) the attempt the claim counted is given back.
 -- The send-time preference check records here too, right after the claim and in its
 -- transaction: SUPPRESSED, EXPIRED, or back to PENDING at the end of quiet hours (an absolute
--- next_attempt_at), each giving back the attempt the claim counted (refund_attempt).
+-- next_attempt_at), each giving back the attempt the claim counted (give_back).
 WITH results AS (
     SELECT * FROM unnest(
         %(ids)s::uuid[], %(claim_tokens)s::uuid[], %(statuses)s::text[],
         %(retry_in_seconds)s::float8[], %(last_errors)s::text[],
-        %(provider_message_ids)s::text[], %(next_attempt_ats)s::timestamptz[],
-        %(refund_attempts)s::boolean[]
+        %(provider_message_ids)s::text[], %(providers)s::text[], %(attempts)s::jsonb[],
+        %(give_back)s::bool[], %(next_attempt_ats)s::timestamptz[]
     ) AS r(id, claim_token, status, retry_in_seconds, last_error, provider_message_id,
-           next_attempt_at, refund_attempt)
+           provider, attempts, give_back, next_attempt_at)
 ), updated AS (
     UPDATE nq_notifications n
     SET status = r.status,
-        attempt_count = n.attempt_count - CASE WHEN r.refund_attempt THEN 1 ELSE 0 END,
         next_attempt_at = COALESCE(r.next_attempt_at,
                                    now() + make_interval(secs => r.retry_in_seconds),
                                    n.next_attempt_at),
         last_error = r.last_error,
         provider_message_id = COALESCE(r.provider_message_id, n.provider_message_id),
+        provider = CASE WHEN r.status = 'SENT' THEN r.provider ELSE n.provider END,
+        delivery_attempts = CASE
+            WHEN jsonb_array_length(n.delivery_attempts) + jsonb_array_length(r.attempts) <= 20
+            THEN n.delivery_attempts || r.attempts
+            ELSE (SELECT jsonb_agg(a.value ORDER BY a.ordinality)
+                  FROM jsonb_array_elements(n.delivery_attempts || r.attempts) WITH ORDINALITY a
+                  WHERE a.ordinality > jsonb_array_length(n.delivery_attempts)
+                                       + jsonb_array_length(r.attempts) - 20)
+        END,
+        attempt_count = n.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END,
         sent_at = CASE WHEN r.status = 'SENT' THEN now() ELSE n.sent_at END,
         finished_at = CASE WHEN r.status = 'PENDING' THEN NULL ELSE now() END,
         claim_token = NULL,
@@ -176,11 +187,11 @@ WITH results AS (
     -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
     WHERE n.id = ANY(%(ids)s::uuid[])
       AND n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
-    RETURNING n.id, n.status, n.attempt_count, n.webhook_url, n.policy
+    RETURNING n.id, n.status, n.attempt_count, n.webhook_url, n.policy, r.provider
 ), events AS (
     SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
                                     array_agg(webhook_url), array_agg(policy),
-                                    %(default_webhook_url)s) AS n
+                                    %(default_webhook_url)s, array_agg(provider)) AS n
     FROM updated
 ), released AS (
     -- By primary key (`= ANY`): a join here could be planned as a scan of every slot.

@@ -1,0 +1,229 @@
+"""Named providers and the chain per channel (CONTRACT section 9), from a file or from flags.
+
+`--providers-file` (YAML) names several providers, each with its type, options, an optional
+send-rate limit shared by all workers and a circuit breaker, plus a failover chain per channel.
+Without it the single-provider flags of section 2 define one provider per channel, named after
+its type. Either way the worker gets the same `ProviderSpecs`, validated at start: a chain that
+names an unknown provider, or a provider listed for a channel it does not serve, stops the
+worker with one line instead of failing notifications later.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from notify_queue.errors import ConfigurationError
+from notify_queue.models import Channel
+from notify_queue.settings import Settings
+
+NAME = re.compile(r"^[a-z0-9-]{1,63}$")
+
+
+def _duration_seconds(value: object) -> float:
+    """`30s`, `1.5m`, `2h`, `500ms` or a number of seconds."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
+        if match:
+            unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[match[2] or "s"]
+            return float(match[1]) * unit
+    raise ValueError(f"not a duration: {value!r} (use 30s, 5m, 500ms or seconds)")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class RateLimit(_Strict):
+    per_second: float = Field(alias="perSecond", gt=0, le=100_000)
+
+
+class CircuitBreaker(_Strict):
+    """Opens after `failures` temporary failures in a row; stays open `open_for_seconds`."""
+
+    failures: int = Field(5, ge=1, le=10_000)
+    open_for_seconds: float = Field(30.0, alias="openFor", gt=0)
+
+    @field_validator("open_for_seconds", mode="before")
+    @classmethod
+    def _duration(cls, value: object) -> float:
+        return _duration_seconds(value)
+
+
+class SecretSource(_Strict):
+    env: str | None = None
+    file: Path | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> SecretSource:
+        if (self.env is None) == (self.file is None):
+            raise ValueError("passwordFrom needs exactly one of env or file")
+        return self
+
+    def read(self) -> str:
+        if self.env is not None:
+            value = os.environ.get(self.env)
+            if value is None:
+                raise ConfigurationError([f"passwordFrom: environment variable {self.env} unset"])
+            return value
+        assert self.file is not None
+        try:
+            return self.file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigurationError([f"passwordFrom: cannot read {self.file}: {exc}"]) from None
+
+
+class ProviderSpec(_Strict):
+    name: str
+    type: Literal["http", "smtp", "simulated"]
+    channels: list[Channel]
+    timeout_seconds: float = Field(10.0, alias="timeout", gt=0)
+    rate_limit: RateLimit | None = Field(None, alias="rateLimit")
+    # Every provider of a providers file has a breaker (these defaults unless set); the flags
+    # shorthand keeps one provider per channel without one (see `specs_from_settings`).
+    circuit_breaker: CircuitBreaker | None = Field(
+        default_factory=CircuitBreaker, alias="circuitBreaker"
+    )
+    # http
+    url: str | None = None
+    # smtp
+    host: str | None = None
+    port: int = Field(587, ge=1, le=65535)
+    username: str | None = None
+    password: str | None = Field(None, exclude=True, repr=False)
+    password_from: SecretSource | None = Field(None, alias="passwordFrom")
+    starttls: bool = False
+    from_address: str = Field("notify-queue@localhost", alias="from")
+    # simulated
+    failure_rate: float = Field(0.0, alias="failureRate", ge=0, le=1)
+    latency_ms: float = Field(0.0, alias="latencyMs", ge=0)
+
+    @field_validator("timeout_seconds", mode="before")
+    @classmethod
+    def _timeout(cls, value: object) -> float:
+        return _duration_seconds(value)
+
+    @model_validator(mode="after")
+    def _complete(self) -> ProviderSpec:
+        if not NAME.match(self.name):
+            raise ValueError(f"provider name {self.name!r} must match [a-z0-9-]{{1,63}}")
+        if not self.channels:
+            raise ValueError(f"provider {self.name}: channels must not be empty")
+        if self.type == "http" and not self.url:
+            raise ValueError(f"provider {self.name}: type http needs url")
+        if self.type == "smtp":
+            if not self.host:
+                raise ValueError(f"provider {self.name}: type smtp needs host")
+            if self.channels != [Channel.EMAIL]:
+                others = ", ".join(c for c in self.channels if c is not Channel.EMAIL)
+                raise ValueError(f"provider {self.name}: smtp delivers email only, not {others}")
+        return self
+
+    def smtp_password(self) -> str | None:
+        return self.password_from.read() if self.password_from is not None else self.password
+
+
+class ProviderSpecs(_Strict):
+    providers: Annotated[list[ProviderSpec], Field(min_length=1)]
+    chains: dict[Channel, Annotated[list[str], Field(min_length=1)]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ProviderSpecs:
+        by_name = {p.name: p for p in self.providers}
+        if len(by_name) != len(self.providers):
+            raise ValueError("provider names must be unique")
+        for channel, chain in self.chains.items():
+            for name in chain:
+                spec = by_name.get(name)
+                if spec is None:
+                    raise ValueError(f"chains.{channel}: unknown provider {name!r}")
+                if channel not in spec.channels:
+                    raise ValueError(f"chains.{channel}: provider {name!r} does not serve it")
+            if len(set(chain)) != len(chain):
+                raise ValueError(f"chains.{channel}: a provider is listed twice")
+        return self
+
+    def chain(self, channel: Channel) -> list[str]:
+        """The failover order: the channel's chain, else every provider serving it, file order."""
+        explicit = self.chains.get(channel)
+        if explicit is not None:
+            return list(explicit)
+        return [p.name for p in self.providers if channel in p.channels]
+
+    def missing_channels(self, channels: list[Channel]) -> list[Channel]:
+        return [c for c in channels if not self.chain(c)]
+
+
+def specs_from_settings(settings: Settings) -> ProviderSpecs:
+    """`--providers-file` if given, else one provider per kind the single-provider flags name.
+
+    The shorthand has no circuit breaker and no rate limit: with one provider per channel there
+    is nowhere to fail over to, and an outage is absorbed by backoff and dead-lettering exactly as
+    before providers files existed. A providers file is how a breaker and limits are configured.
+    """
+    if settings.providers_file is not None:
+        return load_provider_specs(settings.providers_file)
+    kinds: dict[str, list[Channel]] = {}
+    for channel, kind in settings.channel_providers.items():
+        if channel in settings.channels:  # only what this worker serves must be deliverable
+            kinds.setdefault(kind.value, []).append(channel)
+    document = {
+        "providers": [
+            {
+                "name": kind,
+                "type": kind,
+                "channels": channels,
+                "timeout": settings.provider_timeout,
+                "circuitBreaker": None,
+                "url": settings.provider_url,
+                "host": settings.smtp_host,
+                "port": settings.smtp_port,
+                "username": settings.smtp_username,
+                "password": settings.smtp_password,
+                "starttls": settings.smtp_starttls,
+                "from": settings.smtp_from,
+                "failureRate": settings.sim_failure_rate,
+                "latencyMs": settings.sim_latency_ms,
+            }
+            for kind, channels in kinds.items()
+        ]
+    }
+    try:
+        return ProviderSpecs.model_validate(document)
+    except ValidationError as exc:
+        raise ConfigurationError(
+            [
+                e["msg"].removeprefix("Value error, ")
+                + " (choose another provider for those channels, or narrow --channels)"
+                for e in exc.errors()
+            ]
+        ) from None
+
+
+def load_provider_specs(path: Path) -> ProviderSpecs:
+    """Read and validate a providers file; one ConfigurationError line per problem."""
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigurationError([f"--providers-file: cannot read {path}: {exc}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigurationError([f"--providers-file: {path} is not valid YAML: {exc}"]) from None
+    if not isinstance(document, dict):
+        raise ConfigurationError([f"--providers-file: {path} must hold a mapping"])
+    try:
+        return ProviderSpecs.model_validate(document)
+    except ValidationError as exc:
+        raise ConfigurationError(
+            [
+                f"--providers-file: {'.'.join(map(str, e['loc'])) or path}: "
+                + e["msg"].removeprefix("Value error, ")
+                for e in exc.errors()
+            ]
+        ) from None
