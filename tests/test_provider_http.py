@@ -196,7 +196,42 @@ async def test_retryable_statuses_are_temporary_failures(
     assert result.error.startswith(f"HTTP {code}: answer {code}: xxx")
 
 
-@pytest.mark.parametrize("code", [400, 401, 403, 404, 409, 410, 422, 301])
+async def test_a_410_says_the_address_is_no_longer_valid_and_is_permanent(
+    service: DeliveryService, session: aiohttp.ClientSession
+) -> None:
+    result = await HttpProvider(service.url("/status/410"), 5.0, session).deliver(make_request())
+    assert result.outcome is Outcome.PERMANENT_FAILURE
+    assert result.error is not None and result.error.startswith("address no longer valid: HTTP 410")
+
+
+@pytest.mark.parametrize("code", [429, 503])
+async def test_429_and_503_prove_nothing_was_sent(
+    service: DeliveryService, session: aiohttp.ClientSession, code: int
+) -> None:
+    result = await HttpProvider(service.url(f"/status/{code}"), 5.0, session).deliver(
+        make_request()
+    )
+    assert result.outcome is Outcome.TEMPORARY_FAILURE and result.nothing_sent
+
+
+@pytest.mark.parametrize("code", [500, 502, 504, 408])
+async def test_other_temporary_statuses_may_have_been_acted_on(
+    service: DeliveryService, session: aiohttp.ClientSession, code: int
+) -> None:
+    result = await HttpProvider(service.url(f"/status/{code}"), 5.0, session).deliver(
+        make_request()
+    )
+    assert result.outcome is Outcome.TEMPORARY_FAILURE and not result.nothing_sent
+
+
+async def test_a_refused_connection_proves_nothing_was_sent(
+    session: aiohttp.ClientSession,
+) -> None:
+    result = await HttpProvider("http://127.0.0.1:9/send", 5.0, session).deliver(make_request())
+    assert result.outcome is Outcome.TEMPORARY_FAILURE and result.nothing_sent
+
+
+@pytest.mark.parametrize("code", [400, 401, 403, 404, 409, 422, 301])
 async def test_other_statuses_are_permanent_failures_with_the_start_of_the_body(
     service: DeliveryService, session: aiohttp.ClientSession, code: int
 ) -> None:

@@ -377,6 +377,8 @@ class Policy:
     webhook_url: str | None = None
     webhook_secrets: tuple[str, ...] = ()
     ttl_seconds_after_finished: int | None = None
+    failover: Failover | None = None
+    providers: tuple[str, ...] | None = None  # the provider chain to use, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,8 +410,15 @@ class WebhookResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderCircuit:
+    state: str  # closed | half-open | open
+    open_until: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStatus:
     counts: dict[Status, int]
     due: dict[Priority, int]
     oldest_due_age_seconds: float
     webhook_events: dict[str, int]
+    providers: dict[str, ProviderCircuit] = field(default_factory=dict)

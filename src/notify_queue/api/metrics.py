@@ -21,6 +21,8 @@ from prometheus_client.registry import Collector
 
 from notify_queue.models import QueueStatus
 
+_CIRCUIT_CODES = {"closed": 0, "half-open": 1, "open": 2}
+
 
 class QueueCollector(Collector):
     def __init__(self) -> None:
@@ -52,7 +54,14 @@ class QueueCollector(Collector):
         )
         for state_name, count in status.webhook_events.items():
             hooks.add_metric([state_name], count)
-        yield from (notifications, depth, oldest, hooks)
+        circuits = GaugeMetricFamily(
+            "notify_queue_provider_circuit_state",
+            "Circuit of each provider with a breaker: 0 closed, 1 half-open, 2 open.",
+            labels=["provider"],
+        )
+        for name, circuit in status.providers.items():
+            circuits.add_metric([name], _CIRCUIT_CODES[circuit.state])
+        yield from (notifications, depth, oldest, hooks, circuits)
 
 
 class QueueMetrics:

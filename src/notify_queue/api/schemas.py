@@ -326,11 +326,19 @@ class DueCounts(BaseModel):
     LOW: int
 
 
+class ProviderCircuit(_Wire):
+    circuit: Literal["closed", "half-open", "open"]
+    open_until: UtcTime | None
+
+
 class QueueStatus(_Wire):
     counts: StatusCounts
     due: DueCounts = Field(description="PENDING and due now, per priority.")
     oldest_due_age_seconds: float
     database: Literal["ok"]
+    providers: dict[str, ProviderCircuit] = Field(
+        description="The circuit of every provider with a breaker, as all workers share it."
+    )
 
     @classmethod
     def of(cls, s: domain.QueueStatus) -> QueueStatus:
@@ -339,6 +347,10 @@ class QueueStatus(_Wire):
             due=DueCounts(**{k.value: v for k, v in s.due.items()}),
             oldest_due_age_seconds=s.oldest_due_age_seconds,
             database="ok",
+            providers={
+                name: ProviderCircuit(circuit=c.state, open_until=c.open_until)
+                for name, c in s.providers.items()
+            },
         )
 
 

@@ -3,8 +3,10 @@
 The notification id travels as `Idempotency-Key` on every attempt, so a retry after a lost
 answer or a worker crash is deduplicated by the receiver. Every outcome is classified here and
 nothing is raised: 2xx is SENT; 408, 425, 429, 5xx, timeouts and connection errors are worth
-another try (with the receiver's `Retry-After`, which the delivery rules cap); everything else
-will not get better by retrying. The provider URL is configured by whoever runs the system, so
+another try (with the receiver's `Retry-After`, which the delivery rules cap), and a refused
+connection, 429 or 503 also prove nothing was sent (another provider may be tried at once);
+410 says the address or push token is gone; everything else will not get better by retrying.
+The provider URL is configured by whoever runs the system, so
 its session (`trusted_session`) is not subject to the outbound guard: a gateway on a private
 address in the cluster is the normal case.
 
@@ -27,6 +29,11 @@ from notify_queue.providers.outbound import describe_failed_response, read_body_
 
 # Statuses that say "not now" rather than "never" (RFC 9110 and RFC 8470 for 425).
 _TEMPORARY_STATUSES = frozenset({408, 425, 429})
+# Temporary answers that prove the request was not acted on, so another provider may be tried at
+# once without risking a duplicate (CONTRACT section 9): too many requests, unavailable.
+_NOTHING_SENT_STATUSES = frozenset({429, 503})
+# "Gone": the address or push token is no longer valid (CONTRACT section 9). Permanent.
+_GONE = 410
 
 
 class HttpProvider:
@@ -70,6 +77,13 @@ class HttpProvider:
             )
         except aiohttp.InvalidURL as exc:
             return DeliveryResult(Outcome.PERMANENT_FAILURE, error=f"invalid provider URL: {exc}")
+        except aiohttp.ClientConnectorError as exc:
+            # The connection was never made (refused, unreachable, DNS): nothing was sent.
+            return DeliveryResult(
+                Outcome.TEMPORARY_FAILURE,
+                error=f"connection error: {type(exc).__name__}: {exc}",
+                nothing_sent=True,
+            )
         except aiohttp.ClientError as exc:
             return DeliveryResult(
                 Outcome.TEMPORARY_FAILURE,
@@ -89,7 +103,10 @@ def _classify(status: int, retry_after: str | None, body: bytes) -> DeliveryResu
             Outcome.TEMPORARY_FAILURE,
             error=error,
             retry_after_seconds=parse_retry_after(retry_after),
+            nothing_sent=status in _NOTHING_SENT_STATUSES,
         )
+    if status == _GONE:
+        return DeliveryResult(Outcome.PERMANENT_FAILURE, error=f"address no longer valid: {error}")
     return DeliveryResult(Outcome.PERMANENT_FAILURE, error=error)
 
 

@@ -55,8 +55,9 @@ class SimulatedProvider:
         self._timeout_seconds = timeout_seconds
         self._random = (rng or random.Random()).random
         # Frozen results are safe to share between calls, and sharing them keeps the hot path lean.
+        # Like a 503: the simulated provider did not act on the request.
         self._temporary_failure = DeliveryResult(
-            Outcome.TEMPORARY_FAILURE, error="simulated temporary failure"
+            Outcome.TEMPORARY_FAILURE, error="simulated temporary failure", nothing_sent=True
         )
         self._permanent_failure = DeliveryResult(
             Outcome.PERMANENT_FAILURE, error="simulated permanent failure: invalid recipient"

@@ -86,8 +86,15 @@ class SmtpProvider:
         except (aiosmtplib.SMTPRecipientRefused, aiosmtplib.SMTPDataError) as exc:
             return _classify_per_message(exc, exc)
         except aiosmtplib.SMTPResponseException as exc:
+            # A refusal before DATA was accepted: the server did not take the message.
             return DeliveryResult(
-                Outcome.TEMPORARY_FAILURE, error=f"SMTP {exc.code}: {exc.message}"
+                Outcome.TEMPORARY_FAILURE,
+                error=f"SMTP {exc.code}: {exc.message}",
+                nothing_sent=True,
+            )
+        except (aiosmtplib.SMTPConnectError, ConnectionRefusedError) as exc:
+            return DeliveryResult(
+                Outcome.TEMPORARY_FAILURE, error=f"SMTP connection error: {exc}", nothing_sent=True
             )
         except (aiosmtplib.SMTPException, OSError) as exc:
             return DeliveryResult(Outcome.TEMPORARY_FAILURE, error=f"SMTP connection error: {exc}")
@@ -114,5 +121,7 @@ def _classify_per_message(
     if refusal is None:
         return DeliveryResult(Outcome.TEMPORARY_FAILURE, error=f"SMTP refused: {exc}")
     error = f"SMTP {refusal.code}: {refusal.message}"
-    outcome = Outcome.PERMANENT_FAILURE if refusal.code >= 500 else Outcome.TEMPORARY_FAILURE
-    return DeliveryResult(outcome, error=error)
+    if refusal.code >= 500:
+        return DeliveryResult(Outcome.PERMANENT_FAILURE, error=error)
+    # The server refused the message for now: it was not accepted, so nothing was sent.
+    return DeliveryResult(Outcome.TEMPORARY_FAILURE, error=error, nothing_sent=True)

@@ -13,6 +13,7 @@ from notify_queue.models import (
     NewNotification,
     Notification,
     Priority,
+    ProviderCircuit,
     QueueStatus,
     Recipient,
     Status,
@@ -148,6 +149,7 @@ class NotificationRepository:
             counts = await conn.fetch_all("queue_status_counts")
             due = await conn.fetch_all("queue_status_due")
             hooks = await conn.fetch_all("queue_status_webhooks")
+            circuits = await conn.fetch_all("provider_circuits_read")
             now = (await conn.fetch_one("database_now") or {})["now"]
         oldest = min((r["oldest_due"] for r in due), default=None)
         return QueueStatus(
@@ -157,6 +159,12 @@ class NotificationRepository:
             oldest_due_age_seconds=max((now - oldest).total_seconds(), 0.0) if oldest else 0.0,
             webhook_events={"pending": 0, "delivered": 0, "failed": 0}
             | {r["state"]: int(r["n"]) for r in hooks},
+            providers={
+                r["provider"]: ProviderCircuit(
+                    r["state"], r["open_until"] if r["state"] != "closed" else None
+                )
+                for r in circuits
+            },
         )
 
 

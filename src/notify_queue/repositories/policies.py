@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from notify_queue.models import Policy
+from notify_queue.models import Failover, Policy
 from notify_queue.repositories.db import Database
 
 
@@ -25,6 +25,8 @@ class PolicyRepository:
                 "webhook_secrets": list(policy.webhook_secrets),
                 "ttl_seconds_after_finished": policy.ttl_seconds_after_finished,
                 "ready": ready,
+                "failover": policy.failover.value if policy.failover else None,
+                "providers": list(policy.providers) if policy.providers is not None else None,
             },
         )
         return bool(row and row["ready_changed"])
@@ -57,4 +59,6 @@ class PolicyRepository:
             webhook_url=row["webhook_url"],
             webhook_secrets=tuple(row["webhook_secrets"]),
             ttl_seconds_after_finished=row["ttl_seconds_after_finished"],
+            failover=Failover(row["failover"]) if row["failover"] else None,
+            providers=tuple(row["providers"]) if row["providers"] is not None else None,
         )

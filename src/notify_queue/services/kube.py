@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from notify_queue.errors import FieldError, ValidationFailed
-from notify_queue.models import NewNotification, Policy, Source, Status
+from notify_queue.models import Failover, NewNotification, Policy, Source, Status
 from notify_queue.services.validation import (
     MAX_DELAY_SECONDS,
     PreparedRequest,
@@ -203,6 +203,8 @@ def policy_from_spec(
         webhook_url=webhook.get("url"),
         webhook_secrets=secrets,
         ttl_seconds_after_finished=spec.get("ttlSecondsAfterFinished"),
+        failover=Failover(spec["failover"]) if spec.get("failover") else None,
+        providers=tuple(spec["providers"]) if spec.get("providers") else None,
     )
     if (
         policy.backoff_base_seconds is not None

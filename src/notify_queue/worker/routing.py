@@ -51,9 +51,14 @@ log = logging.getLogger(__name__)
 # The worker's deadline for one provider call: the provider's own timeout fires first and says
 # what it saw; the deadline catches a provider that hangs anyway.
 DEADLINE_MARGIN_SECONDS = 1.0
-# Slots are spaced 2% wider than 1 / perSecond: the limit is measured where requests arrive, and
-# network jitter must not push perSecond + 1 of them into one second there.
-_SPACING = 1.02
+# Slots are spaced 3% wider than 1 / perSecond, so perSecond + 1 consecutive slots span 1.03 s.
+# A send may start up to _LATE_SECONDS after its slot (a busy event loop wakes sleepers late);
+# later than that the slot is given up and another taken, or a stalled worker would release its
+# overdue sends in one burst. With 15 ms of lateness and 15 ms left for clock and network jitter,
+# no window of one second sees more than perSecond requests (docs/design.md "Providers").
+_SPACING = 1.03
+_LATE_SECONDS = 0.015
+_SLOT_TRIES = 3
 _CIRCUIT_CODES = {"closed": 0, "half-open": 1, "open": 2}
 
 
@@ -280,18 +285,13 @@ class Router:
                 continue
             book = self._books.get(name)
             if book is not None:
-                try:
-                    slot = await book.take()
-                except DatabaseUnavailable:
-                    slot = None
+                slot = await _wait_for_slot(book)
                 if slot is None:
                     error = f"{name}: rate limit {spec.rate_limit.per_second:g}/s reached"  # type: ignore[union-attr]
                     skipped.append((Outcome.PROVIDER_LIMITED, error, book.free_in_seconds))
                     attempts.append(_entry(name, Outcome.PROVIDER_LIMITED, "rate limited", None))
                     self._count(claimed.channel, Outcome.PROVIDER_LIMITED, name)
                     continue
-                if slot > 0:
-                    await asyncio.sleep(slot)
             result, seconds = await self._call(name, spec, request)
             self.circuits.observe(name, result.outcome, probe)
             attempts.append(_entry(name, result.outcome, result.error, seconds))
@@ -347,6 +347,25 @@ class Router:
             if duration is None:
                 duration = self._durations[channel.value] = DELIVERY_DURATION.labels(channel.value)
             duration.observe(seconds)
+
+
+async def _wait_for_slot(book: SlotBook) -> bool | None:
+    """Sleep until this delivery's send slot; None when none is free within the horizon."""
+    loop = asyncio.get_running_loop()
+    for _ in range(_SLOT_TRIES):
+        try:
+            wait = await book.take()
+        except DatabaseUnavailable:
+            return None
+        if wait is None:
+            return None
+        due = loop.time() + wait
+        if wait > 0:
+            await asyncio.sleep(wait)
+        if loop.time() - due <= _LATE_SECONDS:
+            return True
+        # Woken too late: sending now could bunch with the slots after this one. Take a new one.
+    return None
 
 
 def _entry(name: str, outcome: Outcome, error: str | None, seconds: float | None) -> dict[str, Any]:

@@ -10,10 +10,12 @@ WITH before AS (
 ), upserted AS (
     INSERT INTO nq_policies (name, rate_limit, rate_window_seconds, max_attempts,
                              backoff_base_seconds, backoff_max_seconds, webhook_url,
-                             webhook_secrets, ttl_seconds_after_finished, ready)
+                             webhook_secrets, ttl_seconds_after_finished, ready, failover,
+                             providers)
     VALUES (%(name)s, %(rate_limit)s, %(rate_window_seconds)s, %(max_attempts)s,
             %(backoff_base_seconds)s, %(backoff_max_seconds)s, %(webhook_url)s,
-            %(webhook_secrets)s, %(ttl_seconds_after_finished)s, %(ready)s)
+            %(webhook_secrets)s, %(ttl_seconds_after_finished)s, %(ready)s, %(failover)s,
+            %(providers)s)
     ON CONFLICT (name) DO UPDATE SET
         rate_limit = excluded.rate_limit,
         rate_window_seconds = excluded.rate_window_seconds,
@@ -24,6 +26,8 @@ WITH before AS (
         webhook_secrets = excluded.webhook_secrets,
         ttl_seconds_after_finished = excluded.ttl_seconds_after_finished,
         ready = excluded.ready,
+        failover = excluded.failover,
+        providers = excluded.providers,
         updated_at = now()
     RETURNING ready
 )
