@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml
 run: $(STAMP) ## run the whole system locally: embedded PostgreSQL, API on :8080, a worker
 	$(BIN)/notify-queue up
 
-test: $(STAMP) k8s-binaries ## run every test (builds the pinned Kubernetes binaries once)
+# What CI runs (.ci/run): the static checks first, so layering and types are held by CI too.
+test: $(STAMP) k8s-binaries lint typecheck layers ## ruff, mypy, import-linter, then every test
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP) ## the tests that need no Kubernetes binaries

@@ -18,7 +18,7 @@ from benchmarks.env import BenchPostgres, machine_info
 from benchmarks.procs import Receiver
 from benchmarks.progress import say
 
-SCENARIOS = ["throughput", "ingest", "latency", "scale", "priority", "peers"]
+SCENARIOS = ["throughput", "ingest", "latency", "scale", "priority", "peers", "provider_limit"]
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

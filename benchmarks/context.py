@@ -11,8 +11,8 @@ from benchmarks.env import BenchPostgres, LoadWatch
 from benchmarks.procs import Receiver
 
 # The worker flags of the "tuned" runs: with a provider that answers at once, a claim is sized by
-# free concurrency, so the default --concurrency 32 caps every claim at 32 rows; 500 lets one
-# statement serve 500 (the defaults are measured too).
+# free concurrency, so --concurrency 32 (the default when these were measured; 256 now) caps every
+# claim at 32 rows; 500 lets one statement serve 500 (the defaults are measured too).
 TUNED_WORKER_FLAGS = ["--concurrency", "500", "--batch-size", "500"]
 
 
@@ -36,6 +36,8 @@ class Sizes:
     priority_high_rate: float
     peer_notifications: int
     procrastinate_notifications: int
+    provider_limit_notifications: int
+    provider_limit_per_second: float
 
 
 FULL = Sizes(
@@ -55,6 +57,8 @@ FULL = Sizes(
     priority_high_rate=50,
     peer_notifications=100_000,
     procrastinate_notifications=10_000,
+    provider_limit_notifications=100_000,
+    provider_limit_per_second=1000,
 )
 QUICK = Sizes(
     notifications=20_000,
@@ -73,6 +77,8 @@ QUICK = Sizes(
     priority_high_rate=50,
     peer_notifications=20_000,
     procrastinate_notifications=5_000,
+    provider_limit_notifications=20_000,
+    provider_limit_per_second=1000,
 )
 SMOKE = Sizes(
     notifications=300,
@@ -91,6 +97,8 @@ SMOKE = Sizes(
     priority_high_rate=20,
     peer_notifications=300,
     procrastinate_notifications=100,
+    provider_limit_notifications=300,
+    provider_limit_per_second=200,
 )
 
 

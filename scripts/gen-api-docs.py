@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write docs/api-reference.md from the API's own OpenAPI document.
 
-The document comes from `notify_queue.api.app.create_app(Settings()).openapi()`, the same one the
+The document comes from `notify_queue.api.app.create_app(ApiSettings()).openapi()`, the same one the
 server serves at /openapi.json, so this page describes exactly the routes, parameters, bodies and
 responses the code declares. tests/shipping/test_generated_docs.py regenerates it and compares.
 
@@ -169,9 +169,9 @@ def _schema(name: str, schema: dict[str, Any]) -> list[str]:
 def render() -> str:
     sys.path.insert(0, str(ROOT / "src"))
     from notify_queue.api.app import create_app
-    from notify_queue.settings import Settings
+    from notify_queue.settings import ApiSettings
 
-    document = create_app(Settings()).openapi()
+    document = create_app(ApiSettings()).openapi()
     info = document["info"]
     out = [INTRO, f"API version {info['version']} (OpenAPI {document['openapi']}).", ""]
     out += ["## Endpoints", "", "| Method | Path | What it does |", "|---|---|---|"]

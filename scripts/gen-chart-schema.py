@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Write `definitions.config` of charts/notify-queue/values.schema.json from `Settings`.
+"""Write the `config` definitions of charts/notify-queue/values.schema.json from the settings.
 
 The chart passes `config` maps to the program as NOTIFY_QUEUE_<OPTION> variables, so the schema
 of those maps is derived from the one definition of every option (notify_queue.settings): the
-same names, types, enums and bounds, and the option's description. A misspelt option or a bad
-value then fails `helm install` with the option's path instead of a crash-looping pod.
+same names, types, enums and bounds, and the option's description. A misspelt option, a bad
+value or an option the role does not read (`api.config: {rate-limit: 5}`) then fails
+`helm install` with the option's path instead of a crash-looping pod or a silent no-op. The
+top-level `config` serves every role, so it takes any option that one of the chart's roles reads.
 
 Options that the chart sets itself, or that must come from a Secret, are left out (EXCLUDED,
 each with the reason); the rest of the file is written by hand and kept as it is.
@@ -40,6 +42,18 @@ EXCLUDED = {
     "priorities": "a pool's priorities (they also label the pool for the operator)",
     "channels": "a pool's channels",
     "namespace": "operator.watchNamespace (it also decides Role or ClusterRole)",
+    "provider": "provider.type",
+    "email-provider": "provider.email",
+    "sms-provider": "provider.sms",
+    "push-provider": "provider.push",
+    "outbound-allow": "outboundAllow",
+}
+# Definition name -> the roles whose options it accepts.
+DEFINITIONS = {
+    "config": ("migrate", "api", "worker", "operator"),
+    "apiConfig": ("api",),
+    "workerConfig": ("worker",),
+    "operatorConfig": ("operator",),
 }
 
 
@@ -59,32 +73,33 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     return node
 
 
-def config_schema() -> dict[str, Any]:
+def config_schema(roles: tuple[str, ...]) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "src"))
-    from notify_queue.settings import Settings
+    from notify_queue.settings import ROLE_SETTINGS
 
-    full = Settings.model_json_schema()
-    defs = full.get("$defs", {})
     properties: dict[str, Any] = {}
-    for field, schema in full["properties"].items():
-        option = field.replace("_", "-")
-        if option in EXCLUDED:
-            continue
-        properties[option] = _resolve(schema, defs)
+    for role in roles:
+        full = ROLE_SETTINGS[role].model_json_schema()
+        defs = full.get("$defs", {})
+        for field, schema in full["properties"].items():
+            option = field.replace("_", "-")
+            if option not in EXCLUDED:
+                properties[option] = _resolve(schema, defs)
+    which = "any role's" if len(roles) > 1 else f"the {roles[0]}'s"
     return {
         "type": "object",
-        "description": "Settings by option name (docs/configuration.md), passed as "
-        "NOTIFY_QUEUE_<OPTION>. Left out, because the chart sets them or they are secret: "
-        + "; ".join(f"{k} ({v})" for k, v in EXCLUDED.items())
-        + ".",
+        "description": f"Settings by option name (docs/configuration.md): {which} options, "
+        "passed as NOTIFY_QUEUE_<OPTION>. Left out, because the chart sets them or they are "
+        "secret: " + "; ".join(f"{k} ({v})" for k, v in EXCLUDED.items()) + ".",
         "additionalProperties": False,
-        "properties": properties,
+        "properties": dict(sorted(properties.items())),
     }
 
 
 def render() -> str:
     document = json.loads(SCHEMA.read_text())
-    document["definitions"]["config"] = config_schema()
+    for name, roles in DEFINITIONS.items():
+        document["definitions"][name] = config_schema(roles)
     return json.dumps(document, indent=2) + "\n"
 
 

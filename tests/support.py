@@ -162,12 +162,14 @@ async def start_workers(
     from notify_queue.providers.outbound import outbound_session, trusted_session
     from notify_queue.providers.webhooks import WebhookSender
     from notify_queue.repositories.webhooks import WebhookRepository
-    from notify_queue.settings import Settings
+    from notify_queue.settings import WorkerSettings
     from notify_queue.worker.dispatcher import WebhookDispatcher
     from notify_queue.worker.main import delivery_defaults
     from notify_queue.worker.runner import Worker
 
-    s = settings or Settings(**{"database_url": database_url, "poll_interval": 0.2, **overrides})
+    s = settings or WorkerSettings(
+        **{"database_url": database_url, "poll_interval": 0.2, **overrides}
+    )
     running = RunningWorkers()
     for _ in range(count):
         wdb = Database(database_url, pool_size=4, name="test-worker")

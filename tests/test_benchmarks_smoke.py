@@ -42,6 +42,7 @@ def test_the_benchmark_smoke_run_writes_a_valid_results_document(
         "latency",
         "scale",
         "priority",
+        "provider_limit",
     }
     assert all("loadavg_before" in r["load"] for r in latest["results"])
     assert latest["machine"]["cores"] >= 1 and latest["postgres"]["fsync"] == "on"

@@ -25,7 +25,7 @@ from notify_queue.providers import SimulatedProvider, build_providers
 from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.http import HttpProvider, parse_retry_after
 from notify_queue.providers.outbound import outbound_session, trusted_session
-from notify_queue.settings import ProviderKind, Settings
+from notify_queue.settings import ProviderKind, WorkerSettings
 
 
 class DeliveryService:
@@ -314,7 +314,7 @@ async def test_the_configured_provider_url_is_reached_on_a_private_address_witho
     # The provider URL is the operator's own endpoint (a gateway Service in the cluster), so the
     # worker's session for it is not guarded; `--outbound-allow` is only for client URLs.
     async with trusted_session(timeout_seconds=5.0) as session:
-        settings = Settings(provider=ProviderKind.HTTP, provider_url=service.url("/ok"))
+        settings = WorkerSettings(provider=ProviderKind.HTTP, provider_url=service.url("/ok"))
         providers = build_providers(specs_from_settings(settings), session)
         result = await providers["http"].deliver(make_request())
     assert result.outcome is Outcome.SENT
@@ -323,7 +323,7 @@ async def test_the_configured_provider_url_is_reached_on_a_private_address_witho
 async def test_the_flags_define_one_named_provider_per_kind_serving_its_channels(
     session: aiohttp.ClientSession,
 ) -> None:
-    settings = Settings(
+    settings = WorkerSettings(
         provider=ProviderKind.HTTP,
         push_provider=ProviderKind.SIMULATED,
         provider_url="http://127.0.0.1:9/send",

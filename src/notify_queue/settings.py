@@ -1,18 +1,25 @@
-"""Typed configuration, in one place.
+"""Typed configuration, in one place, grouped the way each role reads it.
 
-Every option of CONTRACT section 2 is a field here, with its unit and the reason for its default.
-Each is read from `NOTIFY_QUEUE_<OPTION>` and from its command-line flag (flags win; see `cli`).
-The settings validate themselves when built, so a bad value stops the program at start with one
-clear line instead of failing later inside a worker.
+Every option of CONTRACT sections 2 and 9 is a field of exactly one *group* (`DatabaseOptions`,
+`WebhookOptions`, ...), with its unit and the reason for its default. Each role's settings are
+composed of the groups that role reads (`ApiSettings`, `WorkerSettings`, ...), so a role is
+offered only its own options: the command line refuses a flag the role does not read, and
+docs/configuration.md (generated from these classes) says which role reads what. The field
+names are flat (`settings.rate_limit`), as are the variables (`NOTIFY_QUEUE_RATE_LIMIT`).
+
+A role reads only the variables of its own fields and ignores every other NOTIFY_QUEUE_*
+variable, so one ConfigMap or `.env` can serve every role: `NOTIFY_QUEUE_PROVIDER=http` without
+a URL stops a worker, and is none of the API's business. The settings validate themselves when
+built, so a bad value stops the program at start with one clear line instead of failing later.
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from notify_queue.errors import ConfigurationError
@@ -24,36 +31,61 @@ class LogFormat(StrEnum):
     JSON = "json"
 
 
-class Switch(StrEnum):
-    ON = "on"
-    OFF = "off"
-
-
 class ProviderKind(StrEnum):
     SIMULATED = "simulated"
     HTTP = "http"
     SMTP = "smtp"
 
 
+class Switch(StrEnum):
+    ON = "on"
+    OFF = "off"
+
+
+# Which channels a provider kind can deliver at all. An SMTP server carries email only; the
+# HTTP gateway and the simulation take every channel.
+PROVIDER_CHANNELS: dict[ProviderKind, frozenset[Channel]] = {
+    ProviderKind.SIMULATED: frozenset(Channel),
+    ProviderKind.HTTP: frozenset(Channel),
+    ProviderKind.SMTP: frozenset({Channel.EMAIL}),
+}
+
 Seconds = Annotated[float, Field(gt=0)]
 
 
-class Settings(BaseSettings):
-    """All options; `Field.description` is the flag's help and the configuration reference."""
+def _comma_list(value: object) -> object:
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    return value
+
+
+class _Options(BaseSettings):
+    """What every group shares: the variable prefix, validation at start, immutability.
+
+    `extra="forbid"` refuses unknown *keyword* options (the flags); variables are read per field,
+    so a variable that belongs to another role is never seen at all.
+    """
 
     model_config = SettingsConfigDict(
         env_prefix="NOTIFY_QUEUE_", extra="forbid", validate_default=True, frozen=True
     )
 
-    # --- all roles -------------------------------------------------------------------------
+
+# --- groups ----------------------------------------------------------------------------------
+# The first docstring line is the group's title in --help and in docs/configuration.md; the
+# rest, its explanation there.
+
+
+class DatabaseOptions(_Options):
+    """Database and logging
+
+    Every role reads these.
+    """
+
     database_url: str | None = Field(
         None,
         description="libpq URI of the PostgreSQL database. `up` starts an embedded server under "
         "--data-dir when this is unset; every other role requires it.",
-    )
-    data_dir: Path = Field(
-        Path(".notify-queue"),
-        description="Where `up` keeps its embedded PostgreSQL data (and local kubeconfig).",
     )
     log_format: LogFormat = Field(
         LogFormat.TEXT, description="text for people, json for log pipelines."
@@ -64,21 +96,48 @@ class Settings(BaseSettings):
         ge=1,
         le=200,
         description="Connections per process. Workers need few: one statement serves a whole "
-        "batch; "
-        "the count that matters is processes x pool size against PostgreSQL's max_connections.",
+        "batch; the count that matters is processes x pool size against PostgreSQL's "
+        "max_connections.",
     )
 
-    database_timeout: Seconds = Field(
-        5.0,
-        description="Seconds a call waits for a pooled database connection before it fails (the "
-        "API answers 503): long enough to ride out a busy pool, short enough that clients never "
-        "hang.",
-    )
+    def require_database_url(self) -> str:
+        if not self.database_url:
+            raise ConfigurationError(["--database-url (or NOTIFY_QUEUE_DATABASE_URL) is required"])
+        return self.database_url
 
-    # --- api -----------------------------------------------------------------------------
+
+class ListenOptions(_Options):
+    """Listening address
+
+    Where this process accepts connections: the API's --port, and the --metrics-port of the
+    other roles.
+    """
+
     host: str = Field(
-        "127.0.0.1", description="Address the API listens on; loopback unless exposed on purpose."
+        "127.0.0.1",
+        description="Address the API and the metrics port listen on; loopback unless exposed on "
+        "purpose (in a pod: 0.0.0.0).",
     )
+
+
+class MetricsOptions(_Options):
+    """Metrics
+
+    A small HTTP server for the roles that have no API of their own.
+    """
+
+    metrics_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="Port of /metrics and /healthz (503 while a background task is failing); "
+        "unset: none.",
+    )
+
+
+class ApiOptions(_Options):
+    """HTTP API"""
+
     port: int = Field(8080, ge=0, le=65535, description="Port of the API.")
     api_token: str | None = Field(
         None, description="Bearer token for /notifications* and /status; unset means no auth."
@@ -93,13 +152,46 @@ class Settings(BaseSettings):
         2 * 1024 * 1024,
         ge=1024,
         description="Largest request body accepted, in bytes, checked before it is read into "
-        "memory. "
-        "2 MiB fits a batch of 1,000 typical notifications.",
+        "memory. 2 MiB fits a batch of 1,000 typical notifications.",
+    )
+    database_timeout: Seconds = Field(
+        5.0,
+        description="Seconds a call waits for a pooled database connection before it fails (the "
+        "API answers 503): long enough to ride out a busy pool, short enough that clients never "
+        "hang.",
     )
 
-    # --- worker --------------------------------------------------------------------------
+
+class CreationOptions(_Options):
+    """Notification defaults
+
+    Fixed when a notification is created (by the API or by the operator for a Notification
+    object) and stored with it; workers deliver what each notification says.
+    """
+
+    max_attempts: int = Field(
+        6,
+        ge=1,
+        le=100,
+        description="Attempts before DEAD_LETTERED, for notifications without a "
+        "NotificationPolicy: the first plus 5 retries.",
+    )
+
+
+class WorkerOptions(_Options):
+    """Worker
+
+    What this worker claims and how much at once.
+    """
+
     concurrency: int = Field(
-        32, ge=1, le=10_000, description="Deliveries in flight per worker process."
+        256,
+        ge=1,
+        le=10_000,
+        description="Deliveries in flight per worker process. A delivery mostly waits on its "
+        "provider: with 256 in flight a provider answering in 100 ms still allows about 2,500 "
+        "deliveries/s per process (32 allowed 320/s), and a waiting delivery costs one small "
+        "task.",
     )
     batch_size: int = Field(
         100,
@@ -107,12 +199,6 @@ class Settings(BaseSettings):
         le=1000,
         description="Most notifications claimed by one statement. 100 amortises the round trip "
         "while keeping each transaction's row locks short.",
-    )
-    poll_interval: Seconds = Field(
-        1.0,
-        description="Seconds between polls when no wake-up arrives; new work also wakes workers "
-        "at once "
-        "through LISTEN/NOTIFY, so this only bounds the delay when a hint is lost.",
     )
     lease_seconds: Seconds = Field(
         300.0,
@@ -126,31 +212,60 @@ class Settings(BaseSettings):
     )
     channels: Annotated[list[Channel], NoDecode] = Field(
         default_factory=lambda: [Channel.EMAIL, Channel.SMS, Channel.PUSH],
-        description="The channels this worker delivers (comma-separated).",
-    )
-    metrics_port: int | None = Field(
-        None,
-        ge=0,
-        le=65535,
-        description="Port of /metrics and /healthz (503 while a background task is failing); "
-        "unset: none.",
-    )
-    webhook_dispatch: Switch = Field(
-        Switch.ON,
-        description="on: this worker also relays the webhook outbox; off: `notify-queue relay` "
-        "processes do it, so webhook POSTs never share the delivery loop.",
+        description="The channels this worker delivers (comma-separated); each needs a provider "
+        "that can deliver it.",
     )
     shutdown_grace_seconds: Seconds = Field(
         10.0,
         description="On SIGTERM, seconds to let in-flight deliveries finish before the rest is "
-        "handed "
-        "back (without using an attempt).",
+        "handed back (without using an attempt).",
+    )
+    webhook_dispatch: Switch = Field(
+        Switch.ON,
+        description="Whether this worker also relays the webhook outbox. `off` when `notify-queue "
+        "relay` processes do it, so slow receivers never share a process with deliveries.",
     )
 
-    # --- delivery policy defaults ---------------------------------------------------------
-    max_attempts: int = Field(
-        6, ge=1, le=100, description="Attempts before DEAD_LETTERED: the first plus 5 retries."
+    @field_validator("priorities", mode="before")
+    @classmethod
+    def _split_priorities(cls, value: object) -> object:
+        value = _comma_list(value)
+        return [str(v).upper() for v in value] if isinstance(value, list) else value
+
+    @field_validator("channels", mode="before")
+    @classmethod
+    def _split_channels(cls, value: object) -> object:
+        return _comma_list(value)
+
+    @model_validator(mode="after")
+    def _check_lanes(self) -> WorkerOptions:
+        problems = []
+        if not self.priorities:
+            problems.append("--priorities needs at least one of HIGH, NORMAL, LOW")
+        if not self.channels:
+            problems.append("--channels needs at least one of email, sms, push")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class PollOptions(_Options):
+    """Polling"""
+
+    poll_interval: Seconds = Field(
+        1.0,
+        description="Seconds between polls when no wake-up arrives; new work also wakes workers "
+        "at once through LISTEN/NOTIFY, so this only bounds the delay when a hint is lost.",
     )
+
+
+class DeliveryPolicyOptions(_Options):
+    """Delivery policy defaults
+
+    Used by workers for notifications without a NotificationPolicy, and for what a policy
+    leaves unset.
+    """
+
     backoff_base: Seconds = Field(
         0.5,
         description="Seconds of the first backoff ceiling; the wait after attempt n is drawn from "
@@ -163,9 +278,38 @@ class Settings(BaseSettings):
     rate_limit_window: Seconds = Field(
         3600.0, description="Seconds of the rolling rate-limit window."
     )
+
+    @model_validator(mode="after")
+    def _check_backoff(self) -> DeliveryPolicyOptions:
+        if self.backoff_base > self.backoff_max:
+            raise ValueError("--backoff-base must not exceed --backoff-max")
+        return self
+
+
+class DefaultWebhookOptions(_Options):
+    """Default webhook
+
+    Where events of notifications without a webhook of their own (or their policy's) go. The API
+    and the operator read it too: a notification suppressed at creation (its recipient opted out
+    of every channel, docs/recipients.md) gets its event in the creating transaction.
+    """
+
     webhook_url: str | None = Field(
-        None, description="Webhook for notifications without their own or a policy's."
+        None,
+        description="Webhook for notifications without their own or a policy's. Configured by "
+        "whoever runs the system, so --outbound-allow does not apply to it.",
     )
+
+
+class WebhookOptions(DefaultWebhookOptions):
+    """Webhooks
+
+    Where events of notifications without a webhook of their own go (--webhook-url, which the API
+    and the operator also read: a notification suppressed at creation gets its event there), and
+    how stored events are POSTed: by workers (unless --webhook-dispatch off) and by
+    `notify-queue relay`.
+    """
+
     webhook_secret: str | None = Field(
         None,
         description="Signing secret, `whsec_<base64>`; several, comma-separated, during a "
@@ -184,14 +328,48 @@ class Settings(BaseSettings):
         description="Seconds a webhook retry wait never exceeds: 10 attempts span about 8 minutes.",
     )
     webhook_timeout: Seconds = Field(10.0, description="Seconds one webhook POST may take.")
+
+    @model_validator(mode="after")
+    def _check_webhook_secrets(self) -> WebhookOptions:
+        if self.webhook_secret and not all(s.startswith("whsec_") for s in self.webhook_secrets):
+            raise ValueError("--webhook-secret must look like whsec_<base64>")
+        return self
+
+    @property
+    def webhook_secrets(self) -> tuple[str, ...]:
+        if not self.webhook_secret:
+            return ()
+        return tuple(s.strip() for s in self.webhook_secret.split(",") if s.strip())
+
+
+class OutboundOptions(_Options):
+    """Outbound guard
+
+    Applies to URLs that API clients and namespace users supply (a notification's webhookUrl, a
+    NotificationPolicy's webhook); endpoints configured by whoever runs the system (provider
+    URLs, SMTP host, --webhook-url) are reached wherever they are.
+    """
+
     outbound_allow: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
-        description="CIDRs or host names outbound calls (webhooks, HTTP provider) may reach "
-        "even though "
-        "they are loopback, private or link-local. Empty: only public addresses.",
+        description="CIDRs or host names that client-supplied URLs may reach even though they "
+        "are loopback, private or link-local (comma-separated). Empty: only public addresses.",
     )
 
-    # --- providers ------------------------------------------------------------------------
+    @field_validator("outbound_allow", mode="before")
+    @classmethod
+    def _split_outbound_allow(cls, value: object) -> object:
+        return _comma_list(value)
+
+
+class ProviderOptions(_Options):
+    """Providers
+
+    Which provider delivers each channel, and how to reach it: a providers file, or the
+    single-provider flags (one provider per channel, named after its type), which a worker given
+    a providers file refuses (--provider-timeout aside).
+    """
+
     providers_file: Path | None = Field(
         None,
         description="YAML file naming providers, their rate limits and circuit breakers, and a "
@@ -206,11 +384,17 @@ class Settings(BaseSettings):
         "Always (also after a timeout: a duplicate is possible).",
     )
     provider: ProviderKind = Field(
-        ProviderKind.SIMULATED, description="Provider for every channel."
+        ProviderKind.SIMULATED,
+        description="Provider for every channel. `simulated` sends nothing anywhere: it only "
+        "records notifications as sent, for demos and tests.",
     )
     email_provider: ProviderKind | None = Field(None, description="Overrides --provider for email.")
-    sms_provider: ProviderKind | None = Field(None, description="Overrides --provider for sms.")
-    push_provider: ProviderKind | None = Field(None, description="Overrides --provider for push.")
+    sms_provider: ProviderKind | None = Field(
+        None, description="Overrides --provider for sms (smtp cannot deliver sms)."
+    )
+    push_provider: ProviderKind | None = Field(
+        None, description="Overrides --provider for push (smtp cannot deliver push)."
+    )
     sim_failure_rate: float = Field(
         0.0, ge=0.0, le=1.0, description="Share of simulated temporary failures."
     )
@@ -232,7 +416,18 @@ class Settings(BaseSettings):
         "notify-queue@localhost", description="Envelope and header sender of emails."
     )
 
-    # --- operator -------------------------------------------------------------------------
+    def provider_for(self, channel: Channel) -> ProviderKind:
+        override = {
+            Channel.EMAIL: self.email_provider,
+            Channel.SMS: self.sms_provider,
+            Channel.PUSH: self.push_provider,
+        }[channel]
+        return override or self.provider
+
+
+class OperatorOptions(_Options):
+    """Operator"""
+
     namespace: str | None = Field(
         None, description="Namespace the operator watches; unset: all namespaces."
     )
@@ -245,65 +440,134 @@ class Settings(BaseSettings):
         description="Upper bound on status patches per second sent to the kube-apiserver.",
     )
     scale_interval: Seconds = Field(15.0, description="Seconds between worker scaling rounds.")
+
+
+class UpOptions(_Options):
+    """Everything on one machine"""
+
+    data_dir: Path = Field(
+        Path(".notify-queue"),
+        description="Where `up` keeps its embedded PostgreSQL data (and local kubeconfig).",
+    )
     kubernetes: bool = Field(
-        False, description="`up` also starts a local kube-apiserver and the operator."
+        False,
+        description="Also start a local kube-apiserver and the operator (which then reads the "
+        "operator's options).",
     )
 
-    @field_validator("priorities", "channels", "outbound_allow", mode="before")
-    @classmethod
-    def _split_commas(cls, value: object, info: ValidationInfo) -> object:
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
-        if info.field_name == "priorities" and isinstance(value, list):
-            value = [str(v).upper() for v in value]
-        return value
+
+# The groups in the order --help and docs/configuration.md show them.
+GROUPS: tuple[type[_Options], ...] = (
+    DatabaseOptions,
+    ListenOptions,
+    MetricsOptions,
+    ApiOptions,
+    CreationOptions,
+    WorkerOptions,
+    PollOptions,
+    DeliveryPolicyOptions,
+    WebhookOptions,
+    OutboundOptions,
+    ProviderOptions,
+    OperatorOptions,
+    UpOptions,
+)
+
+
+# --- roles -----------------------------------------------------------------------------------
+
+
+class MigrateSettings(DatabaseOptions):
+    """`notify-queue migrate`."""
+
+
+class ApiSettings(
+    DatabaseOptions, ListenOptions, ApiOptions, CreationOptions, DefaultWebhookOptions
+):
+    """`notify-queue api`."""
+
+
+class RelaySettings(
+    DatabaseOptions, ListenOptions, MetricsOptions, PollOptions, WebhookOptions, OutboundOptions
+):
+    """`notify-queue relay`: the webhook outbox only."""
+
+
+class WorkerSettings(RelaySettings, WorkerOptions, DeliveryPolicyOptions, ProviderOptions):
+    """`notify-queue worker`: claims and delivers, and relays webhooks like `relay` (unless
+    --webhook-dispatch off), so it is a relay's settings and more."""
 
     @model_validator(mode="after")
-    def _consistent(self) -> Settings:
+    def _check_served_channels_have_providers(self) -> WorkerSettings:
+        # A worker that cannot deliver a channel it claims would fail every such notification
+        # at delivery time; refusing to start says so once, to whoever started it. A providers
+        # file replaces the flags checked here, and is checked when it is loaded.
+        if self.providers_file is not None:
+            return self
         problems: list[str] = []
-        if self.backoff_base > self.backoff_max:
-            problems.append("--backoff-base must not exceed --backoff-max")
-        if not self.priorities:
-            problems.append("--priorities needs at least one of HIGH, NORMAL, LOW")
-        if not self.channels:
-            problems.append("--channels needs at least one of email, sms, push")
-        for kind in self.channel_providers.values():
-            if kind is ProviderKind.HTTP and not self.provider_url:
+        for channel in self.channels:
+            kind = self.provider_for(channel)
+            if channel not in PROVIDER_CHANNELS[kind]:
+                problems.append(
+                    f"the {kind} provider cannot deliver {channel}: set --{channel}-provider, "
+                    "or leave it out of --channels"
+                )
+            elif kind is ProviderKind.HTTP and not self.provider_url:
                 problems.append("the http provider needs --provider-url")
-            if kind is ProviderKind.SMTP and not self.smtp_host:
+            elif kind is ProviderKind.SMTP and not self.smtp_host:
                 problems.append("the smtp provider needs --smtp-host")
-        if self.webhook_secret:
-            for secret in self.webhook_secrets:
-                if not secret.startswith("whsec_"):
-                    problems.append("--webhook-secret must look like whsec_<base64>")
         if problems:
-            raise ValueError("; ".join(sorted(set(problems))))
+            raise ValueError("; ".join(dict.fromkeys(problems)))
         return self
 
     @property
     def channel_providers(self) -> dict[Channel, ProviderKind]:
-        return {
-            Channel.EMAIL: self.email_provider or self.provider,
-            Channel.SMS: self.sms_provider or self.provider,
-            Channel.PUSH: self.push_provider or self.provider,
-        }
-
-    @property
-    def webhook_secrets(self) -> tuple[str, ...]:
-        if not self.webhook_secret:
-            return ()
-        return tuple(s.strip() for s in self.webhook_secret.split(",") if s.strip())
-
-    def require_database_url(self) -> str:
-        if not self.database_url:
-            raise ConfigurationError(["--database-url (or NOTIFY_QUEUE_DATABASE_URL) is required"])
-        return self.database_url
+        """The provider kind of each channel this worker serves (and of no other)."""
+        return {channel: self.provider_for(channel) for channel in self.channels}
 
 
-def load_settings(**overrides: object) -> Settings:
-    """Settings from the environment plus `overrides` (the flags given), or one line of error."""
+class OperatorSettings(
+    DatabaseOptions,
+    ListenOptions,
+    MetricsOptions,
+    CreationOptions,
+    OperatorOptions,
+    DefaultWebhookOptions,
+):
+    """`notify-queue operator`."""
+
+
+# mypy's pydantic plugin sees each base's generated `model_construct` as a different signature;
+# they are the one pydantic method.
+class UpSettings(ApiSettings, WorkerSettings, OperatorSettings, UpOptions):  # type: ignore[misc]
+    """`notify-queue up`: the API and a worker in one process, and with --kubernetes the operator.
+
+    Being each of those roles' settings, it is handed to each of them unchanged.
+    """
+
+
+# What the modules that predate per-role settings (the providers, the webhook dispatcher)
+# import: they are parts of the worker and read the worker's settings.
+Settings = WorkerSettings
+
+ROLE_SETTINGS: dict[str, type[DatabaseOptions]] = {
+    "migrate": MigrateSettings,
+    "api": ApiSettings,
+    "worker": WorkerSettings,
+    "relay": RelaySettings,
+    "operator": OperatorSettings,
+    "up": UpSettings,
+}
+
+AnySettings = TypeVar("AnySettings", bound=_Options)
+
+
+def load_settings(model: type[AnySettings], /, **overrides: object) -> AnySettings:
+    """`model`'s settings from the environment plus `overrides` (the flags given), or one line
+    of error per problem (`ConfigurationError`)."""
     try:
-        return Settings(**{k: v for k, v in overrides.items() if v is not None})  # type: ignore[arg-type]
+        given: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
+        return model(**given)
     except ValidationError as exc:
         messages = []
         for error in exc.errors():

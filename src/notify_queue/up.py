@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import uvicorn
 
 from notify_queue.logs import redact_url
-from notify_queue.settings import Settings
+from notify_queue.settings import UpSettings
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
-async def run_up(settings: Settings) -> None:
+async def run_up(settings: UpSettings) -> None:
     from notify_queue.api.app import create_app
     from notify_queue.embedded import EmbeddedPostgres
     from notify_queue.repositories.db import Database
@@ -53,7 +53,10 @@ async def run_up(settings: Settings) -> None:
     operator_stop = threading.Event()
     try:
         async with Database(
-            url, pool_size=settings.database_pool_size, name="notify-queue-up"
+            url,
+            pool_size=settings.database_pool_size,
+            name="notify-queue-up",
+            acquire_timeout_seconds=settings.database_timeout,
         ) as db:
             await migrate(db)
             server = _QuietServer(
@@ -79,9 +82,14 @@ async def run_up(settings: Settings) -> None:
                 log.info("kubernetes: export KUBECONFIG=%s", cluster.kubeconfig)
                 # kopf runs on its own loop in a thread: when it stops it cancels every task its
                 # loop created while it ran, which here would be the API's and the worker's.
+                # --metrics-port is the worker's here: the operator serving on it as well would
+                # find the port taken.
+                operator_settings = settings.model_copy(update={"metrics_port": None})
                 operator = asyncio.to_thread(
                     asyncio.run,
-                    run_operator(settings, kubeconfig=cluster.kubeconfig, stop_flag=operator_stop),
+                    run_operator(
+                        operator_settings, kubeconfig=cluster.kubeconfig, stop_flag=operator_stop
+                    ),
                 )
                 tasks.append(asyncio.create_task(operator, name="operator"))
             api = f"http://{settings.host}:{settings.port}"

@@ -13,13 +13,13 @@ from fastapi import FastAPI
 
 from notify_queue.api.app import create_app
 from notify_queue.repositories.db import Database
-from notify_queue.settings import Settings
+from notify_queue.settings import ApiSettings
 
 PROBLEM = "application/problem+json"
 
 
-def api_settings(database_url: str, **overrides: Any) -> Settings:
-    return Settings(database_url=database_url, **overrides)
+def api_settings(database_url: str, **overrides: Any) -> ApiSettings:
+    return ApiSettings(database_url=database_url, **overrides)
 
 
 @asynccontextmanager

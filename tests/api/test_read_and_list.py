@@ -82,6 +82,7 @@ async def test_filters_select_by_status_channel_and_recipient(client: httpx.Asyn
         ("status=DONE", "status"),
         ("channel=fax", "channel"),
         ("cursor=not-a-cursor", "cursor"),
+        ("cursor=", "cursor"),
         ("recipient=", "recipient"),
         ("recipient=a%00b", "recipient"),
     ],

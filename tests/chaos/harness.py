@@ -153,7 +153,7 @@ def worker_flags(
     **options: object,
 ) -> list[str]:
     """The flags of a chaos worker: HTTP provider and signed webhooks on loopback, quick polls,
-    a short lease and compressed backoff; `options` add or override (`max_attempts=10`)."""
+    a short lease and compressed backoff; `options` add or override (`batch_size=50`)."""
     values: dict[str, object] = {
         "poll_interval": 0.2,
         "lease_seconds": lease_seconds,

@@ -41,7 +41,7 @@ async def test_the_backlog_drains_after_an_outage_and_high_priority_is_not_delay
     provider.outage = True
     provider.latency_seconds = 0.03  # each delivery takes a while, so the drain takes seconds
     port = free_port()
-    flags = worker_flags(provider, None, max_attempts=6, backoff_base=0.2, backoff_max=2)
+    flags = worker_flags(provider, None, backoff_base=0.2, backoff_max=2)
     procs = spawn(database_url, *flags)
     backlog_pool = [
         procs.start("--priorities", "NORMAL,LOW", "--concurrency", "8") for _ in range(2)

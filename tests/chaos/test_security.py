@@ -97,7 +97,6 @@ async def test_no_secret_reaches_the_logs_of_a_worker_or_the_api_even_at_debug_l
             webhook_max_attempts=3,
             webhook_backoff_base=0.05,
             webhook_backoff_max=0.1,
-            max_attempts=3,
             log_level="DEBUG",
             log_format=log_format,
         ),

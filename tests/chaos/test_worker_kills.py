@@ -68,7 +68,6 @@ async def test_every_notification_ends_final_and_delivered_once_while_workers_ar
             provider,
             receiver,
             lease_seconds=LEASE_SECONDS,
-            max_attempts=10,
             batch_size=50,
             concurrency=32,
         ),

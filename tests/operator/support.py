@@ -17,7 +17,7 @@ import aiohttp
 from notify_queue.devcluster import LocalControlPlane
 from notify_queue.operator.main import run_operator
 from notify_queue.repositories.db import Database
-from notify_queue.settings import Settings
+from notify_queue.settings import OperatorSettings, UpSettings, WorkerSettings
 from notify_queue.worker.main import run_worker
 
 GROUP_VERSION = "notifyqueue.io/v1alpha1"
@@ -143,8 +143,9 @@ def phase(obj: dict[str, Any] | None) -> str | None:
     return ((obj or {}).get("status") or {}).get("phase")
 
 
-def settings_for(database_url: str, namespace: str | None, **overrides: Any) -> Settings:
-    """Settings for an operator or a worker in a test: fast polls, short backoffs."""
+def settings_for(database_url: str, namespace: str | None, **overrides: Any) -> UpSettings:
+    """Settings for an operator or a worker in a test (`up`'s are both): fast polls, short
+    backoffs."""
     values: dict[str, Any] = {
         "database_url": database_url,
         "namespace": namespace,
@@ -158,7 +159,7 @@ def settings_for(database_url: str, namespace: str | None, **overrides: Any) -> 
         "shutdown_grace_seconds": 1.0,
     }
     values.update(overrides)
-    return Settings(**values)
+    return UpSettings(**values)
 
 
 class OperatorThread:
@@ -168,7 +169,7 @@ class OperatorThread:
     loop created after it started, which would include the test's workers.
     """
 
-    def __init__(self, settings: Settings, kubeconfig: Path) -> None:
+    def __init__(self, settings: OperatorSettings, kubeconfig: Path) -> None:
         self._settings = settings
         self._kubeconfig = kubeconfig
         self._stop = threading.Event()
@@ -208,7 +209,7 @@ class OperatorThread:
 
 
 @contextlib.asynccontextmanager
-async def running_worker(settings: Settings, db: Database) -> AsyncIterator[None]:
+async def running_worker(settings: WorkerSettings, db: Database) -> AsyncIterator[None]:
     """A real worker (`run_worker`) as a task of the test's loop, stopped on exit."""
     stop = asyncio.Event()
     task = asyncio.create_task(run_worker(settings, db=db, stop=stop))

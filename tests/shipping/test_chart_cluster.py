@@ -169,4 +169,37 @@ def test_the_notes_say_how_to_send_a_first_notification(tools: Tools, kubeconfig
     assert "kind: Notification" in notes
     assert "kubectl get notif -n demo hello" in notes
     assert "curl -s -X POST http://127.0.0.1:8080/notifications" in notes
-    assert "WARNING: secrets.apiToken is empty" in notes
+    # Closed by default: how to read the generated token, and no warning about an open API.
+    assert (
+        "TOKEN=$(kubectl get secret -n demo nq-notify-queue-secrets "
+        "-o jsonpath='{.data.api-token}' | base64 -d)"
+    ) in notes
+    assert '-H "Authorization: Bearer $TOKEN"' in notes
+    assert "api.auth is open" not in notes
+    # The simulated provider is the default: NOTES say that it sends nothing anywhere.
+    assert "The simulated provider sends nothing anywhere" in notes
+    assert "PHASE goes Pending -> Sent, but with the simulated provider nothing was sent" in notes
+
+
+def test_the_notes_warn_about_an_open_api_and_drop_the_simulation_caveat_for_real_providers(
+    tools: Tools, kubeconfig: Path
+) -> None:
+    notes = tools.helm(
+        "install",
+        "nq",
+        str(CHART),
+        "--dry-run=client",
+        "--namespace",
+        "demo",
+        "--set",
+        "api.auth=open",
+        "--set",
+        "provider.type=http",
+        "--set",
+        "config.provider-url=http://gateway/send",
+        kubeconfig=kubeconfig,
+    ).stdout.split("NOTES:", 1)[1]
+    assert "WARNING: api.auth is open" in notes
+    assert "Authorization" not in notes
+    assert "simulated" not in notes
+    assert "PHASE goes Pending -> Sent once your provider has accepted the notification" in notes

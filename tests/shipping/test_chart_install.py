@@ -39,7 +39,7 @@ from notify_queue.cli import build_parser
 from notify_queue.devcluster import LocalControlPlane
 from notify_queue.embedded import EmbeddedPostgres
 from notify_queue.repositories.db import Database
-from notify_queue.settings import Settings, load_settings
+from notify_queue.settings import ROLE_SETTINGS, DatabaseOptions, load_settings
 from tests.operator.support import OperatorThread, running_worker, settings_for
 from tests.shipping.support import CHART, Tools
 from tests.support import eventually
@@ -96,19 +96,19 @@ def _container_environment(
     return env
 
 
-def _settings_of(env: dict[str, str], args: list[str], **overrides: Any) -> Settings:
-    """The settings the program builds from this environment and these arguments."""
+def _settings_of(env: dict[str, str], args: list[str], **overrides: Any) -> Any:
+    """The settings the program builds from this environment and these arguments: its role's,
+    from the variables of that role's options (the program ignores the others)."""
+    parsed = vars(build_parser().parse_args(args))
+    model: type[DatabaseOptions] = ROLE_SETTINGS[parsed.pop("role")]
     values = {
         k.removeprefix("NOTIFY_QUEUE_").lower(): v
         for k, v in env.items()
         if k.startswith("NOTIFY_QUEUE_")
+        and k.removeprefix("NOTIFY_QUEUE_").lower() in model.model_fields
     }
-    flags = {
-        k: v
-        for k, v in vars(build_parser().parse_args(args)).items()
-        if k != "role" and v is not None
-    }
-    return load_settings(**{**values, **flags, **overrides})
+    flags = {k: v for k, v in parsed.items() if v is not None}
+    return load_settings(model, **{**values, **flags, **overrides})
 
 
 def _run_hook_jobs(
@@ -607,6 +607,25 @@ def test_helm_upgrade_migrates_again_and_keeps_the_operators_replica_counts(
     assert bulk["metadata"]["annotations"]["notifyqueue.io/max-replicas"] == "20"
     assert bulk["spec"]["replicas"] == 4, "helm upgrade reset the replica count the operator set"
     assert "REVISION: 2" in out
+
+
+def test_the_generated_api_token_is_kept_across_upgrades(
+    release: Release, tools: Tools, kubeconfig: Path
+) -> None:
+    ns = release.namespace
+    secret = f"{RELEASE}-notify-queue-secrets"
+    token = _secret_value(tools, kubeconfig, ns, secret, "api-token")
+    assert token and len(token) >= 32, "no token given: the chart generates one"
+    (api,) = _deployment(tools, kubeconfig, ns, "api")["spec"]["template"]["spec"]["containers"]
+    assert _container_environment(tools, kubeconfig, ns, api)["NOTIFY_QUEUE_API_TOKEN"] == token
+
+    _helm_with_hooks(
+        tools, kubeconfig, ns, "upgrade", RELEASE, str(CHART), "--values", str(release.values_file)
+    )
+
+    assert _secret_value(tools, kubeconfig, ns, secret, "api-token") == token, (
+        "an upgrade changed the API token: every client would be locked out"
+    )
 
 
 async def test_helm_uninstall_releases_the_notifications_and_removes_the_release(

@@ -1,9 +1,10 @@
-"""The generated references are current: docs/configuration.md from `Settings` and the CLI's
+"""The generated references are current: docs/configuration.md from the settings groups and
 roles, docs/api-reference.md from the API's OpenAPI document. Each generator runs in --check
 mode, which rebuilds the page in memory and compares it with the file."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -30,11 +31,28 @@ def test_the_generated_reference_matches_the_code(script: str, page: str) -> Non
 
 
 def test_the_configuration_reference_names_every_option_and_its_variable() -> None:
-    from notify_queue.settings import Settings
+    from notify_queue.settings import ROLE_SETTINGS
 
     text = (ROOT / "docs" / "configuration.md").read_text()
-    for field in Settings.model_fields:
-        assert f"`NOTIFY_QUEUE_{field.upper()}`" in text, field
+    for model in ROLE_SETTINGS.values():
+        for field in model.model_fields:
+            assert f"`NOTIFY_QUEUE_{field.upper()}`" in text, field
+
+
+def test_the_configuration_reference_says_which_roles_read_each_option() -> None:
+    from notify_queue.settings import ROLE_SETTINGS
+
+    cells = [
+        [cell.strip() for cell in re.split(r"(?<!\\)\|", line)]  # "\|" is a pipe inside a cell
+        for line in (ROOT / "docs" / "configuration.md").read_text().splitlines()
+        if line.startswith("| `--")
+    ]
+    rows = {row[1]: row[5] for row in cells}
+    for role, model in ROLE_SETTINGS.items():
+        for field in model.model_fields:
+            readers = rows[f"`--{field.replace('_', '-')}`"].split(", ")
+            assert role in readers or f"{role} --kubernetes" in readers, (field, role)
+    assert "worker" not in rows["`--max-attempts`"].split(", ")
 
 
 def test_the_api_reference_lists_every_route_of_the_contract() -> None:

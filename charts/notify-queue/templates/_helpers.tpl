@@ -138,9 +138,9 @@ an exponent (Helm reads every number as a float: 1000000 would print as 1e+06). 
 The environment of one container: NOTIFY_QUEUE_<OPTION> for every entry of the `configs` (later
 ones win) and then of `fixed` (the chart's own wiring, which wins over config), in name order; then
 the secret settings named in `secrets` from the Secret (the database URL from its key
-`databaseUrlKey`); then `extraEnv`.
-Arguments: .root, .configs (list of maps), .fixed (map), .secrets (list of keys),
-.databaseUrlKey, .extraEnv.
+`databaseUrlKey`), optional unless named in `required` too; then `extraEnv`.
+Arguments: .root, .configs (list of maps), .fixed (map), .secrets (list of keys), .required
+(list of keys), .databaseUrlKey, .extraEnv.
 */}}
 {{- define "notify-queue.env" -}}
 {{- $root := .root -}}
@@ -157,14 +157,15 @@ Arguments: .root, .configs (list of maps), .fixed (map), .secrets (list of keys)
 - name: {{ $name }}
   value: {{ get $env $name | quote }}
 {{- end }}
+{{- $required := append (default list .required) "database-url" -}}
 {{- range $key := .secrets }}
-{{- if or $root.Values.existingSecret (eq $key "database-url") (include "notify-queue.secretValue" (dict "root" $root "key" $key)) }}
+{{- if or $root.Values.existingSecret (has $key $required) (include "notify-queue.secretValue" (dict "root" $root "key" $key)) }}
 - name: NOTIFY_QUEUE_{{ $key | upper | replace "-" "_" }}
   valueFrom:
     secretKeyRef:
       name: {{ include "notify-queue.secretName" $root }}
       key: {{ ternary (default "database-url" $.databaseUrlKey) $key (eq $key "database-url") }}
-      {{- if ne $key "database-url" }}
+      {{- if not (has $key $required) }}
       optional: true
       {{- end }}
 {{- end }}
@@ -177,8 +178,32 @@ Arguments: .root, .configs (list of maps), .fixed (map), .secrets (list of keys)
 {{/* The chart-made Secret's value for `.key` (empty when unset). */}}
 {{- define "notify-queue.secretValue" -}}
 {{- $v := .root.Values -}}
-{{- $values := dict "database-url" $v.database.url "api-token" $v.secrets.apiToken "admin-token" $v.secrets.adminToken "webhook-secret" $v.secrets.webhookSecret "smtp-password" $v.secrets.smtpPassword -}}
+{{- $values := dict "database-url" $v.database.url "admin-token" $v.secrets.adminToken "webhook-secret" $v.secrets.webhookSecret "smtp-password" $v.secrets.smtpPassword -}}
+{{- if eq .key "api-token" -}}
+{{- include "notify-queue.apiToken" .root -}}
+{{- else -}}
 {{- get $values .key -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the API requires a bearer token (api.auth: token, the default). */}}
+{{- define "notify-queue.apiClosed" -}}
+{{- if and .Values.api.enabled (eq (default "token" .Values.api.auth) "token") -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The API token of the chart-made Secret: secrets.apiToken when given; else, while the API is
+closed, the token this release generated at install, read back from the Secret (`lookup`) so an
+upgrade keeps it; else a new random one (first install, or `helm template`, which cannot look).
+*/}}
+{{- define "notify-queue.apiToken" -}}
+{{- if .Values.secrets.apiToken -}}
+{{- .Values.secrets.apiToken -}}
+{{- else if include "notify-queue.apiClosed" . -}}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace (include "notify-queue.secretName" .) | default dict -}}
+{{- $kept := dig "data" "api-token" "" $secret -}}
+{{- if $kept -}}{{- b64dec $kept -}}{{- else -}}{{- randAlphaNum 48 -}}{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The keys of the chart-made Secret, in a fixed order. */}}
@@ -210,7 +235,43 @@ database-url api-token admin-token webhook-secret smtp-password
 {{- end }}
 {{- end }}
 {{- end }}
+{{- if and (eq (default "token" .Values.api.auth) "open") .Values.secrets.apiToken }}
+{{- fail "api.auth is open but secrets.apiToken is set: choose one (api.auth: token uses the token)" }}
+{{- end }}
+{{- include "notify-queue.validateProviders" . }}
 {{- if and (not .Values.existingSecret) (not .Values.database.url) }}
 {{- fail "database.url is empty: set it (postgresql://user:password@host:5432/db) or name a Secret with a database-url key in existingSecret" }}
 {{- end }}
+{{- end -}}
+
+{{/* Each enabled pool can deliver every channel it serves, with what its provider needs. */}}
+{{- define "notify-queue.validateProviders" -}}
+{{- $root := . -}}
+{{- range $name, $pool := .Values.workers.pools }}
+{{- if dig "enabled" true $pool }}
+{{- $config := merge (dict) (default dict $pool.config) (default dict $root.Values.workers.config) (default dict $root.Values.config) }}
+{{- range $channel := default (list "email" "sms" "push") $pool.channels }}
+{{- $kind := default $root.Values.provider.type (get $root.Values.provider $channel) }}
+{{- if and (eq $kind "smtp") (ne $channel "email") }}
+{{- fail (printf "workers.pools.%s serves %s, which the smtp provider cannot deliver: set provider.%s (http) or leave %s out of the pool's channels" $name $channel $channel $channel) }}
+{{- end }}
+{{- if and (eq $kind "http") (not (get $config "provider-url")) }}
+{{- fail (printf "workers.pools.%s delivers %s with the http provider, which needs config.provider-url" $name $channel) }}
+{{- end }}
+{{- if and (eq $kind "smtp") (not (get $config "smtp-host")) }}
+{{- fail (printf "workers.pools.%s delivers %s with the smtp provider, which needs config.smtp-host" $name $channel) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The worker's provider options from `provider` (only the overrides that are set). */}}
+{{- define "notify-queue.providerEnv" -}}
+{{- $env := dict "provider" .Values.provider.type -}}
+{{- range $channel := list "email" "sms" "push" }}
+{{- with get $.Values.provider $channel }}{{ $_ := set $env (printf "%s-provider" $channel) . }}{{ end }}
+{{- end }}
+{{- with .Values.outboundAllow }}{{ $_ := set $env "outbound-allow" . }}{{ end }}
+{{- toYaml $env -}}
 {{- end -}}

@@ -36,7 +36,7 @@ from notify_queue.repositories.recipients import RecipientRepository
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.recipients import RecipientService
 from notify_queue.services.wakeups import DebouncedWaker
-from notify_queue.settings import Settings
+from notify_queue.settings import ApiSettings
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ read and list them, cancel and retry them, and watch the queue. Errors are RFC 9
 """
 
 
-def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
+def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
     """The API as an ASGI app. With `db`, the caller owns that pool; else the app opens its own."""
     auth = Auth(api_token=settings.api_token, admin_token=settings.admin_token)
     metrics = QueueMetrics()
@@ -95,7 +95,7 @@ def create_app(settings: Settings, *, db: Database | None = None) -> FastAPI:
     return app
 
 
-def open_database(settings: Settings) -> Database:
+def open_database(settings: ApiSettings) -> Database:
     """The API's pool; named per process so `pg_stat_activity` shows which process holds what."""
     return Database(
         settings.require_database_url(),

@@ -17,13 +17,13 @@ import uvicorn
 
 from notify_queue.api.app import create_app
 from notify_queue.logs import configure_logging
-from notify_queue.settings import Settings, load_settings
+from notify_queue.settings import ApiSettings, load_settings
 
 APP_FACTORY = "notify_queue.api.main:app_from_environment"
 GRACEFUL_SHUTDOWN_SECONDS = 10  # requests in flight get this long to finish on SIGTERM
 
 
-async def run_api(settings: Settings) -> None:
+async def run_api(settings: ApiSettings) -> None:
     """Serve the API until SIGINT or SIGTERM."""
     settings.require_database_url()
     if settings.api_workers > 1:
@@ -40,12 +40,12 @@ async def run_api(settings: Settings) -> None:
 
 def app_from_environment() -> object:
     """The app factory each worker process imports (settings from NOTIFY_QUEUE_*)."""
-    settings = load_settings()
+    settings = load_settings(ApiSettings)
     configure_logging(settings.log_level, settings.log_format)
     return create_app(settings)
 
 
-def settings_environment(settings: Settings) -> dict[str, str]:
+def settings_environment(settings: ApiSettings) -> dict[str, str]:
     """Every set option as the NOTIFY_QUEUE_* variable that reproduces it."""
     env = {}
     for name, value in settings.model_dump().items():
@@ -73,7 +73,7 @@ class _ServerOptions(TypedDict):
     timeout_graceful_shutdown: int
 
 
-def _server_options(settings: Settings) -> _ServerOptions:
+def _server_options(settings: ApiSettings) -> _ServerOptions:
     return {
         "host": settings.host,
         "port": settings.port,

@@ -192,7 +192,10 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
         ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
         cursor: Annotated[
-            str | None, Query(max_length=512, description="`nextCursor` of the previous page.")
+            str | None,
+            # An empty value is no cursor at all: refused (400) like any other malformed
+            # cursor, as the document says (minLength 1), rather than read as "first page".
+            Query(min_length=1, max_length=512, description="`nextCursor` of the previous page."),
         ] = None,
     ) -> JSONResponse:
         if recipient is not None and (errors := storable_errors(recipient, "recipient")):

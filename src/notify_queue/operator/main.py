@@ -45,7 +45,7 @@ from notify_queue.repositories.recipients import RecipientRepository
 from notify_queue.repositories.schema import current_version, latest_version
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.recipients import RecipientService
-from notify_queue.settings import Settings
+from notify_queue.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def operator_settings() -> kopf.OperatorSettings:
 
 
 async def run_operator(
-    settings: Settings,
+    settings: OperatorSettings,
     *,
     kubeconfig: Path | None = None,
     stop_flag: StopFlag | None = None,
@@ -129,7 +129,7 @@ async def _close_pool(db: Database) -> None:
 
 
 async def _run(
-    settings: Settings,
+    settings: OperatorSettings,
     db: Database,
     kube: KubeApi,
     *,

@@ -18,7 +18,7 @@ from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryReposit
 from notify_queue.repositories.providers import ProviderRepository
 from notify_queue.repositories.webhooks import WebhookRepository
 from notify_queue.services.delivery import DeliveryService
-from notify_queue.settings import Settings, Switch
+from notify_queue.settings import RelaySettings, Switch, WorkerSettings
 from notify_queue.worker.dispatcher import WebhookDispatcher
 from notify_queue.worker.endpoints import start_endpoints
 from notify_queue.worker.routing import Router
@@ -28,7 +28,7 @@ from notify_queue.worker.supervision import Health, supervise
 log = logging.getLogger(__name__)
 
 
-def delivery_defaults(settings: Settings) -> DeliveryDefaults:
+def delivery_defaults(settings: WorkerSettings) -> DeliveryDefaults:
     return DeliveryDefaults(
         rate_limit=settings.rate_limit,
         rate_window_seconds=settings.rate_limit_window,
@@ -41,7 +41,7 @@ def delivery_defaults(settings: Settings) -> DeliveryDefaults:
 
 @asynccontextmanager
 async def _process(
-    settings: Settings, name: str, db: Database | None, health: Health
+    settings: RelaySettings, name: str, db: Database | None, health: Health
 ) -> AsyncIterator[Database]:
     """The database pool and the --metrics-port endpoints of one worker or relay process."""
     own_db = db is None
@@ -63,7 +63,7 @@ async def _process(
 
 
 def webhook_dispatcher(
-    settings: Settings, db: Database, health: Health
+    settings: WorkerSettings, db: Database, health: Health
 ) -> tuple[WebhookDispatcher, Callable[[], Awaitable[None]]]:
     """The outbox relay and the coroutine function that closes its sessions."""
     guarded = outbound_session(
@@ -86,7 +86,7 @@ def webhook_dispatcher(
 
 
 async def run_worker(
-    settings: Settings, *, db: Database | None = None, stop: asyncio.Event | None = None
+    settings: WorkerSettings, *, db: Database | None = None, stop: asyncio.Event | None = None
 ) -> None:
     """Run one worker process until SIGTERM/SIGINT (or `stop`), then shut down gracefully."""
     health = Health()
@@ -142,13 +142,16 @@ async def run_worker(
 
 
 async def run_relay(
-    settings: Settings, *, db: Database | None = None, stop: asyncio.Event | None = None
+    settings: RelaySettings, *, db: Database | None = None, stop: asyncio.Event | None = None
 ) -> None:
     """Relay the webhook outbox alone until SIGTERM/SIGINT (or `stop`)."""
     health = Health()
     done = asyncio.Event()
+    # The dispatcher is typed against the worker's settings (`settings.Settings`) but reads only
+    # what a relay has (webhook options, poll interval): hand it those, the rest at defaults.
+    as_worker = WorkerSettings.model_construct(**settings.model_dump())
     async with _process(settings, "notify-queue-relay", db, health) as db:
-        dispatcher, close_dispatcher = webhook_dispatcher(settings, db, health)
+        dispatcher, close_dispatcher = webhook_dispatcher(as_worker, db, health)
         log.info("relay started")
         try:
             await _until_signal(

@@ -1,12 +1,13 @@
 """A provider that only records when each request arrived, in a process of its own.
 
-Rate-limit tests measure the limit where requests arrive. Recorded inside the test process, an
-arrival is stamped when that process's event loop gets to it, so a pause there (garbage
-collection, reading 2,000 rows back) would stamp seconds of evenly spaced requests as one burst.
+Rate-limit tests and the provider_limit benchmark measure the limit where requests arrive.
+Recorded inside the test process, an arrival is stamped when that process's event loop gets to
+it, so a pause there (garbage collection, reading 2,000 rows back) would stamp seconds of evenly
+spaced requests as one burst.
 This process does nothing else. It answers 200 with a messageId, and on SIGTERM writes the
 arrival times (CLOCK_MONOTONIC seconds, comparable across processes) as JSON to `--out`.
 
-    python -m tests.chaos.timing_provider --port 8099 --out arrivals.json
+    python -m benchmarks.timing_provider --out arrivals.json   (prints the port it listens on)
 """
 
 from __future__ import annotations
@@ -33,10 +34,11 @@ async def main(port: int, out: Path) -> None:
     app.router.add_post("/send", send)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    print("listening", flush=True)
+    print(site._server.sockets[0].getsockname()[1], flush=True)  # type: ignore[union-attr]
     await stop.wait()
     await runner.cleanup()
     out.write_text(json.dumps(arrivals))
@@ -44,7 +46,7 @@ async def main(port: int, out: Path) -> None:
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--port", type=int, default=0, help="0: any free port")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     asyncio.run(main(args.port, args.out))
