@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from tests.api.support import PROBLEM, fields_named, key, sql
+from tests.api.support import PROBLEM, api_client, fields_named, key, sql
 
 FULL = {
     "email": "ada@example.com",
@@ -426,3 +426,17 @@ async def test_identical_user_targeted_requests_at_once_expand_once(
         database_url, "SELECT count(*) FROM nq_notifications WHERE recipient_id = 'u-13'"
     )
     assert rows == [(3,)]
+
+
+async def test_a_notification_suppressed_at_creation_reports_to_the_default_webhook(
+    database_url: str, db: Any
+) -> None:
+    async with api_client(database_url, db=db, webhook_url="https://default.example/hook") as http:
+        await put_recipient(http, "u-14", preferences={"optOut": {"all": True}})
+        (suppressed,) = await send(http, recipientId="u-14")
+    events = await sql(
+        database_url,
+        "SELECT url FROM nq_webhook_events WHERE notification_id = %s",
+        (suppressed["id"],),
+    )
+    assert events == [("https://default.example/hook",)]
