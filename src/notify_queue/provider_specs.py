@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from notify_queue.errors import ConfigurationError
 from notify_queue.models import Channel
-from notify_queue.settings import Settings
+from notify_queue.settings import WorkerSettings
 
 NAME = re.compile(r"^[a-z0-9-]{1,63}$")
 
@@ -161,7 +161,7 @@ class ProviderSpecs(_Strict):
         return [c for c in channels if not self.chain(c)]
 
 
-def specs_from_settings(settings: Settings) -> ProviderSpecs:
+def specs_from_settings(settings: WorkerSettings) -> ProviderSpecs:
     """`--providers-file` if given, else one provider per kind the single-provider flags name.
 
     The shorthand has no circuit breaker and no rate limit: with one provider per channel there

@@ -546,10 +546,6 @@ class UpSettings(ApiSettings, WorkerSettings, OperatorSettings, UpOptions):  # t
     """
 
 
-# What the modules that predate per-role settings (the providers, the webhook dispatcher)
-# import: they are parts of the worker and read the worker's settings.
-Settings = WorkerSettings
-
 ROLE_SETTINGS: dict[str, type[DatabaseOptions]] = {
     "migrate": MigrateSettings,
     "api": ApiSettings,

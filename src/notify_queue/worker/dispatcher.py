@@ -25,7 +25,7 @@ from notify_queue.models import WebhookEvent, WebhookResult
 from notify_queue.providers.webhooks import WebhookSender
 from notify_queue.repositories.webhooks import WebhookRepository
 from notify_queue.services.webhooks import decide_webhook_result
-from notify_queue.settings import Settings
+from notify_queue.settings import RelaySettings
 from notify_queue.worker.metrics import WEBHOOK_POSTS
 from notify_queue.worker.supervision import Health
 from notify_queue.worker.waiting import wait_any
@@ -42,7 +42,7 @@ _HEALTH_NAME = "webhooks"
 class WebhookDispatcher:
     def __init__(
         self,
-        settings: Settings,
+        settings: RelaySettings,
         repository: WebhookRepository,
         *,
         guarded: WebhookSender,

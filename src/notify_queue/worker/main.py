@@ -63,7 +63,7 @@ async def _process(
 
 
 def webhook_dispatcher(
-    settings: WorkerSettings, db: Database, health: Health
+    settings: RelaySettings, db: Database, health: Health
 ) -> tuple[WebhookDispatcher, Callable[[], Awaitable[None]]]:
     """The outbox relay and the coroutine function that closes its sessions."""
     guarded = outbound_session(
@@ -147,11 +147,8 @@ async def run_relay(
     """Relay the webhook outbox alone until SIGTERM/SIGINT (or `stop`)."""
     health = Health()
     done = asyncio.Event()
-    # The dispatcher is typed against the worker's settings (`settings.Settings`) but reads only
-    # what a relay has (webhook options, poll interval): hand it those, the rest at defaults.
-    as_worker = WorkerSettings.model_construct(**settings.model_dump())
     async with _process(settings, "notify-queue-relay", db, health) as db:
-        dispatcher, close_dispatcher = webhook_dispatcher(as_worker, db, health)
+        dispatcher, close_dispatcher = webhook_dispatcher(settings, db, health)
         log.info("relay started")
         try:
             await _until_signal(
