@@ -7,6 +7,7 @@ happens once, at the edge, in `services.validation`.
 
 from __future__ import annotations
 
+import datetime as dt
 import enum
 import os
 import time
@@ -90,6 +91,8 @@ class Status(enum.StrEnum):
     DEAD_LETTERED = "DEAD_LETTERED"
     CANCELLED = "CANCELLED"
     EXPIRED = "EXPIRED"
+    # The recipient opted out (at creation or at send time); `last_error` says why.
+    SUPPRESSED = "SUPPRESSED"
 
     @property
     def is_final(self) -> bool:
@@ -97,11 +100,24 @@ class Status(enum.StrEnum):
 
 
 FINAL_STATUSES = frozenset(
-    {Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.CANCELLED, Status.EXPIRED}
+    {
+        Status.SENT,
+        Status.FAILED,
+        Status.DEAD_LETTERED,
+        Status.CANCELLED,
+        Status.EXPIRED,
+        Status.SUPPRESSED,
+    }
 )
 RETRYABLE_STATUSES = frozenset({Status.FAILED, Status.DEAD_LETTERED})
 # Statuses that report to a webhook (CONTRACT section 6).
-WEBHOOK_STATUSES = frozenset({Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.EXPIRED})
+WEBHOOK_STATUSES = frozenset(
+    {Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.EXPIRED, Status.SUPPRESSED}
+)
+# The category a notification has when the request names none (CONTRACT §9).
+DEFAULT_CATEGORY = "transactional"
+# The category that passes quiet hours whatever its priority.
+CRITICAL_CATEGORY = "critical"
 
 
 class Failover(enum.StrEnum):
@@ -158,6 +174,20 @@ class NewNotification:
     metadata: dict[str, Any] = field(default_factory=dict)
     source: Source = Source.API
     id: uuid.UUID = field(default_factory=time_ordered_uuid)
+    category: str = DEFAULT_CATEGORY
+    recipient_id: str | None = None
+    template: TemplateRef | None = None
+    # SUPPRESSED when the recipient opted out of every channel at creation; `last_error` the reason.
+    status: Status = Status.PENDING
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateRef:
+    """The template (and its version) a notification's text was rendered from."""
+
+    name: str
+    version: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +223,9 @@ class Notification:
     metadata: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    category: str = DEFAULT_CATEGORY
+    recipient_id: str | None = None
+    template: TemplateRef | None = None
     # The provider that sent it (else None), and the last 20 provider calls and skips.
     provider: str | None = None
     delivery_attempts: list[dict[str, Any]] = field(default_factory=list)
@@ -200,11 +233,15 @@ class Notification:
 
 @dataclass(frozen=True, slots=True)
 class CreateResult:
-    """What enqueueing one request came to: created, the same request again, or a key clash."""
+    """What enqueueing one request came to: created, the same request again, or a key clash.
+
+    A user-targeted request (recipientId) becomes several notifications, all in `notifications`;
+    `notification` is then the first of them."""
 
     notification: Notification
     created: bool
     conflict: bool = False
+    notifications: tuple[Notification, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,9 +260,60 @@ class ClaimedNotification:
     backoff_base_seconds: float
     backoff_max_seconds: float
     priority: Priority
+    category: str = DEFAULT_CATEGORY
+    expires_at: datetime | None = None
+    # Set for a user-targeted notification: the recipient's preferences as the claim read them
+    # (in the claim's transaction, so never older than the claim).
+    recipient_id: str | None = None
+    preferences: Preferences | None = None
     # From the notification's policy: its failover rule and provider chain (None: the worker's).
     failover: Failover | None = None
     providers: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Preferences:
+    """A stored recipient's preferences; `exists` False: the recipient was deleted."""
+
+    exists: bool
+    opt_out_all: bool = False
+    opt_out_channels: frozenset[str] = frozenset()
+    opt_out_categories: frozenset[str] = frozenset()
+    timezone: str = "UTC"
+    quiet_start: dt.time | None = None
+    quiet_end: dt.time | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Recipient:
+    """A stored recipient: contacts per channel, timezone and preferences."""
+
+    id: str
+    email: str | None
+    phone: str | None
+    push_tokens: list[str]
+    preferences: Preferences
+    created_at: datetime
+    updated_at: datetime
+
+    def contact(self, channel: Channel) -> str | None:
+        if channel is Channel.EMAIL:
+            return self.email
+        if channel is Channel.SMS:
+            return self.phone
+        return self.push_tokens[0] if self.push_tokens else None
+
+
+@dataclass(frozen=True, slots=True)
+class Template:
+    """A stored template: per channel a subject (email, push) and a body, with its version."""
+
+    name: str
+    channels: dict[str, dict[str, str]]
+    version: int
+    source: Source
+    created_at: datetime
+    updated_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,8 +357,11 @@ class Completion:
     provider_message_id: str | None
     provider: str | None = None
     attempts_json: str = "[]"
-    # The attempt the claim counted was not one (every provider open or rate-limited): give it back.
+    # The attempt the claim counted was not one (every provider open or rate-limited; or the
+    # send-time preference check: suppressed, quiet hours, expired): give it back.
     give_back_attempt: bool = False
+    # An absolute next due time (a quiet-hours deferral), instead of retry_in_seconds.
+    next_attempt_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -286,11 +286,12 @@ class DeliveryPolicyOptions(_Options):
         return self
 
 
-class WebhookOptions(_Options):
-    """Webhooks
+class DefaultWebhookOptions(_Options):
+    """Default webhook
 
-    Where events of notifications without a webhook of their own go, and how stored events are
-    POSTed: by workers (unless --webhook-dispatch off) and by `notify-queue relay`.
+    Where events of notifications without a webhook of their own (or their policy's) go. The API
+    and the operator read it too: a notification suppressed at creation (its recipient opted out
+    of every channel, docs/recipients.md) gets its event in the creating transaction.
     """
 
     webhook_url: str | None = Field(
@@ -298,6 +299,16 @@ class WebhookOptions(_Options):
         description="Webhook for notifications without their own or a policy's. Configured by "
         "whoever runs the system, so --outbound-allow does not apply to it.",
     )
+
+
+class WebhookOptions(DefaultWebhookOptions):
+    """Webhooks
+
+    Where events of notifications without a webhook of their own go (--webhook-url, which the API
+    and the operator also read: a notification suppressed at creation gets its event there), and
+    how stored events are POSTed: by workers (unless --webhook-dispatch off) and by
+    `notify-queue relay`.
+    """
 
     webhook_secret: str | None = Field(
         None,
@@ -470,7 +481,9 @@ class MigrateSettings(DatabaseOptions):
     """`notify-queue migrate`."""
 
 
-class ApiSettings(DatabaseOptions, ListenOptions, ApiOptions, CreationOptions):
+class ApiSettings(
+    DatabaseOptions, ListenOptions, ApiOptions, CreationOptions, DefaultWebhookOptions
+):
     """`notify-queue api`."""
 
 
@@ -514,7 +527,12 @@ class WorkerSettings(RelaySettings, WorkerOptions, DeliveryPolicyOptions, Provid
 
 
 class OperatorSettings(
-    DatabaseOptions, ListenOptions, MetricsOptions, CreationOptions, OperatorOptions
+    DatabaseOptions,
+    ListenOptions,
+    MetricsOptions,
+    CreationOptions,
+    OperatorOptions,
+    DefaultWebhookOptions,
 ):
     """`notify-queue operator`."""
 

@@ -17,8 +17,12 @@ from tests.api.support import PROBLEM, api_client, email, fields_named, key, sql
 # In the order of the contract's example.
 CONTRACT_FIELDS = (
     "id idempotencyKey channel recipient subject body priority status sendAt nextAttemptAt "
-    "expiresAt attemptCount maxAttempts lastError sentAt providerMessageId provider "
-    "deliveryAttempts retries source metadata createdAt updatedAt"
+    "expiresAt attemptCount maxAttempts lastError sentAt providerMessageId "
+    # CONTRACT §9: which provider sent it and the attempts log (issue 11).
+    "provider deliveryAttempts "
+    "retries source metadata createdAt updatedAt"
+    # CONTRACT §9: what a user-targeted or templated notification was for (issue 12).
+    " category recipientId template"
 ).split()
 UTC_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 

@@ -26,6 +26,14 @@ CONTRACT_OPERATIONS = {
     ("get", "/metrics"),
     ("get", "/healthz"),
     ("get", "/readyz"),
+    # CONTRACT §9
+    ("put", "/recipients/{id}"),
+    ("get", "/recipients/{id}"),
+    ("delete", "/recipients/{id}"),
+    ("patch", "/recipients/{id}/preferences"),
+    ("put", "/templates/{name}"),
+    ("get", "/templates/{name}"),
+    ("delete", "/templates/{name}"),
 }
 
 
@@ -89,7 +97,11 @@ def test_the_create_model_has_the_same_fields_as_the_validation_rules() -> None:
     rules = {field.alias or name for name, field in NotificationRequest.model_fields.items()}
     assert set(schemas["NotificationCreate"]["properties"]) == rules
     assert schemas["NotificationCreate"]["additionalProperties"] is False
-    assert set(schemas["NotificationCreate"]["required"]) == {"channel", "recipient", "body"}
+    # An address or a stored recipient; a body or a template (CONTRACT §9).
+    assert schemas["NotificationCreate"]["allOf"] == [
+        {"oneOf": [{"required": ["channel", "recipient"]}, {"required": ["recipientId"]}]},
+        {"oneOf": [{"required": ["body"]}, {"required": ["template"]}]},
+    ]
     assert "idempotencyKey" in schemas["BatchNotificationCreate"]["required"]
 
 

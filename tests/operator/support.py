@@ -24,6 +24,7 @@ GROUP_VERSION = "notifyqueue.io/v1alpha1"
 _PATHS = {
     "Notification": "/apis/notifyqueue.io/v1alpha1/namespaces/{ns}/notifications",
     "NotificationPolicy": "/apis/notifyqueue.io/v1alpha1/namespaces/{ns}/notificationpolicies",
+    "NotificationTemplate": "/apis/notifyqueue.io/v1alpha1/namespaces/{ns}/notificationtemplates",
     "Secret": "/api/v1/namespaces/{ns}/secrets",
     "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
     "Event": "/api/v1/namespaces/{ns}/events",

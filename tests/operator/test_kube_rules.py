@@ -151,5 +151,14 @@ def test_a_secret_that_is_not_a_signing_key_is_refused() -> None:
 def test_every_status_has_a_phase() -> None:
     assert set(PHASES) == set(Status)
     assert sorted(PHASES.values()) == sorted(
-        ["Pending", "Processing", "Sent", "Failed", "DeadLettered", "Cancelled", "Expired"]
+        [
+            "Pending",
+            "Processing",
+            "Sent",
+            "Failed",
+            "DeadLettered",
+            "Cancelled",
+            "Expired",
+            "Suppressed",
+        ]
     )

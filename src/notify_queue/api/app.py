@@ -27,11 +27,14 @@ from notify_queue.api.openapi import build_openapi
 from notify_queue.api.problems import install_problem_handlers
 from notify_queue.api.routes_notifications import add_notification_routes
 from notify_queue.api.routes_ops import add_ops_routes
+from notify_queue.api.routes_recipients import add_recipient_routes
 from notify_queue.api.runtime import ApiRuntime
 from notify_queue.repositories import schema
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.notifications import NotificationRepository
+from notify_queue.repositories.recipients import RecipientRepository
 from notify_queue.services.notifications import NotificationService
+from notify_queue.services.recipients import RecipientService
 from notify_queue.services.wakeups import DebouncedWaker
 from notify_queue.settings import ApiSettings
 
@@ -54,7 +57,7 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
         database = db if db is not None else open_database(settings)
         if db is None:
             await database.open(wait=False)
-        repository = NotificationRepository(database)
+        repository = NotificationRepository(database, default_webhook_url=settings.webhook_url)
         waker = DebouncedWaker(repository.workers_wake)
         app.state.runtime = ApiRuntime(
             service=NotificationService(
@@ -63,6 +66,7 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
             metrics=metrics,
             schema_version=functools.partial(schema.current_version, database),
             latest_schema_version=schema.latest_version(),
+            recipients=RecipientService(RecipientRepository(database)),
         )
         try:
             yield
@@ -84,6 +88,7 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
     # Added to the app's own router (not included from another), so routing, 405 and the
     # OpenAPI document all see one flat list of routes.
     add_notification_routes(app.router, auth)
+    add_recipient_routes(app.router, auth)
     add_ops_routes(app.router, auth)
     app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
     app.openapi = functools.partial(build_openapi, app)  # type: ignore[method-assign]

@@ -23,7 +23,7 @@ _PROBLEM_DESCRIPTIONS = {
     400: "Invalid input; `errors` names every bad field.",
     401: "No or wrong bearer token.",
     403: "A client token on a route that needs the admin token.",
-    404: "No such notification.",
+    404: "No such notification, recipient or template.",
     409: "Conflicts with the notification's state, or the idempotency key was used for another "
     "request.",
     413: "The request body is larger than the server accepts.",

@@ -27,15 +27,16 @@ from notify_queue.api.query import reject_unknown_query_parameters
 from notify_queue.api.runtime import Runtime
 from notify_queue.api.schemas import RetryBatchRequest, RetryBatchResult, notification_json
 from notify_queue.errors import Conflict, FieldError, ValidationFailed
-from notify_queue.models import Channel, NewNotification, Status
+from notify_queue.models import Channel, CreateResult, Status
 from notify_queue.services.notifications import MAX_BATCH, MAX_PAGE
 from notify_queue.services.validation import (
     MAX_RECIPIENT_CHARS,
     NotificationRequest,
+    PreparedRequest,
     check_idempotency_key,
     parse_request,
+    prepare_request,
     request_hash,
-    to_new_notification,
 )
 
 IdempotencyKeyHeader = Annotated[
@@ -95,9 +96,14 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
     ) -> JSONResponse:
         data = await read_json(request, required=True)
         new = _one_request(data, header_key=idempotency_key, now=datetime.now(UTC))
-        result = await runtime.service.enqueue(new)
+        (result,) = await runtime.service.create_many([new])
+        if isinstance(result, ValidationFailed):
+            raise result
         if result.conflict:
             raise _key_conflict(new.idempotency_key, result.notification.id)
+        status = 201 if result.created else 200
+        if new.request.recipient_id is not None:
+            return JSONResponse(_created_json(result), status_code=status)
         body = notification_json(result.notification)
         if result.created:
             location = f"/notifications/{result.notification.id}"
@@ -120,18 +126,25 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
         items = _batch_items(await read_json(request, required=True))
         now = datetime.now(UTC)
         results: list[dict[str, Any]] = [{} for _ in items]
-        valid: list[tuple[int, NewNotification]] = []
+        valid: list[tuple[int, PreparedRequest]] = []
         for index, item in enumerate(items):
             try:
                 valid.append((index, _batch_item(item, prefix=f"notifications[{index}].", now=now)))
             except ValidationFailed as exc:
                 results[index] = {"status": 400, "error": domain_problem(exc)}
         if valid:
-            enqueued = await runtime.service.enqueue_many([new for _, new in valid])
+            enqueued = await runtime.service.create_many([new for _, new in valid])
             for (index, new), result in zip(valid, enqueued, strict=True):
-                if result.conflict:
+                if isinstance(result, ValidationFailed):
+                    results[index] = {"status": 400, "error": domain_problem(result)}
+                elif result.conflict:
                     conflict = _key_conflict(new.idempotency_key, result.notification.id)
                     results[index] = {"status": 409, "error": domain_problem(conflict)}
+                elif new.request.recipient_id is not None:
+                    results[index] = {
+                        "status": 201 if result.created else 200,
+                        **_created_json(result),
+                    }
                 else:
                     results[index] = {
                         "status": 201 if result.created else 200,
@@ -168,6 +181,15 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
         recipient: Annotated[
             str | None, Query(min_length=1, max_length=MAX_RECIPIENT_CHARS)
         ] = None,
+        recipient_id: Annotated[
+            str | None,
+            Query(
+                alias="recipientId",
+                min_length=1,
+                max_length=255,
+                description="A stored recipient's id: its user-targeted notifications.",
+            ),
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
         cursor: Annotated[
             str | None,
@@ -178,10 +200,13 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
     ) -> JSONResponse:
         if recipient is not None and (errors := storable_errors(recipient, "recipient")):
             raise ValidationFailed(errors)
+        if recipient_id is not None and (errors := storable_errors(recipient_id, "recipientId")):
+            raise ValidationFailed(errors)
         items, next_cursor = await runtime.service.list(
             status=status,
             channel=channel.value if channel else None,
             recipient=recipient,
+            recipient_id=recipient_id,
             cursor=cursor,
             limit=limit,
         )
@@ -244,7 +269,13 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
         return JSONResponse(result.model_dump(by_alias=True))
 
 
-def _one_request(data: Any, *, header_key: str | None, now: datetime) -> NewNotification:
+def _created_json(result: CreateResult) -> dict[str, Any]:
+    """A user-targeted create's answer: every notification the request became (CONTRACT §9)."""
+    made = result.notifications or (result.notification,)
+    return {"notifications": [notification_json(n) for n in made]}
+
+
+def _one_request(data: Any, *, header_key: str | None, now: datetime) -> PreparedRequest:
     """Validate a single create, header included; every bad field is named in one error."""
     if not isinstance(data, dict):
         raise ValidationFailed([FieldError("$", "must be a JSON object")])
@@ -271,9 +302,7 @@ def _one_request(data: Any, *, header_key: str | None, now: datetime) -> NewNoti
     if errors or request is None:
         raise ValidationFailed(_unique(errors))
     key = header_key if header_key is not None else str(body_key)
-    return to_new_notification(
-        request, idempotency_key=key, request_digest=request_hash(data), now=now
-    )
+    return prepare_request(request, idempotency_key=key, request_digest=request_hash(data), now=now)
 
 
 def _batch_items(data: Any) -> list[Any]:
@@ -293,7 +322,7 @@ def _batch_items(data: Any) -> list[Any]:
     return items
 
 
-def _batch_item(item: Any, *, prefix: str, now: datetime) -> NewNotification:
+def _batch_item(item: Any, *, prefix: str, now: datetime) -> PreparedRequest:
     if not isinstance(item, dict):
         raise ValidationFailed([FieldError(prefix.rstrip("."), "must be a JSON object")])
     errors = storable_errors(item, prefix.rstrip("."))
@@ -306,7 +335,7 @@ def _batch_item(item: Any, *, prefix: str, now: datetime) -> NewNotification:
         errors.append(FieldError(prefix + "idempotencyKey", "is required for each item of a batch"))
     if errors or request is None:
         raise ValidationFailed(_unique(errors))
-    return to_new_notification(
+    return prepare_request(
         request,
         idempotency_key=str(item["idempotencyKey"]),
         request_digest=request_hash(item),

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 
 from notify_queue.api.metrics import QueueMetrics
 from notify_queue.services.notifications import NotificationService
+from notify_queue.services.recipients import RecipientService
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,7 @@ class ApiRuntime:
     # The applied schema version (None: never migrated), for readiness; and the one this code needs.
     schema_version: Callable[[], Awaitable[int | None]]
     latest_schema_version: int
+    recipients: RecipientService
 
 
 def _runtime(request: Request) -> ApiRuntime:

@@ -49,21 +49,63 @@ _KEY_PATTERN = "^[!-~]{1,255}$"  # 1-255 printable ASCII characters, no space
 
 class NotificationCreate(_Wire):
     """A notification to enqueue. The idempotency key comes in the `Idempotency-Key` header or
-    in `idempotencyKey` (one of them is required; both present must be equal)."""
+    in `idempotencyKey` (one of them is required; both present must be equal). It goes to an
+    address (`channel` + `recipient`) or to a stored recipient (`recipientId`), and carries its
+    text (`body`, optional `subject`) or names a template (`template` + `data`)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "allOf": [
+                {"oneOf": [{"required": ["channel", "recipient"]}, {"required": ["recipientId"]}]},
+                {"oneOf": [{"required": ["body"]}, {"required": ["template"]}]},
+            ]
+        },
+    )
 
-    channel: Channel
-    recipient: str = Field(
+    channel: Channel | None = Field(None, description="Required unless recipientId is given.")
+    recipient: str | None = Field(
+        None,
         min_length=1,
         max_length=rules.MAX_RECIPIENT_CHARS,
-        description="email: an address; sms: E.164 (`+` and 8-15 digits); push: a device token.",
+        description="email: an address; sms: E.164 (`+` and 8-15 digits); push: a device token. "
+        "Required unless recipientId is given (not both).",
     )
     subject: str | None = Field(None, max_length=rules.MAX_SUBJECT_CHARS)
-    body: str = Field(
+    body: str | None = Field(
+        None,
         min_length=1,
         max_length=rules.MAX_BODY_BYTES,
-        description=f"1-{rules.MAX_BODY_BYTES} bytes of UTF-8.",
+        description=f"1-{rules.MAX_BODY_BYTES} bytes of UTF-8. Required unless template is given.",
+    )
+    recipient_id: str | None = Field(
+        None,
+        pattern=_KEY_PATTERN,
+        description="A stored recipient instead of channel + recipient: the answer is "
+        "`{notifications: [...]}`, one per channel chosen (docs/recipients.md).",
+    )
+    channels: list[Channel] | None = Field(
+        None,
+        min_length=1,
+        max_length=3,
+        description="With recipientId: the channels in order of preference [all three].",
+    )
+    strategy: Literal["all", "first"] | None = Field(
+        None, description="With recipientId: every allowed channel, or only the first [all]."
+    )
+    category: str | None = Field(
+        None,
+        pattern=rules.CATEGORY_PATTERN.pattern,
+        description="What kind of message this is, for opt-outs [transactional]; `critical` "
+        "passes quiet hours.",
+    )
+    template: str | None = Field(
+        None,
+        pattern=rules.TEMPLATE_NAME_PATTERN.pattern,
+        description="A stored template instead of subject + body, rendered now with `data`.",
+    )
+    data: dict[str, Any] | None = Field(
+        None, description="The template's variables; a missing one is a 400."
     )
     priority: Priority = Priority.NORMAL
     send_at: datetime | None = Field(
@@ -123,6 +165,11 @@ class Retry(_Wire):
     from_status: Status
 
 
+class TemplateRef(_Wire):
+    name: str
+    version: int
+
+
 class DeliveryAttempt(_Wire):
     at: UtcTime
     provider: str
@@ -160,6 +207,9 @@ class Notification(_Wire):
     metadata: dict[str, Any]
     created_at: UtcTime
     updated_at: UtcTime
+    category: str
+    recipient_id: str | None = Field(description="The stored recipient it was sent to, if any.")
+    template: TemplateRef | None = Field(description="The template it was rendered from, if any.")
 
     @classmethod
     def of(cls, n: domain.Notification) -> Notification:
@@ -187,6 +237,11 @@ class Notification(_Wire):
             metadata=n.metadata,
             created_at=n.created_at,
             updated_at=n.updated_at,
+            category=n.category,
+            recipient_id=n.recipient_id,
+            template=TemplateRef(name=n.template.name, version=n.template.version)
+            if n.template
+            else None,
         )
 
 
@@ -223,9 +278,21 @@ class Problem(_Wire):
     )
 
 
+class NotificationList(_Wire):
+    """The answer to a user-targeted create: one notification per channel chosen, or one
+    SUPPRESSED notification when every channel was opted out."""
+
+    notifications: list[Notification]
+
+
 class BatchResult(_Wire):
     status: Literal[200, 201, 400, 409]
-    notification: Notification | None = Field(None, description="With 200 and 201.")
+    notification: Notification | None = Field(
+        None, description="With 200 and 201 for an address-targeted item."
+    )
+    notifications: list[Notification] | None = Field(
+        None, description="With 200 and 201 for a user-targeted item (recipientId)."
+    )
     error: Problem | None = Field(None, description="With 400 and 409.")
 
 
@@ -248,6 +315,7 @@ class StatusCounts(BaseModel):
     DEAD_LETTERED: int
     CANCELLED: int
     EXPIRED: int
+    SUPPRESSED: int
 
 
 class DueCounts(BaseModel):
@@ -295,9 +363,155 @@ class Readiness(_Wire):
     schema_version: int
 
 
-REQUEST_MODELS: list[type[BaseModel]] = [NotificationCreate, BatchCreate, RetryBatchRequest]
+# --- recipients and templates (CONTRACT §9; validated by services.recipients) ----------------
+
+
+class OptOut(_Wire):
+    channels: list[Channel] = Field(default_factory=list)
+    categories: list[str] = Field(default_factory=list)
+    all: bool = False
+
+
+class QuietHours(_Wire):
+    start: str = Field(pattern="^([01][0-9]|2[0-3]):[0-5][0-9]$", description="Local HH:MM.")
+    end: str = Field(
+        pattern="^([01][0-9]|2[0-3]):[0-5][0-9]$",
+        description="Local HH:MM; before start: the window crosses midnight.",
+    )
+
+
+class RecipientPreferences(_Wire):
+    opt_out: OptOut = Field(default_factory=OptOut)
+    quiet_hours: QuietHours | None = None
+
+
+class PreferencesPatch(_Wire):
+    """Merged into the stored preferences: a field given replaces that field, one absent is
+    kept; `quietHours: null` removes the quiet hours."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    opt_out: OptOut | None = None
+    quiet_hours: QuietHours | None = None
+
+
+class RecipientPut(_Wire):
+    """A recipient as a whole (PUT replaces it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    email: str | None = Field(None, max_length=rules.MAX_RECIPIENT_CHARS)
+    phone: str | None = Field(None, pattern=rules.SMS_PATTERN.pattern, description="E.164.")
+    push_tokens: list[str] = Field(
+        default_factory=list, max_length=20, description="A push goes to the first."
+    )
+    timezone: str = Field("UTC", description="An IANA zone name, e.g. Europe/Berlin.")
+    preferences: PreferencesPatch | None = Field(
+        None, description="Absent parts are the defaults (nothing opted out, no quiet hours)."
+    )
+
+
+class Recipient(_Wire):
+    id: str
+    email: str | None
+    phone: str | None
+    push_tokens: list[str]
+    timezone: str
+    preferences: RecipientPreferences
+    created_at: UtcTime
+    updated_at: UtcTime
+
+    @classmethod
+    def of(cls, r: domain.Recipient) -> Recipient:
+        p = r.preferences
+        quiet = (
+            QuietHours(start=p.quiet_start.strftime("%H:%M"), end=p.quiet_end.strftime("%H:%M"))
+            if p.quiet_start is not None and p.quiet_end is not None
+            else None
+        )
+        return cls(
+            id=r.id,
+            email=r.email,
+            phone=r.phone,
+            push_tokens=r.push_tokens,
+            timezone=p.timezone,
+            preferences=RecipientPreferences(
+                opt_out=OptOut(
+                    channels=sorted(Channel(c) for c in p.opt_out_channels),
+                    categories=sorted(p.opt_out_categories),
+                    all=p.opt_out_all,
+                ),
+                quiet_hours=quiet,
+            ),
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+        )
+
+
+def recipient_json(r: domain.Recipient) -> dict[str, Any]:
+    return Recipient.of(r).model_dump(mode="json", by_alias=True)
+
+
+class TemplateChannel(_Wire):
+    model_config = ConfigDict(extra="forbid")
+
+    subject: str | None = Field(None, description="email and push only.")
+    body: str
+
+
+class TemplateChannels(_Wire):
+    model_config = ConfigDict(extra="forbid")
+
+    email: TemplateChannel | None = None
+    sms: TemplateChannel | None = None
+    push: TemplateChannel | None = None
+
+
+class TemplatePut(_Wire):
+    """Jinja2 text per channel (sandboxed, strict undefined, no autoescaping: bodies are text)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    channels: TemplateChannels
+
+
+class Template(_Wire):
+    name: str
+    channels: dict[str, dict[str, str]]
+    version: int = Field(description="Incremented by every change of channels.")
+    source: Source
+    created_at: UtcTime
+    updated_at: UtcTime
+
+    @classmethod
+    def of(cls, t: domain.Template) -> Template:
+        return cls(
+            name=t.name,
+            channels=t.channels,
+            version=t.version,
+            source=t.source,
+            created_at=t.created_at,
+            updated_at=t.updated_at,
+        )
+
+
+def template_json(t: domain.Template) -> dict[str, Any]:
+    return Template.of(t).model_dump(mode="json", by_alias=True)
+
+
+REQUEST_MODELS: list[type[BaseModel]] = [
+    NotificationCreate,
+    BatchCreate,
+    RetryBatchRequest,
+    RecipientPut,
+    PreferencesPatch,
+    TemplatePut,
+]
 RESPONSE_MODELS: list[type[BaseModel]] = [
     Notification,
+    NotificationList,
+    Recipient,
+    Template,
     NotificationPage,
     BatchResponse,
     RetryBatchResult,

@@ -16,8 +16,8 @@ import kopf
 
 from notify_queue.errors import DatabaseUnavailable
 from notify_queue.operator.kubeapi import KubeApi, KubeUnavailable
-from notify_queue.operator.mirror import NotificationMirror, PolicyMirror
-from notify_queue.services.kube import GROUP, NOTIFICATIONS, POLICIES, VERSION
+from notify_queue.operator.mirror import NotificationMirror, PolicyMirror, TemplateMirror
+from notify_queue.services.kube import GROUP, NOTIFICATIONS, POLICIES, TEMPLATES, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ def register_handlers(
     kube: KubeApi,
     notifications: NotificationMirror,
     policies: PolicyMirror,
+    templates: TemplateMirror | None = None,
 ) -> None:
     def on(decorator: Callable[..., Any], plural: str, handler_id: str) -> Callable[[F], F]:
         # One place for what every handler shares: our registry, an explicit id (kopf's default
@@ -109,6 +110,37 @@ def register_handlers(
     @on(kopf.on.delete, POLICIES, "policy_deleted")
     async def policy_deleted(namespace: str, name: str, **_: Any) -> None:
         await _retrying(lambda: policies.deleted(namespace=namespace, name=name))
+
+    # --- NotificationTemplate ----------------------------------------------------------------
+
+    if templates is not None:
+
+        @on(kopf.on.resume, TEMPLATES, "template_changed")
+        @on(kopf.on.create, TEMPLATES, "template_changed")
+        @on(kopf.on.update, TEMPLATES, "template_changed")
+        async def template_changed(
+            namespace: str,
+            name: str,
+            uid: str,
+            meta: kopf.Meta,
+            spec: kopf.Spec,
+            status: kopf.Status,
+            **_: Any,
+        ) -> None:
+            await _retrying(
+                lambda: templates.changed(
+                    namespace=namespace,
+                    name=name,
+                    uid=uid,
+                    generation=int(meta.get("generation", 1)),
+                    spec=dict(spec),
+                    conditions=list(status.get("conditions") or ()),
+                )
+            )
+
+        @on(kopf.on.delete, TEMPLATES, "template_deleted")
+        async def template_deleted(namespace: str, name: str, **_: Any) -> None:
+            await _retrying(lambda: templates.deleted(namespace=namespace, name=name))
 
     # A Secret used by a policy changed (a rotation, or the Secret appearing at last): mirror
     # each policy that uses it. The filter keeps kopf from running (and logging) a handler for

@@ -33,7 +33,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from notify_queue.errors import SchemaNotCurrent
 from notify_queue.operator.handlers import register_handlers
 from notify_queue.operator.kubeapi import KubeApi, load_kube_configuration
-from notify_queue.operator.mirror import NotificationMirror, PolicyMirror
+from notify_queue.operator.mirror import NotificationMirror, PolicyMirror, TemplateMirror
 from notify_queue.operator.scaler import WorkerScaler
 from notify_queue.operator.status import StatusWriter
 from notify_queue.operator.sweeper import TtlSweeper
@@ -41,8 +41,10 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.kube import KubeRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.policies import PolicyRepository
+from notify_queue.repositories.recipients import RecipientRepository
 from notify_queue.repositories.schema import current_version, latest_version
 from notify_queue.services.notifications import NotificationService
+from notify_queue.services.recipients import RecipientService
 from notify_queue.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -137,7 +139,8 @@ async def _run(
     namespace = settings.namespace
     links = KubeRepository(db)
     notifications = NotificationService(
-        NotificationRepository(db), default_max_attempts=settings.max_attempts
+        NotificationRepository(db, default_webhook_url=settings.webhook_url),
+        default_max_attempts=settings.max_attempts,
     )
     registry = kopf.OperatorRegistry()
     register_handlers(
@@ -150,6 +153,7 @@ async def _run(
             database_concurrency=max(settings.database_pool_size - 2, 1),
         ),
         policies=PolicyMirror(PolicyRepository(db), kube),
+        templates=TemplateMirror(RecipientService(RecipientRepository(db)), kube),
     )
     sweeper = TtlSweeper(links, kube, namespace=namespace)
     writer = StatusWriter(

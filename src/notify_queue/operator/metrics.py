@@ -16,8 +16,8 @@ STATUS_PATCHES = Counter(
 )
 MIRRORS = Counter(
     "notify_queue_operator_mirrors",
-    "Objects mirrored into the queue, by kind (notification, policy) and outcome (accepted, "
-    "existing, rejected, conflict, ready, not_ready).",
+    "Objects mirrored into the queue, by kind (notification, policy, template) and outcome "
+    "(accepted, existing, rejected, conflict, ready, not_ready).",
     ["kind", "outcome"],
 )
 SCALE_CHANGES = Counter(
@@ -65,6 +65,8 @@ for _kind, _outcome in [
     ("notification", "conflict"),
     ("policy", "ready"),
     ("policy", "not_ready"),
+    ("template", "ready"),
+    ("template", "not_ready"),
 ]:
     MIRRORS.labels(_kind, _outcome)
 for _scaled_by in ("operator", "autoscaler"):

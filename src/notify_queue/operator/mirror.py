@@ -1,10 +1,15 @@
-"""Mirroring objects into the queue: Notifications become rows, NotificationPolicies policies.
+"""Mirroring objects into the queue: Notifications become rows, NotificationPolicies policies,
+NotificationTemplates templates.
 
 A Notification is enqueued through the same `NotificationService.enqueue` the HTTP API uses, with
 source `kubernetes` and a key derived from its uid, so mirroring it again (an operator restart, a
 re-list, a second replica) finds the same row instead of making a second. The link object→row
 is saved with the first status write in one statement; from then on the status writer keeps
 `.status` current. What the queue refuses becomes phase `Rejected`, written here, with the reason.
+
+A Notification with `recipientId` becomes one row per channel (CONTRACT §9): the object links to
+the first, whose status its phase follows, and the status writer lists them all in
+`status.notifications`.
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from notify_queue.operator.kubeapi import KubeApi
 from notify_queue.repositories.kube import KubeRepository
 from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.services import kube as rules
-from notify_queue.services.kube_status import policy_status, rejected_status
+from notify_queue.services.kube_status import policy_status, rejected_status, template_status
 from notify_queue.services.notifications import NotificationService
+from notify_queue.services.recipients import RecipientService
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +59,7 @@ class NotificationMirror:
             kind="Notification", namespace=namespace, name=name, uid=uid
         )
         try:
-            new = rules.new_notification_from_spec(
+            new = rules.prepared_from_spec(
                 namespace=namespace, uid=uid, spec=spec, now=datetime.now(UTC)
             )
         except ValidationFailed as exc:
@@ -62,17 +68,24 @@ class NotificationMirror:
         async with self._database_slots:
             # No look-up first: kopf calls this for objects it has not handled, which are nearly
             # always new, and enqueueing an existing key only finds the existing row.
-            result = await self._notifications.enqueue(new)
-            stored = result.notification
-            clash = result.conflict or stored.source is not Source.KUBERNETES
-            if not clash:
-                await self._links.kube_link_save(
-                    uid=uid,
-                    namespace=namespace,
-                    name=name,
-                    notification_id=stored.id,
-                    generation=generation,
-                )
+            (result,) = await self._notifications.create_many([new])
+            clash = False
+            if not isinstance(result, ValidationFailed):
+                stored = result.notification
+                clash = result.conflict or stored.source is not Source.KUBERNETES
+                if not clash:
+                    await self._links.kube_link_save(
+                        uid=uid,
+                        namespace=namespace,
+                        name=name,
+                        notification_id=stored.id,
+                        generation=generation,
+                    )
+        if isinstance(result, ValidationFailed):  # an unknown template, a missing variable
+            await self._reject(
+                involved, generation, "Invalid", f"not accepted by the queue: {result}"
+            )
+            return "rejected"
         if clash:
             await self._reject(
                 involved,
@@ -90,7 +103,9 @@ class NotificationMirror:
                 involved=involved,
                 type="Normal",
                 reason="Accepted",
-                message=f"enqueued as notification {stored.id}",
+                message="enqueued as notification"
+                + ("s " if len(result.notifications) > 1 else " ")
+                + ", ".join(str(n.id) for n in (result.notifications or (stored,))),
             )
         return outcome
 
@@ -130,15 +145,21 @@ class NotificationMirror:
             return
         if link.other_links == 0:
             try:
-                await self._notifications.cancel(link.notification_id)
-                log.info(
-                    "cancelled notification %s: its Notification %s/%s was deleted",
-                    link.notification_id,
-                    link.namespace,
-                    link.name,
-                )
-            except (Conflict, NotFound):
-                pass  # already past PENDING (or gone): nothing to cancel
+                # A recipientId object became one row per channel: cancel each still PENDING.
+                related = await self._notifications.siblings(link.notification_id)
+            except NotFound:
+                related = ()
+            for n in related:
+                try:
+                    await self._notifications.cancel(n.id)
+                    log.info(
+                        "cancelled notification %s: its Notification %s/%s was deleted",
+                        n.id,
+                        link.namespace,
+                        link.name,
+                    )
+                except (Conflict, NotFound):
+                    pass  # already past PENDING (or gone): nothing to cancel
         await self._links.kube_link_delete(uid=uid)
 
 
@@ -248,3 +269,53 @@ class PolicyMirror:
                 del self._secret_users[key]
         if secret is not None:
             self._secret_users.setdefault((namespace, secret), set()).add(policy)
+
+
+class TemplateMirror:
+    """NotificationTemplates into the templates table as `namespace.name`, with Ready."""
+
+    def __init__(self, recipients: RecipientService, kube: KubeApi) -> None:
+        self._recipients = recipients
+        self._kube = kube
+
+    async def changed(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        generation: int,
+        spec: Mapping[str, Any],
+        conditions: Sequence[Mapping[str, Any]] = (),
+    ) -> bool:
+        queue_name = rules.template_name(namespace, name)
+        version: int | None = None
+        try:
+            template, _ = await self._recipients.template_put(
+                queue_name, dict(spec), source=Source.KUBERNETES, prefix="spec."
+            )
+            version = template.version
+            reason, message = "Mirrored", f"mirrored as template {queue_name} version {version}"
+        except ValidationFailed as exc:
+            reason, message = "Invalid", str(exc)
+        metrics.MIRRORS.labels("template", "ready" if version else "not_ready").inc()
+        status = template_status(
+            ready=version is not None,
+            reason=reason,
+            message=message,
+            generation=generation,
+            now=datetime.now(UTC),
+            version=version,
+            name=queue_name,
+            previous=conditions,
+        )
+        await self._kube.status_patch(
+            plural=rules.TEMPLATES, namespace=namespace, name=name, uid=uid, status=status
+        )
+        return version is not None
+
+    async def deleted(self, *, namespace: str, name: str) -> None:
+        try:
+            await self._recipients.template_delete(rules.template_name(namespace, name))
+        except (NotFound, ValidationFailed):
+            pass  # never mirrored (invalid name) or already gone

@@ -130,6 +130,7 @@ class StatusWriter:
             generation=change.generation,
             finished_at=change.finished_at,
             policy_ready=change.policy_ready,
+            related=change.related,
         )
         async with self._concurrency:
             await self._limiter.acquire()

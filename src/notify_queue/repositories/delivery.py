@@ -7,12 +7,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
-from notify_queue.models import Channel, ClaimedNotification, Completion, Failover, Priority
-from notify_queue.repositories.db import Database
+from notify_queue.models import (
+    Channel,
+    ClaimedNotification,
+    Completion,
+    Failover,
+    Preferences,
+    Priority,
+)
+from notify_queue.repositories.db import Connection, Database
 
 WAKEUP_CHANNEL = "nq_wakeup"
 
@@ -22,6 +30,11 @@ class ClaimedBatch:
     claimed: list[ClaimedNotification]
     # Channels of the candidates that were over their recipient's rate limit and now wait.
     rate_limited: list[Channel]
+    # Claimed, then not sent by the send-time check (suppressed, deferred, expired): recorded.
+    screened: list[Completion] | None = None
+
+
+Screen = Callable[[ClaimedNotification], Completion | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +55,16 @@ class DeliveryRepository:
         self._defaults = defaults
 
     async def notifications_claim(
-        self, *, priorities: Sequence[Priority], channels: Sequence[Channel], limit: int
+        self,
+        *,
+        priorities: Sequence[Priority],
+        channels: Sequence[Channel],
+        limit: int,
+        screen: Screen | None = None,
     ) -> ClaimedBatch:
+        """Claim a batch. `screen` sees each claimed notification inside the claim transaction;
+        what it returns a completion for is recorded there (not handed out), so a claim that
+        suppresses or defers commits, or fails, as one."""
         d = self._defaults
         async with self._db.transaction() as conn:
             locked = await conn.fetch_all(
@@ -67,34 +88,33 @@ class DeliveryRepository:
                     "backoff_max_seconds": d.backoff_max_seconds,
                 },
             )
-        claimed = [
-            ClaimedNotification(
-                id=r["id"],
-                claim_token=r["claim_token"],
-                channel=Channel(r["channel"]),
-                recipient=r["recipient"],
-                subject=r["subject"],
-                body=r["body"],
-                metadata=r["metadata"],
-                attempt_count=r["attempt_count"],
-                max_attempts=r["max_attempts"],
-                backoff_base_seconds=r["backoff_base_seconds"],
-                backoff_max_seconds=r["backoff_max_seconds"],
-                priority=Priority.from_rank(r["priority"]),
-                failover=Failover(r["failover"]) if r["failover"] else None,
-                providers=tuple(r["providers"]) if r["providers"] else None,
-            )
-            for r in rows
-            if r["admitted"]
-        ]
+            claimed = [_claimed(r) for r in rows if r["admitted"]]
+            screened: list[Completion] = []
+            if screen is not None:
+                kept = []
+                for c in claimed:
+                    decision = screen(c)
+                    if decision is None:
+                        kept.append(c)
+                    else:
+                        screened.append(decision)
+                if screened:
+                    await self._complete(conn, screened)
+                claimed = kept
         limited = [Channel(r["channel"]) for r in rows if not r["admitted"]]
-        return ClaimedBatch(claimed, limited)
+        return ClaimedBatch(claimed, limited, screened)
 
     async def deliveries_complete(self, *, completions: Sequence[Completion]) -> set[uuid.UUID]:
         """Record results; return the ids accepted (a stale claim token's result is not)."""
         if not completions:
             return set()
-        rows = await self._db.fetch_all(
+        async with self._db.connection() as conn:
+            return await self._complete(conn, completions)
+
+    async def _complete(
+        self, conn: Connection, completions: Sequence[Completion]
+    ) -> set[uuid.UUID]:
+        rows = await conn.fetch_all(
             "complete_deliveries",
             {
                 "ids": [c.id for c in completions],
@@ -106,6 +126,7 @@ class DeliveryRepository:
                 "providers": [c.provider for c in completions],
                 "attempts": [c.attempts_json for c in completions],
                 "give_back": [c.give_back_attempt for c in completions],
+                "next_attempt_ats": [c.next_attempt_at for c in completions],
                 "default_webhook_url": self._defaults.webhook_url,
             },
         )
@@ -158,3 +179,38 @@ class DeliveryRepository:
 
     def wakeups(self, stop: asyncio.Event) -> AsyncIterator[str]:
         return self._db.listen(WAKEUP_CHANNEL, stop)
+
+
+def _claimed(r: dict[str, Any]) -> ClaimedNotification:
+    return ClaimedNotification(
+        id=r["id"],
+        claim_token=r["claim_token"],
+        channel=Channel(r["channel"]),
+        recipient=r["recipient"],
+        subject=r["subject"],
+        body=r["body"],
+        metadata=r["metadata"],
+        attempt_count=r["attempt_count"],
+        max_attempts=r["max_attempts"],
+        backoff_base_seconds=r["backoff_base_seconds"],
+        backoff_max_seconds=r["backoff_max_seconds"],
+        priority=Priority.from_rank(r["priority"]),
+        failover=Failover(r["failover"]) if r["failover"] else None,
+        providers=tuple(r["providers"]) if r["providers"] else None,
+        category=r["category"],
+        expires_at=r["expires_at"],
+        recipient_id=r["recipient_id"],
+        preferences=(
+            None
+            if r["recipient_id"] is None
+            else Preferences(
+                exists=r["recipient_exists"],
+                opt_out_all=bool(r["opt_out_all"]),
+                opt_out_channels=frozenset(r["opt_out_channels"] or ()),
+                opt_out_categories=frozenset(r["opt_out_categories"] or ()),
+                timezone=r["timezone"] or "UTC",
+                quiet_start=r["quiet_start"],
+                quiet_end=r["quiet_end"],
+            )
+        ),
+    )

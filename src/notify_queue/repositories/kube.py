@@ -61,6 +61,8 @@ class StatusChange:
     finished_at: datetime | None = None
     # False while the row's NotificationPolicy exists but is not Ready (the row is held).
     policy_ready: bool = True
+    # Every notification a recipientId request became (the linked one included); else empty.
+    related: tuple[uuid.UUID, ...] = ()
 
 
 class StatusOutboxBatch:
@@ -98,6 +100,7 @@ def _change_from_row(row: dict[str, Any]) -> StatusChange:
         notification=notification_from_row(row) if row["id"] is not None else None,
         finished_at=row["finished_at"],
         policy_ready=bool(row["object_policy_ready"]),
+        related=tuple(row["related_ids"] or ()),
     )
 
 

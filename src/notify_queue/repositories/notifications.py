@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from datetime import datetime
 
 from psycopg.types.json import Jsonb
@@ -14,23 +15,44 @@ from notify_queue.models import (
     Priority,
     ProviderCircuit,
     QueueStatus,
+    Recipient,
     Status,
+    Template,
 )
-from notify_queue.repositories.db import Database
-from notify_queue.repositories.rows import notification_from_row
+from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.rows import (
+    notification_from_row,
+    recipient_from_row,
+    template_from_row,
+)
 
 
 class NotificationRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, *, default_webhook_url: str | None = None) -> None:
         self._db = db
+        # For the event of a notification born SUPPRESSED (--webhook-url).
+        self._default_webhook_url = default_webhook_url
+
+    @asynccontextmanager
+    async def targeted_transaction(
+        self, *, request_keys: Sequence[str]
+    ) -> AsyncIterator[TargetedTransaction]:
+        """One transaction for expanding user-targeted requests, serialised per request key."""
+        async with self._db.transaction() as conn:
+            await conn.fetch_one("notification_lock_request_keys", {"keys": list(request_keys)})
+            yield TargetedTransaction(conn, self)
 
     async def notifications_insert(
-        self, *, notifications: Sequence[NewNotification], default_max_attempts: int
+        self,
+        *,
+        notifications: Sequence[NewNotification],
+        default_max_attempts: int,
+        conn: Connection | None = None,
     ) -> list[Notification]:
         """Insert the batch; return the rows inserted (absent: the key already existed)."""
         if not notifications:
             return []
-        rows = await self._db.fetch_all(
+        rows = await (conn or self._db).fetch_all(
             "notification_insert_many",
             {
                 "default_max_attempts": default_max_attempts,
@@ -48,18 +70,31 @@ class NotificationRepository:
                 "policies": [n.policy for n in notifications],
                 "webhook_urls": [n.webhook_url for n in notifications],
                 "metadatas": [Jsonb(n.metadata) for n in notifications],
+                "statuses": [n.status.value for n in notifications],
+                "last_errors": [n.last_error for n in notifications],
+                "categories": [n.category for n in notifications],
+                "recipient_ids": [n.recipient_id for n in notifications],
+                "template_names": [n.template.name if n.template else None for n in notifications],
+                "template_versions": [
+                    n.template.version if n.template else None for n in notifications
+                ],
+                "default_webhook_url": self._default_webhook_url,
             },
         )
         return [notification_from_row(r) for r in rows]
 
     async def notifications_get_by_keys(
-        self, *, idempotency_keys: Sequence[str]
+        self, *, idempotency_keys: Sequence[str], conn: Connection | None = None
     ) -> dict[str, tuple[Notification, str]]:
         """Existing rows by idempotency key, each with the hash of the request that created it."""
-        rows = await self._db.fetch_all(
+        rows = await (conn or self._db).fetch_all(
             "notification_get_by_keys", {"idempotency_keys": list(idempotency_keys)}
         )
         return {r["idempotency_key"]: (notification_from_row(r), r["request_hash"]) for r in rows}
+
+    async def templates_get(self, *, names: Sequence[str]) -> dict[str, Template]:
+        rows = await self._db.fetch_all("template_get_many", {"names": list(names)})
+        return {r["name"]: template_from_row(r) for r in rows}
 
     async def notification_get(self, *, id: uuid.UUID) -> Notification | None:
         row = await self._db.fetch_one("notification_get", {"id": id})
@@ -73,6 +108,7 @@ class NotificationRepository:
         recipient: str | None,
         after: tuple[datetime, uuid.UUID] | None,
         limit: int,
+        recipient_id: str | None = None,
     ) -> list[Notification]:
         rows = await self._db.fetch_all(
             "notification_list",
@@ -80,6 +116,7 @@ class NotificationRepository:
                 "status": status.value if status else None,
                 "channel": channel,
                 "recipient": recipient,
+                "recipient_id": recipient_id,
                 "after_created_at": after[0] if after else None,
                 "after_id": after[1] if after else None,
                 "limit": limit,
@@ -128,4 +165,36 @@ class NotificationRepository:
                 )
                 for r in circuits
             },
+        )
+
+
+class TargetedTransaction:
+    """The reads and the insert of user-targeted requests, inside one transaction."""
+
+    def __init__(self, conn: Connection, repository: NotificationRepository) -> None:
+        self._conn = conn
+        self._repository = repository
+
+    async def notifications_get_by_keys(
+        self, *, idempotency_keys: Sequence[str]
+    ) -> dict[str, tuple[Notification, str]]:
+        return await self._repository.notifications_get_by_keys(
+            idempotency_keys=idempotency_keys, conn=self._conn
+        )
+
+    async def recipients_get(self, *, ids: Sequence[str]) -> dict[str, Recipient]:
+        rows = await self._conn.fetch_all("recipient_get_many", {"ids": list(ids)})
+        return {r["id"]: recipient_from_row(r) for r in rows}
+
+    async def templates_get(self, *, names: Sequence[str]) -> dict[str, Template]:
+        rows = await self._conn.fetch_all("template_get_many", {"names": list(names)})
+        return {r["name"]: template_from_row(r) for r in rows}
+
+    async def notifications_insert(
+        self, *, notifications: Sequence[NewNotification], default_max_attempts: int
+    ) -> list[Notification]:
+        return await self._repository.notifications_insert(
+            notifications=notifications,
+            default_max_attempts=default_max_attempts,
+            conn=self._conn,
         )

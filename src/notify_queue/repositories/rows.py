@@ -5,7 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from notify_queue.models import Channel, Notification, Priority, Retry, Source, Status
+from notify_queue.models import (
+    Channel,
+    Notification,
+    Preferences,
+    Priority,
+    Recipient,
+    Retry,
+    Source,
+    Status,
+    Template,
+    TemplateRef,
+)
 
 
 def notification_from_row(row: dict[str, Any]) -> Notification:
@@ -37,4 +48,46 @@ def notification_from_row(row: dict[str, Any]) -> Notification:
         updated_at=row["updated_at"],
         provider=row.get("provider"),
         delivery_attempts=row.get("delivery_attempts") or [],
+        category=row["category"],
+        recipient_id=row["recipient_id"],
+        template=(
+            TemplateRef(row["template_name"], row["template_version"])
+            if row["template_name"] is not None
+            else None
+        ),
+    )
+
+
+def preferences_from_row(row: dict[str, Any]) -> Preferences:
+    return Preferences(
+        exists=True,
+        opt_out_all=row["opt_out_all"],
+        opt_out_channels=frozenset(row["opt_out_channels"]),
+        opt_out_categories=frozenset(row["opt_out_categories"]),
+        timezone=row["timezone"],
+        quiet_start=row["quiet_start"],
+        quiet_end=row["quiet_end"],
+    )
+
+
+def recipient_from_row(row: dict[str, Any]) -> Recipient:
+    return Recipient(
+        id=row["id"],
+        email=row["email"],
+        phone=row["phone"],
+        push_tokens=list(row["push_tokens"]),
+        preferences=preferences_from_row(row),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def template_from_row(row: dict[str, Any]) -> Template:
+    return Template(
+        name=row["name"],
+        channels=row["channels"],
+        version=row["version"],
+        source=Source(row["source"]),
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
     )

@@ -28,6 +28,7 @@ from notify_queue.models import (
 )
 from notify_queue.repositories.delivery import ClaimedBatch, DeliveryRepository
 from notify_queue.services.backoff import backoff_seconds, retry_after_seconds
+from notify_queue.services.preferences import Clock, screen_claimed, system_clock
 
 
 def decide_completion(
@@ -84,14 +85,29 @@ class DeliveryService:
         *,
         priorities: Sequence[Priority],
         channels: Sequence[Channel],
+        clock: Clock = system_clock,
     ) -> None:
         self._repository = repository
         self._priorities = list(priorities)
         self._channels = list(channels)
+        # Quiet hours are read against this clock: the test seam (a frozen moment in tests).
+        self._clock = clock
 
     async def claim(self, limit: int) -> ClaimedBatch:
+        """Claim a batch; the send-time preference check runs inside the claim transaction.
+
+        Of a user-targeted notification, the recipient's current preferences come with the claim
+        row; an opt-out makes it SUPPRESSED and quiet hours defer it (or expire it), recorded in
+        the same transaction without calling a provider and without using an attempt. Only
+        what may be sent now is returned in `claimed`. If the database is slow or away the claim
+        fails as a whole: nothing is handed out, so nothing unchecked is ever sent.
+        """
+        now = self._clock()
         return await self._repository.notifications_claim(
-            priorities=self._priorities, channels=self._channels, limit=limit
+            priorities=self._priorities,
+            channels=self._channels,
+            limit=limit,
+            screen=lambda claimed: screen_claimed(claimed, now),
         )
 
     async def complete(

@@ -21,7 +21,9 @@ from notify_queue.errors import FieldError, ValidationFailed
 from notify_queue.models import Failover, NewNotification, Policy, Source, Status
 from notify_queue.services.validation import (
     MAX_DELAY_SECONDS,
+    PreparedRequest,
     parse_request,
+    prepare_request,
     request_hash,
     to_new_notification,
 )
@@ -31,6 +33,7 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 NOTIFICATIONS = "notifications"
 POLICIES = "notificationpolicies"
+TEMPLATES = "notificationtemplates"
 DEFAULT_POLICY = "default"
 
 PHASES: dict[Status, str] = {
@@ -41,6 +44,7 @@ PHASES: dict[Status, str] = {
     Status.DEAD_LETTERED: "DeadLettered",
     Status.CANCELLED: "Cancelled",
     Status.EXPIRED: "Expired",
+    Status.SUPPRESSED: "Suppressed",
 }
 REJECTED = "Rejected"
 
@@ -61,6 +65,12 @@ def parse_duration_seconds(text: str, *, allow_milliseconds: bool = True) -> flo
 def policy_name(namespace: str, name: str) -> str:
     """The name a NotificationPolicy has in the queue: `namespace/name`."""
     return f"{namespace}/{name}"
+
+
+def template_name(namespace: str, name: str) -> str:
+    """The name a NotificationTemplate has in the queue: `namespace.name` (a namespace has no
+    dots, so the first one separates them; a template API name cannot hold a slash)."""
+    return f"{namespace}.{name}"
 
 
 def idempotency_key_for(uid: str, spec: Mapping[str, Any]) -> str:
@@ -88,19 +98,28 @@ def request_from_spec(namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]
             "expiresAt",
             "webhookUrl",
             "metadata",
+            "recipientId",
+            "channels",
+            "strategy",
+            "category",
+            "data",
         )
         if spec.get(key) is not None
     }
+    if spec.get("template") is not None:  # a NotificationTemplate in the object's namespace
+        data["template"] = template_name(namespace, str(spec["template"]))
     if spec.get("delay") is not None:
-        data["delaySeconds"] = spec["delay"]  # replaced by seconds in new_notification_from_spec
+        data["delaySeconds"] = spec["delay"]  # replaced by seconds in prepared_from_spec
     data["policy"] = policy_name(namespace, str(spec.get("policy") or DEFAULT_POLICY))
     return data
 
 
-def new_notification_from_spec(
+def prepared_from_spec(
     *, namespace: str, uid: str, spec: Mapping[str, Any], now: datetime
-) -> NewNotification:
-    """The notification to enqueue for a Notification object; ValidationFailed names spec fields."""
+) -> PreparedRequest:
+    """The request to enqueue for a Notification object; ValidationFailed names spec fields.
+
+    The service renders its template and expands its recipientId, as for the HTTP API."""
     data = request_from_spec(namespace, spec)
     if "delaySeconds" in data:
         try:
@@ -112,12 +131,27 @@ def new_notification_from_spec(
         data["delaySeconds"] = int(seconds)
     try:
         request = parse_request(data, prefix="spec.")
+        return prepare_request(
+            request,
+            idempotency_key=idempotency_key_for(uid, spec),
+            request_digest=request_hash(data),
+            now=now,
+            source=Source.KUBERNETES,
+            field_prefix="spec.",
+        )
     except ValidationFailed as exc:
         raise ValidationFailed([_spec_field(e) for e in exc.errors]) from None
+
+
+def new_notification_from_spec(
+    *, namespace: str, uid: str, spec: Mapping[str, Any], now: datetime
+) -> NewNotification:
+    """The one notification of a plain Notification spec (channel + recipient, body)."""
+    p = prepared_from_spec(namespace=namespace, uid=uid, spec=spec, now=now)
     return to_new_notification(
-        request,
-        idempotency_key=idempotency_key_for(uid, spec),
-        request_digest=request_hash(data),
+        p.request,
+        idempotency_key=p.idempotency_key,
+        request_digest=p.request_hash,
         now=now,
         source=Source.KUBERNETES,
         field_prefix="spec.",

@@ -32,6 +32,7 @@ moment; one that turned when the notification finished carries `finished_at`.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -128,11 +129,14 @@ def notification_status(
     generation: int | None,
     finished_at: datetime | None = None,
     policy_ready: bool = True,
+    related: Sequence[uuid.UUID] = (),
 ) -> dict[str, Any]:
     """The `.status` of a Notification object whose row is `notification` (a merge patch).
 
     `finished_at`: when the row reached its final status (the row's column; the last update if
     unknown). `policy_ready`: False while the row's NotificationPolicy exists but is not Ready.
+    `related`: every row a recipientId request became (CONTRACT §9), as status.notifications;
+    the phase and conditions follow `notification`, the first of them.
     """
     n = notification
     phase = PHASES[n.status]
@@ -169,6 +173,7 @@ def notification_status(
     return {
         "phase": phase,
         "notificationId": str(n.id),
+        "notifications": [str(i) for i in related] or None,
         "attempts": n.attempt_count,
         # None clears the field in a merge patch (a retried notification has no error any more).
         "lastError": n.last_error,
@@ -231,3 +236,29 @@ def policy_status(
             )
         ],
     }
+
+
+def template_status(
+    *,
+    ready: bool,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: datetime,
+    version: int | None,
+    name: str,
+    previous: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
+    """The `.status` of a NotificationTemplate: Ready, and the mirrored version and name."""
+    status = policy_status(
+        ready=ready,
+        reason=reason,
+        message=message,
+        generation=generation,
+        now=now,
+        previous=previous,
+    )
+    status["templateName"] = name
+    if version is not None:
+        status["version"] = version
+    return status

@@ -13,18 +13,26 @@ import base64
 import binascii
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace as _replace
 from datetime import datetime
 
 from notify_queue.errors import Conflict, FieldError, NotFound, ValidationFailed
 from notify_queue.models import (
     RETRYABLE_STATUSES,
+    Channel,
     CreateResult,
     NewNotification,
     Notification,
     QueueStatus,
+    Recipient,
     Status,
+    Template,
+    TemplateRef,
 )
 from notify_queue.repositories.notifications import NotificationRepository
+from notify_queue.services.preferences import derived_key, opt_out_reason
+from notify_queue.services.templates import render
+from notify_queue.services.validation import PreparedRequest
 from notify_queue.services.wakeups import DebouncedWaker
 
 MAX_BATCH = 1000
@@ -45,6 +53,124 @@ class NotificationService:
 
     async def enqueue(self, notification: NewNotification) -> CreateResult:
         return (await self.enqueue_many([notification]))[0]
+
+    async def create_many(
+        self, requests: Sequence[PreparedRequest]
+    ) -> list[CreateResult | ValidationFailed]:
+        """Enqueue validated requests of every kind, one result (or 400) per request, in order.
+
+        Plain requests go straight in; those with a template are rendered first; those with a
+        recipientId are expanded over the recipient's channels in one transaction.
+        """
+        if len(requests) > MAX_BATCH:
+            raise ValidationFailed([FieldError("notifications", f"at most {MAX_BATCH} items")])
+        results: list[CreateResult | ValidationFailed | None] = [None] * len(requests)
+        names = sorted(
+            {
+                p.request.template
+                for p in requests
+                if p.request.recipient_id is None and p.request.template is not None
+            }
+        )
+        templates = await self._repository.templates_get(names=names) if names else {}
+        direct: list[tuple[int, NewNotification]] = []
+        targeted: list[int] = []
+        for index, p in enumerate(requests):
+            if p.request.recipient_id is not None:
+                targeted.append(index)
+                continue
+            try:
+                direct.append((index, _addressed(p, templates)))
+            except ValidationFailed as exc:
+                results[index] = exc
+        if direct:
+            enqueued = await self.enqueue_many([n for _, n in direct])
+            for (index, _), result in zip(direct, enqueued, strict=True):
+                results[index] = result
+        if targeted:
+            expanded = await self._enqueue_targeted([requests[i] for i in targeted])
+            for index, outcome in zip(targeted, expanded, strict=True):
+                results[index] = outcome
+        return [r for r in results if r is not None]
+
+    async def _enqueue_targeted(
+        self, requests: Sequence[PreparedRequest]
+    ) -> list[CreateResult | ValidationFailed]:
+        """Expand user-targeted requests in one transaction, serialised per request key.
+
+        A request seen before (any of its derived keys exists) is answered with what it became
+        then, whatever the preferences are now: 200 with the same notifications, or 409 when the
+        key came with another request. Otherwise it becomes one notification per chosen channel,
+        or one SUPPRESSED notification when every channel is opted out (or has no contact).
+        """
+        keys = [p.idempotency_key for p in requests]
+        lookups = [k for k in keys] + [derived_key(k, c) for k in keys for c in [*Channel, None]]
+        outcomes: list[CreateResult | ValidationFailed | None] = [None] * len(requests)
+        async with self._repository.targeted_transaction(request_keys=keys) as tx:
+            existing = await tx.notifications_get_by_keys(idempotency_keys=lookups)
+            fresh = [
+                i
+                for i, p in enumerate(requests)
+                if not any(k in existing for k in _keys_of(p.idempotency_key))
+            ]
+            recipients = await tx.recipients_get(
+                ids=sorted({str(requests[i].request.recipient_id) for i in fresh})
+            )
+            names = sorted(
+                {str(requests[i].request.template) for i in fresh if requests[i].request.template}
+            )
+            templates = await tx.templates_get(names=names) if names else {}
+            planned: dict[str, tuple[str, list[NewNotification]]] = {}
+            to_insert: list[NewNotification] = []
+            for index, p in enumerate(requests):
+                key = p.idempotency_key
+                if index not in fresh or key in planned:
+                    continue  # answered from the stored (or planned) rows below
+                try:
+                    rows = _expand(p, recipients.get(str(p.request.recipient_id)), templates)
+                except ValidationFailed as exc:
+                    outcomes[index] = exc
+                    continue
+                planned[key] = (p.request_hash, rows)
+                to_insert.extend(rows)
+            inserted = {
+                n.id: n
+                for n in await tx.notifications_insert(
+                    notifications=to_insert, default_max_attempts=self._default_max_attempts
+                )
+            }
+        if any(n.status is Status.PENDING for n in inserted.values()) and self._waker is not None:
+            await self._waker.poke()
+        answered: set[str] = set()
+        for index, p in enumerate(requests):
+            if outcomes[index] is not None:
+                continue
+            key = p.idempotency_key
+            if key in planned:
+                stored_hash, rows = planned[key]
+                made = tuple(inserted[n.id] for n in rows if n.id in inserted)
+                first_time = key not in answered
+                answered.add(key)
+                outcomes[index] = CreateResult(
+                    made[0],
+                    created=first_time,
+                    conflict=not first_time and stored_hash != p.request_hash,
+                    notifications=made,
+                )
+                continue
+            if key in existing:  # the key of an address-targeted notification
+                stored, _ = existing[key]
+                outcomes[index] = CreateResult(stored, created=False, conflict=True)
+                continue
+            found = [existing[k] for k in _keys_of(key) if k in existing]
+            notifications = tuple(n for n, _ in found)
+            outcomes[index] = CreateResult(
+                notifications[0],
+                created=False,
+                conflict=any(h != p.request_hash for _, h in found),
+                notifications=notifications,
+            )
+        return [o for o in outcomes if o is not None]
 
     async def enqueue_many(self, notifications: Sequence[NewNotification]) -> list[CreateResult]:
         """Enqueue a batch in two statements at most; one result per item, in order."""
@@ -96,18 +222,36 @@ class NotificationService:
         recipient: str | None = None,
         cursor: str | None = None,
         limit: int = 100,
+        recipient_id: str | None = None,
     ) -> tuple[list[Notification], str | None]:
         """A page oldest first, and the cursor of the next page (None: this is the last)."""
         if not 1 <= limit <= MAX_PAGE:
             raise ValidationFailed([FieldError("limit", f"must be between 1 and {MAX_PAGE}")])
         after = decode_cursor(cursor) if cursor else None
         items = await self._repository.notifications_list(
-            status=status, channel=channel, recipient=recipient, after=after, limit=limit + 1
+            status=status,
+            channel=channel,
+            recipient=recipient,
+            recipient_id=recipient_id,
+            after=after,
+            limit=limit + 1,
         )
         if len(items) <= limit:
             return items, None
         items = items[:limit]
         return items, encode_cursor(items[-1].created_at, items[-1].id)
+
+    async def siblings(self, id: uuid.UUID) -> tuple[Notification, ...]:
+        """Every notification the request of `id` became: itself, or for a recipientId request
+        all of its channels (their keys are derived from the request's key)."""
+        found = await self.get(id)
+        if found.recipient_id is None:
+            return (found,)
+        request_key = found.idempotency_key.rsplit(" ", 1)[0]
+        rows = await self._repository.notifications_get_by_keys(
+            idempotency_keys=_keys_of(request_key)
+        )
+        return tuple(n for n, _ in rows.values()) or (found,)
 
     async def cancel(self, id: uuid.UUID) -> Notification:
         cancelled = await self._repository.notification_cancel(id=id)
@@ -143,6 +287,114 @@ class NotificationService:
 
     async def status(self) -> QueueStatus:
         return await self._repository.queue_status()
+
+
+def _keys_of(request_key: str) -> list[str]:
+    """The derived keys a user-targeted request's notifications can have, in channel order."""
+    return [derived_key(request_key, c) for c in [*Channel, None]]
+
+
+def _addressed(p: PreparedRequest, templates: dict[str, Template]) -> NewNotification:
+    """An address-targeted request as its notification, rendered when it names a template."""
+    r = p.request
+    assert r.channel is not None and r.recipient is not None
+    if r.template is None:
+        assert r.body is not None
+        return p.notification(
+            channel=r.channel, recipient=r.recipient, subject=r.subject, body=r.body
+        )
+    template = _template(p, templates)
+    if r.channel.value not in template.channels:
+        raise ValidationFailed(
+            [FieldError(p.field_prefix + "template", f"has no {r.channel.value} entry")]
+        )
+    subject, body = render(template.channels, r.channel, r.data or {}, field_prefix=p.field_prefix)
+    return p.notification(
+        channel=r.channel,
+        recipient=r.recipient,
+        subject=subject,
+        body=body,
+        template=TemplateRef(template.name, template.version),
+    )
+
+
+def _template(p: PreparedRequest, templates: dict[str, Template]) -> Template:
+    found = templates.get(str(p.request.template))
+    if found is None:
+        raise ValidationFailed(
+            [FieldError(p.field_prefix + "template", f"no template named {p.request.template}")]
+        )
+    return found
+
+
+def _expand(
+    p: PreparedRequest, recipient: Recipient | None, templates: dict[str, Template]
+) -> list[NewNotification]:
+    """The notifications a user-targeted request becomes (rules: docs/recipients.md)."""
+    r = p.request
+    if recipient is None:
+        raise ValidationFailed(
+            [FieldError(p.field_prefix + "recipientId", f"no recipient with id {r.recipient_id}")]
+        )
+    order = list(r.channels or Channel)
+    template = _template(p, templates) if r.template is not None else None
+    if template is not None and not any(c.value in template.channels for c in order):
+        raise ValidationFailed(
+            [
+                FieldError(
+                    p.field_prefix + "template",
+                    f"has none of the channels {', '.join(c.value for c in order)}",
+                )
+            ]
+        )
+    ref = TemplateRef(template.name, template.version) if template else None
+    # Channels the recipient has a contact for (and the template an entry for), in order.
+    usable = [
+        c
+        for c in order
+        if recipient.contact(c) and (template is None or c.value in template.channels)
+    ]
+    texts: dict[Channel, tuple[str | None, str]] = {}
+    for c in usable:  # rendered even when opted out: a missing variable is always a 400
+        if template is not None:
+            texts[c] = render(template.channels, c, r.data or {}, field_prefix=p.field_prefix)
+        else:
+            assert r.body is not None
+            texts[c] = (r.subject, r.body)
+    reasons = {c: opt_out_reason(recipient.preferences, c, p.category) for c in usable}
+    chosen = [c for c in usable if reasons[c] is None]
+    if r.strategy == "first":
+        chosen = chosen[:1]
+    if chosen:
+        return [
+            p.notification(
+                channel=c,
+                recipient=str(recipient.contact(c)),
+                subject=texts[c][0],
+                body=texts[c][1],
+                idempotency_key=derived_key(p.idempotency_key, c),
+                template=ref,
+            )
+            for c in chosen
+        ]
+    why = [f"{c.value}: {reasons[c]}" for c in usable] + [
+        f"{c.value}: no contact" if recipient.contact(c) is None else f"{c.value}: not in template"
+        for c in order
+        if c not in usable
+    ]
+    channel = usable[0] if usable else order[0]
+    subject, body = texts.get(channel, (r.subject, r.body or ""))
+    suppressed = p.notification(
+        channel=channel,
+        recipient=recipient.contact(channel) or recipient.id,
+        subject=subject,
+        body=body,
+        idempotency_key=derived_key(p.idempotency_key, None),
+        template=ref,
+    )
+    return [
+        _replace(suppressed, status=Status.SUPPRESSED, last_error="suppressed: " + "; ".join(why))
+    ]
 
 
 def _hash_of_inserted(batch: Sequence[NewNotification], stored: Notification) -> str:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -27,7 +28,14 @@ from pydantic import (
 )
 
 from notify_queue.errors import FieldError, ValidationFailed
-from notify_queue.models import Channel, NewNotification, Priority, Source
+from notify_queue.models import (
+    DEFAULT_CATEGORY,
+    Channel,
+    NewNotification,
+    Priority,
+    Source,
+    TemplateRef,
+)
 
 MAX_BODY_BYTES = 65_536
 MAX_METADATA_BYTES = 16 * 1024
@@ -45,6 +53,12 @@ POLICY_PATTERN = re.compile(
     r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 )
 URL_PATTERN = re.compile(r"^https?://[^\s/?#]+[^\s]*$", re.IGNORECASE)
+# Recipient ids: chosen by the client, 1-255 printable ASCII characters (as idempotency keys).
+RECIPIENT_ID_PATTERN = IDEMPOTENCY_KEY_PATTERN
+# Template names and categories: DNS-label-like, so a NotificationTemplate's name fits.
+TEMPLATE_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+CATEGORY_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$")
+MAX_DATA_BYTES = 64 * 1024
 
 
 def parse_rfc3339(value: str) -> datetime:
@@ -64,10 +78,20 @@ class NotificationRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=False, frozen=True)
 
-    channel: Channel
-    recipient: Annotated[StrictStr, Field(min_length=1, max_length=MAX_RECIPIENT_CHARS)]
+    channel: Channel | None = None
+    recipient: Annotated[StrictStr | None, Field(min_length=1, max_length=MAX_RECIPIENT_CHARS)] = (
+        None
+    )
     subject: Annotated[StrictStr | None, Field(max_length=MAX_SUBJECT_CHARS)] = None
-    body: StrictStr
+    body: StrictStr | None = None
+    # User-targeted sends (CONTRACT §9): a stored recipient instead of channel + recipient.
+    recipient_id: StrictStr | None = Field(None, alias="recipientId")
+    channels: Annotated[list[Channel] | None, Field(min_length=1, max_length=3)] = None
+    strategy: Literal["all", "first"] | None = None
+    category: StrictStr | None = None
+    # A stored template instead of subject + body, rendered from `data` at creation.
+    template: StrictStr | None = None
+    data: dict[str, Any] | None = None
     priority: Priority = Priority.NORMAL
     send_at: StrictStr | None = Field(None, alias="sendAt")
     delay_seconds: Annotated[StrictInt | None, Field(ge=0, le=MAX_DELAY_SECONDS)] = Field(
@@ -83,9 +107,11 @@ class NotificationRequest(BaseModel):
 
     @field_validator("recipient")
     @classmethod
-    def _recipient_format(cls, value: str, info: ValidationInfo) -> str:
+    def _recipient_format(cls, value: str | None, info: ValidationInfo) -> str | None:
         # A field validator (channel is validated first), so a bad recipient is named even when
         # other fields are bad too; a model validator would only run once every field is valid.
+        if value is None:
+            return None
         if not value.strip():
             raise ValueError("must not be blank")
         channel = info.data.get("channel")
@@ -97,7 +123,9 @@ class NotificationRequest(BaseModel):
 
     @field_validator("body")
     @classmethod
-    def _body_size(cls, value: str) -> str:
+    def _body_size(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         size = len(value.encode("utf-8", errors="surrogatepass"))
         if size < 1:
             raise ValueError("must not be empty")
@@ -141,10 +169,69 @@ class NotificationRequest(BaseModel):
             raise ValueError("must be 1-255 printable ASCII characters without spaces")
         return value
 
+    @field_validator("recipient_id")
+    @classmethod
+    def _recipient_id(cls, value: str | None) -> str | None:
+        if value is not None and not RECIPIENT_ID_PATTERN.fullmatch(value):
+            raise ValueError("must be 1-255 printable ASCII characters without spaces")
+        return value
+
+    @field_validator("channels")
+    @classmethod
+    def _channels(cls, value: list[Channel] | None) -> list[Channel] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("must not name a channel twice")
+        return value
+
+    @field_validator("category")
+    @classmethod
+    def _category(cls, value: str | None) -> str | None:
+        if value is not None and not CATEGORY_PATTERN.fullmatch(value):
+            raise ValueError("must be 1-63 lowercase letters, digits, '-', '_' or '.'")
+        return value
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is not None and not TEMPLATE_NAME_PATTERN.fullmatch(value):
+            raise ValueError("must be a template name (lowercase letters, digits, '-', '.')")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _data_size(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None:
+            size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+            if size > MAX_DATA_BYTES:
+                raise ValueError(f"is {size} bytes as JSON; the limit is {MAX_DATA_BYTES}")
+        return value
+
     @model_validator(mode="after")
     def _cross_field(self) -> NotificationRequest:
         if self.send_at is not None and self.delay_seconds is not None:
             raise ValueError("sendAt: give sendAt or delaySeconds, not both")
+        if self.recipient_id is not None:
+            if self.recipient is not None:
+                raise ValueError("recipient: give recipient or recipientId, not both")
+            if self.channel is not None:
+                raise ValueError("channel: with recipientId, name channels (a list) instead")
+        else:
+            if self.channel is None:
+                raise ValueError("channel: is required (or recipientId)")
+            if self.recipient is None:
+                raise ValueError("recipient: is required (or recipientId)")
+            if self.channels is not None:
+                raise ValueError("channels: only with recipientId")
+            if self.strategy is not None:
+                raise ValueError("strategy: only with recipientId")
+        if self.template is not None:
+            if self.body is not None or self.subject is not None:
+                raise ValueError("template: give template + data or subject + body, not both")
+        else:
+            if self.data is not None:
+                raise ValueError("data: only with template")
+            if self.body is None:
+                raise ValueError("body: is required (or template)")
         return self
 
 
@@ -160,14 +247,30 @@ def parse_request(data: object, *, prefix: str = "") -> NotificationRequest:
     """Validate raw JSON-like input; raise ValidationFailed naming every bad field."""
     if not isinstance(data, dict):
         raise ValidationFailed([FieldError(prefix.rstrip(".") or "body", "must be a JSON object")])
+    # Required fields are named all at once here; the model's cross-field check stops at one.
+    missing = []
+    if "recipientId" not in data:
+        missing += [n for n in ("channel", "recipient") if n not in data]
+    if "template" not in data and "body" not in data:
+        missing.append("body")
+    errors = [FieldError(prefix + n, _REQUIRED[n]) for n in missing]
     try:
-        return NotificationRequest.model_validate(data)
+        request = NotificationRequest.model_validate(data)
     except ValidationError as exc:
-        errors = []
         for e in exc.errors():
             name, message = _field_name(tuple(e["loc"]), e["msg"].removeprefix("Value error, "))
             errors.append(FieldError(prefix + name, message))
-        raise ValidationFailed(errors) from None
+        raise ValidationFailed(list(dict.fromkeys(errors))) from None
+    if errors:
+        raise ValidationFailed(errors)
+    return request
+
+
+_REQUIRED = {
+    "channel": "is required (or recipientId)",
+    "recipient": "is required (or recipientId)",
+    "body": "is required (or template)",
+}
 
 
 def request_hash(data: dict[str, Any]) -> str:
@@ -175,6 +278,92 @@ def request_hash(data: dict[str, Any]) -> str:
     sent = {k: v for k, v in data.items() if k != "idempotencyKey"}
     canonical = json.dumps(sent, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode("utf-8", errors="surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRequest:
+    """A valid create request with its key, hash and resolved times: what the service enqueues.
+
+    A plain request (channel + recipient, subject + body) becomes one notification as it is;
+    one with a template is rendered first, and one with a recipientId is expanded over the
+    recipient's channels, both by the service, which needs the database for that.
+    """
+
+    request: NotificationRequest
+    idempotency_key: str
+    request_hash: str
+    send_at: datetime
+    expires_at: datetime | None
+    source: Source
+    field_prefix: str
+
+    @property
+    def category(self) -> str:
+        return self.request.category or DEFAULT_CATEGORY
+
+    @property
+    def is_plain(self) -> bool:
+        return self.request.recipient_id is None and self.request.template is None
+
+    def notification(
+        self,
+        *,
+        channel: Channel,
+        recipient: str,
+        subject: str | None,
+        body: str,
+        idempotency_key: str | None = None,
+        template: TemplateRef | None = None,
+    ) -> NewNotification:
+        r = self.request
+        return NewNotification(
+            idempotency_key=idempotency_key or self.idempotency_key,
+            request_hash=self.request_hash,
+            channel=channel,
+            recipient=recipient,
+            subject=subject,
+            body=body,
+            priority=r.priority,
+            send_at=self.send_at,
+            expires_at=self.expires_at,
+            webhook_url=r.webhook_url,
+            policy=r.policy,
+            metadata=r.metadata,
+            source=self.source,
+            category=self.category,
+            recipient_id=r.recipient_id,
+            template=template,
+        )
+
+
+def prepare_request(
+    request: NotificationRequest,
+    *,
+    idempotency_key: str,
+    request_digest: str,
+    now: datetime,
+    source: Source = Source.API,
+    field_prefix: str = "",
+) -> PreparedRequest:
+    """Resolve the send time and check what depends on it (expiresAt after the send time)."""
+    if request.send_at is not None:
+        send_at = parse_rfc3339(request.send_at)
+    else:
+        send_at = now + timedelta(seconds=request.delay_seconds or 0)
+    expires_at = parse_rfc3339(request.expires_at) if request.expires_at else None
+    if expires_at is not None and expires_at <= send_at:
+        raise ValidationFailed(
+            [FieldError(field_prefix + "expiresAt", "must be after the send time")]
+        )
+    return PreparedRequest(
+        request=request,
+        idempotency_key=idempotency_key,
+        request_hash=request_digest,
+        send_at=send_at,
+        expires_at=expires_at,
+        source=source,
+        field_prefix=field_prefix,
+    )
 
 
 def to_new_notification(
@@ -186,30 +375,24 @@ def to_new_notification(
     source: Source = Source.API,
     field_prefix: str = "",
 ) -> NewNotification:
-    """Resolve the send time and check what depends on it (expiresAt after the send time)."""
-    if request.send_at is not None:
-        send_at = parse_rfc3339(request.send_at)
-    else:
-        send_at = now + timedelta(seconds=request.delay_seconds or 0)
-    expires_at = parse_rfc3339(request.expires_at) if request.expires_at else None
-    if expires_at is not None and expires_at <= send_at:
-        raise ValidationFailed(
-            [FieldError(field_prefix + "expiresAt", "must be after the send time")]
-        )
-    return NewNotification(
+    """A plain request (channel + recipient, subject + body) as the one notification it is."""
+    prepared = prepare_request(
+        request,
         idempotency_key=idempotency_key,
-        request_hash=request_digest,
+        request_digest=request_digest,
+        now=now,
+        source=source,
+        field_prefix=field_prefix,
+    )
+    if not prepared.is_plain:
+        raise ValueError("only a plain request is one notification as it is")
+    assert request.channel is not None and request.recipient is not None
+    assert request.body is not None
+    return prepared.notification(
         channel=request.channel,
         recipient=request.recipient,
         subject=request.subject,
         body=request.body,
-        priority=request.priority,
-        send_at=send_at,
-        expires_at=expires_at,
-        webhook_url=request.webhook_url,
-        policy=request.policy,
-        metadata=request.metadata,
-        source=source,
     )
 
 

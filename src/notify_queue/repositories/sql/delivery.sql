@@ -91,7 +91,8 @@ WITH batch AS (
     WHERE n.id = ANY(ARRAY(SELECT id FROM decided
                            WHERE NOT held AND (holds_slot OR rank <= rate_limit - used)))
     RETURNING n.id, n.claim_token, n.channel, n.recipient, n.subject, n.body, n.metadata,
-              n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at
+              n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at,
+              n.category, n.expires_at, n.recipient_id
 ), waiting AS (
     -- The slot a waiting row waits for is the (used - limit + rank)-th oldest in the window;
     -- when that slot is not taken yet (a burst within one batch), a full window from now.
@@ -126,11 +127,16 @@ SELECT true AS admitted, a.id, a.claim_token, a.channel, a.recipient, a.subject,
        COALESCE(p.backoff_base_seconds, %(backoff_base_seconds)s) AS backoff_base_seconds,
        COALESCE(p.backoff_max_seconds, %(backoff_max_seconds)s) AS backoff_max_seconds,
        p.failover, p.providers,
-       a.next_attempt_at, a.created_at
+       a.next_attempt_at, a.created_at, a.category, a.expires_at, a.recipient_id,
+       -- A user-targeted notification carries its recipient's preferences as of this claim, read
+       -- in this transaction (a primary-key lookup), so the send-time check (services/
+       -- preferences.py) never works from a stale copy. A deleted recipient reads as absent.
+       r.id IS NOT NULL AS recipient_exists, r.timezone, r.opt_out_all, r.opt_out_channels,
+       r.opt_out_categories, r.quiet_start, r.quiet_end
 FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
+LEFT JOIN nq_recipients r ON r.id = a.recipient_id
 UNION ALL
-SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL
+SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM deferred d
 -- Claim order, so the worker starts the most urgent deliveries first.
 ORDER BY priority, next_attempt_at, created_at
@@ -143,18 +149,23 @@ ORDER BY priority, next_attempt_at, created_at
 -- matches nothing and is dropped (its id is absent from the result). The attempt's provider calls
 -- are appended to delivery_attempts, keeping the last 20; when no provider was tried (all open or
 -- rate-limited) the attempt the claim counted is given back.
+-- The send-time preference check records here too, right after the claim and in its
+-- transaction: SUPPRESSED, EXPIRED, or back to PENDING at the end of quiet hours (an absolute
+-- next_attempt_at), each giving back the attempt the claim counted (give_back).
 WITH results AS (
     SELECT * FROM unnest(
         %(ids)s::uuid[], %(claim_tokens)s::uuid[], %(statuses)s::text[],
         %(retry_in_seconds)s::float8[], %(last_errors)s::text[],
         %(provider_message_ids)s::text[], %(providers)s::text[], %(attempts)s::jsonb[],
-        %(give_back)s::bool[]
+        %(give_back)s::bool[], %(next_attempt_ats)s::timestamptz[]
     ) AS r(id, claim_token, status, retry_in_seconds, last_error, provider_message_id,
-           provider, attempts, give_back)
+           provider, attempts, give_back, next_attempt_at)
 ), updated AS (
     UPDATE nq_notifications n
     SET status = r.status,
-        next_attempt_at = COALESCE(now() + make_interval(secs => r.retry_in_seconds), n.next_attempt_at),
+        next_attempt_at = COALESCE(r.next_attempt_at,
+                                   now() + make_interval(secs => r.retry_in_seconds),
+                                   n.next_attempt_at),
         last_error = r.last_error,
         provider_message_id = COALESCE(r.provider_message_id, n.provider_message_id),
         provider = CASE WHEN r.status = 'SENT' THEN r.provider ELSE n.provider END,

@@ -7,26 +7,50 @@
 -- the caller reads the existing row with notification_get_by_keys (a new statement, so it sees
 -- the winner) and compares request hashes to answer 200 or 409. max_attempts is fixed now, from
 -- the policy if it has one, so a later policy change does not move notifications in flight.
-INSERT INTO nq_notifications (
-    id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
-    send_at, next_attempt_at, expires_at, max_attempts, source, policy, webhook_url, metadata)
-SELECT r.id, r.idempotency_key, r.request_hash, r.channel, r.recipient, r.subject, r.body,
-       r.priority, 'PENDING', r.send_at, r.send_at, r.expires_at,
-       COALESCE(p.max_attempts, %(default_max_attempts)s), r.source, r.policy, r.webhook_url,
-       r.metadata
-FROM unnest(
-    %(ids)s::uuid[], %(idempotency_keys)s::text[], %(request_hashes)s::text[], %(channels)s::text[],
-    %(recipients)s::text[], %(subjects)s::text[], %(bodies)s::text[], %(priorities)s::smallint[],
-    %(send_ats)s::timestamptz[], %(expires_ats)s::timestamptz[], %(sources)s::text[],
-    %(policies)s::text[], %(webhook_urls)s::text[], %(metadatas)s::jsonb[]
-) WITH ORDINALITY AS r(id, idempotency_key, request_hash, channel, recipient, subject, body,
-       priority, send_at, expires_at, source, policy, webhook_url, metadata, position)
-LEFT JOIN nq_policies p ON p.name = r.policy
--- In batch order, so of a key repeated within one batch the first item is the one inserted (the
--- join may reorder rows otherwise, and the service answers the later ones 200 or 409).
-ORDER BY r.position
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING *
+-- A row may be born final: SUPPRESSED (its recipient opted out of every channel asked for); its
+-- webhook event is written by this same statement, like every other reported status change.
+WITH inserted AS (
+    INSERT INTO nq_notifications (
+        id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
+        send_at, next_attempt_at, expires_at, max_attempts, source, policy, webhook_url, metadata,
+        last_error, finished_at, category, recipient_id, template_name, template_version)
+    SELECT r.id, r.idempotency_key, r.request_hash, r.channel, r.recipient, r.subject, r.body,
+           r.priority, r.status, r.send_at, r.send_at, r.expires_at,
+           COALESCE(p.max_attempts, %(default_max_attempts)s), r.source, r.policy, r.webhook_url,
+           r.metadata, r.last_error, CASE WHEN r.status <> 'PENDING' THEN now() END, r.category,
+           r.recipient_id, r.template_name, r.template_version
+    FROM unnest(
+        %(ids)s::uuid[], %(idempotency_keys)s::text[], %(request_hashes)s::text[], %(channels)s::text[],
+        %(recipients)s::text[], %(subjects)s::text[], %(bodies)s::text[], %(priorities)s::smallint[],
+        %(send_ats)s::timestamptz[], %(expires_ats)s::timestamptz[], %(sources)s::text[],
+        %(policies)s::text[], %(webhook_urls)s::text[], %(metadatas)s::jsonb[], %(statuses)s::text[],
+        %(last_errors)s::text[], %(categories)s::text[], %(recipient_ids)s::text[],
+        %(template_names)s::text[], %(template_versions)s::integer[]
+    ) WITH ORDINALITY AS r(id, idempotency_key, request_hash, channel, recipient, subject, body,
+           priority, send_at, expires_at, source, policy, webhook_url, metadata, status, last_error,
+           category, recipient_id, template_name, template_version, position)
+    LEFT JOIN nq_policies p ON p.name = r.policy
+    -- In batch order, so of a key repeated within one batch the first item is the one inserted (the
+    -- join may reorder rows otherwise, and the service answers the later ones 200 or 409).
+    ORDER BY r.position
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING *
+), events AS (
+    SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
+                                    array_agg(webhook_url), array_agg(policy),
+                                    %(default_webhook_url)s) AS n
+    FROM inserted WHERE status = 'SUPPRESSED'
+)
+-- events is read (once, as an init plan) so that its insert runs.
+SELECT i.*, (SELECT n FROM events) AS events_written FROM inserted i
+
+-- name: notification_lock_request_keys
+-- Serialise user-targeted requests per idempotency key for this transaction: the expansion reads
+-- preferences and then inserts one row per channel, so two identical requests racing must not
+-- both expand (with preferences changing in between they could choose different channels). The
+-- second waits here, then finds the first one's rows. Sorted keys: no deadlock between batches.
+SELECT count(pg_advisory_xact_lock(hashtextextended('nq-request:' || k, 0)))
+FROM (SELECT DISTINCT k FROM unnest(%(keys)s::text[]) AS k ORDER BY k) keys
 
 -- name: notification_get_by_keys
 SELECT * FROM nq_notifications WHERE idempotency_key = ANY(%(idempotency_keys)s::text[])
@@ -42,6 +66,7 @@ SELECT * FROM nq_notifications
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(channel)s::text IS NULL OR channel = %(channel)s)
   AND (%(recipient)s::text IS NULL OR recipient = %(recipient)s)
+  AND (%(recipient_id)s::text IS NULL OR recipient_id = %(recipient_id)s)
   AND (%(after_created_at)s::timestamptz IS NULL
        OR (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
 ORDER BY created_at, id

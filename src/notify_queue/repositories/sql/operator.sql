@@ -77,6 +77,15 @@ WITH objects AS (
 SELECT c.uid AS object_uid, c.namespace AS object_namespace, c.name AS object_name,
        c.outbox_seqs, c.entered_statuses,
        l.uid IS NOT NULL AS object_linked, l.generation AS object_generation,
+       -- A recipientId request became one row per channel, with keys "<key> <channel>" (issue
+       -- 12): the object links to the first and lists them all in status.notifications. Found
+       -- through the unique key index, only for such rows.
+       CASE WHEN n.recipient_id IS NOT NULL THEN ARRAY(
+           SELECT s.id FROM nq_notifications s
+           WHERE s.idempotency_key = ANY(ARRAY(
+               SELECT split_part(n.idempotency_key, ' ', 1) || ' ' || suffix
+               FROM unnest(ARRAY['email', 'sms', 'push', 'suppressed']) AS suffix))
+           ORDER BY s.created_at, s.id) END AS related_ids,
        -- A row held by a policy that is not Ready shows Reconciling/PolicyNotReady.
        COALESCE(p.ready, true) AS object_policy_ready,
        n.*

@@ -1,0 +1,52 @@
+-- Recipients (contacts and preferences) and templates: the API's CRUD and the reads of a
+-- user-targeted create. Every statement goes through a primary key.
+
+-- name: recipient_put
+-- Create or replace a recipient as a whole (PUT). `created` tells 201 from 200: xmax is 0 only
+-- for a row this statement inserted.
+INSERT INTO nq_recipients AS r (id, email, phone, push_tokens, timezone, opt_out_all,
+                                opt_out_channels, opt_out_categories, quiet_start, quiet_end)
+VALUES (%(id)s, %(email)s, %(phone)s, %(push_tokens)s, %(timezone)s, %(opt_out_all)s,
+        %(opt_out_channels)s, %(opt_out_categories)s, %(quiet_start)s, %(quiet_end)s)
+ON CONFLICT (id) DO UPDATE SET
+    email = excluded.email, phone = excluded.phone, push_tokens = excluded.push_tokens,
+    timezone = excluded.timezone, opt_out_all = excluded.opt_out_all,
+    opt_out_channels = excluded.opt_out_channels, opt_out_categories = excluded.opt_out_categories,
+    quiet_start = excluded.quiet_start, quiet_end = excluded.quiet_end, updated_at = now()
+RETURNING r.*, (r.xmax = 0) AS created
+
+-- name: recipient_get
+SELECT * FROM nq_recipients WHERE id = %(id)s
+
+-- name: recipient_get_for_update
+-- The read-modify-write of a PATCH: the row lock makes two merges apply one after the other.
+SELECT * FROM nq_recipients WHERE id = %(id)s FOR UPDATE
+
+-- name: recipient_get_many
+-- The recipients of a user-targeted batch. FOR SHARE: a DELETE or an opt-out committed while
+-- this transaction expands waits for it (and the claim then re-checks anyway).
+SELECT * FROM nq_recipients WHERE id = ANY(%(ids)s::text[]) FOR SHARE
+
+-- name: recipient_delete
+DELETE FROM nq_recipients WHERE id = %(id)s RETURNING id
+
+-- name: template_put
+-- Create or update a template. The version moves only when the content changes (the WHERE of
+-- DO UPDATE), so re-applying the same manifest or PUT keeps it; then nothing is returned and
+-- the caller reads the row as it is.
+INSERT INTO nq_templates AS t (name, channels, source)
+VALUES (%(name)s, %(channels)s, %(source)s)
+ON CONFLICT (name) DO UPDATE SET
+    channels = excluded.channels, source = excluded.source,
+    version = t.version + 1, updated_at = now()
+WHERE t.channels IS DISTINCT FROM excluded.channels
+RETURNING t.*, (t.xmax = 0) AS created
+
+-- name: template_get
+SELECT * FROM nq_templates WHERE name = %(name)s
+
+-- name: template_get_many
+SELECT * FROM nq_templates WHERE name = ANY(%(names)s::text[])
+
+-- name: template_delete
+DELETE FROM nq_templates WHERE name = %(name)s RETURNING name

@@ -1,0 +1,133 @@
+"""Templates: validation of a template, and rendering it for one channel at creation time.
+
+Rendering happens when a notification is created, never at send time: a missing variable is a
+400 to the client who can fix it, and a later edit of the template does not change text already
+queued (the notification records the template's name and version).
+
+The engine is Jinja2's `SandboxedEnvironment` with `StrictUndefined`: a template cannot reach
+Python internals (`''.__class__` and friends raise), and a variable missing from `data` is an
+error rather than an empty string. Values from `data` are inserted as text and never parsed as
+template code, so `{{ 7*7 }}` in data stays `{{ 7*7 }}`.
+
+Autoescaping is off, on purpose: every body this queue sends is plain text (SMTP sends
+`text/plain`, SMS and push are text), and HTML-escaping would put `&amp;` in front of the person
+reading it. A template that builds markup escapes explicitly with `{{ value | e }}`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, UndefinedError
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import SandboxedEnvironment
+
+from notify_queue.errors import FieldError, ValidationFailed
+from notify_queue.models import Channel
+from notify_queue.services.validation import MAX_BODY_BYTES, MAX_SUBJECT_CHARS
+
+# Which parts each channel's entry has (CONTRACT §9): SMS has no subject.
+CHANNEL_PARTS: dict[Channel, tuple[str, ...]] = {
+    Channel.EMAIL: ("subject", "body"),
+    Channel.SMS: ("body",),
+    Channel.PUSH: ("subject", "body"),
+}
+MAX_TEMPLATE_PART_BYTES = MAX_BODY_BYTES
+
+_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+
+
+def check_template_channels(value: Any, *, prefix: str = "") -> dict[str, dict[str, str]]:
+    """Validate a template's `channels` object; every template must parse. Raise naming fields."""
+    errors: list[FieldError] = []
+    where = prefix + "channels"
+    if not isinstance(value, dict) or not value:
+        raise ValidationFailed([FieldError(where, "must be an object with at least one channel")])
+    checked: dict[str, dict[str, str]] = {}
+    for name, entry in value.items():
+        field = f"{where}.{name}"
+        try:
+            channel = Channel(name)
+        except ValueError:
+            errors.append(FieldError(field, "is not a channel (email, sms, push)"))
+            continue
+        if not isinstance(entry, dict):
+            errors.append(FieldError(field, "must be an object"))
+            continue
+        allowed = CHANNEL_PARTS[channel]
+        for part in entry:
+            if part not in allowed:
+                errors.append(FieldError(f"{field}.{part}", f"is not a field of a {name} template"))
+        if "body" not in entry:
+            errors.append(FieldError(f"{field}.body", "is required"))
+        for part in allowed:
+            text = entry.get(part)
+            if text is None:
+                continue
+            if not isinstance(text, str) or not text:
+                errors.append(FieldError(f"{field}.{part}", "must be a non-empty string"))
+                continue
+            if len(text.encode("utf-8", errors="surrogatepass")) > MAX_TEMPLATE_PART_BYTES:
+                errors.append(
+                    FieldError(f"{field}.{part}", f"is over {MAX_TEMPLATE_PART_BYTES} bytes")
+                )
+                continue
+            try:
+                _ENV.parse(text)
+            except TemplateSyntaxError as exc:
+                errors.append(
+                    FieldError(f"{field}.{part}", f"is not a valid template: {exc.message}")
+                )
+        checked[name] = {k: v for k, v in entry.items() if isinstance(v, str)}
+    if errors:
+        raise ValidationFailed(errors)
+    return checked
+
+
+def render(
+    channels: Mapping[str, Mapping[str, str]],
+    channel: Channel,
+    data: Mapping[str, Any],
+    *,
+    field_prefix: str = "",
+) -> tuple[str | None, str]:
+    """(subject, body) of `channel`'s entry rendered with `data`; 400 naming what is wrong."""
+    entry = channels[channel.value]
+    rendered: dict[str, str] = {}
+    for part, text in entry.items():
+        try:
+            rendered[part] = _ENV.from_string(text).render(dict(data))
+        except UndefinedError as exc:
+            raise ValidationFailed(
+                [FieldError(field_prefix + "data", f"{channel.value} {part}: {exc.message}")]
+            ) from None
+        except SecurityError as exc:
+            raise ValidationFailed(
+                [FieldError(field_prefix + "template", f"{channel.value} {part}: {exc}")]
+            ) from None
+        except TemplateError as exc:
+            raise ValidationFailed(
+                [FieldError(field_prefix + "data", f"{channel.value} {part}: {exc.message}")]
+            ) from None
+    body = rendered["body"]
+    subject = rendered.get("subject")
+    errors = []
+    if not body.strip():
+        errors.append(FieldError(field_prefix + "data", f"{channel.value} body renders empty"))
+    if len(body.encode("utf-8", errors="surrogatepass")) > MAX_BODY_BYTES:
+        errors.append(
+            FieldError(
+                field_prefix + "data", f"{channel.value} body renders over {MAX_BODY_BYTES} bytes"
+            )
+        )
+    if subject is not None and len(subject) > MAX_SUBJECT_CHARS:
+        errors.append(
+            FieldError(
+                field_prefix + "data",
+                f"{channel.value} subject renders over {MAX_SUBJECT_CHARS} characters",
+            )
+        )
+    if errors:
+        raise ValidationFailed(errors)
+    return subject, body
