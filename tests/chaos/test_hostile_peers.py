@@ -351,10 +351,11 @@ async def test_a_failing_background_task_is_restarted_and_shows_on_healthz(
         # The fault: the function the completion statement calls disappears (as after a bad
         # manual change); recording results (and housekeeping, which calls it too) fails with an
         # error that is not a lost connection.
+        # Created before the fault (creating can write events too), due just after it.
+        ids = [await _send(db, f"during-{i}@example.com", delay_seconds=2) for i in range(3)]
         await _sql(
             db, "ALTER FUNCTION nq_insert_webhook_events RENAME TO nq_insert_webhook_events_away"
         )
-        ids = [await _send(db, f"during-{i}@example.com") for i in range(3)]
         report = await poll(lambda: health(503), timeout=20, what="/healthz reports the failure")
         assert report["tasks"]["complete"]["healthy"] is False
         assert "nq_insert_webhook_events" in report["tasks"]["complete"]["lastError"]

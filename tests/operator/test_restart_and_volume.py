@@ -47,6 +47,7 @@ async def _rows(db: Database) -> list[dict[str, Any]]:
             "status": None,
             "channel": None,
             "recipient": None,
+            "recipient_id": None,
             "after_created_at": None,
             "after_id": None,
             "limit": 5000,

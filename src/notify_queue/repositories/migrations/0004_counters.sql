@@ -30,13 +30,13 @@ LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO nq_counters AS c (name, shard, n)
-        SELECT 'notifications:' || status, pg_backend_pid() % 16, count(*)
+        SELECT 'notifications:' || status, mod(pg_backend_pid(), 16), count(*)
         FROM nq_new WHERE status NOT IN ('PENDING', 'PROCESSING')
         GROUP BY status ORDER BY 1
         ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n;
     ELSIF TG_OP = 'UPDATE' THEN
         INSERT INTO nq_counters AS c (name, shard, n)
-        SELECT 'notifications:' || status, pg_backend_pid() % 16, sum(delta)
+        SELECT 'notifications:' || status, mod(pg_backend_pid(), 16), sum(delta)
         FROM (SELECT status, 1 AS delta FROM nq_new WHERE status NOT IN ('PENDING', 'PROCESSING')
               UNION ALL
               SELECT status, -1 FROM nq_old WHERE status NOT IN ('PENDING', 'PROCESSING')) d
@@ -44,12 +44,12 @@ BEGIN
         ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n;
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO nq_counters AS c (name, shard, n)
-        SELECT 'notifications:' || status, pg_backend_pid() % 16, -count(*)
+        SELECT 'notifications:' || status, mod(pg_backend_pid(), 16), -count(*)
         FROM nq_old WHERE status NOT IN ('PENDING', 'PROCESSING')
         GROUP BY status ORDER BY 1
         ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n;
     ELSE  -- TRUNCATE
-        DELETE FROM nq_counters WHERE name LIKE 'notifications:%';
+        DELETE FROM nq_counters WHERE starts_with(name, 'notifications:');
     END IF;
     RETURN NULL;
 END $$;
@@ -59,13 +59,13 @@ LANGUAGE plpgsql AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO nq_counters AS c (name, shard, n)
-        SELECT 'webhooks:' || state, pg_backend_pid() % 16, count(*)
+        SELECT 'webhooks:' || state, mod(pg_backend_pid(), 16), count(*)
         FROM nq_new WHERE state <> 'pending'
         GROUP BY state ORDER BY 1
         ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n;
     ELSIF TG_OP = 'UPDATE' THEN
         INSERT INTO nq_counters AS c (name, shard, n)
-        SELECT 'webhooks:' || state, pg_backend_pid() % 16, sum(delta)
+        SELECT 'webhooks:' || state, mod(pg_backend_pid(), 16), sum(delta)
         FROM (SELECT state, 1 AS delta FROM nq_new WHERE state <> 'pending'
               UNION ALL
               SELECT state, -1 FROM nq_old WHERE state <> 'pending') d
@@ -73,12 +73,12 @@ BEGIN
         ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n;
     ELSIF TG_OP = 'DELETE' THEN
         INSERT INTO nq_counters AS c (name, shard, n)
-        SELECT 'webhooks:' || state, pg_backend_pid() % 16, -count(*)
+        SELECT 'webhooks:' || state, mod(pg_backend_pid(), 16), -count(*)
         FROM nq_old WHERE state <> 'pending'
         GROUP BY state ORDER BY 1
         ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n;
     ELSE  -- TRUNCATE
-        DELETE FROM nq_counters WHERE name LIKE 'webhooks:%';
+        DELETE FROM nq_counters WHERE starts_with(name, 'webhooks:');
     END IF;
     RETURN NULL;
 END $$;
