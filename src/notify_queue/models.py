@@ -331,6 +331,8 @@ class DeliveryResult:
     # A temporary failure that proves nothing was sent (connection refused, 429, 503): another
     # provider may be tried at once without risking a duplicate.
     nothing_sent: bool = False
+    # A permanent failure because the address or push token no longer exists (HTTP 410).
+    address_gone: bool = False
     # Which provider answered (set by the worker's routing, not by providers themselves) and the
     # calls and skips of this attempt, for the delivery record: JSON text, a list of objects.
     provider: str | None = None
@@ -362,6 +364,8 @@ class Completion:
     give_back_attempt: bool = False
     # An absolute next due time (a quiet-hours deferral), instead of retry_in_seconds.
     next_attempt_at: datetime | None = None
+    # The provider said the address is gone (410): a push token leaves the stored recipient.
+    address_gone: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import yaml
 from aiohttp import web
@@ -340,3 +341,42 @@ async def test_a_push_token_the_provider_calls_gone_fails_after_one_attempt(
     assert row["last_error"].startswith("address no longer valid: HTTP 410")
     assert len(b.arrivals) == 1
     assert json.loads(json.dumps(row["delivery_attempts"]))[0]["outcome"] == "permanent_failure"
+
+
+async def test_a_gone_push_token_is_removed_from_the_stored_recipient(
+    db: Database, database_url: str, providers: tuple[FakeProvider, FakeProvider], spawn, tmp_path
+) -> None:
+    _, b = providers
+    path = _providers_file(
+        tmp_path, [{"name": "b", "type": "http", "channels": ["push"], "url": b.url}], ["b"]
+    )
+    procs = spawn(database_url)
+    port = free_port()
+    procs.start_api(port)
+    worker = procs.start(*_flags(path, "--channels", "push"))
+    await procs.ready(worker)
+    async with aiohttp.ClientSession(f"http://127.0.0.1:{port}") as http:
+
+        async def api_up() -> bool:
+            try:
+                async with http.get("/readyz") as response:
+                    return response.status == 200
+            except aiohttp.ClientError:
+                return False
+
+        await poll(api_up, timeout=30, what="the API")
+        async with http.put(
+            "/recipients/u-1", json={"pushTokens": ["gone-device-1", "device-2"]}
+        ) as response:
+            assert response.status == 201
+        async with http.post(
+            "/notifications",
+            json={"recipientId": "u-1", "channels": ["push"], "body": "hello"},
+            headers={"Idempotency-Key": "hello-u-1"},
+        ) as response:
+            assert response.status == 201, await response.text()
+            [made] = (await response.json())["notifications"]
+        [row] = await poll(lambda: _final_rows(db, [uuid.UUID(made["id"])]), timeout=30)
+        assert row["status"] == Status.FAILED and row["attempt_count"] == 1
+        async with http.get("/recipients/u-1") as response:
+            assert (await response.json())["pushTokens"] == ["device-2"]

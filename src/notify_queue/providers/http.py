@@ -106,7 +106,9 @@ def _classify(status: int, retry_after: str | None, body: bytes) -> DeliveryResu
             nothing_sent=status in _NOTHING_SENT_STATUSES,
         )
     if status == _GONE:
-        return DeliveryResult(Outcome.PERMANENT_FAILURE, error=f"address no longer valid: {error}")
+        return DeliveryResult(
+            Outcome.PERMANENT_FAILURE, error=f"address no longer valid: {error}", address_gone=True
+        )
     return DeliveryResult(Outcome.PERMANENT_FAILURE, error=error)
 
 

@@ -127,6 +127,7 @@ class DeliveryRepository:
                 "attempts": [c.attempts_json for c in completions],
                 "give_back": [c.give_back_attempt for c in completions],
                 "next_attempt_ats": [c.next_attempt_at for c in completions],
+                "addresses_gone": [c.address_gone for c in completions],
                 "default_webhook_url": self._defaults.webhook_url,
             },
         )

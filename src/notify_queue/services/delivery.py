@@ -49,6 +49,7 @@ def decide_completion(
             provider=result.provider,
             attempts_json=result.attempts_json,
             give_back_attempt=give_back_attempt,
+            address_gone=result.address_gone and status is Status.FAILED,
         )
 
     if result.outcome is Outcome.SENT:

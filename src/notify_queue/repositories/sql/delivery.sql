@@ -152,14 +152,15 @@ ORDER BY priority, next_attempt_at, created_at
 -- The send-time preference check records here too, right after the claim and in its
 -- transaction: SUPPRESSED, EXPIRED, or back to PENDING at the end of quiet hours (an absolute
 -- next_attempt_at), each giving back the attempt the claim counted (give_back).
+-- A provider's 410 (address_gone) removes that push token from the stored recipient.
 WITH results AS (
     SELECT * FROM unnest(
         %(ids)s::uuid[], %(claim_tokens)s::uuid[], %(statuses)s::text[],
         %(retry_in_seconds)s::float8[], %(last_errors)s::text[],
         %(provider_message_ids)s::text[], %(providers)s::text[], %(attempts)s::jsonb[],
-        %(give_back)s::bool[], %(next_attempt_ats)s::timestamptz[]
+        %(give_back)s::bool[], %(next_attempt_ats)s::timestamptz[], %(addresses_gone)s::bool[]
     ) AS r(id, claim_token, status, retry_in_seconds, last_error, provider_message_id,
-           provider, attempts, give_back, next_attempt_at)
+           provider, attempts, give_back, next_attempt_at, address_gone)
 ), updated AS (
     UPDATE nq_notifications n
     SET status = r.status,
@@ -187,7 +188,17 @@ WITH results AS (
     -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
     WHERE n.id = ANY(%(ids)s::uuid[])
       AND n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
-    RETURNING n.id, n.status, n.attempt_count, n.webhook_url, n.policy, r.provider
+    RETURNING n.id, n.status, n.attempt_count, n.webhook_url, n.policy, r.provider,
+              r.address_gone, n.channel, n.recipient, n.recipient_id
+), gone_tokens AS (
+    -- One row per recipient (an UPDATE ... FROM applies one joined row per target row).
+    UPDATE nq_recipients rc
+    SET push_tokens = ARRAY(SELECT t FROM unnest(rc.push_tokens) t WHERE t <> ALL(g.tokens)),
+        updated_at = now()
+    FROM (SELECT recipient_id, array_agg(recipient) AS tokens FROM updated
+          WHERE address_gone AND channel = 'push' AND recipient_id IS NOT NULL
+          GROUP BY recipient_id) g
+    WHERE rc.id = g.recipient_id
 ), events AS (
     SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
                                     array_agg(webhook_url), array_agg(policy),
