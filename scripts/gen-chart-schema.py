@@ -47,6 +47,7 @@ EXCLUDED = {
     "sms-provider": "provider.sms",
     "push-provider": "provider.push",
     "outbound-allow": "outboundAllow",
+    "providers-file": "providersFile (rendered into a ConfigMap the workers mount)",
 }
 # Definition name -> the roles whose options it accepts.
 DEFINITIONS = {

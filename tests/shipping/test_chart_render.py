@@ -18,7 +18,9 @@ from typing import Any
 import pytest
 
 from notify_queue.cli import build_parser
+from notify_queue.models import Channel
 from notify_queue.operator.release import build_parser as release_parser
+from notify_queue.provider_specs import load_provider_specs
 from notify_queue.settings import ROLE_SETTINGS
 from tests.shipping.support import (
     CHART,
@@ -406,3 +408,48 @@ def test_monitoring_objects_render_only_when_the_cluster_serves_their_api(tools:
     assert 'notify_queue_webhook_events{state="failed"' in alerts["NotifyQueueWebhookFailures"]
     off = tools.template("--api-versions", "monitoring.coreos.com/v1")
     assert not of_kind(off, "ServiceMonitor") and not of_kind(off, "PrometheusRule")
+
+
+def test_a_providers_file_becomes_a_configmap_every_worker_mounts_with_secrets_by_reference(
+    tools: Tools, tmp_path: Path
+) -> None:
+    values = tmp_path / "providers.yaml"
+    values.write_text(
+        """
+providersFile:
+  content:
+    providers:
+      - {name: sms-main, type: http, channels: [sms, push], url: "http://gw:8080/send",
+         rateLimit: {perSecond: 50}}
+      - {name: sms-backup, type: http, channels: [sms, push], url: "https://backup.example/s"}
+      - {name: mail, type: smtp, channels: [email], host: smtp.infra,
+         passwordFrom: {env: SMTP_PASSWORD}}
+    chains: {sms: [sms-main, sms-backup]}
+  env:
+    - {name: SMTP_PASSWORD, secretName: mail-relay, key: password}
+"""
+    )
+    objects = tools.template(values=[values])
+    [configmap] = [
+        o for o in of_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-providers")
+    ]
+    rendered = tmp_path / "rendered-providers.yaml"
+    rendered.write_text(configmap["data"]["providers.yaml"])
+    specs = load_provider_specs(rendered)  # what the worker will read, validated the same way
+    assert specs.chain(Channel.SMS) == ["sms-main", "sms-backup"]
+    workers = [s for name, s in pod_specs(objects) if "worker" in name]
+    assert workers
+    for spec in workers:
+        [container] = spec["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["NOTIFY_QUEUE_PROVIDERS_FILE"]["value"].endswith("/providers.yaml")
+        assert "NOTIFY_QUEUE_PROVIDER" not in env  # the file replaces the single provider
+        assert env["SMTP_PASSWORD"]["valueFrom"]["secretKeyRef"] == {
+            "name": "mail-relay",
+            "key": "password",
+        }
+        assert any(
+            v.get("configMap", {}).get("name") == configmap["metadata"]["name"]
+            for v in spec["volumes"]
+        )
+        assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
