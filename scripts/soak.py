@@ -4,11 +4,13 @@
     .venv/bin/python scripts/soak.py --minutes 10 [--workers 4] [--rate 200] [--seed 1]
 
 It starts its own PostgreSQL (durable settings, so crashes are real), the API and a pool of
-worker processes, an HTTP provider that fails 20% of calls and a webhook receiver that checks
-every signature (both from tests/chaos/peers.py). A client enqueues notifications through the API
-at `--rate` per second while, every few seconds, one fault strikes: a worker killed with
-`kill -9`, a worker stopped with SIGTERM, PostgreSQL restarted (fast or as a crash), the
-receiver down for a while, or a provider outage. Then the faults stop, the system drains, and
+worker processes, two HTTP providers in a providers file (a primary that fails 20% of calls, with
+a circuit breaker, and a backup it fails over to) and a webhook receiver that checks every
+signature (all from tests/chaos/peers.py). A client enqueues notifications through the API at
+`--rate` per second while, every few seconds, one fault strikes: a worker killed with `kill -9`,
+a worker stopped with SIGTERM, PostgreSQL restarted (fast or as a crash), the receiver down for
+a while, the primary flapping (down and up every second or so: its circuit opens, probes,
+closes), or an outage of both providers. Then the faults stop, the system drains, and
 the invariants of issue #7 are checked over everything the API accepted (tests/chaos/harness.py:
 `audit`). Prints one JSON summary line; exits 1 when an invariant was broken.
 """
@@ -44,7 +46,16 @@ from notify_queue.embedded import EmbeddedPostgres  # noqa: E402
 from notify_queue.repositories.db import Database  # noqa: E402
 from notify_queue.repositories.schema import migrate  # noqa: E402
 
-FAULTS = ["kill9", "kill9", "sigterm", "pg_fast", "pg_immediate", "receiver_down", "outage"]
+FAULTS = [
+    "kill9",
+    "kill9",
+    "sigterm",
+    "pg_fast",
+    "pg_immediate",
+    "receiver_down",
+    "flap",
+    "outage",
+]
 
 
 async def soak(args: argparse.Namespace) -> int:
@@ -52,13 +63,37 @@ async def soak(args: argparse.Namespace) -> int:
     work = Path(tempfile.mkdtemp(prefix="nq-soak-"))
     server = EmbeddedPostgres(work / "pg", delete_on_stop=True)
     provider = await ChaosProvider(failure_rate=0.2, latency_seconds=0.005, seed=args.seed).start()
+    backup = await ChaosProvider(latency_seconds=0.005, seed=args.seed + 1).start()
     receiver = await SignedWebhookReceiver(WEBHOOK_SECRET).start()
+    providers_file = work / "providers.yaml"
+    providers_file.write_text(
+        json.dumps(  # JSON is YAML
+            {
+                "providers": [
+                    {
+                        "name": name,
+                        "type": "http",
+                        "channels": ["email", "sms", "push"],
+                        "url": p.url,
+                        "timeout": "5s",
+                        "circuitBreaker": {"failures": 5, "openFor": "2s"},
+                    }
+                    for name, p in (("primary", provider), ("backup", backup))
+                ],
+                "chains": {c: ["primary", "backup"] for c in ("email", "sms", "push")},
+            }
+        )
+    )
     url = server.url()
     db = Database(url, pool_size=4)
     await db.open()
     await migrate(db)
     port = free_port()
-    flags = worker_flags(provider, receiver, lease_seconds=5, backoff_base=0.2, backoff_max=5)
+    flags = [
+        *worker_flags(None, receiver, lease_seconds=5, backoff_base=0.2, backoff_max=5),
+        "--providers-file",
+        str(providers_file),
+    ]
     procs = WorkerProcesses(url, work, *flags)
     accepted: dict[str, uuid.UUID] = {}
     unanswered: list[list[dict[str, str]]] = []
@@ -77,7 +112,7 @@ async def soak(args: argparse.Namespace) -> int:
                 await asyncio.sleep(rng.uniform(2, 6))
                 fault = rng.choice(FAULTS)
                 faults[fault] = faults.get(fault, 0) + 1
-                await _strike(fault, rng, procs, server, provider, receiver)
+                await _strike(fault, rng, procs, server, (provider, backup), receiver)
                 print(
                     f"{time.strftime('%H:%M:%S')} {fault}: accepted {len(accepted)}",
                     file=sys.stderr,
@@ -105,7 +140,9 @@ async def soak(args: argparse.Namespace) -> int:
         await poll(
             lambda: _webhooks_settled(db), timeout=300, interval=1, what="webhooks delivered"
         )
-        result = await audit(db, ids, provider, receiver)
+        result = await audit(
+            db, ids, receiver=receiver, providers={"primary": provider, "backup": backup}
+        )
         result.extra |= {
             "minutes": args.minutes,
             "faults": faults,
@@ -118,6 +155,7 @@ async def soak(args: argparse.Namespace) -> int:
         procs.close()
         await db.close()
         await provider.stop()
+        await backup.stop()
         await receiver.stop()
         server.stop()
 
@@ -127,7 +165,7 @@ async def _strike(
     rng: random.Random,
     procs: WorkerProcesses,
     server: EmbeddedPostgres,
-    provider: ChaosProvider,
+    providers: tuple[ChaosProvider, ChaosProvider],
     receiver: SignedWebhookReceiver,
 ) -> None:
     if fault in ("kill9", "sigterm"):
@@ -147,10 +185,18 @@ async def _strike(
         await receiver.go_down()
         await asyncio.sleep(rng.uniform(2, 10))
         await receiver.come_back()
+    elif fault == "flap":
+        primary = providers[0]
+        for _ in range(rng.randint(3, 8)):
+            primary.outage = not primary.outage
+            await asyncio.sleep(rng.uniform(0.5, 2))
+        primary.outage = False
     elif fault == "outage":
-        provider.outage = True
+        for p in providers:
+            p.outage = True
         await asyncio.sleep(rng.uniform(2, 10))
-        provider.outage = False
+        for p in providers:
+            p.outage = False
 
 
 async def _client(

@@ -269,6 +269,8 @@ async def audit(
     ids: Iterable[uuid.UUID],
     provider: ChaosProvider | None = None,
     receiver: SignedWebhookReceiver | None = None,
+    *,
+    providers: dict[str, ChaosProvider] | None = None,
 ) -> Audit:
     """Check the invariants of issue #7 over the notifications `ids`:
 
@@ -278,12 +280,18 @@ async def audit(
       during the final re-check may dead-letter a delivered one: counted, reported, allowed);
     - every reported status change has its webhook event, received at least once with a valid
       signature, its original eventId and the payload the database holds.
+
+    With `providers` (a providers file's named providers, by name), each provider must have
+    delivered each key at most once, and a SENT notification's key exactly once at the provider
+    the database names. A key delivered by two providers is counted, not a problem: after a crash
+    the outcome of the lost attempt is unknown, and failover to a provider that never saw the key
+    can deliver it again (docs/providers.md).
     """
     wanted = list(ids)
     rows = await read_rows(
         db,
-        "SELECT id, status, attempt_count, max_attempts, provider_message_id, claim_token,"
-        " lease_expires_at FROM nq_notifications WHERE id = ANY(%(ids)s::uuid[])",
+        "SELECT id, status, attempt_count, max_attempts, provider_message_id, provider,"
+        " claim_token, lease_expires_at FROM nq_notifications WHERE id = ANY(%(ids)s::uuid[])",
         {"ids": wanted},
     )
     result = Audit(notifications=len(wanted))
@@ -304,33 +312,40 @@ async def audit(
             result.problems.append(f"{r['id']} left leased in {r['status']}")
     if result.lost:
         result.problems.append(f"{result.lost} notifications not final: {result.statuses}")
-    if provider is not None:
-        result.provider_calls = sum(provider.calls.values())
-        result.deliveries = sum(provider.deliveries.values())
-        result.repeats_absorbed = provider.repeats
-        result.duplicates = provider.duplicates()
+    named = providers or ({} if provider is None else {"": provider})
+    if named:
+        result.provider_calls = sum(sum(p.calls.values()) for p in named.values())
+        result.deliveries = sum(sum(p.deliveries.values()) for p in named.values())
+        result.repeats_absorbed = sum(p.repeats for p in named.values())
+        result.duplicates = sum(p.duplicates() for p in named.values())
         if result.duplicates:
-            result.problems.append(f"{result.duplicates} keys delivered more than once")
-        if provider.malformed:
-            result.problems.append(f"{len(provider.malformed)} malformed provider requests")
-        delivered_but_dead = 0
+            result.problems.append(f"{result.duplicates} keys delivered twice by one provider")
+        malformed = sum(len(p.malformed) for p in named.values())
+        if malformed:
+            result.problems.append(f"{malformed} malformed provider requests")
+        delivered_but_dead = by_two = 0
         for r in rows:
             key = str(r["id"])
+            delivered_by = [n for n, p in named.items() if p.deliveries[key]]
+            by_two += len(delivered_by) > 1
             if r["status"] == "SENT":
-                if provider.deliveries[key] != 1:
+                sender = named[r["provider"] if providers else ""]
+                if sender.deliveries[key] != 1:
                     result.problems.append(
-                        f"{key} SENT but delivered {provider.deliveries[key]} times"
+                        f"{key} SENT but delivered {sender.deliveries[key]} times"
                     )
-                elif r["provider_message_id"] != provider.message_ids[key]:
+                elif r["provider_message_id"] != sender.message_ids[key]:
                     result.problems.append(
                         f"{key} records {r['provider_message_id']}, not the delivery's id"
                     )
-            elif provider.deliveries[key]:
+            elif delivered_by:
                 if r["status"] == "DEAD_LETTERED" and r["attempt_count"] > r["max_attempts"]:
                     delivered_but_dead += 1
                 else:
                     result.problems.append(f"{key} delivered but {r['status']}")
         result.extra["delivered_but_dead_lettered_after_recheck"] = delivered_but_dead
+        if providers:
+            result.extra["delivered_by_two_providers"] = by_two
     events = await _audit_events(db, wanted)
     result.webhook_events = len(events)
     if receiver is not None:
