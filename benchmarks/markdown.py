@@ -30,7 +30,15 @@ def render(doc: dict[str, Any]) -> str:
         f"Python {m.get('python')}.",
         "",
     ]
-    for scenario in ("throughput", "peers", "ingest", "latency", "scale", "priority"):
+    for scenario in (
+        "throughput",
+        "peers",
+        "ingest",
+        "latency",
+        "scale",
+        "priority",
+        "provider_limit",
+    ):
         rows = [r for r in doc["results"] if r["scenario"] == scenario]
         if not rows:
             continue

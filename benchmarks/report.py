@@ -164,6 +164,13 @@ SHOWN = {
         "ratio_pgboss_no_webhooks",
         "ratio_procrastinate",
     ],
+    "provider_limit": [
+        "measured_rate_per_second",
+        "rate_vs_limit",
+        "busiest_second",
+        "provider_calls",
+        "seconds",
+    ],
 }
 
 

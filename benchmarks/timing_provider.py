@@ -16,10 +16,33 @@ import argparse
 import asyncio
 import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from aiohttp import web
+
+
+def start(out: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Start one in a process of its own; returns it and its port. Stop it with terminate()."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.timing_provider", "--out", str(out)],
+        stdout=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
+
+
+def busiest_second(arrivals: list[float]) -> int:
+    """The most arrivals in any window [t, t + 1 s)."""
+    times = sorted(arrivals)
+    busiest, first = 0, 0
+    for last, t in enumerate(times):
+        while t - times[first] >= 1.0:
+            first += 1
+        busiest = max(busiest, last - first + 1)
+    return busiest
 
 
 async def main(port: int, out: Path) -> None:

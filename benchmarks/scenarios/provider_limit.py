@@ -6,13 +6,12 @@ one-second window (target: within 5% of R, never above it)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import yaml
 
+from benchmarks import timing_provider
 from benchmarks.burn import burn_down
 from benchmarks.context import Context
 from benchmarks.progress import say
@@ -22,18 +21,7 @@ def run(ctx: Context) -> None:
     n = ctx.sizes.provider_limit_notifications
     per_second = ctx.sizes.provider_limit_per_second
     arrivals_file = Path(ctx.logdir) / f"arrivals-{time.time_ns()}.json"
-    provider = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.timing_provider",
-            "--out",
-            str(arrivals_file),
-        ],
-        stdout=subprocess.PIPE,
-    )
-    assert provider.stdout is not None
-    port = int(provider.stdout.readline())
+    provider, port = timing_provider.start(arrivals_file)
     providers_file = Path(ctx.logdir) / "providers.yaml"
     providers_file.write_text(
         yaml.safe_dump(
@@ -65,11 +53,7 @@ def run(ctx: Context) -> None:
         provider.terminate()
         provider.wait(timeout=30)
     times = sorted(json.loads(arrivals_file.read_text()))
-    busiest, start = 0, 0
-    for end, t in enumerate(times):  # the most arrivals in any window [t, t + 1 s)
-        while t - times[start] >= 1.0:
-            start += 1
-        busiest = max(busiest, end - start + 1)
+    busiest = timing_provider.busiest_second(times)
     measured = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
     load = figures.pop("load")
     ctx.record(

@@ -145,6 +145,24 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         pass
 
 
+def quick_flags(*extra: str) -> list[str]:
+    """A worker's flags for one fault test: quick polls, compressed backoff, no recipient limit,
+    and nothing else (no --outbound-allow: tests of the trust rule need it absent)."""
+    return [
+        "--poll-interval",
+        "0.2",
+        "--backoff-base",
+        "0.05",
+        "--backoff-max",
+        "0.2",
+        "--rate-limit",
+        "1000000",
+        "--log-level",
+        "INFO",
+        *extra,
+    ]
+
+
 def worker_flags(
     provider: ChaosProvider | None,
     receiver: SignedWebhookReceiver | None = None,

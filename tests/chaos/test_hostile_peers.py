@@ -27,7 +27,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from notify_queue.models import Channel, Status
 from notify_queue.repositories.db import Database
-from tests.chaos.harness import free_port, poll, read_rows
+from tests.chaos.harness import free_port, poll, quick_flags, read_rows
 from tests.support import new, notification_service
 
 BIG = 1024 * 1024
@@ -97,23 +97,6 @@ async def peer() -> AsyncIterator[HostilePeer]:
     await server.stop()
 
 
-def _flags(*extra: str) -> list[str]:
-    """Quick polls and compressed backoff; no --outbound-allow (the trust rule is tested too)."""
-    return [
-        "--poll-interval",
-        "0.2",
-        "--backoff-base",
-        "0.05",
-        "--backoff-max",
-        "0.2",
-        "--rate-limit",
-        "1000000",
-        "--log-level",
-        "INFO",
-        *extra,
-    ]
-
-
 async def _stored(db: Database, id: uuid.UUID) -> dict[str, Any]:
     rows = await read_rows(
         db,
@@ -142,7 +125,7 @@ async def test_a_provider_that_never_answers_costs_one_attempt_and_the_worker_ca
 ) -> None:
     procs = spawn(database_url)
     worker = procs.start(
-        *_flags("--provider", "http", "--provider-url", f"{peer.base}/deliver"),
+        *quick_flags("--provider", "http", "--provider-url", f"{peer.base}/deliver"),
         "--provider-timeout",
         "1",
     )
@@ -183,7 +166,9 @@ async def test_an_smtp_server_that_stalls_costs_one_attempt_and_the_worker_carri
     try:
         procs = spawn(database_url)
         worker = procs.start(
-            *_flags("--provider", "smtp", "--smtp-host", "127.0.0.1", "--smtp-port", str(port)),
+            *quick_flags(
+                "--provider", "smtp", "--smtp-host", "127.0.0.1", "--smtp-port", str(port)
+            ),
             "--channels",
             "email",
             "--provider-timeout",
@@ -211,7 +196,9 @@ async def test_nul_bytes_invalid_utf8_and_huge_answers_are_stored_sanitised(
     db: Database, database_url: str, peer: HostilePeer, spawn
 ) -> None:
     procs = spawn(database_url)
-    worker = procs.start(*_flags("--provider", "http", "--provider-url", f"{peer.base}/deliver"))
+    worker = procs.start(
+        *quick_flags("--provider", "http", "--provider-url", f"{peer.base}/deliver")
+    )
     await procs.ready(worker)
     kinds = ["nul-fail", "utf8-fail", "big-fail", "nul-ok", "surrogate-ok", "big-ok"]
     ids = {kind: await _send(db, f"{kind}@example.com", max_attempts=1) for kind in kinds}
@@ -241,7 +228,7 @@ async def test_a_receiver_answering_500_with_a_nul_byte_gets_retries_while_other
 ) -> None:
     procs = spawn(database_url)
     worker = procs.start(
-        *_flags("--webhook-url", f"{peer.base}/hooks"),
+        *quick_flags("--webhook-url", f"{peer.base}/hooks"),
         "--webhook-backoff-base",
         "0.1",
         "--webhook-backoff-max",
@@ -269,7 +256,7 @@ async def test_a_receiver_that_hangs_for_some_events_causes_no_resend_of_the_oth
 ) -> None:
     procs = spawn(database_url)
     worker = procs.start(
-        *_flags("--webhook-url", f"{peer.base}/hooks"),
+        *quick_flags("--webhook-url", f"{peer.base}/hooks"),
         "--webhook-timeout",
         "1",
         "--webhook-max-attempts",
@@ -313,7 +300,7 @@ async def test_an_email_only_worker_sleeps_while_only_sms_work_is_due(
     db: Database, database_url: str, spawn
 ) -> None:
     procs = spawn(database_url)
-    worker = procs.start(*_flags("--channels", "email"), "--poll-interval", "1")
+    worker = procs.start(*quick_flags("--channels", "email"), "--poll-interval", "1")
     await procs.ready(worker)
     service = notification_service(db)
     await service.enqueue_many(
@@ -334,7 +321,7 @@ async def test_a_failing_background_task_is_restarted_and_shows_on_healthz(
 ) -> None:
     port = free_port()
     procs = spawn(database_url)
-    worker = procs.start(*_flags("--metrics-port", str(port)))
+    worker = procs.start(*quick_flags("--metrics-port", str(port)))
     await procs.ready(worker)
     url = f"http://127.0.0.1:{port}/healthz"
     async with aiohttp.ClientSession() as http:
@@ -380,7 +367,7 @@ async def test_the_operators_endpoints_are_trusted_and_client_urls_are_guarded(
 ) -> None:
     procs = spawn(database_url)
     worker = procs.start(
-        *_flags(
+        *quick_flags(
             "--provider",
             "http",
             "--provider-url",
@@ -418,7 +405,7 @@ async def test_with_dispatch_off_the_worker_posts_nothing_and_the_relay_role_pos
 ) -> None:
     procs = spawn(database_url)
     worker = procs.start(
-        *_flags("--webhook-url", f"{peer.base}/hooks"), "--webhook-dispatch", "off"
+        *quick_flags("--webhook-url", f"{peer.base}/hooks"), "--webhook-dispatch", "off"
     )
     await procs.ready(worker)
     ids = [await _send(db, f"r-{i}@example.com") for i in range(10)]

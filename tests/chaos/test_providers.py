@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -22,10 +20,11 @@ import aiohttp
 import pytest
 import yaml
 from aiohttp import web
+from benchmarks import timing_provider
 
 from notify_queue.models import Channel, Status
 from notify_queue.repositories.db import Database
-from tests.chaos.harness import free_port, poll, read_rows
+from tests.chaos.harness import free_port, poll, quick_flags, read_rows
 from tests.support import new, notification_service
 
 
@@ -78,21 +77,7 @@ def _providers_file(tmp_path: Path, providers: list[dict[str, Any]], chain: list
 
 
 def _flags(providers_file: str, *extra: str) -> list[str]:
-    return [
-        "--providers-file",
-        providers_file,
-        "--poll-interval",
-        "0.2",
-        "--backoff-base",
-        "0.05",
-        "--backoff-max",
-        "0.2",
-        "--rate-limit",
-        "1000000",
-        "--log-level",
-        "INFO",
-        *extra,
-    ]
+    return quick_flags("--providers-file", providers_file, *extra)
 
 
 async def _send_wave(db: Database, n: int, tag: str, **fields: Any) -> list[uuid.UUID]:
@@ -260,19 +245,8 @@ async def test_four_workers_keep_a_provider_under_its_rate_limit_in_every_second
     so the measurement can see a violation."""
     per_second = 50
     arrivals_file = tmp_path / "arrivals.json"
-    provider = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks.timing_provider",
-            "--out",
-            str(arrivals_file),
-        ],
-        stdout=subprocess.PIPE,
-    )
+    provider, port = timing_provider.start(arrivals_file)
     try:
-        assert provider.stdout is not None
-        port = int(provider.stdout.readline())
         path = _providers_file(
             tmp_path,
             [
@@ -304,11 +278,7 @@ async def test_four_workers_keep_a_provider_under_its_rate_limit_in_every_second
     assert {r["attempt_count"] for r in rows} == {1}
     times = sorted(json.loads(arrivals_file.read_text()))
     assert len(times) == 2000
-    busiest, start = 0, 0
-    for end, t in enumerate(times):  # the most arrivals in any window [t, t + 1 s)
-        while t - times[start] >= 1.0:
-            start += 1
-        busiest = max(busiest, end - start + 1)
+    busiest = timing_provider.busiest_second(times)
     if not limited:
         assert busiest > per_second, busiest
         return

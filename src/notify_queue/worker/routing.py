@@ -150,14 +150,17 @@ class Circuits:
         for row in rows:
             if row.provider not in self._breakers:
                 continue
-            view = self._views.get(row.provider)
-            probing = view.probing if view else False
 
             def at(moment: datetime | None, clock: datetime = row.clock) -> float:
                 return now + (moment - clock).total_seconds() if moment else now
 
-            self._views[row.provider] = _CircuitView(
-                row.state, at(row.open_until), at(row.probe_until), probing
+            # Updated in place: a `gate` call may be waiting for the probe on this very view,
+            # and its `probing` flag must stay the one it will clear.
+            view = self._views.setdefault(row.provider, _CircuitView(row.state, now, now))
+            view.state, view.open_until, view.probe_until = (
+                row.state,
+                at(row.open_until),
+                at(row.probe_until),
             )
             CIRCUIT_STATE.labels(row.provider).set(_CIRCUIT_CODES[row.state])
 
