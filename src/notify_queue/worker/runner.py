@@ -189,6 +189,8 @@ class Worker:
             )
 
     async def _listen(self) -> None:
+        # The listener reconnects by itself; a (re)start that gets here is a working listener.
+        self.health.ok("listen")
         async for _ in self._service.wakeups(self._stop):
             self._wake.set()
 
@@ -206,6 +208,9 @@ class Worker:
             # Flush first: after a restart, results of the failed round are still waiting.
             self._results_ready.clear()
             await self._flush_results()
+            # A round that ran through (even with nothing to write) is a working completer; the
+            # claimer waits for this after a failure, so it must not need new results first.
+            self.health.ok("complete")
             await self._results_ready.wait()
 
     async def _flush_results(self) -> None:
@@ -226,7 +231,6 @@ class Worker:
                 await asyncio.sleep(_RETRY_DB_SECONDS)
                 continue
             del self._results[: len(chunk)]
-            self.health.ok("complete")
             await self._router.circuits.flush()
             stale = len(chunk) - len(accepted)
             if stale:
