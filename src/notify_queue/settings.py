@@ -368,12 +368,12 @@ class ProviderOptions(_Options):
     Which provider delivers each channel, and how to reach it: a providers file, or the
     single-provider flags (one provider per channel, named after its type), which a worker given
     a providers file refuses (--provider-timeout aside). The providers file (YAML,
-    docs/providers.md) names several providers (`http`, `smtp`, `simulated`), each with its options, an optional
-    `rateLimit: {perSecond}` that all workers share, and a `circuitBreaker: {failures, openFor}`
-    (5 and 30s unless set), and a failover chain per channel. `--failover` decides when a
-    notification moves along its chain: only when nothing can have been sent (OnDefiniteFailure,
-    the default: after a timeout the same provider is retried, since another could duplicate the
-    message), also after a timeout (Always), or never.
+    docs/providers.md) names several providers (`http`, `smtp`, `simulated`), each with its
+    options, an optional `rateLimit: {perSecond}` that all workers share, and a
+    `circuitBreaker: {failures, openFor}` (5 and 30s unless set), and a failover chain per
+    channel. `--failover` decides when a notification moves along its chain: only when nothing
+    can have been sent (OnDefiniteFailure, the default: after a timeout the same provider is
+    retried, since another could duplicate the message), also after a timeout (Always), or never.
     """
 
     providers_file: Path | None = Field(
