@@ -429,3 +429,32 @@ async def _delivered_count(db: Database, expected: int) -> bool:
         db, "SELECT count(*) AS n FROM nq_webhook_events WHERE state='delivered'"
     )
     return bool(rows[0]["n"] == expected)
+
+
+async def test_every_event_to_a_hanging_receiver_is_posted_even_past_a_hundred_in_flight(
+    db: Database, database_url: str, peer: HostilePeer, spawn
+) -> None:
+    """More POSTs in flight than aiohttp's default pool of 100: none may time out waiting for a
+    connection (never sent, yet failed), each must reach the receiver."""
+    procs = spawn(database_url)
+    worker = procs.start(
+        *quick_flags("--webhook-url", f"{peer.base}/hooks"),
+        "--webhook-timeout",
+        "2",
+        "--webhook-max-attempts",
+        "1",
+    )
+    await procs.ready(worker)
+    created = await notification_service(db).enqueue_many(
+        [new(recipient=f"hang-{i}@example.com") for i in range(150)]
+    )
+    peer.hang_job_ids = {str(c.notification.id) for c in created}
+
+    async def all_failed() -> bool:
+        rows = await read_rows(
+            db, "SELECT count(*) AS n FROM nq_webhook_events WHERE state = 'failed'"
+        )
+        return bool(rows[0]["n"] == 150)
+
+    await poll(all_failed, timeout=60, what="150 events failed after hanging")
+    assert len(peer.calls) == 150 and set(peer.calls.values()) == {1}

@@ -170,7 +170,7 @@ class _GuardedConnector(aiohttp.TCPConnector):
     """A TCPConnector that closes the resolver it was given (aiohttp leaves that to the caller)."""
 
     def __init__(self, *, resolver: GuardedResolver) -> None:
-        super().__init__(resolver=resolver)
+        super().__init__(resolver=resolver, limit=0)
         self._guarded_resolver = resolver
 
     async def close(self, *, abort_ssl: bool = False) -> None:
@@ -191,6 +191,13 @@ def _literal_ip_guard(allow: OutboundAllowList) -> aiohttp.ClientMiddlewareType:
         return await handler(request)
 
     return guard
+
+
+# Both sessions leave the number of connections to their callers (limit=0): the worker's
+# --concurrency and the relay's POST slots already bound what is in flight, and aiohttp's default
+# pool of 100 would make call 101 wait for a connection inside its own timeout. A delivery timed
+# out that way was never sent, yet would count as a timeout (an unknown outcome); a webhook event
+# would fail without ever being POSTed.
 
 
 def outbound_session(
@@ -222,6 +229,7 @@ def trusted_session(*, timeout_seconds: float) -> aiohttp.ClientSession:
     is exactly where the content goes.
     """
     return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0),
         timeout=aiohttp.ClientTimeout(total=timeout_seconds),
         trust_env=False,
     )
