@@ -309,11 +309,8 @@ class Router:
             return _finish(last_failure, last_failure.provider, attempts)
         # Nothing was tried: every provider of the chain was open or rate-limited. The skips are
         # not logged as attempts (the notification gets its attempt back and tries again).
-        why = (
-            Outcome.CIRCUIT_OPEN
-            if all(s[0] is Outcome.CIRCUIT_OPEN for s in skipped)
-            else (Outcome.PROVIDER_LIMITED)
-        )
+        all_open = all(s[0] is Outcome.CIRCUIT_OPEN for s in skipped)
+        why = Outcome.CIRCUIT_OPEN if all_open else Outcome.PROVIDER_LIMITED
         return DeliveryResult(
             why,
             error="; ".join(s[1] for s in skipped) or "no provider for this channel",
