@@ -82,43 +82,13 @@ def register_handlers(
     async def notification_deleted(uid: str, **_: Any) -> None:
         await _retrying(lambda: notifications.deleted(uid=uid))
 
-    # --- NotificationPolicy ------------------------------------------------------------------
+    # --- NotificationPolicy and NotificationTemplate: mirrored the same way -------------------
 
-    @on(kopf.on.resume, POLICIES, "policy_changed")
-    @on(kopf.on.create, POLICIES, "policy_changed")
-    @on(kopf.on.update, POLICIES, "policy_changed")
-    async def policy_changed(
-        namespace: str,
-        name: str,
-        uid: str,
-        meta: kopf.Meta,
-        spec: kopf.Spec,
-        status: kopf.Status,
-        **_: Any,
-    ) -> None:
-        await _retrying(
-            lambda: policies.changed(
-                namespace=namespace,
-                name=name,
-                uid=uid,
-                generation=int(meta.get("generation", 1)),
-                spec=dict(spec),
-                conditions=list(status.get("conditions") or ()),
-            )
-        )
-
-    @on(kopf.on.delete, POLICIES, "policy_deleted")
-    async def policy_deleted(namespace: str, name: str, **_: Any) -> None:
-        await _retrying(lambda: policies.deleted(namespace=namespace, name=name))
-
-    # --- NotificationTemplate ----------------------------------------------------------------
-
-    if templates is not None:
-
-        @on(kopf.on.resume, TEMPLATES, "template_changed")
-        @on(kopf.on.create, TEMPLATES, "template_changed")
-        @on(kopf.on.update, TEMPLATES, "template_changed")
-        async def template_changed(
+    def mirror(plural: str, kind: str, target: PolicyMirror | TemplateMirror) -> None:
+        @on(kopf.on.resume, plural, f"{kind}_changed")
+        @on(kopf.on.create, plural, f"{kind}_changed")
+        @on(kopf.on.update, plural, f"{kind}_changed")
+        async def changed(
             namespace: str,
             name: str,
             uid: str,
@@ -128,7 +98,7 @@ def register_handlers(
             **_: Any,
         ) -> None:
             await _retrying(
-                lambda: templates.changed(
+                lambda: target.changed(
                     namespace=namespace,
                     name=name,
                     uid=uid,
@@ -138,9 +108,13 @@ def register_handlers(
                 )
             )
 
-        @on(kopf.on.delete, TEMPLATES, "template_deleted")
-        async def template_deleted(namespace: str, name: str, **_: Any) -> None:
-            await _retrying(lambda: templates.deleted(namespace=namespace, name=name))
+        @on(kopf.on.delete, plural, f"{kind}_deleted")
+        async def deleted(namespace: str, name: str, **_: Any) -> None:
+            await _retrying(lambda: target.deleted(namespace=namespace, name=name))
+
+    mirror(POLICIES, "policy", policies)
+    if templates is not None:
+        mirror(TEMPLATES, "template", templates)
 
     # A Secret used by a policy changed (a rotation, or the Secret appearing at last): mirror
     # each policy that uses it. The filter keeps kopf from running (and logging) a handler for
