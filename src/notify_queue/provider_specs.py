@@ -162,14 +162,28 @@ class ProviderSpecs(_Strict):
 
 
 def specs_from_settings(settings: WorkerSettings) -> ProviderSpecs:
-    """`--providers-file` if given, else one provider per kind the single-provider flags name.
+    """A worker's providers: `--providers-file` if given, else one provider per kind the
+    single-provider flags name; refused (one line) when a channel it serves has none.
 
     The shorthand has no circuit breaker and no rate limit: with one provider per channel there
     is nowhere to fail over to, and an outage is absorbed by backoff and dead-lettering exactly as
     before providers files existed. A providers file is how a breaker and limits are configured.
     """
     if settings.providers_file is not None:
-        return load_provider_specs(settings.providers_file)
+        specs = load_provider_specs(settings.providers_file)
+    else:
+        specs = _specs_from_flags(settings)
+    missing = specs.missing_channels(settings.channels)
+    if missing:
+        raise ConfigurationError(
+            [f"no provider serves {', '.join(missing)} (--channels, --providers-file)"]
+        )
+    return specs
+
+
+def _specs_from_flags(settings: WorkerSettings) -> ProviderSpecs:
+    # WorkerSettings has already refused flags that cannot work (smtp for sms, http without a
+    # URL), so these specs validate; a failure here would be a bug, not bad input.
     kinds: dict[str, list[Channel]] = {}
     for channel, kind in settings.channel_providers.items():
         if channel in settings.channels:  # only what this worker serves must be deliverable
@@ -195,16 +209,7 @@ def specs_from_settings(settings: WorkerSettings) -> ProviderSpecs:
             for kind, channels in kinds.items()
         ]
     }
-    try:
-        return ProviderSpecs.model_validate(document)
-    except ValidationError as exc:
-        raise ConfigurationError(
-            [
-                e["msg"].removeprefix("Value error, ")
-                + " (choose another provider for those channels, or narrow --channels)"
-                for e in exc.errors()
-            ]
-        ) from None
+    return ProviderSpecs.model_validate(document)
 
 
 def load_provider_specs(path: Path) -> ProviderSpecs:

@@ -8,7 +8,6 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
-from notify_queue.errors import ConfigurationError
 from notify_queue.provider_specs import specs_from_settings
 from notify_queue.providers import build_providers
 from notify_queue.providers.outbound import outbound_session, trusted_session
@@ -90,13 +89,8 @@ async def run_worker(
 ) -> None:
     """Run one worker process until SIGTERM/SIGINT (or `stop`), then shut down gracefully."""
     health = Health()
+    specs = specs_from_settings(settings)  # a bad providers file stops the start before any I/O
     async with _process(settings, "notify-queue-worker", db, health) as db:
-        specs = specs_from_settings(settings)
-        missing = specs.missing_channels(settings.channels)
-        if missing:
-            raise ConfigurationError(
-                [f"no provider serves {', '.join(missing)} (--channels, --providers-file)"]
-            )
         # Provider URLs are the operator's own endpoints: no outbound guard (docs/reliability.md).
         provider_session = trusted_session(timeout_seconds=settings.provider_timeout)
         providers = build_providers(specs, provider_session)
