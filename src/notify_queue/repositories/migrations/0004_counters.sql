@@ -22,88 +22,59 @@ CREATE TABLE nq_counters (
     PRIMARY KEY (name, shard)
 );
 
--- One function per table; the branches name only the transition tables their event has
--- (PL/pgSQL plans a statement when it first runs, so the others are never looked up).
--- Rows are taken in name order so two statements never lock the same counters in opposite orders.
-CREATE FUNCTION nq_count_notification_changes() RETURNS trigger
+-- One function for both tables. TG_ARGV: the counters' prefix ('notifications', 'webhooks'),
+-- the state column, and the states not counted, comma-separated (the unfinished ones: few, and
+-- counted from their partial indexes instead). Each event reads only the transition tables it
+-- has; rows are upserted in name order, so two statements never lock the same counters in
+-- opposite orders. EXECUTE plans the small upsert once per statement, not per row.
+CREATE FUNCTION nq_count_changes() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    prefix    text := TG_ARGV[0];
+    state     text := quote_ident(TG_ARGV[1]);
+    uncounted text[] := string_to_array(TG_ARGV[2], ',');
+    changes   text;
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO nq_counters AS c (name, shard, n)
-        SELECT 'notifications:' || status, mod(pg_backend_pid(), 16), count(*)
-        FROM nq_new WHERE status NOT IN ('PENDING', 'PROCESSING')
-        GROUP BY status ORDER BY 1
-        ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n;
-    ELSIF TG_OP = 'UPDATE' THEN
-        INSERT INTO nq_counters AS c (name, shard, n)
-        SELECT 'notifications:' || status, mod(pg_backend_pid(), 16), sum(delta)
-        FROM (SELECT status, 1 AS delta FROM nq_new WHERE status NOT IN ('PENDING', 'PROCESSING')
-              UNION ALL
-              SELECT status, -1 FROM nq_old WHERE status NOT IN ('PENDING', 'PROCESSING')) d
-        GROUP BY status HAVING sum(delta) <> 0 ORDER BY 1
-        ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n;
-    ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO nq_counters AS c (name, shard, n)
-        SELECT 'notifications:' || status, mod(pg_backend_pid(), 16), -count(*)
-        FROM nq_old WHERE status NOT IN ('PENDING', 'PROCESSING')
-        GROUP BY status ORDER BY 1
-        ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n;
-    ELSE  -- TRUNCATE
-        DELETE FROM nq_counters WHERE starts_with(name, 'notifications:');
+    IF TG_OP = 'TRUNCATE' THEN
+        DELETE FROM nq_counters WHERE starts_with(name, prefix || ':');
+        RETURN NULL;
     END IF;
-    RETURN NULL;
-END $$;
-
-CREATE FUNCTION nq_count_webhook_changes() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        INSERT INTO nq_counters AS c (name, shard, n)
-        SELECT 'webhooks:' || state, mod(pg_backend_pid(), 16), count(*)
-        FROM nq_new WHERE state <> 'pending'
-        GROUP BY state ORDER BY 1
-        ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n;
-    ELSIF TG_OP = 'UPDATE' THEN
-        INSERT INTO nq_counters AS c (name, shard, n)
-        SELECT 'webhooks:' || state, mod(pg_backend_pid(), 16), sum(delta)
-        FROM (SELECT state, 1 AS delta FROM nq_new WHERE state <> 'pending'
-              UNION ALL
-              SELECT state, -1 FROM nq_old WHERE state <> 'pending') d
-        GROUP BY state HAVING sum(delta) <> 0 ORDER BY 1
-        ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n;
-    ELSIF TG_OP = 'DELETE' THEN
-        INSERT INTO nq_counters AS c (name, shard, n)
-        SELECT 'webhooks:' || state, mod(pg_backend_pid(), 16), -count(*)
-        FROM nq_old WHERE state <> 'pending'
-        GROUP BY state ORDER BY 1
-        ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n;
-    ELSE  -- TRUNCATE
-        DELETE FROM nq_counters WHERE starts_with(name, 'webhooks:');
-    END IF;
+    changes := CASE TG_OP
+        WHEN 'INSERT' THEN 'SELECT ' || state || ', 1 FROM nq_new'
+        WHEN 'DELETE' THEN 'SELECT ' || state || ', -1 FROM nq_old'
+        ELSE 'SELECT ' || state || ', 1 FROM nq_new UNION ALL SELECT ' || state || ', -1 FROM nq_old'
+    END;
+    EXECUTE
+        'INSERT INTO nq_counters AS c (name, shard, n)'
+        || ' SELECT $1 || '':'' || s, mod(pg_backend_pid(), 16), sum(d)'
+        || ' FROM (' || changes || ') AS x(s, d) WHERE s <> ALL($2)'
+        || ' GROUP BY s HAVING sum(d) <> 0 ORDER BY 1'
+        || ' ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n'
+        USING prefix, uncounted;
     RETURN NULL;
 END $$;
 
 -- Creating the triggers locks each table against writes until this migration commits, so the
 -- initial counts below see exactly the rows the triggers will not.
 CREATE TRIGGER nq_notifications_count_insert AFTER INSERT ON nq_notifications
-    REFERENCING NEW TABLE AS nq_new FOR EACH STATEMENT EXECUTE FUNCTION nq_count_notification_changes();
+    REFERENCING NEW TABLE AS nq_new FOR EACH STATEMENT EXECUTE FUNCTION nq_count_changes('notifications', 'status', 'PENDING,PROCESSING');
 CREATE TRIGGER nq_notifications_count_update AFTER UPDATE ON nq_notifications
     REFERENCING OLD TABLE AS nq_old NEW TABLE AS nq_new
-    FOR EACH STATEMENT EXECUTE FUNCTION nq_count_notification_changes();
+    FOR EACH STATEMENT EXECUTE FUNCTION nq_count_changes('notifications', 'status', 'PENDING,PROCESSING');
 CREATE TRIGGER nq_notifications_count_delete AFTER DELETE ON nq_notifications
-    REFERENCING OLD TABLE AS nq_old FOR EACH STATEMENT EXECUTE FUNCTION nq_count_notification_changes();
+    REFERENCING OLD TABLE AS nq_old FOR EACH STATEMENT EXECUTE FUNCTION nq_count_changes('notifications', 'status', 'PENDING,PROCESSING');
 CREATE TRIGGER nq_notifications_count_truncate AFTER TRUNCATE ON nq_notifications
-    FOR EACH STATEMENT EXECUTE FUNCTION nq_count_notification_changes();
+    FOR EACH STATEMENT EXECUTE FUNCTION nq_count_changes('notifications', 'status', 'PENDING,PROCESSING');
 
 CREATE TRIGGER nq_webhook_events_count_insert AFTER INSERT ON nq_webhook_events
-    REFERENCING NEW TABLE AS nq_new FOR EACH STATEMENT EXECUTE FUNCTION nq_count_webhook_changes();
+    REFERENCING NEW TABLE AS nq_new FOR EACH STATEMENT EXECUTE FUNCTION nq_count_changes('webhooks', 'state', 'pending');
 CREATE TRIGGER nq_webhook_events_count_update AFTER UPDATE ON nq_webhook_events
     REFERENCING OLD TABLE AS nq_old NEW TABLE AS nq_new
-    FOR EACH STATEMENT EXECUTE FUNCTION nq_count_webhook_changes();
+    FOR EACH STATEMENT EXECUTE FUNCTION nq_count_changes('webhooks', 'state', 'pending');
 CREATE TRIGGER nq_webhook_events_count_delete AFTER DELETE ON nq_webhook_events
-    REFERENCING OLD TABLE AS nq_old FOR EACH STATEMENT EXECUTE FUNCTION nq_count_webhook_changes();
+    REFERENCING OLD TABLE AS nq_old FOR EACH STATEMENT EXECUTE FUNCTION nq_count_changes('webhooks', 'state', 'pending');
 CREATE TRIGGER nq_webhook_events_count_truncate AFTER TRUNCATE ON nq_webhook_events
-    FOR EACH STATEMENT EXECUTE FUNCTION nq_count_webhook_changes();
+    FOR EACH STATEMENT EXECUTE FUNCTION nq_count_changes('webhooks', 'state', 'pending');
 
 INSERT INTO nq_counters (name, shard, n)
 SELECT 'notifications:' || status, 0, count(*) FROM nq_notifications
