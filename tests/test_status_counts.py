@@ -87,7 +87,7 @@ def test_status_queries_touch_as_many_buffers_at_a_million_finished_rows_as_at_n
     with psycopg.connect(database_url, autocommit=True) as conn:
         # A few unfinished rows and events, so both sides read the same non-empty indexes.
         conn.execute(
-            """INSERT INTO nq_notifications (id, idempotency_key, request_hash, channel, recipient,
+            """INSERT INTO nq_queue (id, idempotency_key, request_hash, channel, recipient,
                    body, priority, status, send_at, next_attempt_at, max_attempts)
                SELECT gen_random_uuid(), 'pending-' || i, 'h', 'email', 'a@example.com', 'b',
                       1, 'PENDING', now(), now(), 6
@@ -121,7 +121,7 @@ def test_status_queries_touch_as_many_buffers_at_a_million_finished_rows_as_at_n
 def _add_history(conn: psycopg.Connection[Any], *, finished: int, first: int) -> None:
     """`finished` notifications already SENT or FAILED and a delivered event for a fifth."""
     conn.execute(
-        """INSERT INTO nq_notifications (id, idempotency_key, request_hash, channel, recipient,
+        """INSERT INTO nq_delivery_log (id, idempotency_key, request_hash, channel, recipient,
                body, priority, status, send_at, next_attempt_at, max_attempts, finished_at)
            SELECT gen_random_uuid(), 'done-' || i, 'h', 'email', 'a@example.com', 'b',
                   1, CASE WHEN i %% 10 = 0 THEN 'FAILED' ELSE 'SENT' END, now(), now(), 6, now()

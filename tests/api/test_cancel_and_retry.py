@@ -85,7 +85,7 @@ async def test_retry_from_any_other_status_is_a_409(
     client: httpx.AsyncClient, database_url: str, status: str
 ) -> None:
     n = await create(client)
-    await sql(database_url, "UPDATE nq_notifications SET status = %s", [status])
+    await sql(database_url, "UPDATE nq_queue SET status = %s, finished_at = now()", [status])
     response = await client.post(f"/notifications/{n['id']}/retry")
     assert response.status_code == 409 and status in response.json()["detail"]
 
@@ -109,7 +109,7 @@ async def add_finished(
             await client.post("/notifications/batch", json={"notifications": items})
         ).status_code == 200
     await sql(
-        database_url, "UPDATE nq_notifications SET status = %s WHERE status = 'PENDING'", [status]
+        database_url, "UPDATE nq_queue SET status = %s, finished_at = now() WHERE status = 'PENDING'", [status]
     )
 
 

@@ -33,7 +33,7 @@ async def fill_queue(client: httpx.AsyncClient, database_url: str) -> None:
     ):
         await sql(
             database_url,
-            "UPDATE nq_notifications SET status = %s WHERE idempotency_key = %s",
+            "UPDATE nq_queue SET status = %s, finished_at = now() WHERE idempotency_key = %s",
             [status, f"n-{i}"],
         )
     for state, count in (("pending", 2), ("delivered", 5), ("failed", 1)):

@@ -47,7 +47,8 @@ class Raw:
 
     async def reset(self) -> None:
         await self.conn.execute(
-            "TRUNCATE nq_notifications, nq_rate_slots, nq_webhook_events, nq_policies"
+            "TRUNCATE nq_queue, nq_delivery_log, nq_idempotency_keys, nq_rate_slots,"
+            " nq_webhook_events, nq_policies"
         )
 
 

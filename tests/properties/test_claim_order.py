@@ -62,7 +62,7 @@ async def test_a_claim_takes_exactly_the_rows_the_order_model_says_in_that_order
         created = now - timedelta(seconds=spec["created_seconds_ago"] + 60)  # type: ignore[operator]
         expires = now - timedelta(seconds=1) if spec["expired"] else None
         await raw.rows(
-            "UPDATE nq_notifications SET next_attempt_at = %(due)s, created_at = %(created)s,"
+            "UPDATE nq_queue SET next_attempt_at = %(due)s, created_at = %(created)s,"
             " expires_at = %(expires)s WHERE id = %(id)s",
             {"due": due, "created": created, "expires": expires, "id": n.id},
         )

@@ -134,7 +134,7 @@ async def test_a_notification_recovered_from_a_crashed_worker_is_not_held_back_b
     crashed = delivery_service(db, rate_limit=1, lease_seconds=0.1)
     first = (await crashed.claim(10)).claimed
     assert len(first) == 1
-    await raw.rows("UPDATE nq_notifications SET lease_expires_at = now() - interval '1 second'")
+    await raw.rows("UPDATE nq_queue SET lease_expires_at = now() - interval '1 second'")
     recovered, _ = await _recover(crashed)
     assert recovered == 1
     again = await delivery_service(db, rate_limit=1).claim(10)

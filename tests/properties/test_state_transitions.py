@@ -231,7 +231,7 @@ async def _apply(
     elif kind == "expire":
         id = world.ids[int(op[1])]  # type: ignore[call-overload]
         await raw.rows(
-            "UPDATE nq_notifications SET expires_at = now() - interval '1 second'"
+            "UPDATE nq_queue SET expires_at = now() - interval '1 second'"
             " WHERE id = %(id)s",
             {"id": id},
         )
@@ -243,7 +243,7 @@ async def _apply(
     elif kind == "lease_expire":
         id = world.ids[int(op[1])]  # type: ignore[call-overload]
         await raw.rows(
-            "UPDATE nq_notifications SET lease_expires_at = now() - interval '1 second'"
+            "UPDATE nq_queue SET lease_expires_at = now() - interval '1 second'"
             " WHERE id = %(id)s AND status = 'PROCESSING'",
             {"id": id},
         )
@@ -257,7 +257,7 @@ async def _apply(
                 world.move(i, "EXPIRED")
     elif kind == "advance":
         await raw.rows(
-            "UPDATE nq_notifications"
+            "UPDATE nq_queue"
             " SET next_attempt_at = next_attempt_at - interval '2000 seconds'"
             " WHERE status = 'PENDING'"
         )

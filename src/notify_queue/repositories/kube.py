@@ -1,6 +1,6 @@
 """The operator's side of the database: object links, the status outbox, the TTL sweep, lane depths.
 
-The status outbox is filled by a trigger on nq_notifications (migration 0003) for rows that belong
+The status outbox is filled by a trigger on nq_queue (migrations 0003, 0008) for rows that belong
 to Notification objects, and drained here by one writer at a time, in batches, inside a
 transaction that holds an advisory lock (see `status_outbox_batch`).
 """
@@ -118,16 +118,19 @@ class KubeRepository:
         self, *, uid: str, namespace: str, name: str, notification_id: uuid.UUID, generation: int
     ) -> None:
         """Link the object to its row and queue its first status write (idempotent)."""
-        await self._db.fetch_one(
-            "kube_link_save",
-            {
-                "uid": uid,
-                "namespace": namespace,
-                "name": name,
-                "notification_id": notification_id,
-                "generation": generation,
-            },
-        )
+        params = {
+            "uid": uid,
+            "namespace": namespace,
+            "name": name,
+            "notification_id": notification_id,
+            "generation": generation,
+        }
+        # Twice at most: a row moved to the log while the first run waited for its lock is found
+        # by the second (see kube_link_save).
+        for _ in range(2):
+            row = await self._db.fetch_one("kube_link_save", params)
+            if row is not None and row["queued"]:
+                return
 
     async def kube_link_delete(self, *, uid: str) -> None:
         await self._db.execute("kube_link_delete", {"uid": uid})

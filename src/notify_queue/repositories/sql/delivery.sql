@@ -21,7 +21,7 @@ WITH candidates AS (
     FROM unnest(%(priorities)s::smallint[]) AS lane(priority)
     CROSS JOIN LATERAL (
         SELECT id, recipient
-        FROM nq_notifications
+        FROM nq_queue
         WHERE status = 'PENDING'
           AND priority = lane.priority
           AND next_attempt_at <= now()
@@ -65,7 +65,7 @@ WITH batch AS (
            -- Policies fail closed (migration 0006): a row whose NotificationPolicy exists but is
            -- not Ready is held, never sent under the defaults. No policy row: the defaults.
            COALESCE(NOT p.ready, false) AS held
-    FROM nq_notifications n
+    FROM nq_queue n
     LEFT JOIN nq_policies p ON p.name = n.policy
     WHERE n.id = ANY(%(ids)s::uuid[])
 ), recipients AS (
@@ -81,7 +81,7 @@ WITH batch AS (
                               ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank
     FROM batch b JOIN recipients u ON u.recipient = b.recipient AND u.win = b.win
 ), admitted AS (
-    UPDATE nq_notifications n
+    UPDATE nq_queue n
     SET status = 'PROCESSING',
         attempt_count = n.attempt_count + 1,
         claim_token = gen_random_uuid(),
@@ -108,11 +108,11 @@ WITH batch AS (
     -- Held by a policy that is not Ready: look again in 30 s, no attempt used, nothing returned
     -- (not a rate-limit deferral). Moving it out of the claim index's head keeps claims cheap
     -- and the worker from waking for it; the operator shows it as Reconciling/PolicyNotReady.
-    UPDATE nq_notifications n
+    UPDATE nq_queue n
     SET next_attempt_at = now() + interval '30 seconds', updated_at = now()
     WHERE n.id = ANY(ARRAY(SELECT id FROM decided WHERE held))
 ), deferred AS (
-    UPDATE nq_notifications n
+    UPDATE nq_queue n
     SET next_attempt_at = w.slot_frees_at, updated_at = now()
     FROM waiting w
     WHERE n.id = ANY(ARRAY(SELECT id FROM waiting)) AND n.id = w.id
@@ -162,7 +162,7 @@ WITH results AS (
     ) AS r(id, claim_token, status, retry_in_seconds, last_error, provider_message_id,
            provider, attempts, give_back, next_attempt_at, address_gone)
 ), updated AS (
-    UPDATE nq_notifications n
+    UPDATE nq_queue n
     SET status = r.status,
         next_attempt_at = COALESCE(r.next_attempt_at,
                                    now() + make_interval(secs => r.retry_in_seconds),
@@ -217,7 +217,7 @@ SELECT u.id, (SELECT n FROM events) AS events_written FROM updated u
 -- Graceful shutdown: hand claimed-but-unsent notifications back at once, giving back the attempt
 -- the claim counted and the rate-limit slot it took (the notification was never tried).
 WITH released AS (
-    UPDATE nq_notifications n
+    UPDATE nq_queue n
     SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
         claim_token = NULL, lease_expires_at = NULL, updated_at = now()
     FROM unnest(%(ids)s::uuid[], %(claim_tokens)s::uuid[]) AS r(id, claim_token)
@@ -235,13 +235,13 @@ SELECT count(*) AS released FROM released
 -- a crash during that re-check dead-letters it, so a poison notification never loops.
 -- SKIP LOCKED: several workers may run this at once; each row is recovered once.
 WITH expired AS (
-    SELECT id FROM nq_notifications
+    SELECT id FROM nq_queue
     WHERE status = 'PROCESSING' AND lease_expires_at < now()
     ORDER BY lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), updated AS (
-    UPDATE nq_notifications n
+    UPDATE nq_queue n
     SET status = CASE WHEN n.attempt_count > n.max_attempts THEN 'DEAD_LETTERED' ELSE 'PENDING' END,
         finished_at = CASE WHEN n.attempt_count > n.max_attempts THEN now() END,
         last_error = 'lease expired during attempt ' || n.attempt_count || ' (worker lost)',
@@ -266,13 +266,13 @@ FROM updated u
 -- name: expire_overdue
 -- PENDING notifications whose expiresAt passed become EXPIRED, with their webhook event.
 WITH overdue AS (
-    SELECT id FROM nq_notifications
+    SELECT id FROM nq_queue
     WHERE status = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= now()
     ORDER BY expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), updated AS (
-    UPDATE nq_notifications n
+    UPDATE nq_queue n
     SET status = 'EXPIRED', finished_at = now(), updated_at = now(),
         last_error = COALESCE(n.last_error, 'expired before it could be sent')
     FROM overdue o
@@ -297,7 +297,7 @@ SELECT count(*) AS expired, (SELECT n FROM events) AS events_written FROM update
 SELECT min(first_due) AS next_due_at, now() AS now
 FROM unnest(%(priorities)s::smallint[]) AS lane(priority)
 CROSS JOIN LATERAL (
-    SELECT next_attempt_at AS first_due FROM nq_notifications
+    SELECT next_attempt_at AS first_due FROM nq_queue
     WHERE status = 'PENDING' AND priority = lane.priority
       AND channel = ANY(%(channels)s::text[])
       AND (expires_at IS NULL OR expires_at > now())

@@ -1,25 +1,20 @@
--- Queries on nq_notifications used by the API and the operator (enqueue, read, cancel, retry).
+-- Queries of the API and the operator (enqueue, read, cancel, retry). Unfinished notifications
+-- are in nq_queue, finished ones in nq_delivery_log, and nq_notifications is the view over both
+-- (0008); reads go through the view, writes to the table the row is in.
 -- The worker's hot path (claim, complete, recover) is in delivery.sql.
 
 -- name: notification_insert_many
--- Enqueue a batch in one statement. ON CONFLICT DO NOTHING on the idempotency key: of two
--- identical requests racing, the second waits for the first to commit and then inserts nothing;
--- the caller reads the existing row with notification_get_by_keys (a new statement, so it sees
--- the winner) and compares request hashes to answer 200 or 409. max_attempts is fixed now, from
--- the policy if it has one, so a later policy change does not move notifications in flight.
--- A row may be born final: SUPPRESSED (its recipient opted out of every channel asked for); its
--- webhook event is written by this same statement, like every other reported status change.
-WITH inserted AS (
-    INSERT INTO nq_notifications (
-        id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
-        send_at, next_attempt_at, expires_at, max_attempts, source, policy, webhook_url, metadata,
-        last_error, finished_at, category, recipient_id, template_name, template_version)
-    SELECT r.id, r.idempotency_key, r.request_hash, r.channel, r.recipient, r.subject, r.body,
-           r.priority, r.status, r.send_at, r.send_at, r.expires_at,
-           COALESCE(p.max_attempts, %(default_max_attempts)s), r.source, r.policy, r.webhook_url,
-           r.metadata, r.last_error, CASE WHEN r.status <> 'PENDING' THEN now() END, r.category,
-           r.recipient_id, r.template_name, r.template_version
-    FROM unnest(
+-- Enqueue a batch in one statement. The idempotency keys are inserted first, ON CONFLICT DO
+-- NOTHING: of two identical requests racing, the second waits for the first to commit and then
+-- inserts no key, so no row; the caller reads the existing row with notification_get_by_keys
+-- (a new statement, so it sees the winner) and compares request hashes to answer 200 or 409.
+-- The keys table is unique across the queue and the log, wherever the first row is now.
+-- max_attempts is fixed now, from the policy if it has one, so a later policy change does not
+-- move notifications in flight. A row may be born final: SUPPRESSED (its recipient opted out of
+-- every channel asked for); the move trigger puts it in the log at the end of this statement,
+-- and its webhook event is written by this same statement, like every other status change.
+WITH request AS (
+    SELECT * FROM unnest(
         %(ids)s::uuid[], %(idempotency_keys)s::text[], %(request_hashes)s::text[], %(channels)s::text[],
         %(recipients)s::text[], %(subjects)s::text[], %(bodies)s::text[], %(priorities)s::smallint[],
         %(send_ats)s::timestamptz[], %(expires_ats)s::timestamptz[], %(sources)s::text[],
@@ -29,11 +24,26 @@ WITH inserted AS (
     ) WITH ORDINALITY AS r(id, idempotency_key, request_hash, channel, recipient, subject, body,
            priority, send_at, expires_at, source, policy, webhook_url, metadata, status, last_error,
            category, recipient_id, template_name, template_version, position)
+), keys AS (
+    INSERT INTO nq_idempotency_keys (key, notification_id, request_hash)
+    -- In batch order, so of a key repeated within one batch the first item is the one inserted
+    -- (the service answers the later ones 200 or 409).
+    SELECT idempotency_key, id, request_hash FROM request ORDER BY position
+    ON CONFLICT (key) DO NOTHING
+    RETURNING notification_id
+), inserted AS (
+    INSERT INTO nq_queue (
+        id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
+        send_at, next_attempt_at, expires_at, max_attempts, source, policy, webhook_url, metadata,
+        last_error, finished_at, category, recipient_id, template_name, template_version)
+    SELECT r.id, r.idempotency_key, r.request_hash, r.channel, r.recipient, r.subject, r.body,
+           r.priority, r.status, r.send_at, r.send_at, r.expires_at,
+           COALESCE(p.max_attempts, %(default_max_attempts)s), r.source, r.policy, r.webhook_url,
+           r.metadata, r.last_error, CASE WHEN r.status <> 'PENDING' THEN now() END, r.category,
+           r.recipient_id, r.template_name, r.template_version
+    FROM request r
+    JOIN keys k ON k.notification_id = r.id
     LEFT JOIN nq_policies p ON p.name = r.policy
-    -- In batch order, so of a key repeated within one batch the first item is the one inserted (the
-    -- join may reorder rows otherwise, and the service answers the later ones 200 or 409).
-    ORDER BY r.position
-    ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING *
 ), events AS (
     SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
@@ -53,7 +63,10 @@ SELECT count(pg_advisory_xact_lock(hashtextextended('nq-request:' || k, 0)))
 FROM (SELECT DISTINCT k FROM unnest(%(keys)s::text[]) AS k ORDER BY k) keys
 
 -- name: notification_get_by_keys
-SELECT * FROM nq_notifications WHERE idempotency_key = ANY(%(idempotency_keys)s::text[])
+-- Through the keys table: its primary key, then each row by id in the queue or the log.
+SELECT * FROM nq_notifications
+WHERE id = ANY(ARRAY(SELECT notification_id FROM nq_idempotency_keys
+                     WHERE key = ANY(%(idempotency_keys)s::text[])))
 
 -- name: notification_get
 SELECT * FROM nq_notifications WHERE id = %(id)s
@@ -75,46 +88,32 @@ LIMIT %(limit)s
 -- name: notification_cancel
 -- Cancel and claim race through this one conditional update: a claim holds the row lock, so this
 -- waits for it and then re-checks status = 'PENDING' on the newest row version; whichever commits
--- first wins and the other changes nothing.
-UPDATE nq_notifications
+-- first wins and the other changes nothing. The move trigger takes the row to the log.
+UPDATE nq_queue
 SET status = 'CANCELLED', finished_at = now(), updated_at = now()
 WHERE id = %(id)s AND status = 'PENDING'
 RETURNING *
 
 -- name: notification_retry
--- Operator retry of one notification: back to PENDING with a fresh set of attempts, the retry
--- recorded on the row. Only from FAILED or DEAD_LETTERED (the only way out of a final state).
-UPDATE nq_notifications
-SET status = 'PENDING', attempt_count = 0, next_attempt_at = now(), last_error = NULL,
-    finished_at = NULL, updated_at = now(),
-    retries = retries || jsonb_build_array(jsonb_build_object(
-        'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-        'fromStatus', status))
-WHERE id = %(id)s AND status IN ('FAILED', 'DEAD_LETTERED')
-RETURNING *
+-- Operator retry of one notification (nq_delivery_log_retry, 0008): only from FAILED or
+-- DEAD_LETTERED; otherwise nothing.
+SELECT * FROM nq_delivery_log_retry(ARRAY[%(id)s::uuid])
 
 -- name: notification_retry_batch
--- Operator retry of up to %(limit)s notifications in one status, oldest first (status index).
--- SKIP LOCKED: two operators retrying at once split the work instead of waiting on each other.
--- Returns the count retried and how many remain, so the caller repeats until none remain.
+-- Operator retry of up to %(limit)s notifications in one status, oldest first (the log's status
+-- index). SKIP LOCKED: two operators retrying at once split the work instead of waiting on each
+-- other. Returns the count retried and how many remain, so the caller repeats until none remain.
 WITH picked AS (
-    SELECT id FROM nq_notifications
+    SELECT id FROM nq_delivery_log
     WHERE status = %(status)s
     ORDER BY created_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), retried AS (
-    UPDATE nq_notifications n
-    SET status = 'PENDING', attempt_count = 0, next_attempt_at = now(), last_error = NULL,
-        finished_at = NULL, updated_at = now(),
-        retries = n.retries || jsonb_build_array(jsonb_build_object(
-            'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-            'fromStatus', n.status))
-    FROM picked WHERE n.id = picked.id
-    RETURNING n.id
+    SELECT id FROM nq_delivery_log_retry(ARRAY(SELECT id FROM picked))
 )
 SELECT (SELECT count(*) FROM retried) AS retried,
-       (SELECT count(*) FROM nq_notifications WHERE status = %(status)s)
+       (SELECT count(*) FROM nq_delivery_log WHERE status = %(status)s)
          - (SELECT count(*) FROM retried) AS remaining
 
 -- name: notification_wake_workers
@@ -124,19 +123,19 @@ SELECT pg_notify('nq_wakeup', '')
 
 -- name: queue_status_counts
 -- Counts per status at a cost independent of history (0004_counters.sql): final states from the
--- counters the status triggers keep (a few rows per status), PENDING and PROCESSING from their
--- partial indexes (the claim and lease indexes hold only those rows).
+-- counters the log's triggers keep (a few rows per status), PENDING and PROCESSING from the
+-- queue's partial indexes (the claim and lease indexes hold only those rows).
 SELECT split_part(name, ':', 2) AS status, sum(n)::bigint AS n
 FROM nq_counters WHERE starts_with(name, 'notifications:') GROUP BY name
 UNION ALL
-SELECT 'PENDING', count(*) FROM nq_notifications WHERE status = 'PENDING'
+SELECT 'PENDING', count(*) FROM nq_queue WHERE status = 'PENDING'
 UNION ALL
-SELECT 'PROCESSING', count(*) FROM nq_notifications WHERE status = 'PROCESSING'
+SELECT 'PROCESSING', count(*) FROM nq_queue WHERE status = 'PROCESSING'
 
 -- name: queue_status_due
 -- PENDING and due now, per priority, with the oldest due time: reads only the claim index.
 SELECT priority, count(*) AS n, min(next_attempt_at) AS oldest_due
-FROM nq_notifications
+FROM nq_queue
 WHERE status = 'PENDING' AND next_attempt_at <= now()
 GROUP BY priority
 

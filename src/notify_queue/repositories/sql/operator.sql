@@ -19,8 +19,15 @@ WHERE l.uid = %(uid)s
 -- older than it. Conversely a worker that updates after this commits finds the link (each
 -- statement of the trigger function takes a fresh snapshot). No change slips between the two.
 -- Repeating it (an operator restart, a second replica) queues one more, harmless, status write.
+-- The row is in the queue or in the log (0008). A row the worker's commit just moved to the log
+-- is gone from the queue when the lock is granted, and this statement's snapshot predates its
+-- log row: then nothing is linked (`linked` is 0) and the caller runs the statement again,
+-- which finds the row in the log, final, where nothing changes it any more but a retry (which
+-- takes the same row lock to move it back).
 WITH target AS (
-    SELECT id, status FROM nq_notifications WHERE id = %(notification_id)s FOR SHARE
+    (SELECT id, status FROM nq_queue WHERE id = %(notification_id)s FOR SHARE)
+    UNION ALL
+    (SELECT id, status FROM nq_delivery_log WHERE id = %(notification_id)s FOR SHARE)
 ), link AS (
     INSERT INTO nq_kube_links (uid, namespace, name, notification_id, generation)
     SELECT %(uid)s, %(namespace)s, %(name)s, t.id, %(generation)s FROM target t
@@ -79,13 +86,13 @@ SELECT c.uid AS object_uid, c.namespace AS object_namespace, c.name AS object_na
        l.uid IS NOT NULL AS object_linked, l.generation AS object_generation,
        -- A recipientId request became one row per channel, with keys "<key> <channel>" (issue
        -- 12): the object links to the first and lists them all in status.notifications. Found
-       -- through the unique key index, only for such rows.
+       -- through the idempotency keys (their primary key), only for such rows.
        CASE WHEN n.recipient_id IS NOT NULL THEN ARRAY(
-           SELECT s.id FROM nq_notifications s
-           WHERE s.idempotency_key = ANY(ARRAY(
+           SELECT k.notification_id FROM nq_idempotency_keys k
+           WHERE k.key = ANY(ARRAY(
                SELECT split_part(n.idempotency_key, ' ', 1) || ' ' || suffix
                FROM unnest(ARRAY['email', 'sms', 'push', 'suppressed']) AS suffix))
-           ORDER BY s.created_at, s.id) END AS related_ids,
+           ORDER BY k.created_at, k.notification_id) END AS related_ids,
        -- A row held by a policy that is not Ready shows Reconciling/PolicyNotReady.
        COALESCE(p.ready, true) AS object_policy_ready,
        n.*
@@ -150,7 +157,7 @@ WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
 -- partial claim index (status = 'PENDING', next_attempt_at) is all this reads.
 SELECT priority, channel, count(*) AS depth,
        EXTRACT(EPOCH FROM now() - min(next_attempt_at))::float8 AS oldest_due_age_seconds
-FROM nq_notifications
+FROM nq_queue
 WHERE status = 'PENDING' AND next_attempt_at <= now()
   AND (expires_at IS NULL OR expires_at > now())
 GROUP BY priority, channel

@@ -1,0 +1,318 @@
+-- The hot queue table and the delivery log (issue 10). The design and its reasons are in
+-- docs/design.md ("The queue and the delivery log").
+--
+-- Before: one table held every notification ever sent, with nine indexes, and every
+-- notification rewrote its wide row (and all nine index entries) on claim and on completion.
+-- Now:
+--   nq_queue         unfinished notifications only (PENDING, PROCESSING): five indexes, three
+--                    of them partial. It stays as small as the backlog, so the claim, the lease
+--                    recovery and the scheduler read a table that never grows with history.
+--   nq_delivery_log  finished notifications, written once, partitioned by day of finished_at.
+--                    Retention drops whole partitions (--retention), never DELETEs rows.
+--   nq_idempotency_keys  the one place a key is unique, whichever table its notification is in.
+--   nq_notifications a view over both, for reads (GET, list, the operator's joins).
+-- A notification enters the log in the statement that finishes it (the move trigger below), so
+-- its status, its webhook event and its status-outbox row still commit together.
+
+ALTER TABLE nq_notifications RENAME TO nq_notifications_0007;
+
+CREATE TABLE nq_queue (
+    id                  uuid PRIMARY KEY,
+    idempotency_key     text NOT NULL,
+    request_hash        text NOT NULL,
+    channel             text NOT NULL CHECK (channel IN ('email', 'sms', 'push')),
+    recipient           text NOT NULL,
+    subject             text,
+    body                text NOT NULL,
+    priority            smallint NOT NULL CHECK (priority BETWEEN 0 AND 2),
+    -- A final status lives here only between the UPDATE that sets it and the end of that
+    -- statement, when nq_queue_move_finished moves the row to the log.
+    status              text NOT NULL CHECK (status IN ('PENDING', 'PROCESSING', 'SENT', 'FAILED',
+                            'DEAD_LETTERED', 'CANCELLED', 'EXPIRED', 'SUPPRESSED')),
+    send_at             timestamptz NOT NULL,
+    next_attempt_at     timestamptz NOT NULL,
+    expires_at          timestamptz,
+    attempt_count       integer NOT NULL DEFAULT 0,
+    max_attempts        integer NOT NULL,
+    last_error          text,
+    sent_at             timestamptz,
+    provider_message_id text,
+    claim_token         uuid,
+    lease_expires_at    timestamptz,
+    retries             jsonb NOT NULL DEFAULT '[]',
+    source              text NOT NULL DEFAULT 'api',
+    policy              text,
+    webhook_url         text,
+    metadata            jsonb NOT NULL DEFAULT '{}',
+    created_at          timestamptz NOT NULL DEFAULT now(),
+    updated_at          timestamptz NOT NULL DEFAULT now(),
+    finished_at         timestamptz,
+    recipient_id        text,
+    category            text NOT NULL DEFAULT 'transactional',
+    template_name       text,
+    template_version    integer,
+    provider            text,
+    delivery_attempts   jsonb NOT NULL DEFAULT '[]',
+    -- The log is partitioned by finished_at: a row cannot leave without one.
+    CONSTRAINT nq_queue_finished_at CHECK (status IN ('PENDING', 'PROCESSING') OR finished_at IS NOT NULL)
+) WITH (fillfactor = 80);
+
+-- The claim index: PENDING rows in claim order (claim_lock_candidates walks it per priority).
+CREATE INDEX nq_queue_claim ON nq_queue (priority, next_attempt_at, created_at)
+    WHERE status = 'PENDING';
+-- Leases to recover: PROCESSING rows by lease end.
+CREATE INDEX nq_queue_lease ON nq_queue (lease_expires_at) WHERE status = 'PROCESSING';
+-- The expiry sweep: PENDING rows that can expire (most have no expiresAt and are not in it).
+CREATE INDEX nq_queue_expiry ON nq_queue (expires_at)
+    WHERE status = 'PENDING' AND expires_at IS NOT NULL;
+-- Listing unfinished notifications in (created_at, id) order, merged with the log's own.
+-- Lists filtered by status, recipient or recipientId read this one and filter: the queue holds
+-- only the backlog. The log, which holds history, has an index per filter.
+CREATE INDEX nq_queue_created ON nq_queue (created_at, id);
+
+CREATE TABLE nq_delivery_log (
+    LIKE nq_queue INCLUDING DEFAULTS,
+    CONSTRAINT nq_delivery_log_final CHECK (status NOT IN ('PENDING', 'PROCESSING'))
+) PARTITION BY RANGE (finished_at);
+ALTER TABLE nq_delivery_log ALTER COLUMN finished_at SET NOT NULL;
+ALTER TABLE nq_delivery_log ADD CHECK (channel IN ('email', 'sms', 'push')),
+                            ADD CHECK (priority BETWEEN 0 AND 2);
+
+-- Partitioned indexes: each partition gets its own. Not unique on id (a unique index on a
+-- partitioned table must contain the partition key); ids are unique by construction (a uuid
+-- created once, and a row is in exactly one of the two tables at any commit).
+CREATE INDEX nq_delivery_log_id ON nq_delivery_log (id);
+CREATE INDEX nq_delivery_log_created ON nq_delivery_log (created_at, id);
+CREATE INDEX nq_delivery_log_status_created ON nq_delivery_log (status, created_at, id);
+CREATE INDEX nq_delivery_log_recipient_created ON nq_delivery_log (recipient, created_at, id);
+CREATE INDEX nq_delivery_log_recipient_id_created ON nq_delivery_log (recipient_id, created_at, id)
+    WHERE recipient_id IS NOT NULL;
+
+-- One partition per UTC day, created ahead of time (no default partition: rows never pile up
+-- where retention cannot drop them, and DETACH ... CONCURRENTLY needs there be none). A new
+-- partition is created standalone and attached, which takes only a SHARE UPDATE EXCLUSIVE lock
+-- on the log: completions keep writing while it happens. Workers call this hourly
+-- (housekeeping); the move trigger calls it too when today's partition is missing, so a log
+-- write never fails for want of one. The advisory lock makes concurrent callers create each
+-- partition once (the second waits, then finds it).
+CREATE FUNCTION nq_delivery_log_prepare(p_days_ahead integer) RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    day     date;
+    name    text;
+    created integer := 0;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended('nq delivery log partitions', 0));
+    FOR day IN SELECT generate_series((now() AT TIME ZONE 'UTC')::date,
+                                      (now() AT TIME ZONE 'UTC')::date + p_days_ahead, '1 day')::date
+    LOOP
+        name := 'nq_delivery_log_' || to_char(day, 'YYYYMMDD');
+        CONTINUE WHEN to_regclass(name) IS NOT NULL;
+        EXECUTE format('CREATE TABLE %I (LIKE nq_delivery_log INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', name);
+        EXECUTE format('ALTER TABLE nq_delivery_log ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
+                       name, day::timestamp AT TIME ZONE 'UTC', (day + 1)::timestamp AT TIME ZONE 'UTC');
+        created := created + 1;
+    END LOOP;
+    RETURN created;
+END $$;
+
+-- Retention, step by step (worker housekeeping, repositories/delivery_log.py), each step safe
+-- to repeat after a crash:
+--   1. nq_delivery_log_expired: the partitions wholly older than the retention, attached or
+--      left detached by an interrupted run. A partition's range is in its name:
+--      nq_delivery_log_YYYYMMDD holds that UTC day, nq_delivery_log_before_YYYYMMDD all before.
+--   2. nq_delivery_log_forget_keys, in chunks: its rows' idempotency keys (a key lives as long
+--      as its notification).
+--   3. ALTER TABLE ... DETACH PARTITION ... CONCURRENTLY (not possible inside a function):
+--      completions and reads of the log never wait for it.
+--   4. nq_delivery_log_drop: subtract its rows from the counters and drop it, in one transaction.
+CREATE FUNCTION nq_delivery_log_expired(p_retention interval)
+RETURNS TABLE (partition_name text, attached boolean, detach_pending boolean)
+LANGUAGE sql STABLE AS $$
+    SELECT c.relname::text, i.inhrelid IS NOT NULL, COALESCE(i.inhdetachpending, false)
+    FROM pg_class c
+    LEFT JOIN pg_inherits i ON i.inhrelid = c.oid AND i.inhparent = 'nq_delivery_log'::regclass
+    WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace
+      AND c.relname ~ '^nq_delivery_log_(before_)?[0-9]{8}$'
+      AND (to_date(right(c.relname, 8), 'YYYYMMDD')
+           + CASE WHEN c.relname LIKE 'nq_delivery_log_before_%' THEN 0 ELSE 1 END)::timestamp
+          AT TIME ZONE 'UTC' <= now() - p_retention
+    ORDER BY right(c.relname, 8)
+$$;
+
+CREATE FUNCTION nq_delivery_log_forget_keys(p_partition text, p_after uuid, p_limit integer)
+RETURNS uuid
+LANGUAGE plpgsql AS $$
+DECLARE
+    last_id uuid;
+BEGIN
+    -- Through the partition's id index, p_limit rows at a time: a short transaction per chunk.
+    EXECUTE format(
+        'WITH chunk AS (SELECT id, idempotency_key FROM %I WHERE id > $1 ORDER BY id LIMIT $2),'
+        ' gone AS (DELETE FROM nq_idempotency_keys k USING chunk c'
+        '          WHERE k.key = c.idempotency_key AND k.notification_id = c.id)'
+        ' SELECT max(id::text)::uuid FROM chunk', p_partition)
+    INTO last_id USING p_after, p_limit;
+    RETURN last_id;
+END $$;
+
+CREATE FUNCTION nq_delivery_log_drop(p_partition text) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    dropped bigint;
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass(p_partition)) THEN
+        RAISE EXCEPTION '% is still attached to nq_delivery_log', p_partition;
+    END IF;
+    EXECUTE format(
+        'WITH counted AS (SELECT status, count(*) AS n FROM %I GROUP BY status),'
+        ' subtracted AS (INSERT INTO nq_counters AS c (name, shard, n)'
+        '   SELECT ''notifications:'' || status, mod(pg_backend_pid(), 16), -n FROM counted ORDER BY 1'
+        '   ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n)'
+        ' SELECT COALESCE(sum(n), 0) FROM counted', p_partition)
+    INTO dropped;
+    EXECUTE format('DROP TABLE %I', p_partition);
+    RETURN dropped;
+END $$;
+
+-- Rows finished more than 35 days ago go into one partition: older than the default retention,
+-- so the first retention run drops them whole (with --retention 0 they stay, like all history).
+DO $$
+DECLARE
+    first_day date := (now() AT TIME ZONE 'UTC')::date - 35;
+    day date;
+BEGIN
+    EXECUTE format('CREATE TABLE %I PARTITION OF nq_delivery_log FOR VALUES FROM (MINVALUE) TO (%L)',
+                   'nq_delivery_log_before_' || to_char(first_day, 'YYYYMMDD'),
+                   first_day::timestamp AT TIME ZONE 'UTC');
+    FOR day IN SELECT generate_series(first_day, (now() AT TIME ZONE 'UTC')::date - 1, '1 day')::date
+    LOOP
+        EXECUTE format('CREATE TABLE %I PARTITION OF nq_delivery_log FOR VALUES FROM (%L) TO (%L)',
+                       'nq_delivery_log_' || to_char(day, 'YYYYMMDD'),
+                       day::timestamp AT TIME ZONE 'UTC', (day + 1)::timestamp AT TIME ZONE 'UTC');
+    END LOOP;
+END $$;
+SELECT nq_delivery_log_prepare(7);
+
+-- Idempotency keys, unique across both tables. Written by the insert that creates the
+-- notification (ON CONFLICT DO NOTHING decides which of two racing requests wins); forgotten
+-- when retention drops the notification's partition.
+CREATE TABLE nq_idempotency_keys (
+    key             text PRIMARY KEY,
+    notification_id uuid NOT NULL,
+    request_hash    text NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now()
+);
+
+-- Every row, moved: unfinished ones to the queue, finished ones to the log (a final row without
+-- finished_at, which no code path wrote, takes its last update time).
+INSERT INTO nq_queue SELECT * FROM nq_notifications_0007 WHERE status IN ('PENDING', 'PROCESSING');
+INSERT INTO nq_delivery_log
+SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
+       send_at, next_attempt_at, expires_at, attempt_count, max_attempts, last_error, sent_at,
+       provider_message_id, claim_token, lease_expires_at, retries, source, policy, webhook_url,
+       metadata, created_at, updated_at, COALESCE(finished_at, updated_at), recipient_id, category,
+       template_name, template_version, provider, delivery_attempts
+FROM nq_notifications_0007 WHERE status NOT IN ('PENDING', 'PROCESSING');
+INSERT INTO nq_idempotency_keys (key, notification_id, request_hash, created_at)
+SELECT idempotency_key, id, request_hash, created_at FROM nq_notifications_0007;
+-- The counters (0004) already count these final rows; the log's triggers, created below, count
+-- what changes from now on.
+DROP TABLE nq_notifications_0007;
+
+CREATE VIEW nq_notifications AS
+    SELECT * FROM nq_queue
+    UNION ALL
+    SELECT * FROM nq_delivery_log;
+
+-- The move: at the end of every statement that changes rows of the queue, the rows it made final
+-- go to the log, in that statement (so in its transaction, with their webhook events). One
+-- DELETE ... RETURNING and one INSERT per statement, found through the transition table, never
+-- by a scan. Every path that finishes a notification (completion, lease recovery, expiry,
+-- cancel, a born-suppressed insert) is moved without having to remember to.
+CREATE FUNCTION nq_queue_move_finished() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    finished uuid[] := ARRAY(SELECT id FROM nq_new WHERE status NOT IN ('PENDING', 'PROCESSING'));
+BEGIN
+    IF cardinality(finished) = 0 THEN
+        RETURN NULL;  -- a claim, a deferral, a retry: nothing finished
+    END IF;
+    IF to_regclass('nq_delivery_log_' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')) IS NULL THEN
+        PERFORM nq_delivery_log_prepare(7);
+    END IF;
+    WITH moved AS (
+        DELETE FROM nq_queue q WHERE q.id = ANY(finished) RETURNING q.*
+    )
+    INSERT INTO nq_delivery_log SELECT * FROM moved;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER nq_queue_move_finished_update AFTER UPDATE ON nq_queue
+    REFERENCING NEW TABLE AS nq_new FOR EACH STATEMENT EXECUTE FUNCTION nq_queue_move_finished();
+CREATE TRIGGER nq_queue_move_finished_insert AFTER INSERT ON nq_queue
+    REFERENCING NEW TABLE AS nq_new FOR EACH STATEMENT EXECUTE FUNCTION nq_queue_move_finished();
+
+-- Counters (0004): final states are counted as rows enter and leave the log. The queue holds
+-- only PENDING and PROCESSING, counted from their partial indexes.
+CREATE TRIGGER nq_delivery_log_count_insert AFTER INSERT ON nq_delivery_log
+    REFERENCING NEW TABLE AS nq_new FOR EACH STATEMENT EXECUTE FUNCTION nq_count_changes('notifications', 'status', 'PENDING,PROCESSING');
+CREATE TRIGGER nq_delivery_log_count_delete AFTER DELETE ON nq_delivery_log
+    REFERENCING OLD TABLE AS nq_old FOR EACH STATEMENT EXECUTE FUNCTION nq_count_changes('notifications', 'status', 'PENDING,PROCESSING');
+CREATE TRIGGER nq_delivery_log_count_truncate AFTER TRUNCATE ON nq_delivery_log
+    FOR EACH STATEMENT EXECUTE FUNCTION nq_count_changes('notifications', 'status', 'PENDING,PROCESSING');
+
+-- The status outbox (0003): a change of a Kubernetes row is captured on the queue, where every
+-- change happens (the move to the log is not a change). An INSERT is captured too: a retried
+-- row comes back from the log into the queue as an insert (a new row has no link yet, so its
+-- capture finds nothing).
+CREATE OR REPLACE FUNCTION nq_status_outbox_capture() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO nq_status_outbox (uid, namespace, name, notification_id, old_status, new_status)
+    SELECT l.uid, l.namespace, l.name, NEW.id,
+           CASE WHEN TG_OP = 'UPDATE' THEN OLD.status END, NEW.status
+    FROM nq_kube_links l
+    WHERE l.notification_id = NEW.id;
+    IF FOUND THEN
+        PERFORM pg_notify('nq_status_outbox', '');
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER nq_queue_status_outbox
+AFTER UPDATE ON nq_queue
+FOR EACH ROW
+WHEN (NEW.source = 'kubernetes' AND (
+      OLD.status IS DISTINCT FROM NEW.status
+   OR OLD.attempt_count IS DISTINCT FROM NEW.attempt_count
+   OR OLD.last_error IS DISTINCT FROM NEW.last_error
+   OR OLD.next_attempt_at IS DISTINCT FROM NEW.next_attempt_at))
+EXECUTE FUNCTION nq_status_outbox_capture();
+CREATE TRIGGER nq_queue_status_outbox_insert
+AFTER INSERT ON nq_queue
+FOR EACH ROW WHEN (NEW.source = 'kubernetes')
+EXECUTE FUNCTION nq_status_outbox_capture();
+
+-- Retry (the only way out of a final state): FAILED or DEAD_LETTERED rows move from the log back
+-- to the queue, PENDING with a fresh set of attempts and the retry recorded on the row. A row
+-- another retry moved first is no longer in the log (its DELETE waited for that one's lock and
+-- then found nothing), so each row is retried once.
+CREATE FUNCTION nq_delivery_log_retry(p_ids uuid[]) RETURNS SETOF nq_queue
+LANGUAGE sql VOLATILE AS $$
+    WITH moved AS (
+        DELETE FROM nq_delivery_log
+        WHERE id = ANY(p_ids) AND status IN ('FAILED', 'DEAD_LETTERED')
+        RETURNING *
+    )
+    INSERT INTO nq_queue
+    SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
+           'PENDING', send_at, now(), expires_at, 0, max_attempts, NULL, sent_at,
+           provider_message_id, NULL, NULL,
+           retries || jsonb_build_array(jsonb_build_object(
+               'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'fromStatus', status)),
+           source, policy, webhook_url, metadata, created_at, now(), NULL, recipient_id, category,
+           template_name, template_version, provider, delivery_attempts
+    FROM moved
+    RETURNING *
+$$;
