@@ -249,6 +249,22 @@ class WorkerOptions(_Options):
         return self
 
 
+class RetentionOptions(_Options):
+    """Delivery log
+
+    Finished notifications are kept in the delivery log, one partition per day (docs/design.md).
+    """
+
+    retention: float = Field(
+        30.0,
+        ge=0,
+        description="Days a finished notification stays in the delivery log (and its idempotency "
+        "key is remembered); whole days leave at once, by dropping their partition, never by "
+        "deleting rows. 0 keeps everything. Archive a partition before it goes: "
+        "docs/operations.md.",
+    )
+
+
 class PollOptions(_Options):
     """Polling"""
 
@@ -470,6 +486,7 @@ GROUPS: tuple[type[_Options], ...] = (
     ApiOptions,
     CreationOptions,
     WorkerOptions,
+    RetentionOptions,
     PollOptions,
     DeliveryPolicyOptions,
     WebhookOptions,
@@ -499,7 +516,9 @@ class RelaySettings(
     """`notify-queue relay`: the webhook outbox only."""
 
 
-class WorkerSettings(RelaySettings, WorkerOptions, DeliveryPolicyOptions, ProviderOptions):
+class WorkerSettings(
+    RelaySettings, WorkerOptions, DeliveryPolicyOptions, ProviderOptions, RetentionOptions
+):
     """`notify-queue worker`: claims and delivers, and relays webhooks like `relay` (unless
     --webhook-dispatch off), so it is a relay's settings and more."""
 

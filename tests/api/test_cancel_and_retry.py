@@ -109,7 +109,9 @@ async def add_finished(
             await client.post("/notifications/batch", json={"notifications": items})
         ).status_code == 200
     await sql(
-        database_url, "UPDATE nq_queue SET status = %s, finished_at = now() WHERE status = 'PENDING'", [status]
+        database_url,
+        "UPDATE nq_queue SET status = %s, finished_at = now() WHERE status = 'PENDING'",
+        [status],
     )
 
 

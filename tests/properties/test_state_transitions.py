@@ -231,8 +231,7 @@ async def _apply(
     elif kind == "expire":
         id = world.ids[int(op[1])]  # type: ignore[call-overload]
         await raw.rows(
-            "UPDATE nq_queue SET expires_at = now() - interval '1 second'"
-            " WHERE id = %(id)s",
+            "UPDATE nq_queue SET expires_at = now() - interval '1 second' WHERE id = %(id)s",
             {"id": id},
         )
         model[id].expired = True

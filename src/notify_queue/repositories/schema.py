@@ -41,8 +41,9 @@ def latest_version() -> int:
     return available_migrations()[-1].version
 
 
-async def migrate(db: Database) -> list[int]:
-    """Apply every migration not applied yet; return the versions applied by this call."""
+async def migrate(db: Database, *, target: int | None = None) -> list[int]:
+    """Apply every migration not applied yet (up to `target`, if given: the tests of a migration
+    fill the schema before it); return the versions applied by this call."""
     applied_now: list[int] = []
     async with db.connection() as conn:
         await conn.execute("migration_lock", {"key": _MIGRATION_LOCK_KEY})
@@ -54,7 +55,7 @@ async def migrate(db: Database) -> list[int]:
             )
             done = {row["version"] for row in await conn.fetch_all("migration_versions")}
             for migration in available_migrations():
-                if migration.version in done:
+                if migration.version in done or (target is not None and migration.version > target):
                     continue
                 async with conn.transaction():
                     await conn.execute_script(migration.script)

@@ -14,9 +14,11 @@ from notify_queue.providers.outbound import outbound_session, trusted_session
 from notify_queue.providers.webhooks import WebhookSender
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryRepository
+from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.repositories.providers import ProviderRepository
 from notify_queue.repositories.webhooks import WebhookRepository
 from notify_queue.services.delivery import DeliveryService
+from notify_queue.services.retention import DeliveryLogKeeper
 from notify_queue.settings import RelaySettings, Switch, WorkerSettings
 from notify_queue.worker.dispatcher import WebhookDispatcher
 from notify_queue.worker.endpoints import start_endpoints
@@ -114,6 +116,9 @@ async def run_worker(
             poll_interval=settings.poll_interval,
             shutdown_grace_seconds=settings.shutdown_grace_seconds,
             health=health,
+            delivery_log=DeliveryLogKeeper(
+                DeliveryLogRepository(db), retention_days=settings.retention
+            ),
         )
         log.info(
             "worker started: lanes %s, channels %s, concurrency %d, batch %d, webhooks %s",

@@ -16,7 +16,8 @@ after a backoff. No task dies silently.
   webhook event and rate-limit slot together), so under load one round trip records hundreds;
   a result leaves memory only once its statement committed;
 - housekeeping recovers expired leases, expires overdue notifications and prunes old slots;
-- the webhook relay (`--webhook-dispatch on`) relays the outbox.
+- the webhook relay (`--webhook-dispatch on`) relays the outbox;
+- retention keeps the delivery log's partitions: the coming days', and none past --retention.
 
 On SIGTERM the claimer stops, deliveries in flight get --shutdown-grace-seconds to finish, and
 what is still unfinished is handed back without using an attempt.
@@ -33,6 +34,7 @@ from collections.abc import Awaitable, Callable
 from notify_queue.errors import DatabaseUnavailable
 from notify_queue.models import ClaimedNotification, DeliveryResult, Outcome, Status
 from notify_queue.services.delivery import DeliveryService
+from notify_queue.services.retention import DeliveryLogKeeper
 from notify_queue.worker.dispatcher import WebhookDispatcher
 from notify_queue.worker.metrics import DELIVERIES, STALE_RESULTS
 from notify_queue.worker.routing import Router
@@ -43,6 +45,7 @@ log = logging.getLogger(__name__)
 
 _COMPLETE_CHUNK = 1000
 _RETRY_DB_SECONDS = 1.0
+RETENTION_INTERVAL_SECONDS = 3600.0
 
 
 class Worker:
@@ -57,8 +60,10 @@ class Worker:
         poll_interval: float,
         shutdown_grace_seconds: float,
         health: Health | None = None,
+        delivery_log: DeliveryLogKeeper | None = None,
     ) -> None:
         self._service = service
+        self._delivery_log = delivery_log
         self._router = router
         self._dispatcher = dispatcher
         self._concurrency = concurrency
@@ -88,6 +93,9 @@ class Worker:
             "complete": self._complete_forever,
             "housekeeping": self._housekeeping_forever,
         }
+        if self._delivery_log is not None:
+            keeper = self._delivery_log
+            tasks["retention"] = lambda: self._retention_forever(keeper)
         if self._dispatcher is not None:
             dispatcher = self._dispatcher
             tasks["webhooks"] = lambda: dispatcher.run(self._stop)
@@ -263,3 +271,14 @@ class Worker:
             except DatabaseUnavailable as exc:
                 log.warning("housekeeping skipped: %s", exc)
             await wait_any(self._stop, timeout=self._poll_interval)
+
+    async def _retention_forever(self, keeper: DeliveryLogKeeper) -> None:
+        # At start, then hourly: partitions are daily and made a week ahead, so an hour is early
+        # enough for both creating and dropping.
+        while not self._stop.is_set():
+            try:
+                await keeper.maintain()
+                self.health.ok("retention")
+            except DatabaseUnavailable as exc:
+                log.warning("delivery log retention skipped: %s", exc)
+            await wait_any(self._stop, timeout=RETENTION_INTERVAL_SECONDS)

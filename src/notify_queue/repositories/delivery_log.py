@@ -1,0 +1,74 @@
+"""The delivery log's lifecycle: partitions created ahead of time, dropped after the retention.
+
+Finished notifications are in `nq_delivery_log`, one partition per UTC day of `finished_at`
+(migration 0008). Retention never deletes rows: a partition wholly older than the retention
+loses its idempotency keys (in chunks), is detached CONCURRENTLY (writers never wait) and dropped
+with its rows' counts. Every step is safe to repeat, so a run cut short is finished by the next.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+
+from notify_queue.repositories.db import Database
+
+_PARTITION = re.compile(r"^nq_delivery_log_(before_)?[0-9]{8}$")
+_UUID_ZERO = uuid.UUID(int=0)
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    partition: str
+    rows: int
+
+
+class DeliveryLogRepository:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    async def partitions_prepare(self, *, days_ahead: int = 7) -> int:
+        """Create the partitions from today to `days_ahead` days ahead; return how many were new."""
+        row = await self._db.fetch_one("delivery_log_prepare", {"days_ahead": days_ahead})
+        return int(row["created"]) if row else 0
+
+    async def partitions_drop_expired(
+        self, *, retention_seconds: float, keys_per_chunk: int = 10_000
+    ) -> list[Dropped]:
+        """Drop every partition wholly older than the retention. Does nothing while another
+        process runs it."""
+        dropped: list[Dropped] = []
+        async with self._db.connection() as conn:
+            locked = await conn.fetch_one("delivery_log_lock")
+            if not locked or not locked["locked"]:
+                return dropped
+            try:
+                expired = await conn.fetch_all(
+                    "delivery_log_expired", {"retention_seconds": retention_seconds}
+                )
+                for p in expired:
+                    name = p["partition_name"]
+                    if not _PARTITION.match(
+                        name
+                    ):  # only names the function made; never quoted input
+                        continue
+                    after = _UUID_ZERO
+                    while True:
+                        row = await conn.fetch_one(
+                            "delivery_log_forget_keys",
+                            {"partition": name, "after": after, "limit": keys_per_chunk},
+                        )
+                        if row is None or row["last_id"] is None:
+                            break
+                        after = row["last_id"]
+                    if p["attached"]:
+                        finalize = " FINALIZE" if p["detach_pending"] else " CONCURRENTLY"
+                        await conn.execute_script(
+                            f'ALTER TABLE nq_delivery_log DETACH PARTITION "{name}"{finalize}'
+                        )
+                    row = await conn.fetch_one("delivery_log_drop", {"partition": name})
+                    dropped.append(Dropped(name, int(row["dropped"]) if row else 0))
+            finally:
+                await conn.execute("delivery_log_unlock")
+        return dropped

@@ -1,0 +1,21 @@
+-- The delivery log's partitions: created ahead, dropped after the retention (0008).
+
+-- name: delivery_log_prepare
+SELECT nq_delivery_log_prepare(%(days_ahead)s) AS created
+
+-- name: delivery_log_expired
+SELECT partition_name, attached, detach_pending
+FROM nq_delivery_log_expired(make_interval(secs => %(retention_seconds)s))
+
+-- name: delivery_log_forget_keys
+SELECT nq_delivery_log_forget_keys(%(partition)s, %(after)s, %(limit)s) AS last_id
+
+-- name: delivery_log_drop
+SELECT nq_delivery_log_drop(%(partition)s) AS dropped
+
+-- name: delivery_log_lock
+-- One retention run at a time across workers (session-level: the run spans transactions).
+SELECT pg_try_advisory_lock(hashtextextended('nq delivery log retention', 0)) AS locked
+
+-- name: delivery_log_unlock
+SELECT pg_advisory_unlock(hashtextextended('nq delivery log retention', 0))

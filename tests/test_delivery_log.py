@@ -1,0 +1,234 @@
+"""The queue and the delivery log (migration 0008): the move, retention by whole partitions, and
+the migration from the single table, which keeps every row."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+
+from notify_queue.embedded import EmbeddedPostgres
+from notify_queue.repositories.db import Database
+from notify_queue.repositories.delivery_log import DeliveryLogRepository
+from notify_queue.repositories.schema import migrate
+from notify_queue.services.retention import DeliveryLogKeeper
+from tests.support import new, notification_service
+
+_FINISHED = ("SENT", "FAILED", "DEAD_LETTERED", "CANCELLED", "EXPIRED", "SUPPRESSED")
+
+
+def _rows(conn: psycopg.Connection[Any], query: str, params: Any = None) -> list[tuple[Any, ...]]:
+    return conn.execute(query, params).fetchall()
+
+
+def _counters(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    return {
+        name: int(n)
+        for name, n in _rows(
+            conn,
+            "SELECT split_part(name, ':', 2), sum(n) FROM nq_counters"
+            " WHERE starts_with(name, 'notifications:') GROUP BY name HAVING sum(n) <> 0",
+        )
+    }
+
+
+def _add_finished(conn: psycopg.Connection[Any], prefix: str, days_ago: int, n: int) -> None:
+    """`n` SENT notifications with their keys, finished `days_ago` days ago, into the log."""
+    conn.execute(
+        """WITH rows AS (
+               INSERT INTO nq_delivery_log (id, idempotency_key, request_hash, channel, recipient,
+                   body, priority, status, send_at, next_attempt_at, max_attempts, finished_at)
+               SELECT gen_random_uuid(), %(prefix)s || i, 'h', 'email', 'a@example.com', 'b', 1,
+                      'SENT', now(), now(), 6, now() - make_interval(days => %(days)s)
+               FROM generate_series(1, %(n)s) i
+               RETURNING id, idempotency_key)
+           INSERT INTO nq_idempotency_keys (key, notification_id, request_hash)
+           SELECT idempotency_key, id, 'h' FROM rows""",
+        {"prefix": prefix, "days": days_ago, "n": n},
+    )
+
+
+async def test_a_finished_notification_leaves_the_queue_for_the_log_in_the_same_statement(
+    db: Database, database_url: str
+) -> None:
+    created = await notification_service(db).enqueue(new(key="k"))
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE nq_queue SET status = 'SENT', finished_at = now() WHERE id = %s",
+            [created.notification.id],
+        )
+        assert _rows(conn, "SELECT count(*) FROM nq_queue") == [(0,)]
+        assert _rows(conn, "SELECT status FROM nq_delivery_log") == [("SENT",)]
+        # A row without finished_at cannot reach the log (it is partitioned by it).
+        other = (await notification_service(db).enqueue(new(key="k2"))).notification.id
+        with pytest.raises(psycopg.errors.CheckViolation):
+            conn.execute("UPDATE nq_queue SET status = 'SENT' WHERE id = %s", [other])
+    # The key stays taken while its notification is in the log: the same request is a repeat.
+    again = await notification_service(db).enqueue(new(key="k"))
+    assert not again.created and again.notification.id == created.notification.id
+
+
+async def test_retention_drops_whole_partitions_with_their_keys_and_counts(
+    db: Database, database_url: str
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        _add_finished(conn, "old-", days_ago=40, n=300)  # the partition before the daily ones
+        _add_finished(conn, "month-", days_ago=31, n=200)  # a daily partition, past 30 days
+        _add_finished(conn, "recent-", days_ago=10, n=100)
+        partitions_before = _rows(conn, "SELECT count(*) FROM pg_inherits")[0][0]
+        assert _counters(conn) == {"SENT": 600}
+
+    keeper = DeliveryLogKeeper(DeliveryLogRepository(db), retention_days=30)
+    dropped = await keeper.maintain()
+    assert sorted(d.rows for d in dropped if d.rows) == [200, 300]  # and empty days
+    assert await keeper.maintain() == []  # nothing left to do the second time
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert _rows(conn, "SELECT count(*) FROM nq_delivery_log") == [(100,)]
+        assert _counters(conn) == {"SENT": 100}
+        keys = _rows(
+            conn, "SELECT split_part(key, '-', 1), count(*) FROM nq_idempotency_keys GROUP BY 1"
+        )
+        assert keys == [("recent", 100)]
+        # Dropped by the table, not emptied by DELETE: the partitions are gone (and a week ahead
+        # exists, made by the first run).
+        assert _rows(conn, "SELECT count(*) FROM pg_inherits")[0][0] < partitions_before
+        assert _rows(
+            conn,
+            "SELECT to_regclass('nq_delivery_log_' || to_char("
+            "now() AT TIME ZONE 'UTC' + interval '7 days', 'YYYYMMDD')) IS NOT NULL",
+        ) == [(True,)]
+    # A forgotten key may be used again: a new notification.
+    reused = await notification_service(db).enqueue(new(key="old-1"))
+    assert reused.created
+
+
+async def test_retention_zero_keeps_everything_and_an_interrupted_drop_is_finished(
+    db: Database, database_url: str
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        _add_finished(conn, "old-", days_ago=40, n=50)
+    assert await DeliveryLogKeeper(DeliveryLogRepository(db), retention_days=0).maintain() == []
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert _rows(conn, "SELECT count(*) FROM nq_delivery_log") == [(50,)]
+        # A run that stopped after detaching: the table is outside the log, still counted.
+        ((name,),) = _rows(conn, "SELECT DISTINCT tableoid::regclass::text FROM nq_delivery_log")
+        conn.execute(f'ALTER TABLE nq_delivery_log DETACH PARTITION "{name}"')
+        assert _counters(conn) == {"SENT": 50}
+    dropped = await DeliveryLogKeeper(DeliveryLogRepository(db), retention_days=30).maintain()
+    assert [(d.partition, d.rows) for d in dropped if d.rows] == [(name, 50)]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert _counters(conn) == {}
+        assert _rows(conn, "SELECT count(*) FROM nq_idempotency_keys") == [(0,)]
+        assert _rows(conn, "SELECT to_regclass(%s)", [name]) == [(None,)]
+
+
+async def test_retry_moves_a_row_back_from_the_log_once(db: Database, database_url: str) -> None:
+    created = await notification_service(db).enqueue(new(key="k"))
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("UPDATE nq_queue SET status = 'FAILED', finished_at = now()")
+        first = _rows(conn, "SELECT id FROM nq_delivery_log_retry(%s)", [[created.notification.id]])
+        second = _rows(
+            conn, "SELECT id FROM nq_delivery_log_retry(%s)", [[created.notification.id]]
+        )
+        assert (first, second) == ([(created.notification.id,)], [])
+        assert _rows(conn, "SELECT status, attempt_count FROM nq_queue") == [("PENDING", 0)]
+        assert _rows(conn, "SELECT count(*) FROM nq_delivery_log") == [(0,)]
+        assert _counters(conn) == {}
+
+
+_SELECT_ALL = (
+    "SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,"
+    " send_at, next_attempt_at, expires_at, attempt_count, max_attempts, last_error, sent_at,"
+    " provider_message_id, claim_token, lease_expires_at, retries, source, policy, webhook_url,"
+    " metadata, created_at, updated_at, finished_at, recipient_id, category, template_name,"
+    " template_version, provider, delivery_attempts FROM nq_notifications"
+)
+
+
+def test_the_migration_from_one_table_keeps_every_row(pg_server: EmbeddedPostgres) -> None:
+    """Schema 0007 filled with rows of every status (some finished long ago, one Kubernetes row
+    with a link and a queued status write, webhook events), then migrated: every row is there,
+    column for column, in the table its status says, with its key and its counts."""
+    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE migrate_0008")
+    url = pg_server.url("migrate_0008")
+
+    async def to(version: int | None) -> None:
+        async with Database(url, pool_size=1) as database:
+            await migrate(database, target=version)
+
+    try:
+        asyncio.run(to(7))
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                """INSERT INTO nq_notifications (id, idempotency_key, request_hash, channel,
+                       recipient, subject, body, priority, status, send_at, next_attempt_at,
+                       attempt_count, max_attempts, last_error, sent_at, claim_token,
+                       lease_expires_at, source, metadata, created_at, finished_at, provider,
+                       delivery_attempts, recipient_id, category)
+                   SELECT gen_random_uuid(), 'key-' || i, 'hash-' || i,
+                          (ARRAY['email', 'sms', 'push'])[1 + i % 3], 'r' || i || '@example.com',
+                          CASE WHEN i % 2 = 0 THEN 'subject' END, 'body ' || i, i % 3, s.status,
+                          now() - make_interval(days => i % 50), now(), i % 4, 6,
+                          CASE WHEN s.status <> 'SENT' THEN 'error ' || i END,
+                          CASE WHEN s.status = 'SENT' THEN now() END,
+                          CASE WHEN s.status = 'PROCESSING' THEN gen_random_uuid() END,
+                          CASE WHEN s.status = 'PROCESSING' THEN now() + interval '5 minutes' END,
+                          CASE WHEN i = 1 THEN 'kubernetes' ELSE 'api' END,
+                          jsonb_build_object('i', i), now() - make_interval(days => i % 50),
+                          CASE WHEN s.status NOT IN ('PENDING', 'PROCESSING')
+                               THEN now() - make_interval(days => i % 50) END,
+                          CASE WHEN s.status = 'SENT' THEN 'sms-main' END,
+                          '[{"outcome": "sent"}]', CASE WHEN i % 5 = 0 THEN 'user-' || i END,
+                          'transactional'
+                   FROM generate_series(1, 2000) i,
+                        LATERAL (SELECT (ARRAY['PENDING', 'PROCESSING', 'SENT', 'FAILED',
+                                              'DEAD_LETTERED', 'CANCELLED', 'EXPIRED',
+                                              'SUPPRESSED'])[1 + i % 8] AS status) s"""
+            )
+            conn.execute(
+                "INSERT INTO nq_kube_links (uid, namespace, name, notification_id)"
+                " SELECT 'uid-1', 'default', 'n1', id FROM nq_notifications"
+                " WHERE idempotency_key = 'key-1'"
+            )
+            before = sorted(_rows(conn, _SELECT_ALL))
+            counted = _counters(conn)
+        asyncio.run(to(None))
+        with psycopg.connect(url, autocommit=True) as conn:
+            after = sorted(_rows(conn, _SELECT_ALL))
+            assert len(after) == len(before) == 2000
+            assert after == before
+            placed = dict(
+                _rows(
+                    conn,
+                    "SELECT 'queue', count(*) FROM nq_queue UNION ALL"
+                    " SELECT 'log', count(*) FROM nq_delivery_log",
+                )
+            )
+            assert placed == {"queue": 500, "log": 1500}
+            assert _rows(
+                conn, "SELECT count(*) FROM nq_queue WHERE status NOT IN ('PENDING', 'PROCESSING')"
+            ) == [(0,)]
+            # Every key, pointing at its row, with its request hash.
+            assert _rows(
+                conn,
+                "SELECT count(*) FROM nq_idempotency_keys k JOIN nq_notifications n"
+                " ON n.id = k.notification_id AND n.idempotency_key = k.key"
+                " AND n.request_hash = k.request_hash",
+            ) == [(2000,)]
+            # The counts carried over, and equal a full count.
+            full = dict(_rows(conn, "SELECT status, count(*) FROM nq_delivery_log GROUP BY status"))
+            assert _counters(conn) == counted == {s: full[s] for s in _FINISHED}
+            # Rows older than 35 days are in the one partition the first retention run drops.
+            old = _rows(
+                conn,
+                "SELECT count(*) FROM nq_delivery_log WHERE finished_at"
+                " < (now() AT TIME ZONE 'UTC')::date - 35",
+            )[0][0]
+            assert old > 0
+    finally:
+        with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+            admin.execute("DROP DATABASE IF EXISTS migrate_0008 WITH (FORCE)")
