@@ -1,8 +1,9 @@
 """Notify Queue's tables as the benchmarks see them: bulk seeding and reading the results.
 
-Seeding writes rows straight into nq_notifications with INSERT ... SELECT generate_series, in
-chunks, because what is measured afterwards is the workers, not the enqueue path (ingest has its
-own scenario). Every figure is computed from the database's timestamps:
+Seeding writes rows straight into nq_queue (due work) and nq_delivery_log (history) with
+INSERT ... SELECT generate_series, in chunks, because what is measured afterwards is the workers,
+not the enqueue path (ingest has its own scenario, which writes the idempotency keys too).
+Every figure is computed from the database's timestamps:
 
 - a claim's moment is its rate-limit slot's `taken_at` (the claim transaction's now(); the slot
   is kept when the attempt was SENT), so "first claim" is min(taken_at);
@@ -31,7 +32,7 @@ def migrate(url: str) -> None:
 
 
 _SEED = """
-INSERT INTO nq_notifications (
+INSERT INTO nq_queue (
     id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
     send_at, next_attempt_at, max_attempts, created_at, updated_at)
 SELECT gen_random_uuid(), %(prefix)s || g, 'bench', 'email',
@@ -44,7 +45,7 @@ FROM generate_series(%(first)s::bigint, %(last)s::bigint) g
 """
 
 _SEED_FINISHED = """
-INSERT INTO nq_notifications (
+INSERT INTO nq_delivery_log (
     id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
     send_at, next_attempt_at, max_attempts, attempt_count, sent_at, provider_message_id,
     created_at, updated_at, finished_at)
@@ -88,7 +89,7 @@ def seed_due(
             )
             if progress:
                 progress(last)
-        conn.execute("VACUUM (ANALYZE) nq_notifications")
+        conn.execute("VACUUM (ANALYZE) nq_queue")
 
 
 def seed_finished(
@@ -107,7 +108,7 @@ def seed_finished(
             conn.execute(_SEED_FINISHED, {"first": first, "last": last})
             if progress:
                 progress(last - start)
-        conn.execute("VACUUM (ANALYZE) nq_notifications")
+        conn.execute("VACUUM (ANALYZE) nq_delivery_log")
         conn.execute("CHECKPOINT")
 
 
@@ -124,9 +125,9 @@ def watcher(url: str) -> psycopg.Connection[Any]:
 def any_unfinished(conn: psycopg.Connection[Any]) -> bool:
     """Cheap (the top of two partial indexes): can be asked often without disturbing the run."""
     row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM nq_notifications WHERE status = 'PENDING'"
+        "SELECT EXISTS (SELECT 1 FROM nq_queue WHERE status = 'PENDING'"
         "               ORDER BY priority, next_attempt_at, created_at LIMIT 1)"
-        " OR EXISTS (SELECT 1 FROM nq_notifications WHERE status = 'PROCESSING'"
+        " OR EXISTS (SELECT 1 FROM nq_queue WHERE status = 'PROCESSING'"
         "            ORDER BY lease_expires_at LIMIT 1)"
     ).fetchone()
     return bool(row and row[0])
@@ -142,7 +143,7 @@ def any_webhook_pending(conn: psycopg.Connection[Any]) -> bool:
 
 def unfinished(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute(
-        "SELECT count(*) FROM nq_notifications WHERE status IN ('PENDING', 'PROCESSING')"
+        "SELECT count(*) FROM nq_queue WHERE status IN ('PENDING', 'PROCESSING')"
     ).fetchone()
     return int(row[0]) if row else 0
 

@@ -31,8 +31,7 @@ async def _high_until_drained(url: str, rate: float, low: int) -> dict[str, Any]
             await conn.execute("SET enable_seqscan = off")  # see queue.watcher
             while True:
                 cur = await conn.execute(
-                    "SELECT count(*) FROM nq_notifications"
-                    " WHERE priority = 2 AND status = 'PENDING'"
+                    "SELECT count(*) FROM nq_queue WHERE priority = 2 AND status = 'PENDING'"
                 )
                 row = await cur.fetchone()
                 left = int(row[0]) if row else 0
@@ -78,7 +77,7 @@ def _one(ctx: Context, *, dedicated: bool, webhooks: bool = True) -> None:
             wait_until_listening(url, len(procs))
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute(
-                    "UPDATE nq_notifications SET send_at = now(), next_attempt_at = now()"
+                    "UPDATE nq_queue SET send_at = now(), next_attempt_at = now()"
                     " WHERE priority = 2"
                 )
                 conn.execute("SELECT pg_notify('nq_wakeup', '')")

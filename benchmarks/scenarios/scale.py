@@ -139,7 +139,11 @@ def run(ctx: Context) -> None:
                 claim_loop(url, s.scale_pending, label=f"claims at {history:,} finished rows")
             )
             with psycopg.connect(url, autocommit=True) as conn:
-                size = conn.execute("SELECT pg_total_relation_size('nq_notifications')").fetchone()
+                size = conn.execute(
+                    "SELECT pg_total_relation_size('nq_queue')"
+                    " + sum(pg_total_relation_size(inhrelid))"
+                    " FROM pg_inherits WHERE inhparent = 'nq_delivery_log'::regclass"
+                ).fetchone()
             figures |= plan | {"history_rows": history, "table_bytes": size[0] if size else None}
             if empty_rate is None:
                 empty_rate = figures["claimed_per_second"]
