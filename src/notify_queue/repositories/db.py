@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any, cast
 
 import psycopg
+import psycopg.sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -177,6 +178,17 @@ class Connection:
         try:
             cur = await self._conn.execute(_sql(query), params)
             return await cur.fetchall()
+        except _UNAVAILABLE as exc:
+            raise _translate(exc) from None
+
+    async def execute_on(self, query: str, identifiers: dict[str, str]) -> None:
+        """Run a named query whose `{name}` placeholders are identifiers (a partition to
+        detach): statements that take no parameters there. The driver quotes each one."""
+        statement = psycopg.sql.SQL(_sql(query)).format(
+            **{k: psycopg.sql.Identifier(v) for k, v in identifiers.items()}
+        )
+        try:
+            await self._conn.execute(statement)
         except _UNAVAILABLE as exc:
             raise _translate(exc) from None
 

@@ -8,13 +8,11 @@ with its rows' counts. Every step is safe to repeat, so a run cut short is finis
 
 from __future__ import annotations
 
-import re
 import uuid
 from dataclasses import dataclass
 
 from notify_queue.repositories.db import Database
 
-_PARTITION = re.compile(r"^nq_delivery_log_(before_)?[0-9]{8}$")
 _UUID_ZERO = uuid.UUID(int=0)
 
 
@@ -49,10 +47,6 @@ class DeliveryLogRepository:
                 )
                 for p in expired:
                     name = p["partition_name"]
-                    if not _PARTITION.match(
-                        name
-                    ):  # only names the function made; never quoted input
-                        continue
                     after = _UUID_ZERO
                     while True:
                         row = await conn.fetch_one(
@@ -62,11 +56,10 @@ class DeliveryLogRepository:
                         if row is None or row["last_id"] is None:
                             break
                         after = row["last_id"]
-                    if p["attached"]:
-                        finalize = " FINALIZE" if p["detach_pending"] else " CONCURRENTLY"
-                        await conn.execute_script(
-                            f'ALTER TABLE nq_delivery_log DETACH PARTITION "{name}"{finalize}'
-                        )
+                    if p["detach_pending"]:  # a concurrent detach was interrupted
+                        await conn.execute_on("delivery_log_detach_finalize", {"partition": name})
+                    elif p["attached"]:
+                        await conn.execute_on("delivery_log_detach", {"partition": name})
                     row = await conn.fetch_one("delivery_log_drop", {"partition": name})
                     dropped.append(Dropped(name, int(row["dropped"]) if row else 0))
             finally:

@@ -108,9 +108,11 @@ BEGIN
     LOOP
         name := 'nq_delivery_log_' || to_char(day, 'YYYYMMDD');
         CONTINUE WHEN to_regclass(name) IS NOT NULL;
-        EXECUTE format('CREATE TABLE %I (LIKE nq_delivery_log INCLUDING DEFAULTS INCLUDING CONSTRAINTS)', name);
-        EXECUTE format('ALTER TABLE nq_delivery_log ATTACH PARTITION %I FOR VALUES FROM (%L) TO (%L)',
-                       name, day::timestamp AT TIME ZONE 'UTC', (day + 1)::timestamp AT TIME ZONE 'UTC');
+        EXECUTE 'CREATE TABLE ' || quote_ident(name)
+            || ' (LIKE nq_delivery_log INCLUDING DEFAULTS INCLUDING CONSTRAINTS)';
+        EXECUTE 'ALTER TABLE nq_delivery_log ATTACH PARTITION ' || quote_ident(name)
+            || ' FOR VALUES FROM (' || quote_literal(day::timestamp AT TIME ZONE 'UTC')
+            || ') TO (' || quote_literal((day + 1)::timestamp AT TIME ZONE 'UTC') || ')';
         created := created + 1;
     END LOOP;
     RETURN created;
@@ -135,7 +137,7 @@ LANGUAGE sql STABLE AS $$
     WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace
       AND c.relname ~ '^nq_delivery_log_(before_)?[0-9]{8}$'
       AND (to_date(right(c.relname, 8), 'YYYYMMDD')
-           + CASE WHEN c.relname LIKE 'nq_delivery_log_before_%' THEN 0 ELSE 1 END)::timestamp
+           + CASE WHEN starts_with(c.relname, 'nq_delivery_log_before_') THEN 0 ELSE 1 END)::timestamp
           AT TIME ZONE 'UTC' <= now() - p_retention
     ORDER BY right(c.relname, 8)
 $$;
@@ -147,11 +149,12 @@ DECLARE
     last_id uuid;
 BEGIN
     -- Through the partition's id index, p_limit rows at a time: a short transaction per chunk.
-    EXECUTE format(
-        'WITH chunk AS (SELECT id, idempotency_key FROM %I WHERE id > $1 ORDER BY id LIMIT $2),'
-        ' gone AS (DELETE FROM nq_idempotency_keys k USING chunk c'
-        '          WHERE k.key = c.idempotency_key AND k.notification_id = c.id)'
-        ' SELECT max(id::text)::uuid FROM chunk', p_partition)
+    EXECUTE
+        'WITH chunk AS (SELECT id, idempotency_key FROM ' || quote_ident(p_partition)
+        || ' WHERE id > $1 ORDER BY id LIMIT $2),'
+        || ' gone AS (DELETE FROM nq_idempotency_keys k USING chunk c'
+        || '          WHERE k.key = c.idempotency_key AND k.notification_id = c.id)'
+        || ' SELECT max(id::text)::uuid FROM chunk'
     INTO last_id USING p_after, p_limit;
     RETURN last_id;
 END $$;
@@ -162,16 +165,17 @@ DECLARE
     dropped bigint;
 BEGIN
     IF EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass(p_partition)) THEN
-        RAISE EXCEPTION '% is still attached to nq_delivery_log', p_partition;
+        RAISE EXCEPTION USING MESSAGE = p_partition || ' is still attached to nq_delivery_log';
     END IF;
-    EXECUTE format(
-        'WITH counted AS (SELECT status, count(*) AS n FROM %I GROUP BY status),'
-        ' subtracted AS (INSERT INTO nq_counters AS c (name, shard, n)'
-        '   SELECT ''notifications:'' || status, mod(pg_backend_pid(), 16), -n FROM counted ORDER BY 1'
-        '   ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n)'
-        ' SELECT COALESCE(sum(n), 0) FROM counted', p_partition)
+    EXECUTE
+        'WITH counted AS (SELECT status, count(*) AS n FROM ' || quote_ident(p_partition)
+        || ' GROUP BY status),'
+        || ' subtracted AS (INSERT INTO nq_counters AS c (name, shard, n)'
+        || '   SELECT ''notifications:'' || status, mod(pg_backend_pid(), 16), -n FROM counted'
+        || '   ORDER BY 1 ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n)'
+        || ' SELECT COALESCE(sum(n), 0) FROM counted'
     INTO dropped;
-    EXECUTE format('DROP TABLE %I', p_partition);
+    EXECUTE 'DROP TABLE ' || quote_ident(p_partition);
     RETURN dropped;
 END $$;
 
@@ -182,14 +186,15 @@ DECLARE
     first_day date := (now() AT TIME ZONE 'UTC')::date - 35;
     day date;
 BEGIN
-    EXECUTE format('CREATE TABLE %I PARTITION OF nq_delivery_log FOR VALUES FROM (MINVALUE) TO (%L)',
-                   'nq_delivery_log_before_' || to_char(first_day, 'YYYYMMDD'),
-                   first_day::timestamp AT TIME ZONE 'UTC');
+    EXECUTE 'CREATE TABLE ' || quote_ident('nq_delivery_log_before_' || to_char(first_day, 'YYYYMMDD'))
+        || ' PARTITION OF nq_delivery_log FOR VALUES FROM (MINVALUE) TO ('
+        || quote_literal(first_day::timestamp AT TIME ZONE 'UTC') || ')';
     FOR day IN SELECT generate_series(first_day, (now() AT TIME ZONE 'UTC')::date - 1, '1 day')::date
     LOOP
-        EXECUTE format('CREATE TABLE %I PARTITION OF nq_delivery_log FOR VALUES FROM (%L) TO (%L)',
-                       'nq_delivery_log_' || to_char(day, 'YYYYMMDD'),
-                       day::timestamp AT TIME ZONE 'UTC', (day + 1)::timestamp AT TIME ZONE 'UTC');
+        EXECUTE 'CREATE TABLE ' || quote_ident('nq_delivery_log_' || to_char(day, 'YYYYMMDD'))
+            || ' PARTITION OF nq_delivery_log FOR VALUES FROM ('
+            || quote_literal(day::timestamp AT TIME ZONE 'UTC') || ') TO ('
+            || quote_literal((day + 1)::timestamp AT TIME ZONE 'UTC') || ')';
     END LOOP;
 END $$;
 SELECT nq_delivery_log_prepare(7);

@@ -19,3 +19,13 @@ SELECT pg_try_advisory_lock(hashtextextended('nq delivery log retention', 0)) AS
 
 -- name: delivery_log_unlock
 SELECT pg_advisory_unlock(hashtextextended('nq delivery log retention', 0))
+
+-- name: delivery_log_detach
+-- {partition} is an identifier the driver quotes (Connection.execute_on): DETACH takes no
+-- parameters, and CONCURRENTLY cannot run inside a function. Completions and reads of the log
+-- never wait for it: it takes only a SHARE UPDATE EXCLUSIVE lock on the log.
+ALTER TABLE nq_delivery_log DETACH PARTITION {partition} CONCURRENTLY
+
+-- name: delivery_log_detach_finalize
+-- A concurrent detach that was interrupted leaves the partition "detach pending": finish it.
+ALTER TABLE nq_delivery_log DETACH PARTITION {partition} FINALIZE

@@ -24,10 +24,12 @@ WHERE l.uid = %(uid)s
 -- log row: then nothing is linked (`linked` is 0) and the caller runs the statement again,
 -- which finds the row in the log, final, where nothing changes it any more but a retry (which
 -- takes the same row lock to move it back).
-WITH target AS (
-    (SELECT id, status FROM nq_queue WHERE id = %(notification_id)s FOR SHARE)
-    UNION ALL
-    (SELECT id, status FROM nq_delivery_log WHERE id = %(notification_id)s FOR SHARE)
+WITH queued_row AS (
+    SELECT id, status FROM nq_queue WHERE id = %(notification_id)s FOR SHARE
+), logged_row AS (
+    SELECT id, status FROM nq_delivery_log WHERE id = %(notification_id)s FOR SHARE
+), target AS (
+    SELECT * FROM queued_row UNION ALL SELECT * FROM logged_row
 ), link AS (
     INSERT INTO nq_kube_links (uid, namespace, name, notification_id, generation)
     SELECT %(uid)s, %(namespace)s, %(name)s, t.id, %(generation)s FROM target t
