@@ -21,6 +21,14 @@ TARGETS = [
     ),
     ("vs_pgboss", "end-to-end vs pg-boss, same run", "peers", "ratio_pgboss", ">=", 2.0),
     (
+        "vs_river",
+        "end-to-end without webhooks vs River, same run",
+        "peers",
+        "ratio_river_no_webhooks",
+        ">=",
+        1.0,
+    ),
+    (
         "batch_ingest",
         "batch ingest, accepted/s",
         "ingest",
@@ -160,9 +168,12 @@ SHOWN = {
         "notify_queue_no_webhooks_per_second",
         "pgboss_per_second",
         "procrastinate_per_second",
+        "river_per_second",
         "ratio_pgboss",
         "ratio_pgboss_no_webhooks",
         "ratio_procrastinate",
+        "ratio_river",
+        "ratio_river_no_webhooks",
     ],
     "provider_limit": [
         "measured_rate_per_second",

@@ -1,12 +1,15 @@
-"""6. Side by side: the same due-job burn-down on Notify Queue, pg-boss and Procrastinate, on the
-same PostgreSQL, interleaved round by round so a burst of load from elsewhere on the machine hits
-all of them alike; the ratios are computed per round and their median reported.
+"""6. Side by side: the same due-job burn-down on Notify Queue, pg-boss, Procrastinate and River,
+on the same PostgreSQL, interleaved round by round so a burst of load from elsewhere on the machine
+hits all of them alike; the ratios are computed per round and their median reported.
 
 Notify Queue runs with the tuned worker flags (TUNED_WORKER_FLAGS, as pg-boss gets its best
 batchSize) and everything on (rate limiting, a webhook event per notification POSTed to
 the receiver) and, for the like-for-like figure, without a webhook URL; the peers run no-op jobs.
 pg-boss is tried at several batch sizes and its best is the one compared (the conservative
-choice); Procrastinate, which fetches one job per query, gets `concurrency` sub-workers per process.
+choice); Procrastinate, which fetches one job per query, gets `concurrency` sub-workers per process;
+River runs the way `river bench -n N` does: one client, 2,000 workers, FetchCooldown 2 ms and
+FetchPollInterval 20 ms (the settings River's authors chose for its best figure), so it is not
+given our worker count. River is skipped, with a note, where no Go toolchain built it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ PROCRASTINATE_CONCURRENCY = 16
 def run(ctx: Context) -> None:
     peers.ensure_installed()
     ctx.notes.append(f"peer versions: {peers.versions()}")
+    with_river = peers.river_built()
+    if not with_river:
+        ctx.notes.append("peers: River skipped (no Go toolchain to build peers/river)")
     n = ctx.sizes.peer_notifications
     n_proc = ctx.sizes.procrastinate_notifications
     workers = 2 if ctx.mode != "smoke" else 1
@@ -56,8 +62,9 @@ def run(ctx: Context) -> None:
         proc = peers.procrastinate_burn(
             ctx, jobs=n_proc, workers=workers, concurrency=PROCRASTINATE_CONCURRENCY
         )
+        river = peers.river_burn(ctx, jobs=n) if with_river else {}
         best_bs, best = max(boss.items(), key=lambda kv: kv[1].get("jobs_per_second") or 0)
-        r = {
+        r: dict[str, Any] = {
             "round": round_ + 1,
             "notify_queue_per_second": ours.get("notifications_per_second"),
             "notify_queue_webhooks_per_second": ours.get("webhooks_per_second"),
@@ -67,19 +74,26 @@ def run(ctx: Context) -> None:
             "pgboss_by_batch_size": {bs: b.get("jobs_per_second") for bs, b in boss.items()},
             "procrastinate_per_second": proc.get("jobs_per_second"),
             "procrastinate_jobs": n_proc,
+            "river_per_second": river.get("jobs_per_second"),
+            "river_per_second_to_last_finalized_at": river.get("jobs_per_second_finalized_at"),
             "load": {
                 "notify_queue": ours["load"],
                 "notify_queue_no_webhooks": ours_plain["load"],
                 "pgboss": {bs: b["load"] for bs, b in boss.items()},
                 "procrastinate": proc["load"],
+                "river": river.get("load"),
             },
         }
         for key, peer in (
             ("pgboss", "pgboss_per_second"),
             ("procrastinate", "procrastinate_per_second"),
+            ("river", "river_per_second"),
         ):
-            if r["notify_queue_per_second"] and r[peer]:
+            if not r[peer]:
+                continue
+            if r["notify_queue_per_second"]:
                 r[f"ratio_{key}"] = round(r["notify_queue_per_second"] / r[peer], 2)
+            if r["notify_queue_no_webhooks_per_second"]:
                 r[f"ratio_{key}_no_webhooks"] = round(
                     r["notify_queue_no_webhooks_per_second"] / r[peer], 2
                 )
@@ -93,6 +107,11 @@ def run(ctx: Context) -> None:
                 "jobs": n,
                 "workers": workers,
                 "procrastinate_concurrency": PROCRASTINATE_CONCURRENCY,
+                "river": {
+                    k: river.get(k)
+                    for k in ("max_workers", "fetch_cooldown_ms", "fetch_poll_interval_ms")
+                }
+                | {"clients": 1},
                 "notify_queue_worker_flags": TUNED_WORKER_FLAGS,
                 "round_loads": r["load"],
             },
@@ -105,10 +124,13 @@ def run(ctx: Context) -> None:
                 "notify_queue_no_webhooks_per_second",
                 "pgboss_per_second",
                 "procrastinate_per_second",
+                "river_per_second",
                 "ratio_pgboss",
                 "ratio_procrastinate",
+                "ratio_river",
                 "ratio_pgboss_no_webhooks",
                 "ratio_procrastinate_no_webhooks",
+                "ratio_river_no_webhooks",
             )
             if any(r.get(k) for r in rounds)
         }
