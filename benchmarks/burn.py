@@ -73,7 +73,7 @@ def postgres_pids(ctx: Context) -> list[int]:
 
 
 class CpuSplit:
-    """Where the CPU went during a run: PostgreSQL, the workers, the webhook receiver.
+    """Where the CPU went during a run: PostgreSQL, the workers (or the relay), the receiver.
 
     Read just before the workers stop (their backends exit with them). Backends that came and
     went during the run are missed, so the PostgreSQL figure is a floor."""
@@ -83,7 +83,16 @@ class CpuSplit:
         self._pg_before = {pid: _cpu_seconds([pid]) for pid in postgres_pids(ctx)}
         self._receiver_before = _cpu_seconds([ctx.receiver.proc.pid])
 
-    def finish(self, workers: list[Proc], delivered: int) -> dict[str, Any]:
+    def finish(
+        self,
+        workers: list[Proc],
+        delivered: int,
+        *,
+        label: str = "workers",
+        unit: str = "notification",
+    ) -> dict[str, Any]:
+        """`label` names the measured processes (`workers`, `relay`), `unit` what `delivered`
+        counts."""
         pg_now = {pid: _cpu_seconds([pid]) for pid in postgres_pids(self._ctx)}
         postgres = sum(v - self._pg_before.get(pid, 0.0) for pid, v in pg_now.items())
         worker = _cpu_seconds([p.pid for p in workers])
@@ -92,12 +101,12 @@ class CpuSplit:
         return {
             "cpu_seconds": {
                 "postgres": round(postgres, 2),
-                "workers": round(worker, 2),
+                label: round(worker, 2),
                 "receiver": round(receiver, 2),
             },
-            "cpu_us_per_notification": {
+            f"cpu_us_per_{unit}": {
                 "postgres": per(postgres),
-                "workers": per(worker),
+                label: per(worker),
                 "receiver": per(receiver),
             },
         }

@@ -18,7 +18,16 @@ from benchmarks.env import BenchPostgres, machine_info
 from benchmarks.procs import Receiver
 from benchmarks.progress import say
 
-SCENARIOS = ["throughput", "ingest", "latency", "scale", "priority", "peers", "provider_limit"]
+SCENARIOS = [
+    "throughput",
+    "ingest",
+    "latency",
+    "scale",
+    "priority",
+    "peers",
+    "provider_limit",
+    "relay",
+]
 RESULTS = Path(__file__).resolve().parent / "results"
 
 

@@ -38,6 +38,7 @@ class Sizes:
     procrastinate_notifications: int
     provider_limit_notifications: int
     provider_limit_per_second: float
+    relay_events: int
 
 
 FULL = Sizes(
@@ -59,6 +60,7 @@ FULL = Sizes(
     procrastinate_notifications=10_000,
     provider_limit_notifications=100_000,
     provider_limit_per_second=1000,
+    relay_events=50_000,
 )
 QUICK = Sizes(
     notifications=20_000,
@@ -79,6 +81,7 @@ QUICK = Sizes(
     procrastinate_notifications=5_000,
     provider_limit_notifications=20_000,
     provider_limit_per_second=1000,
+    relay_events=20_000,
 )
 SMOKE = Sizes(
     notifications=300,
@@ -99,6 +102,7 @@ SMOKE = Sizes(
     procrastinate_notifications=100,
     provider_limit_notifications=300,
     provider_limit_per_second=200,
+    relay_events=300,
 )
 
 

@@ -38,6 +38,7 @@ def render(doc: dict[str, Any]) -> str:
         "scale",
         "priority",
         "provider_limit",
+        "relay",
     ):
         rows = [r for r in doc["results"] if r["scenario"] == scenario]
         if not rows:

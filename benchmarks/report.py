@@ -52,6 +52,7 @@ TARGETS = [
         ">=",
         0.8,
     ),
+    ("relay_alone", "webhook relay alone, events/s", "relay", "events_per_second", ">=", 15_000),
 ]
 
 
@@ -182,6 +183,7 @@ SHOWN = {
         "provider_calls",
         "seconds",
     ],
+    "relay": ["events_per_second", "seconds", "delivered", "posts", "record_statements"],
 }
 
 

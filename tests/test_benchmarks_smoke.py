@@ -43,6 +43,7 @@ def test_the_benchmark_smoke_run_writes_a_valid_results_document(
         "scale",
         "priority",
         "provider_limit",
+        "relay",
     }
     assert all("loadavg_before" in r["load"] for r in latest["results"])
     assert latest["machine"]["cores"] >= 1 and latest["postgres"]["fsync"] == "on"
@@ -52,6 +53,7 @@ def test_the_benchmark_smoke_run_writes_a_valid_results_document(
         "batch_ingest",
         "claim_p99",
         "claim_flat",
+        "relay_alone",
     ]
     assert len(list(out.glob("*-smoke.json"))) == 1
     assert "targets:" in run.stdout

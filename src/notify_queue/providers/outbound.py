@@ -12,11 +12,20 @@ actually dialled, not on the URL text, because a public-looking name can resolve
 aiohttp session that every outbound call uses:
 
 * a resolver wrapping aiohttp's default one, which refuses the name when any address it
-  resolves to is not public; the connector only ever dials what the resolver returned, and
-  a refused answer is never cached;
+  resolves to is not public; the connector only ever dials what the resolver returned;
 * a client middleware that checks literal IP hosts (aiohttp dials those without asking the
   resolver). Middlewares run once per hop, so a redirect to `http://169.254.169.254/` is
   refused just like a first request to it, and a redirect to a name goes through the resolver.
+
+The guard is consulted once per host and TTL, not per request: the resolver keeps each verdict
+(the vetted addresses, or the refusal) for `GUARD_TTL_SECONDS` per host, port and family, and is
+the session's only DNS cache (aiohttp's own is off, so nothing else decides when a name is asked
+again). Keeping the vetted answer opens no rebinding hole: within the TTL the connector dials the
+addresses that were vetted, whatever the name resolves to meanwhile, and after it the name is
+resolved and vetted again before the next dial. A literal IP's verdict never changes (the allow
+list is fixed for the process), so the middleware keeps it without expiry. Connections are kept
+alive per host by aiohttp's pool, so a steady stream of events to one receiver neither dials nor
+resolves again.
 
 `allow` opens holes on purpose (a receiver on loopback in development, a provider on a private
 network): an entry is a CIDR, matched against the resolved address, or a host name, matched
@@ -27,7 +36,8 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import aiohttp
@@ -140,37 +150,98 @@ def _parse_ip(text: str) -> IPAddress | None:
         return None
 
 
-class GuardedResolver(AbstractResolver):
-    """aiohttp's resolver, refusing names that resolve to addresses the allow-list lacks."""
+# How long a host's verdict (its vetted addresses, or its refusal) is kept. The system resolver
+# does not tell us a record's TTL, so a fixed minute: long enough that a busy receiver is vetted
+# about once a minute instead of once per event, short enough that a moved receiver is followed
+# soon and a name fixed to point at a public address is accepted within a minute.
+GUARD_TTL_SECONDS = 60.0
+# Verdicts kept at most; past it the expired ones go, and if none has expired, all of them.
+_VERDICTS_MAX = 4096
 
-    def __init__(self, allow: OutboundAllowList, inner: AbstractResolver | None = None) -> None:
+
+class GuardedResolver(AbstractResolver):
+    """aiohttp's resolver, refusing names that resolve to addresses the allow-list lacks.
+
+    Each verdict is kept `ttl_seconds` per (host, port, family): within it the same vetted
+    addresses are returned (so the connector dials only those) or the same refusal is raised,
+    without asking DNS again. `ttl_seconds=0` vets on every call. Resolution errors are not kept.
+    """
+
+    def __init__(
+        self,
+        allow: OutboundAllowList,
+        inner: AbstractResolver | None = None,
+        *,
+        ttl_seconds: float = GUARD_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._allow = allow
         self._inner = inner if inner is not None else aiohttp.DefaultResolver()
+        self._ttl_seconds = ttl_seconds
+        self._clock = clock
+        # (host, port, family) -> (expires at, vetted addresses or the refusal's reason)
+        self._verdicts: dict[tuple[str, int, int], tuple[float, list[ResolveResult] | str]] = {}
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
+        key = (host, port, int(family))
+        now = self._clock()
+        kept = self._verdicts.get(key)
+        if kept is not None and kept[0] > now:
+            verdict = kept[1]
+        else:
+            verdict = await self._vet(host, port, family)
+            if self._ttl_seconds > 0:
+                self._keep(key, now + self._ttl_seconds, verdict)
+        if isinstance(verdict, str):
+            raise OutboundRefused(host, verdict)
+        # A copy: aiohttp may reorder what it is given, and the kept answer must stay as vetted.
+        return list(verdict)
+
+    async def _vet(
+        self, host: str, port: int, family: socket.AddressFamily
+    ) -> list[ResolveResult] | str:
+        """The resolved addresses if every one of them may be dialled, else why not."""
         results = await self._inner.resolve(host, port, family)
         if self._allow.allows_host(host):
             return results
         for result in results:
             address = _parse_ip(result["host"])
             if address is None:
-                raise OutboundRefused(host, f"resolved to unparsable address {result['host']!r}")
+                return f"resolved to unparsable address {result['host']!r}"
             # Refuse the whole name rather than drop the bad address: a name that mixes public
             # and internal addresses is a rebinding attempt or a misconfiguration, never intended.
-            self._allow.check_address(host, address)
+            try:
+                self._allow.check_address(host, address)
+            except OutboundRefused as exc:
+                return exc.reason
         return results
+
+    def _keep(
+        self, key: tuple[str, int, int], expires_at: float, verdict: list[ResolveResult] | str
+    ) -> None:
+        if len(self._verdicts) >= _VERDICTS_MAX:
+            now = self._clock()
+            for old in [k for k, (expiry, _) in self._verdicts.items() if expiry <= now]:
+                del self._verdicts[old]
+            if len(self._verdicts) >= _VERDICTS_MAX:
+                self._verdicts.clear()
+        self._verdicts[key] = (expires_at, verdict)
 
     async def close(self) -> None:
         await self._inner.close()
 
 
 class _GuardedConnector(aiohttp.TCPConnector):
-    """A TCPConnector that closes the resolver it was given (aiohttp leaves that to the caller)."""
+    """A TCPConnector that closes the resolver it was given (aiohttp leaves that to the caller).
+
+    aiohttp's own DNS cache is off: the guarded resolver keeps the vetted answers itself, so its
+    TTL alone decides when a name is resolved and vetted again.
+    """
 
     def __init__(self, *, resolver: GuardedResolver) -> None:
-        super().__init__(resolver=resolver, limit=0)
+        super().__init__(resolver=resolver, limit=0, use_dns_cache=False)
         self._guarded_resolver = resolver
 
     async def close(self, *, abort_ssl: bool = False) -> None:
@@ -181,13 +252,32 @@ class _GuardedConnector(aiohttp.TCPConnector):
 
 
 def _literal_ip_guard(allow: OutboundAllowList) -> aiohttp.ClientMiddlewareType:
+    # host -> why it is refused, or None (a name, for the resolver, or an allowed address). The
+    # verdict on a literal address never changes, so it is kept without expiry, within a bound.
+    verdicts: dict[str, str | None] = {}
+
+    def verdict(host: str) -> str | None:
+        address = _parse_ip(host)
+        if address is None or allow.allows_host(host):
+            return None
+        try:
+            allow.check_address(host, address)
+        except OutboundRefused as exc:
+            return exc.reason
+        return None
+
     async def guard(
         request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
     ) -> aiohttp.ClientResponse:
         host = request.url.raw_host or ""
-        address = _parse_ip(host)
-        if address is not None and not allow.allows_host(host):
-            allow.check_address(host, address)
+        try:
+            reason = verdicts[host]
+        except KeyError:
+            if len(verdicts) >= _VERDICTS_MAX:
+                verdicts.clear()
+            reason = verdicts[host] = verdict(host)
+        if reason is not None:
+            raise OutboundRefused(host, reason)
         return await handler(request)
 
     return guard
@@ -205,16 +295,21 @@ def outbound_session(
     allow: list[str],
     timeout_seconds: float,
     resolver: AbstractResolver | None = None,
+    guard_ttl_seconds: float = GUARD_TTL_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
 ) -> aiohttp.ClientSession:
     """A session for calls to URLs we do not control; call it inside the running event loop.
 
     `allow` holds CIDRs and host names that may be reached although they are not public.
     `resolver` replaces aiohttp's default DNS resolver under the guard (tests use a fixed table).
+    `guard_ttl_seconds` is how long a host's verdict is kept (0: every dial resolves and vets),
+    `clock` the monotonic clock it is measured with (tests step it).
     Requests raise `OutboundRefused` for a forbidden destination, before anything is sent to it.
     """
     allow_list = OutboundAllowList.parse(allow)
+    guarded = GuardedResolver(allow_list, resolver, ttl_seconds=guard_ttl_seconds, clock=clock)
     return aiohttp.ClientSession(
-        connector=_GuardedConnector(resolver=GuardedResolver(allow_list, resolver)),
+        connector=_GuardedConnector(resolver=guarded),
         timeout=aiohttp.ClientTimeout(total=timeout_seconds),
         middlewares=(_literal_ip_guard(allow_list),),
         # Environment proxies would make the proxy, not the destination, the address we dial.

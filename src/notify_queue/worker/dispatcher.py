@@ -2,9 +2,11 @@
 
 Events are claimed only as fast as POSTs can start: a claim takes at most as many events as there
 are free POST slots, so every claimed event is POSTed at once and its lease (long enough for one
-POST and its record) never runs out while it waits behind its neighbours. Each POST is a task of
-its own; its result joins a buffer that the recorder writes as results arrive, many per statement
-under load, so one slow receiver delays only its own events. At least once: an event whose
+POST and its record) never runs out while it waits behind its neighbours. Under load a claim waits
+until a quarter of the slots are free, so each claim statement takes a batch, not the one or two
+slots the last POSTs freed (a claim costs about the same for 1 row as for 64). Each POST is a task
+of its own; its result joins a buffer that the recorder writes as results arrive, many per
+statement under load, so one slow receiver delays only its own events. At least once: an event whose
 dispatcher dies mid-POST is taken again when its lease ends, with the same eventId, so receivers
 de-duplicate on it.
 
@@ -32,11 +34,17 @@ from notify_queue.worker.waiting import wait_any
 
 log = logging.getLogger(__name__)
 
-# POSTs in flight per process, and so the most events one claim takes. 128 keep a receiver's
-# keep-alive connections busy without opening more than aiohttp's default pool of 100 per host.
-_CONCURRENCY = 128
+# POSTs in flight per process, and so the most events one claim takes. Each is a kept-alive
+# connection to its receiver (HTTP/1.1 has one request at a time per connection), so this is also
+# how many connections one relay may hold to a single receiver.
+_CONCURRENCY = 256
+# Under load, a claim waits for this share of the slots to be free (see the module docstring).
+_CLAIM_BATCH_SHARE = 0.25
 _RETRY_DB_SECONDS = 1.0
 _HEALTH_NAME = "webhooks"
+# Bound once: looking a label up costs more than the increment, per event.
+_POSTS_DELIVERED = WEBHOOK_POSTS.labels("delivered")
+_POSTS_ERROR = WEBHOOK_POSTS.labels("error")
 
 
 class WebhookDispatcher:
@@ -56,6 +64,7 @@ class WebhookDispatcher:
         self._trusted = trusted
         self._health = health or Health()
         self._concurrency = concurrency
+        self._claim_batch = max(1, int(concurrency * _CLAIM_BATCH_SHARE))
         self._wake = asyncio.Event()
         self._slot_free = asyncio.Event()
         self._results_ready = asyncio.Event()
@@ -94,7 +103,7 @@ class WebhookDispatcher:
             if recorder.done():
                 recorder.result()  # the recorder failed: raise it here for the supervisor
             free = self._concurrency - len(self._in_flight)
-            if free <= 0:
+            if free <= 0 or (self._in_flight and free < self._claim_batch):
                 self._slot_free.clear()
                 await wait_any(self._slot_free, stop, timeout=s.poll_interval)
                 continue
@@ -138,7 +147,7 @@ class WebhookDispatcher:
             backoff_base_seconds=s.webhook_backoff_base,
             backoff_max_seconds=s.webhook_backoff_max,
         )
-        WEBHOOK_POSTS.labels("delivered" if result.delivered else "error").inc()
+        (_POSTS_DELIVERED if result.delivered else _POSTS_ERROR).inc()
         if result.error is not None:
             log.info(
                 "webhook %s to %s failed (attempt %d): %s",
