@@ -67,7 +67,7 @@ class DeliveryRepository:
         suppresses or defers commits, or fails, as one."""
         d = self._defaults
         async with self._db.transaction() as conn:
-            locked = await conn.fetch_all(
+            locked = await conn.fetch_one(
                 "claim_lock_candidates",
                 {
                     "priorities": sorted(p.rank for p in priorities),
@@ -75,12 +75,12 @@ class DeliveryRepository:
                     "limit": limit,
                 },
             )
-            if not locked:
+            if locked is None or not locked["ids"]:
                 return ClaimedBatch([], [])
             rows = await conn.fetch_all(
                 "claim_admit_candidates",
                 {
-                    "ids": [r["id"] for r in locked],
+                    "ids": locked["ids"],
                     "rate_limit": d.rate_limit,
                     "rate_window_seconds": d.rate_window_seconds,
                     "lease_seconds": d.lease_seconds,
@@ -114,7 +114,7 @@ class DeliveryRepository:
     async def _complete(
         self, conn: Connection, completions: Sequence[Completion]
     ) -> set[uuid.UUID]:
-        rows = await conn.fetch_all(
+        row = await conn.fetch_one(
             "complete_deliveries",
             {
                 "ids": [c.id for c in completions],
@@ -124,14 +124,15 @@ class DeliveryRepository:
                 "last_errors": [c.last_error for c in completions],
                 "provider_message_ids": [c.provider_message_id for c in completions],
                 "providers": [c.provider for c in completions],
-                "attempts": [c.attempts_json for c in completions],
+                # Each is a JSON array already: joined, not dumped again (see the query).
+                "attempts": "[" + ",".join(c.attempts_json for c in completions) + "]",
                 "give_back": [c.give_back_attempt for c in completions],
                 "next_attempt_ats": [c.next_attempt_at for c in completions],
                 "addresses_gone": [c.address_gone for c in completions],
                 "default_webhook_url": self._defaults.webhook_url,
             },
         )
-        return {r["id"] for r in rows}
+        return set(row["accepted"]) if row else set()
 
     async def claims_release(self, *, claims: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> int:
         """Hand claimed, untried notifications back without using an attempt."""

@@ -36,7 +36,7 @@ WITH candidates AS (
     SELECT pg_advisory_xact_lock(key)
     FROM (SELECT DISTINCT hashtextextended(recipient, 0) AS key FROM candidates ORDER BY key) k
 )
-SELECT c.id FROM candidates c
+SELECT ARRAY(SELECT c.id FROM candidates c) AS ids
 WHERE (SELECT count(*) FROM recipient_locks) >= 0
 
 -- name: claim_admit_candidates
@@ -153,14 +153,20 @@ ORDER BY priority, next_attempt_at, created_at
 -- transaction: SUPPRESSED, EXPIRED, or back to PENDING at the end of quiet hours (an absolute
 -- next_attempt_at), each giving back the attempt the claim counted (give_back).
 -- A provider's 410 (address_gone) removes that push token from the stored recipient.
+-- The attempts come as one JSON array of arrays, matched to the results by position: a jsonb[]
+-- parameter would be dumped element by element with every quote escaped, the costliest part of
+-- the statement's parameters on the worker's side.
 WITH results AS (
-    SELECT * FROM unnest(
+    SELECT r.*, a.attempts FROM unnest(
         %(ids)s::uuid[], %(claim_tokens)s::uuid[], %(statuses)s::text[],
         %(retry_in_seconds)s::float8[], %(last_errors)s::text[],
-        %(provider_message_ids)s::text[], %(providers)s::text[], %(attempts)s::jsonb[],
+        %(provider_message_ids)s::text[], %(providers)s::text[],
         %(give_back)s::bool[], %(next_attempt_ats)s::timestamptz[], %(addresses_gone)s::bool[]
-    ) AS r(id, claim_token, status, retry_in_seconds, last_error, provider_message_id,
-           provider, attempts, give_back, next_attempt_at, address_gone)
+    ) WITH ORDINALITY AS r(id, claim_token, status, retry_in_seconds, last_error,
+                           provider_message_id, provider, give_back, next_attempt_at,
+                           address_gone, position)
+    JOIN jsonb_array_elements(%(attempts)s::jsonb) WITH ORDINALITY AS a(attempts, position)
+      USING (position)
 ), updated AS (
     UPDATE nq_queue n
     SET status = r.status,
@@ -210,8 +216,8 @@ WITH results AS (
     WHERE s.notification_id = ANY(ARRAY(SELECT id FROM updated WHERE status <> 'SENT'))
 )
 -- events is read here (once, as an init plan) so that its insert runs: a plain SELECT in WITH
--- is evaluated only when referenced.
-SELECT u.id, (SELECT n FROM events) AS events_written FROM updated u
+-- is evaluated only when referenced. One row: the ids accepted, as an array.
+SELECT ARRAY(SELECT id FROM updated) AS accepted, (SELECT n FROM events) AS events_written
 
 -- name: release_claims
 -- Graceful shutdown: hand claimed-but-unsent notifications back at once, giving back the attempt
