@@ -96,7 +96,7 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
     ) -> JSONResponse:
         data = await read_json(request, required=True)
         new = _one_request(data, header_key=idempotency_key, now=datetime.now(UTC))
-        (result,) = await runtime.service.create_many([new])
+        result = await runtime.service.create(new)
         if isinstance(result, ValidationFailed):
             raise result
         if result.conflict:
