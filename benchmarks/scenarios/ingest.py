@@ -1,9 +1,16 @@
 """2. Ingest through the HTTP API (`notify-queue api`, no workers running): `POST /notifications`
-one at a time from several concurrent aiohttp clients, and `POST /notifications/batch` with 1,000
-notifications per call; accepted (201) per second, and each request's time.
+one at a time from 64 concurrent keep-alive clients, and `POST /notifications/batch` with 1,000
+notifications per call; accepted (201) per second, each request's time, and where the CPU went.
 
-The API runs with `--api-workers 2` (one uvicorn process per core) and also, for the single
-requests, with 1, so the figure per process is visible.
+The load comes from `benchmarks.httpload`, a raw-asyncio client with every request built before
+the clock starts, because an aiohttp client at thousands of requests a second would use as much
+CPU as the API it measures on this 2-core machine. The CPU split per accepted notification is
+measured for the API process(es), the PostgreSQL server and its backends, and the client itself,
+so a figure can be read against what limited it; `statements_per_request` counts the database
+round trips (pg_stat_statements calls over requests).
+
+The API runs with one process (the issue-10 target: one process, 64 clients) and with
+`--api-workers 2` (one uvicorn process per core), so the figure per process is visible.
 """
 
 from __future__ import annotations
@@ -16,16 +23,18 @@ import uuid
 from typing import Any
 
 import aiohttp
+import psutil
 import psycopg
 
 from benchmarks import queue
-from benchmarks.burn import top_statements
+from benchmarks.burn import _cpu_seconds, postgres_pids, top_statements
 from benchmarks.context import Context
 from benchmarks.env import LoadWatch
-from benchmarks.procs import notify_queue
+from benchmarks.httpload import LoadResult, request_bytes, run_load
+from benchmarks.procs import Proc, notify_queue
 from benchmarks.progress import Progress, say
 
-SINGLE_CLIENTS = 32
+SINGLE_CLIENTS = 64
 BATCH_CLIENTS = 2
 BATCH_SIZE = 1000
 
@@ -68,106 +77,143 @@ def _pct(values: list[float], q: float) -> float | None:
     return round(values[min(int(q * len(values)), len(values) - 1)] * 1000, 1)
 
 
-async def single(base: str, total: int) -> dict[str, Any]:
-    accepted = 0
-    errors: dict[int, int] = {}
-    times: list[float] = []
-    counter = iter(range(total))
-    bar = Progress(f"POST /notifications x{total:,}, {SINGLE_CLIENTS} clients", total)
-    headers = {"Content-Type": "application/json"}
+class _CpuWatch:
+    """CPU seconds of the API process tree and of PostgreSQL (postmaster and backends) over a
+    measurement. Read before the API stops, while its backends still exist."""
 
-    async def client(session: aiohttp.ClientSession) -> None:
-        nonlocal accepted
-        for _ in counter:
-            key = uuid.uuid4().hex
-            t0 = time.perf_counter()
-            async with session.post(
-                f"{base}/notifications",
-                data=json.dumps(_item(key)),
-                headers=headers | {"Idempotency-Key": key},
-            ) as r:
-                await r.read()
-                times.append(time.perf_counter() - t0)
-                if r.status == 201:
-                    accepted += 1
-                else:
-                    errors[r.status] = errors.get(r.status, 0) + 1
-            bar.update(accepted)
+    def __init__(self, ctx: Context, api: Proc) -> None:
+        self._ctx = ctx
+        self._api_pids = _tree(api.pid)
+        self._api_before = _cpu_seconds(self._api_pids)
+        self._pg_before = {pid: _cpu_seconds([pid]) for pid in postgres_pids(ctx)}
 
-    async with aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=SINGLE_CLIENTS)
-    ) as session:
-        t0 = time.perf_counter()
-        await asyncio.gather(*(client(session) for _ in range(SINGLE_CLIENTS)))
-        elapsed = time.perf_counter() - t0
-    bar.close()
-    return {
-        "accepted": accepted,
-        "errors": errors,
-        "seconds": round(elapsed, 3),
-        "accepted_per_second": round(accepted / elapsed, 1),
-        "clients": SINGLE_CLIENTS,
-        "p50_ms": _pct(times, 0.5),
-        "p99_ms": _pct(times, 0.99),
-    }
+    def finish(self, load: LoadResult, accepted: int) -> dict[str, Any]:
+        api = _cpu_seconds(self._api_pids) - self._api_before
+        pg_now = {pid: _cpu_seconds([pid]) for pid in postgres_pids(self._ctx)}
+        postgres = sum(v - self._pg_before.get(pid, 0.0) for pid, v in pg_now.items())
+        client = load.client_cpu_seconds
+        per = (lambda x: round(x / accepted * 1e6, 1)) if accepted else (lambda x: None)
+        return {
+            "cpu_seconds": {
+                "api": round(api, 2),
+                "postgres": round(postgres, 2),
+                "client": round(client, 2),
+            },
+            "cpu_us_per_notification": {
+                "api": per(api),
+                "postgres": per(postgres),
+                "client": per(client),
+            },
+        }
 
 
-async def batches(base: str, count: int) -> dict[str, Any]:
-    accepted = 0
-    errors: dict[int, int] = {}
-    times: list[float] = []
-    counter = iter(range(count))
-    bar = Progress(
-        f"POST /notifications/batch x{count} (1,000 each), {BATCH_CLIENTS} clients",
-        count * BATCH_SIZE,
-    )
-    # Bodies are built before the clock starts: the client's JSON encoding is not the API's cost.
-    bodies = [
-        json.dumps(
-            {
-                "notifications": [
-                    _item(k) | {"idempotencyKey": k}
-                    for k in (uuid.uuid4().hex for _ in range(BATCH_SIZE))
-                ]
-            }
+def _tree(pid: int) -> list[int]:
+    """The API process and its children (uvicorn's workers with --api-workers > 1)."""
+    try:
+        return [pid, *(c.pid for c in psutil.Process(pid).children(recursive=True))]
+    except psutil.Error:
+        return [pid]
+
+
+def single_requests(total: int) -> list[bytes]:
+    """`total` distinct creates, each with its own key in the Idempotency-Key header."""
+    out = []
+    for _ in range(total):
+        key = uuid.uuid4().hex
+        out.append(
+            request_bytes(
+                "POST",
+                "/notifications",
+                json.dumps(_item(key)).encode(),
+                {"Idempotency-Key": key},
+            )
+        )
+    return out
+
+
+def batch_requests(count: int) -> list[bytes]:
+    return [
+        request_bytes(
+            "POST",
+            "/notifications/batch",
+            json.dumps(
+                {
+                    "notifications": [
+                        _item(k) | {"idempotencyKey": k}
+                        for k in (uuid.uuid4().hex for _ in range(BATCH_SIZE))
+                    ]
+                }
+            ).encode(),
         )
         for _ in range(count)
     ]
 
-    async def client(session: aiohttp.ClientSession) -> None:
-        nonlocal accepted
-        for i in counter:
-            t0 = time.perf_counter()
-            async with session.post(
-                f"{base}/notifications/batch",
-                data=bodies[i],
-                headers={"Content-Type": "application/json"},
-            ) as r:
-                body = await r.read()
-                times.append(time.perf_counter() - t0)
-                if r.status == 200:
-                    accepted += sum(1 for x in json.loads(body)["results"] if x["status"] == 201)
-                else:
-                    errors[r.status] = errors.get(r.status, 0) + 1
-            bar.update(accepted)
 
-    async with aiohttp.ClientSession() as session:
-        t0 = time.perf_counter()
-        await asyncio.gather(*(client(session) for _ in range(BATCH_CLIENTS)))
-        elapsed = time.perf_counter() - t0
+async def single(port: int, total: int, clients: int = SINGLE_CLIENTS) -> LoadResult:
+    requests = single_requests(total)
+    bar = Progress(f"POST /notifications x{total:,}, {clients} clients", total)
+    done = 0
+
+    def tick(status: int) -> None:
+        nonlocal done
+        done += 1
+        if done % 500 == 0:
+            bar.update(done)
+
+    load = await run_load("127.0.0.1", port, requests, clients=clients, on_response=tick)
     bar.close()
+    return load
+
+
+def single_figures(load: LoadResult, clients: int) -> dict[str, Any]:
+    accepted = load.statuses.get(201, 0)
     return {
-        "batch_accepted": accepted,
-        "batch_errors": errors,
-        "batch_seconds": round(elapsed, 3),
-        "batch_accepted_per_second": round(accepted / elapsed, 1),
-        "batch_clients": BATCH_CLIENTS,
-        "batch_p50_ms": _pct(times, 0.5),
-        "batch_p99_ms": _pct(times, 0.99),
+        "accepted": accepted,
+        "errors": {s: n for s, n in load.statuses.items() if s != 201},
+        "seconds": round(load.seconds, 3),
+        "accepted_per_second": round(accepted / load.seconds, 1),
+        "clients": clients,
+        "p50_ms": _pct(load.times, 0.5),
+        "p99_ms": _pct(load.times, 0.99),
     }
 
 
-def _api(ctx: Context, url: str, api_workers: int) -> tuple[Any, str]:
+async def batches(port: int, count: int) -> LoadResult:
+    # Bodies are built before the clock starts: the client's JSON encoding is not the API's cost.
+    requests = batch_requests(count)
+    bar = Progress(
+        f"POST /notifications/batch x{count} (1,000 each), {BATCH_CLIENTS} clients", count
+    )
+    done = 0
+
+    def tick(status: int) -> None:
+        nonlocal done
+        done += 1
+        bar.update(done)
+
+    load = await run_load(
+        "127.0.0.1", port, requests, clients=BATCH_CLIENTS, keep_bodies=True, on_response=tick
+    )
+    bar.close()
+    return load
+
+
+def batch_figures(load: LoadResult) -> dict[str, Any]:
+    accepted = sum(
+        sum(1 for x in json.loads(body)["results"] if x["status"] == 201) for body in load.bodies
+    )
+    return {
+        "batch_accepted": accepted,
+        "batch_errors": {s: n for s, n in load.statuses.items() if s != 200},
+        "batch_seconds": round(load.seconds, 3),
+        "batch_accepted_per_second": round(accepted / load.seconds, 1),
+        "batch_clients": BATCH_CLIENTS,
+        "batch_p50_ms": _pct(load.times, 0.5),
+        "batch_p99_ms": _pct(load.times, 0.99),
+    }
+
+
+def start_api(ctx: Context, url: str, api_workers: int) -> tuple[Proc, int]:
     port = _free_port()
     proc = notify_queue(
         "api",
@@ -184,13 +230,12 @@ def _api(ctx: Context, url: str, api_workers: int) -> tuple[Any, str]:
         ctx.logdir,
         f"api-{api_workers}-{time.time_ns()}",
     )
-    base = f"http://127.0.0.1:{port}"
     try:
-        asyncio.run(_wait_ready(base))
+        asyncio.run(_wait_ready(f"http://127.0.0.1:{port}"))
     except Exception:
         proc.stop()
         raise RuntimeError(f"API did not start:\n{proc.log_tail()}") from None
-    return proc, base
+    return proc, port
 
 
 def _reset_statements(url: str) -> None:
@@ -198,9 +243,16 @@ def _reset_statements(url: str) -> None:
         conn.execute("SELECT pg_stat_statements_reset()")
 
 
-def _statements(url: str) -> list[dict[str, Any]]:
+def _statements(url: str) -> tuple[list[dict[str, Any]], int]:
+    """The top statements, and how many statements ran in all (pg_stat_statements itself and
+    this harness's own reads excluded)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        return top_statements(conn, 4)
+        row = conn.execute(
+            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements"
+            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND query NOT ILIKE '%pg_stat_statements%'"
+        ).fetchone()
+        return top_statements(conn, 4), int(row[0]) if row else 0
 
 
 def run(ctx: Context) -> None:
@@ -210,38 +262,48 @@ def run(ctx: Context) -> None:
         url = ctx.pg.url(name)
         try:
             queue.migrate(url)
-            proc, base = _api(ctx, url, api_workers)
+            proc, port = start_api(ctx, url, api_workers)
             try:
                 say(f"[ingest] API with {api_workers} process(es)")
                 _reset_statements(url)
-                load = LoadWatch()
-                figures = asyncio.run(single(base, s.ingest_single))
-                figures["top_statements"] = _statements(url)
+                load_watch = LoadWatch()
+                cpu = _CpuWatch(ctx, proc)
+                load = asyncio.run(single(port, s.ingest_single))
+                figures = single_figures(load, SINGLE_CLIENTS)
+                figures |= cpu.finish(load, figures["accepted"])
+                figures["top_statements"], calls = _statements(url)
+                figures["statements_per_request"] = round(calls / len(load.times), 2)
                 ctx.record(
                     "ingest",
                     f"POST /notifications, api-workers={api_workers}",
                     figures,
-                    load=load,
+                    load=load_watch,
                     params={
                         "clients": SINGLE_CLIENTS,
                         "api_workers": api_workers,
                         "requests": s.ingest_single,
+                        "client": "benchmarks.httpload (raw asyncio, keep-alive)",
                     },
                 )
                 _reset_statements(url)
-                load = LoadWatch()
-                figures = asyncio.run(batches(base, s.ingest_batches))
-                figures["top_statements"] = _statements(url)
+                load_watch = LoadWatch()
+                cpu = _CpuWatch(ctx, proc)
+                load = asyncio.run(batches(port, s.ingest_batches))
+                figures = batch_figures(load)
+                figures |= cpu.finish(load, figures["batch_accepted"])
+                figures["top_statements"], calls = _statements(url)
+                figures["statements_per_request"] = round(calls / len(load.times), 2)
                 ctx.record(
                     "ingest",
                     f"POST /notifications/batch, api-workers={api_workers}",
                     figures,
-                    load=load,
+                    load=load_watch,
                     params={
                         "clients": BATCH_CLIENTS,
                         "api_workers": api_workers,
                         "batches": s.ingest_batches,
                         "batch_size": BATCH_SIZE,
+                        "client": "benchmarks.httpload (raw asyncio, keep-alive)",
                     },
                 )
             finally:

@@ -33,7 +33,7 @@ from notify_queue.repositories import schema
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.recipients import RecipientRepository
-from notify_queue.services.notifications import NotificationService
+from notify_queue.services.notifications import CREATES_IN_FLIGHT, NotificationService
 from notify_queue.services.recipients import RecipientService
 from notify_queue.services.wakeups import DebouncedWaker
 from notify_queue.settings import ApiSettings
@@ -61,7 +61,11 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
         waker = DebouncedWaker(repository.workers_wake)
         app.state.runtime = ApiRuntime(
             service=NotificationService(
-                repository, default_max_attempts=settings.max_attempts, waker=waker
+                repository,
+                default_max_attempts=settings.max_attempts,
+                waker=waker,
+                # Half the pool at most: coalesced creates never starve reads of connections.
+                creates_in_flight=max(1, min(CREATES_IN_FLIGHT, settings.database_pool_size // 2)),
             ),
             metrics=metrics,
             schema_version=functools.partial(schema.current_version, database),

@@ -13,7 +13,7 @@ import hmac
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import Security
+from fastapi import Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
@@ -65,13 +65,22 @@ class Auth:
             return _open
 
         async def require_client(credentials: Credentials) -> None:
-            given = credentials.credentials if credentials else None
-            if given is None:
-                raise _unauthorized("a bearer token is required")
-            if not (_matches(given, self._api_token) or _matches(given, self._admin_token)):
-                raise _unauthorized("the bearer token is not valid")
+            self._check_client(credentials)
 
         return require_client
+
+    async def check_client(self, request: Request) -> None:
+        """The client dependency's check, for a route that is a plain Starlette endpoint (the
+        create's fast lane, `routes_notifications`): the same header parsing, the same answers."""
+        if self.client_protected:
+            self._check_client(await _bearer(request))
+
+    def _check_client(self, credentials: HTTPAuthorizationCredentials | None) -> None:
+        given = credentials.credentials if credentials else None
+        if given is None:
+            raise _unauthorized("a bearer token is required")
+        if not (_matches(given, self._api_token) or _matches(given, self._admin_token)):
+            raise _unauthorized("the bearer token is not valid")
 
     def admin(self) -> Dependency:
         """The dependency of cancel and retry."""

@@ -23,7 +23,9 @@ class ApiRuntime:
     recipients: RecipientService
 
 
-def _runtime(request: Request) -> ApiRuntime:
+async def _runtime(request: Request) -> ApiRuntime:
+    # async: FastAPI runs a plain `def` dependency in a worker thread, a thread hand-off on
+    # every request for an attribute lookup.
     runtime: ApiRuntime = request.app.state.runtime
     return runtime
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, cast
@@ -29,6 +31,13 @@ Params = Mapping[str, Any]
 
 # Errors that mean "the database is not there right now", as opposed to a bug in a statement.
 _UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+
+# A connection handed out again within this many seconds of its last use is not checked first.
+# The check is a round trip of its own (an empty query); checking on every checkout doubled the
+# round trips of a single `POST /notifications`. A connection that was just used worked a moment
+# ago; one idle longer (as every connection is after a database restart of any length) is
+# checked, and a connection that breaks in between fails its one call (503) and is replaced.
+CHECK_IDLE_SECONDS = 1.0
 
 
 def _translate(exc: BaseException) -> DatabaseUnavailable:
@@ -58,11 +67,20 @@ class Database:
             # while PostgreSQL is away (the API answers 503 instead of hanging).
             timeout=acquire_timeout_seconds,
             # A connection found broken is replaced, so a restarted PostgreSQL is reconnected to.
-            check=AsyncConnectionPool.check_connection,
+            check=self._check_if_idle,
             kwargs={"autocommit": True, "application_name": name, "row_factory": dict_row},
             reconnect_timeout=float("inf"),
             name=name,
         )
+        # When each pooled connection was last given back (monotonic seconds).
+        self._returned_at: weakref.WeakKeyDictionary[psycopg.AsyncConnection[Any], float] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def _check_if_idle(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        returned_at = self._returned_at.get(conn)
+        if returned_at is None or time.monotonic() - returned_at > CHECK_IDLE_SECONDS:
+            await AsyncConnectionPool.check_connection(conn)
 
     async def open(self, *, wait: bool = True, timeout: float = 10.0) -> None:
         """Open the pool; with `wait`, fail fast with the server's reason if it cannot connect."""
@@ -94,7 +112,10 @@ class Database:
         """A pooled connection in autocommit mode; `Connection.transaction()` for atomic work."""
         try:
             async with self._pool.connection() as conn:
-                yield Connection(cast(psycopg.AsyncConnection[Row], conn))
+                try:
+                    yield Connection(cast(psycopg.AsyncConnection[Row], conn))
+                finally:
+                    self._returned_at[conn] = time.monotonic()
         except _UNAVAILABLE as exc:
             raise _translate(exc) from None
 

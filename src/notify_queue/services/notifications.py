@@ -30,6 +30,7 @@ from notify_queue.models import (
     TemplateRef,
 )
 from notify_queue.repositories.notifications import NotificationRepository
+from notify_queue.services.coalescing import CreateCoalescer
 from notify_queue.services.preferences import derived_key, opt_out_reason
 from notify_queue.services.templates import render
 from notify_queue.services.validation import PreparedRequest
@@ -37,6 +38,10 @@ from notify_queue.services.wakeups import DebouncedWaker
 
 MAX_BATCH = 1000
 MAX_PAGE = 1000
+# Statements of coalesced single creates running at once (services.coalescing): enough to keep
+# the database busy while the next batch gathers, few enough that creates batch up under load
+# and leave the pool room for reads.
+CREATES_IN_FLIGHT = 4
 
 
 class NotificationService:
@@ -46,13 +51,22 @@ class NotificationService:
         *,
         default_max_attempts: int,
         waker: DebouncedWaker | None = None,
+        creates_in_flight: int = CREATES_IN_FLIGHT,
     ) -> None:
         self._repository = repository
         self._default_max_attempts = default_max_attempts
         self._waker = waker
+        self._creates = CreateCoalescer(
+            self.create_many, max_in_flight=creates_in_flight, max_batch=MAX_BATCH
+        )
 
     async def enqueue(self, notification: NewNotification) -> CreateResult:
         return (await self.enqueue_many([notification]))[0]
+
+    async def create(self, request: PreparedRequest) -> CreateResult | ValidationFailed:
+        """One create, as `create_many([request])[0]`; creates arriving while others are being
+        written share the next statement (services.coalescing)."""
+        return await self._creates.create(request)
 
     async def create_many(
         self, requests: Sequence[PreparedRequest]
