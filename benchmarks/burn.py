@@ -21,11 +21,20 @@ from benchmarks.progress import Progress
 
 
 def worker_args(
-    ctx: Context, url: str, *, webhooks: bool = True, extra: list[str] | None = None
+    ctx: Context,
+    url: str,
+    *,
+    webhooks: bool = True,
+    relay: bool = True,
+    extra: list[str] | None = None,
 ) -> list[str]:
+    """`webhooks`: a webhook URL, so every final status writes an event row; `relay`: the workers
+    also POST them (off: the rows are written and stay for `notify-queue relay` processes)."""
     args = ["--database-url", url, "--log-level", "WARNING"]
     if webhooks:
         args += ["--webhook-url", ctx.receiver.url, "--outbound-allow", "127.0.0.0/8"]
+        if not relay:
+            args += ["--webhook-dispatch", "off"]
     return args + ctx.worker_args + (extra or [])
 
 
@@ -35,13 +44,14 @@ def start_workers(
     count: int,
     *,
     webhooks: bool = True,
+    relay: bool = True,
     extra: list[str] | None = None,
     tag: str = "worker",
 ) -> list[Proc]:
     return [
         notify_queue(
             "worker",
-            worker_args(ctx, url, webhooks=webhooks, extra=extra),
+            worker_args(ctx, url, webhooks=webhooks, relay=relay, extra=extra),
             ctx.logdir,
             f"{tag}-{i}-{time.time_ns()}",
         )
@@ -160,6 +170,7 @@ def burn_down(
     notifications: int,
     workers: int,
     webhooks: bool = True,
+    relay: bool = True,
     extra: list[str] | None = None,
     timeout_seconds: float | None = None,
 ) -> dict[str, Any]:
@@ -175,7 +186,7 @@ def burn_down(
             conn.execute("SELECT pg_stat_statements_reset()")
         load = LoadWatch()
         cpu = CpuSplit(ctx)
-        procs = start_workers(ctx, url, workers, webhooks=webhooks, extra=extra)
+        procs = start_workers(ctx, url, workers, webhooks=webhooks, relay=relay, extra=extra)
         split: dict[str, Any] = {}
         timeout = timeout_seconds or max(120.0, notifications / 300)
         bar = Progress(label, notifications)
@@ -188,7 +199,7 @@ def burn_down(
                     # Existence checks are nearly free; a real count only every few seconds,
                     # because counting 100,000 rows competes with the workers being measured.
                     busy = queue.any_unfinished(conn)
-                    hooks = webhooks and queue.any_webhook_pending(conn)
+                    hooks = webhooks and relay and queue.any_webhook_pending(conn)
                     if not busy and not hooks:
                         break
                     if time.monotonic() - last_count > 3.0:

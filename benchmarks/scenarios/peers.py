@@ -4,7 +4,9 @@ hits all of them alike; the ratios are computed per round and their median repor
 
 Notify Queue runs with the tuned worker flags (TUNED_WORKER_FLAGS, as pg-boss gets its best
 batchSize) and everything on (rate limiting, a webhook event per notification POSTed to
-the receiver) and, for the like-for-like figure, without a webhook URL; the peers run no-op jobs.
+the receiver) and, for the like-for-like figure, with every status and webhook event row written
+but the relay off (`--webhook-dispatch off`: relaying is `notify-queue relay`'s, measured alone by
+the relay scenario); the peers run no-op jobs.
 pg-boss is tried at several batch sizes and its best is the one compared (the conservative
 choice); Procrastinate, which fetches one job per query, gets `concurrency` sub-workers per process;
 River runs the way `river bench -n N` does: one client, 2,000 workers, FetchCooldown 2 ms and
@@ -47,12 +49,14 @@ def run(ctx: Context) -> None:
             workers=workers,
             extra=TUNED_WORKER_FLAGS,
         )
+        # Like for like with the peers' jobs: every status and its webhook event row written,
+        # rate limiting on, the events left to `notify-queue relay` processes.
         ours_plain = burn_down(
             ctx,
-            label=f"notify-queue W={workers} no webhooks",
+            label=f"notify-queue W={workers} relay off",
             notifications=n,
             workers=workers,
-            webhooks=False,
+            relay=False,
             extra=TUNED_WORKER_FLAGS,
         )
         boss = {
@@ -68,7 +72,7 @@ def run(ctx: Context) -> None:
             "round": round_ + 1,
             "notify_queue_per_second": ours.get("notifications_per_second"),
             "notify_queue_webhooks_per_second": ours.get("webhooks_per_second"),
-            "notify_queue_no_webhooks_per_second": ours_plain.get("notifications_per_second"),
+            "notify_queue_relay_off_per_second": ours_plain.get("notifications_per_second"),
             "pgboss_per_second": best.get("jobs_per_second"),
             "pgboss_batch_size": best_bs,
             "pgboss_by_batch_size": {bs: b.get("jobs_per_second") for bs, b in boss.items()},
@@ -78,7 +82,7 @@ def run(ctx: Context) -> None:
             "river_per_second_to_last_finalized_at": river.get("jobs_per_second_finalized_at"),
             "load": {
                 "notify_queue": ours["load"],
-                "notify_queue_no_webhooks": ours_plain["load"],
+                "notify_queue_relay_off": ours_plain["load"],
                 "pgboss": {bs: b["load"] for bs, b in boss.items()},
                 "procrastinate": proc["load"],
                 "river": river.get("load"),
@@ -93,9 +97,9 @@ def run(ctx: Context) -> None:
                 continue
             if r["notify_queue_per_second"]:
                 r[f"ratio_{key}"] = round(r["notify_queue_per_second"] / r[peer], 2)
-            if r["notify_queue_no_webhooks_per_second"]:
-                r[f"ratio_{key}_no_webhooks"] = round(
-                    r["notify_queue_no_webhooks_per_second"] / r[peer], 2
+            if r["notify_queue_relay_off_per_second"]:
+                r[f"ratio_{key}_relay_off"] = round(
+                    r["notify_queue_relay_off_per_second"] / r[peer], 2
                 )
         rounds.append(r)
         ctx.record(
@@ -121,16 +125,16 @@ def run(ctx: Context) -> None:
             k: statistics.median([r[k] for r in rounds if r.get(k)])
             for k in (
                 "notify_queue_per_second",
-                "notify_queue_no_webhooks_per_second",
+                "notify_queue_relay_off_per_second",
                 "pgboss_per_second",
                 "procrastinate_per_second",
                 "river_per_second",
                 "ratio_pgboss",
                 "ratio_procrastinate",
                 "ratio_river",
-                "ratio_pgboss_no_webhooks",
-                "ratio_procrastinate_no_webhooks",
-                "ratio_river_no_webhooks",
+                "ratio_pgboss_relay_off",
+                "ratio_procrastinate_relay_off",
+                "ratio_river_relay_off",
             )
             if any(r.get(k) for r in rounds)
         }
