@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-
-from psycopg.types.json import Jsonb
 
 from notify_queue.models import (
     NewNotification,
@@ -52,32 +51,38 @@ class NotificationRepository:
         """Insert the batch; return the rows inserted (absent: the key already existed)."""
         if not notifications:
             return []
+        items = [
+            {
+                "position": position,
+                "id": str(n.id),
+                "idempotency_key": n.idempotency_key,
+                "request_hash": n.request_hash,
+                "channel": n.channel.value,
+                "recipient": n.recipient,
+                "subject": n.subject,
+                "body": n.body,
+                "priority": n.priority.rank,
+                "send_at": n.send_at.isoformat(),
+                "expires_at": n.expires_at.isoformat() if n.expires_at else None,
+                "source": n.source.value,
+                "policy": n.policy,
+                "webhook_url": n.webhook_url,
+                "metadata": n.metadata,
+                "status": n.status.value,
+                "last_error": n.last_error,
+                "category": n.category,
+                "recipient_id": n.recipient_id,
+                "template_name": n.template.name if n.template else None,
+                "template_version": n.template.version if n.template else None,
+            }
+            for position, n in enumerate(notifications)
+        ]
         rows = await (conn or self._db).fetch_all(
             "notification_insert_many",
             {
+                # One JSON document for the whole batch (see the query).
+                "items": json.dumps(items, ensure_ascii=False),
                 "default_max_attempts": default_max_attempts,
-                "ids": [n.id for n in notifications],
-                "idempotency_keys": [n.idempotency_key for n in notifications],
-                "request_hashes": [n.request_hash for n in notifications],
-                "channels": [n.channel.value for n in notifications],
-                "recipients": [n.recipient for n in notifications],
-                "subjects": [n.subject for n in notifications],
-                "bodies": [n.body for n in notifications],
-                "priorities": [n.priority.rank for n in notifications],
-                "send_ats": [n.send_at for n in notifications],
-                "expires_ats": [n.expires_at for n in notifications],
-                "sources": [n.source.value for n in notifications],
-                "policies": [n.policy for n in notifications],
-                "webhook_urls": [n.webhook_url for n in notifications],
-                "metadatas": [Jsonb(n.metadata) for n in notifications],
-                "statuses": [n.status.value for n in notifications],
-                "last_errors": [n.last_error for n in notifications],
-                "categories": [n.category for n in notifications],
-                "recipient_ids": [n.recipient_id for n in notifications],
-                "template_names": [n.template.name if n.template else None for n in notifications],
-                "template_versions": [
-                    n.template.version if n.template else None for n in notifications
-                ],
                 "default_webhook_url": self._default_webhook_url,
             },
         )
