@@ -230,10 +230,13 @@ async def _apply(
             _retried(world, id)
     elif kind == "expire":
         id = world.ids[int(op[1])]  # type: ignore[call-overload]
-        await raw.rows(
-            "UPDATE nq_queue SET expires_at = now() - interval '1 second' WHERE id = %(id)s",
-            {"id": id},
-        )
+        # The deadline passes wherever the row is: a finished one keeps it if it is retried.
+        for table in ("nq_queue", "nq_delivery_log"):
+            await raw.rows(
+                f"UPDATE {table} SET expires_at = now() - interval '1 second'"  # noqa: S608
+                " WHERE id = %(id)s",
+                {"id": id},
+            )
         model[id].expired = True
         await service.housekeeping()
         for i, m in model.items():
