@@ -52,6 +52,17 @@ def render(doc: dict[str, Any]) -> str:
             cells = [_fmt(r["metrics"].get(k)) for k in keys]
             out.append(f"| {r['name']} | " + " | ".join(cells) + f" | {_load(r)} |")
         out.append("")
+    out.append("**CPU per notification (per event for the relay), µs, by process**")
+    out.append("")
+    out.append("| scenario | run | figure | by process |")
+    out.append("|---|---|---|---|")
+    for r in doc["results"]:
+        for key, split in r["metrics"].items():
+            if key.startswith(("cpu_us_per", "relay_off_cpu_us_per")) and isinstance(split, dict):
+                parts = ", ".join(f"{name} {_fmt(us)}" for name, us in split.items() if us)
+                total = _fmt(sum(split.values()))
+                out.append(f"| {r['scenario']} | {r['name']} | {key} | {parts} (total {total}) |")
+    out.append("")
     out.append("**targets**")
     out.append("")
     out.append("| target | wanted | measured | verdict |")

@@ -80,6 +80,9 @@ def run(ctx: Context) -> None:
             "procrastinate_jobs": n_proc,
             "river_per_second": river.get("jobs_per_second"),
             "river_per_second_to_last_finalized_at": river.get("jobs_per_second_finalized_at"),
+            # Our CPU per notification by process (the peers' runs are not split).
+            "cpu_us_per_notification": ours.get("cpu_us_per_notification"),
+            "relay_off_cpu_us_per_notification": ours_plain.get("cpu_us_per_notification"),
             "load": {
                 "notify_queue": ours["load"],
                 "notify_queue_relay_off": ours_plain["load"],
