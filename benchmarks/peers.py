@@ -137,17 +137,12 @@ def pgboss_burn(
     name = ctx.pg.database("pgboss")
     url = ctx.pg.url(name)
     try:
-        seed = subprocess.run(
+        _seed(
+            "pg-boss",
             [str(NODE), str(PGBOSS_SCRIPT), "seed", ctx.pg.socket_dir, name, str(jobs)],
-            capture_output=True,
-            text=True,
+            url,
             cwd=PEERS,
-            timeout=600,
         )
-        if seed.returncode != 0:
-            raise RuntimeError(f"pg-boss seed failed: {seed.stderr[-2000:]}")
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("VACUUM (ANALYZE)")
         load = LoadWatch()
         procs = [
             Proc(
@@ -249,16 +244,7 @@ def river_burn(ctx: Context, *, jobs: int) -> dict[str, Any]:
     name = ctx.pg.database("river")
     url = ctx.pg.url(name)
     try:
-        seed = subprocess.run(
-            [str(RIVER), "seed", url, str(jobs)],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        if seed.returncode != 0:
-            raise RuntimeError(f"river seed failed: {seed.stderr[-2000:]}")
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("VACUUM (ANALYZE)")
+        _seed("river", [str(RIVER), "seed", url, str(jobs)], url)
         load = LoadWatch()
         proc = Proc(
             f"river-{time.time_ns()}",
@@ -314,3 +300,12 @@ def river_burn(ctx: Context, *, jobs: int) -> dict[str, Any]:
         return out | {"timed_out": not finished, "load": load.finish()}
     finally:
         ctx.pg.drop(name)
+
+
+def _seed(peer: str, command: list[str], url: str, cwd: Path | None = None) -> None:
+    """Run a peer's own seeding command, then VACUUM (ANALYZE) its database, as ours is."""
+    seed = subprocess.run(command, capture_output=True, text=True, cwd=cwd, timeout=600)
+    if seed.returncode != 0:
+        raise RuntimeError(f"{peer} seed failed: {seed.stderr[-2000:]}")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("VACUUM (ANALYZE)")

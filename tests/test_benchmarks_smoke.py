@@ -1,6 +1,7 @@
 """The benchmark harness itself runs: `python -m benchmarks --smoke` finishes and writes a valid
 results document. Tiny sizes and no timing assertions: this checks the harness, not the speed.
-The peers (pg-boss, Procrastinate) are left out, since installing them needs the registries."""
+The peers (pg-boss, Procrastinate, River) are left out, since installing them needs the
+registries."""
 
 from __future__ import annotations
 
@@ -48,12 +49,14 @@ def test_the_benchmark_smoke_run_writes_a_valid_results_document(
     assert all("loadavg_before" in r["load"] for r in latest["results"])
     assert latest["machine"]["cores"] >= 1 and latest["postgres"]["fsync"] == "on"
     assert [t["key"] for t in latest["targets"]] == [
-        "e2e_throughput",
-        "vs_pgboss",
-        "batch_ingest",
-        "claim_p99",
-        "claim_flat",
+        "vs_pgboss_relay_off",
+        "vs_river_relay_off",
+        "vs_pgboss_webhooks",
         "relay_alone",
+        "single_create",
+        "batch_ingest",
+        "claim_flat",
+        "high_p99",
     ]
     assert len(list(out.glob("*-smoke.json"))) == 1
     assert "targets:" in run.stdout

@@ -189,6 +189,11 @@ def test_the_migration_from_one_table_keeps_every_row(pg_server: EmbeddedPostgre
                                               'DEAD_LETTERED', 'CANCELLED', 'EXPIRED',
                                               'SUPPRESSED'])[1 + i % 8] AS status) s"""
             )
+            # A row stamped by a clock that ran ahead still finds a partition.
+            conn.execute(
+                "UPDATE nq_notifications SET finished_at = now() + interval '10 days'"
+                " WHERE idempotency_key = 'key-2'"
+            )
             conn.execute(
                 "INSERT INTO nq_kube_links (uid, namespace, name, notification_id)"
                 " SELECT 'uid-1', 'default', 'n1', id FROM nq_notifications"

@@ -189,7 +189,13 @@ BEGIN
     EXECUTE 'CREATE TABLE ' || quote_ident('nq_delivery_log_before_' || to_char(first_day, 'YYYYMMDD'))
         || ' PARTITION OF nq_delivery_log FOR VALUES FROM (MINVALUE) TO ('
         || quote_literal(first_day::timestamp AT TIME ZONE 'UTC') || ')';
-    FOR day IN SELECT generate_series(first_day, (now() AT TIME ZONE 'UTC')::date - 1, '1 day')::date
+    -- Up to yesterday, or to the last day a row says it finished if that is later (a clock that
+    -- ran ahead): every existing row must find its partition.
+    FOR day IN SELECT generate_series(first_day, GREATEST(
+                   (now() AT TIME ZONE 'UTC')::date - 1,
+                   (SELECT (max(COALESCE(finished_at, updated_at)) AT TIME ZONE 'UTC')::date
+                    FROM nq_notifications_0007 WHERE status NOT IN ('PENDING', 'PROCESSING'))),
+                   '1 day')::date
     LOOP
         EXECUTE 'CREATE TABLE ' || quote_ident('nq_delivery_log_' || to_char(day, 'YYYYMMDD'))
             || ' PARTITION OF nq_delivery_log FOR VALUES FROM ('
