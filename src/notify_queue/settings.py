@@ -90,7 +90,11 @@ class DatabaseOptions(_Options):
     log_format: LogFormat = Field(
         LogFormat.TEXT, description="text for people, json for log pipelines."
     )
-    log_level: str = Field("INFO", description="Python logging level name.")
+    log_level: str = Field(
+        "INFO",
+        description="Python logging level name. DEBUG adds a line per HTTP request to the API's "
+        "log.",
+    )
     database_pool_size: int = Field(
         8,
         ge=1,
