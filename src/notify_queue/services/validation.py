@@ -73,6 +73,28 @@ def parse_rfc3339(value: str) -> datetime:
         raise ValueError("is not a valid date-time") from None
 
 
+# Fields checked against a pattern, with what a client is told when one does not match.
+_PATTERNS: dict[str, tuple[re.Pattern[str], str]] = {
+    "webhook_url": (URL_PATTERN, "must be an http or https URL"),
+    "policy": (POLICY_PATTERN, "must be namespace/name of a NotificationPolicy"),
+    "idempotency_key": (
+        IDEMPOTENCY_KEY_PATTERN,
+        "must be 1-255 printable ASCII characters without spaces",
+    ),
+    "recipient_id": (
+        RECIPIENT_ID_PATTERN,
+        "must be 1-255 printable ASCII characters without spaces",
+    ),
+    "category": (CATEGORY_PATTERN, "must be 1-63 lowercase letters, digits, '-', '_' or '.'"),
+    "template": (
+        TEMPLATE_NAME_PATTERN,
+        "must be a template name (lowercase letters, digits, '-', '.')",
+    ),
+}
+# JSON objects with a size limit, as compact UTF-8 JSON.
+_JSON_LIMITS = {"metadata": MAX_METADATA_BYTES, "data": MAX_DATA_BYTES}
+
+
 class NotificationRequest(BaseModel):
     """A request to send one notification, with CONTRACT §4's field names and limits."""
 
@@ -140,40 +162,24 @@ class NotificationRequest(BaseModel):
             parse_rfc3339(value)
         return value
 
-    @field_validator("webhook_url")
+    @field_validator(*_PATTERNS)
     @classmethod
-    def _url(cls, value: str | None) -> str | None:
-        if value is not None and not URL_PATTERN.fullmatch(value):
-            raise ValueError("must be an http or https URL")
+    def _pattern(cls, value: str | None, info: ValidationInfo) -> str | None:
+        pattern, message = _PATTERNS[info.field_name or ""]
+        if value is not None and not pattern.fullmatch(value):
+            raise ValueError(message)
         return value
 
-    @field_validator("policy")
+    @field_validator(*_JSON_LIMITS)
     @classmethod
-    def _policy(cls, value: str | None) -> str | None:
-        if value is not None and not POLICY_PATTERN.fullmatch(value):
-            raise ValueError("must be namespace/name of a NotificationPolicy")
-        return value
-
-    @field_validator("metadata")
-    @classmethod
-    def _metadata_size(cls, value: dict[str, Any]) -> dict[str, Any]:
-        size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
-        if size > MAX_METADATA_BYTES:
-            raise ValueError(f"is {size} bytes as JSON; the limit is {MAX_METADATA_BYTES}")
-        return value
-
-    @field_validator("idempotency_key")
-    @classmethod
-    def _key(cls, value: str | None) -> str | None:
-        if value is not None and not IDEMPOTENCY_KEY_PATTERN.fullmatch(value):
-            raise ValueError("must be 1-255 printable ASCII characters without spaces")
-        return value
-
-    @field_validator("recipient_id")
-    @classmethod
-    def _recipient_id(cls, value: str | None) -> str | None:
-        if value is not None and not RECIPIENT_ID_PATTERN.fullmatch(value):
-            raise ValueError("must be 1-255 printable ASCII characters without spaces")
+    def _json_size(
+        cls, value: dict[str, Any] | None, info: ValidationInfo
+    ) -> dict[str, Any] | None:
+        if value is not None:
+            limit = _JSON_LIMITS[info.field_name or ""]
+            size = len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+            if size > limit:
+                raise ValueError(f"is {size} bytes as JSON; the limit is {limit}")
         return value
 
     @field_validator("channels")
@@ -183,21 +189,6 @@ class NotificationRequest(BaseModel):
             raise ValueError("must not name a channel twice")
         return value
 
-    @field_validator("category")
-    @classmethod
-    def _category(cls, value: str | None) -> str | None:
-        if value is not None and not CATEGORY_PATTERN.fullmatch(value):
-            raise ValueError("must be 1-63 lowercase letters, digits, '-', '_' or '.'")
-        return value
-
-    @field_validator("template")
-    @classmethod
-    def _template(cls, value: str | None) -> str | None:
-        if value is not None and not TEMPLATE_NAME_PATTERN.fullmatch(value):
-            raise ValueError("must be a template name (lowercase letters, digits, '-', '.')")
-        return value
-
-    @field_validator("data")
     @classmethod
     def _data_size(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
         if value is not None:
