@@ -18,21 +18,9 @@ class RecipientRepository:
 
     async def recipient_put(self, *, recipient: Recipient) -> tuple[Recipient, bool]:
         """Create or replace; return the stored recipient and whether it was created."""
-        p = recipient.preferences
         row = await self._db.fetch_one(
             "recipient_put",
-            {
-                "id": recipient.id,
-                "email": recipient.email,
-                "phone": recipient.phone,
-                "push_tokens": recipient.push_tokens,
-                "timezone": p.timezone,
-                "opt_out_all": p.opt_out_all,
-                "opt_out_channels": sorted(p.opt_out_channels),
-                "opt_out_categories": sorted(p.opt_out_categories),
-                "quiet_start": p.quiet_start,
-                "quiet_end": p.quiet_end,
-            },
+            _put_params(recipient),
         )
         assert row is not None
         return recipient_from_row(row), bool(row["created"])
@@ -51,21 +39,9 @@ class RecipientRepository:
             if row is None:
                 return None
             merged: Recipient = merge(recipient_from_row(row))
-            p = merged.preferences
             stored = await conn.fetch_one(
                 "recipient_put",
-                {
-                    "id": merged.id,
-                    "email": merged.email,
-                    "phone": merged.phone,
-                    "push_tokens": merged.push_tokens,
-                    "timezone": p.timezone,
-                    "opt_out_all": p.opt_out_all,
-                    "opt_out_channels": sorted(p.opt_out_channels),
-                    "opt_out_categories": sorted(p.opt_out_categories),
-                    "quiet_start": p.quiet_start,
-                    "quiet_end": p.quiet_end,
-                },
+                _put_params(merged),
             )
         assert stored is not None
         return recipient_from_row(stored)
@@ -93,3 +69,19 @@ class RecipientRepository:
 
     async def template_delete(self, *, name: str) -> bool:
         return await self._db.fetch_one("template_delete", {"name": name}) is not None
+
+
+def _put_params(recipient: Recipient) -> dict[str, Any]:
+    p = recipient.preferences
+    return {
+        "id": recipient.id,
+        "email": recipient.email,
+        "phone": recipient.phone,
+        "push_tokens": recipient.push_tokens,
+        "timezone": p.timezone,
+        "opt_out_all": p.opt_out_all,
+        "opt_out_channels": sorted(p.opt_out_channels),
+        "opt_out_categories": sorted(p.opt_out_categories),
+        "quiet_start": p.quiet_start,
+        "quiet_end": p.quiet_end,
+    }
