@@ -309,9 +309,13 @@ async def test_an_email_only_worker_sleeps_while_only_sms_work_is_due(
     )
     await asyncio.sleep(1)  # start-up and the first look are not what is measured
     before, started = _cpu_seconds(worker.pid), time.monotonic()
-    await asyncio.sleep(3)
+    await asyncio.sleep(4)
     share = (_cpu_seconds(worker.pid) - before) / (time.monotonic() - started)
-    assert share < 0.10, f"the worker used {share:.0%} of a core with no email due"
+    # The two cases are far apart, and the bound sits between them with room for a loaded
+    # machine on either side. Sleeping (its polls once a second, on a 2-core machine): 4-7% of
+    # a core idle, 11% seen once under CI's load. Spinning (next_due_at without the channel
+    # filter, so the due sms says "now" forever; tried by hand): 66%.
+    assert share < 0.30, f"the worker used {share:.0%} of a core with no email due"
     rows = await read_rows(db, "SELECT count(*) AS n FROM nq_notifications WHERE status='PENDING'")
     assert rows[0]["n"] == 21
 
