@@ -334,11 +334,12 @@ def test_the_sql_files_use_only_named_driver_parameters() -> None:
     problems = []
     for path in sorted((SOURCE / "repositories").rglob("*.sql")):
         text = path.read_text(encoding="utf-8")
-        # Strip comments, then every %(name)s and %%: no other % may remain.
+        # Strip comments, then every %(name)s, %(name)b (binary: the arrays) and %%: no other %
+        # may remain.
         code = re.sub(r"--[^\n]*", "", text)
-        rest = re.sub(r"%\(\w+\)s|%%", "", code)
+        rest = re.sub(r"%\(\w+\)[sb]|%%", "", code)
         if "%" in rest:
-            problems.append(f"{path.name}: a % that is not %(name)s")
+            problems.append(f"{path.name}: a % that is not %(name)s or %(name)b")
         # {name} is allowed only in queries run through Connection.execute_on, which fills it
         # with psycopg.sql.Identifier (a partition to detach): never str.format.
         for name, query in re.findall(r"-- name: (\w+)\n(.*?)(?=\n-- name: |\Z)", code, re.S):

@@ -3,6 +3,10 @@
 Each query is a block that starts with `-- name: <name>` followed by comment lines saying what it
 does and why it locks what it locks. Keeping SQL in `.sql` files lets it be read, reviewed and
 EXPLAINed as SQL; the repositories refer to queries by name.
+
+Parameters are named: `%(name)s`, and `%(name)b` for arrays. psycopg sends a `b` parameter in
+binary; a text array it quotes element by element in Python (a regular expression per element),
+which cost a worker three times the client CPU of the binary form for the completion's arrays.
 """
 
 from __future__ import annotations

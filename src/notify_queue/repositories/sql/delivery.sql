@@ -18,14 +18,14 @@
 -- next statement, whose snapshot sees slots committed by a worker we waited for here.
 WITH candidates AS (
     SELECT n.id, n.recipient
-    FROM unnest(%(priorities)s::smallint[]) AS lane(priority)
+    FROM unnest(%(priorities)b::smallint[]) AS lane(priority)
     CROSS JOIN LATERAL (
         SELECT id, recipient
         FROM nq_queue
         WHERE status = 'PENDING'
           AND priority = lane.priority
           AND next_attempt_at <= now()
-          AND channel = ANY(%(channels)s::text[])
+          AND channel = ANY(%(channels)b::text[])
           AND (expires_at IS NULL OR expires_at > now())
         ORDER BY next_attempt_at, created_at
         LIMIT %(limit)s
@@ -67,7 +67,7 @@ WITH batch AS (
            COALESCE(NOT p.ready, false) AS held
     FROM nq_queue n
     LEFT JOIN nq_policies p ON p.name = n.policy
-    WHERE n.id = ANY(%(ids)s::uuid[])
+    WHERE n.id = ANY(%(ids)b::uuid[])
 ), recipients AS (
     -- Slots in the window per recipient (and window: a policy may set its own).
     SELECT r.recipient, r.win,
@@ -158,10 +158,10 @@ ORDER BY priority, next_attempt_at, created_at
 -- the statement's parameters on the worker's side.
 WITH results AS (
     SELECT r.*, a.attempts FROM unnest(
-        %(ids)s::uuid[], %(claim_tokens)s::uuid[], %(statuses)s::text[],
-        %(retry_in_seconds)s::float8[], %(last_errors)s::text[],
-        %(provider_message_ids)s::text[], %(providers)s::text[],
-        %(give_back)s::bool[], %(next_attempt_ats)s::timestamptz[], %(addresses_gone)s::bool[]
+        %(ids)b::uuid[], %(claim_tokens)b::uuid[], %(statuses)b::text[],
+        %(retry_in_seconds)b::float8[], %(last_errors)b::text[],
+        %(provider_message_ids)b::text[], %(providers)b::text[],
+        %(give_back)b::bool[], %(next_attempt_ats)b::timestamptz[], %(addresses_gone)b::bool[]
     ) WITH ORDINALITY AS r(id, claim_token, status, retry_in_seconds, last_error,
                            provider_message_id, provider, give_back, next_attempt_at,
                            address_gone, position)
@@ -192,7 +192,7 @@ WITH results AS (
         updated_at = now()
     FROM results r
     -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
-    WHERE n.id = ANY(%(ids)s::uuid[])
+    WHERE n.id = ANY(%(ids)b::uuid[])
       AND n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
     RETURNING n.id, n.status, n.attempt_count, n.webhook_url, n.policy, r.provider,
               r.address_gone, n.channel, n.recipient, n.recipient_id
@@ -226,7 +226,7 @@ WITH released AS (
     UPDATE nq_queue n
     SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
         claim_token = NULL, lease_expires_at = NULL, updated_at = now()
-    FROM unnest(%(ids)s::uuid[], %(claim_tokens)s::uuid[]) AS r(id, claim_token)
+    FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[]) AS r(id, claim_token)
     WHERE n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
     RETURNING n.id
 ), slots AS (
@@ -301,11 +301,11 @@ SELECT count(*) AS expired, (SELECT n FROM events) AS events_written FROM update
 -- and the worker would spin. Rows of other channels ahead of the first match are read and skipped
 -- once per wake-up, not once per loop.
 SELECT min(first_due) AS next_due_at, now() AS now
-FROM unnest(%(priorities)s::smallint[]) AS lane(priority)
+FROM unnest(%(priorities)b::smallint[]) AS lane(priority)
 CROSS JOIN LATERAL (
     SELECT next_attempt_at AS first_due FROM nq_queue
     WHERE status = 'PENDING' AND priority = lane.priority
-      AND channel = ANY(%(channels)s::text[])
+      AND channel = ANY(%(channels)b::text[])
       AND (expires_at IS NULL OR expires_at > now())
     ORDER BY next_attempt_at
     LIMIT 1

@@ -59,13 +59,13 @@ SELECT i.*, (SELECT n FROM events) AS events_written FROM inserted i
 -- both expand (with preferences changing in between they could choose different channels). The
 -- second waits here, then finds the first one's rows. Sorted keys: no deadlock between batches.
 SELECT count(pg_advisory_xact_lock(hashtextextended('nq-request:' || k, 0)))
-FROM (SELECT DISTINCT k FROM unnest(%(keys)s::text[]) AS k ORDER BY k) keys
+FROM (SELECT DISTINCT k FROM unnest(%(keys)b::text[]) AS k ORDER BY k) keys
 
 -- name: notification_get_by_keys
 -- Through the keys table: its primary key, then each row by id in the queue or the log.
 SELECT * FROM nq_notifications
 WHERE id = ANY(ARRAY(SELECT notification_id FROM nq_idempotency_keys
-                     WHERE key = ANY(%(idempotency_keys)s::text[])))
+                     WHERE key = ANY(%(idempotency_keys)b::text[])))
 
 -- name: notification_get
 SELECT * FROM nq_notifications WHERE id = %(id)s

@@ -106,7 +106,7 @@ ORDER BY c.first_seq
 
 -- name: status_outbox_delete
 -- Written back (or nothing left to write to): these changes are done.
-DELETE FROM nq_status_outbox WHERE seq = ANY(%(seqs)s::bigint[])
+DELETE FROM nq_status_outbox WHERE seq = ANY(%(seqs)b::bigint[])
 
 -- name: status_outbox_lag
 -- How far the write-back is behind: queued rows and the age of the oldest (a metric).

@@ -6,11 +6,11 @@
 -- workers may be mid-schedule or hold the circuit open).
 WITH schedules AS (
     INSERT INTO nq_provider_schedule (provider, next_free)
-    SELECT unnest(%(limited)s::text[]), '-infinity'
+    SELECT unnest(%(limited)b::text[]), '-infinity'
     ON CONFLICT (provider) DO NOTHING
 )
 INSERT INTO nq_provider_circuits (provider)
-SELECT unnest(%(breakers)s::text[])
+SELECT unnest(%(breakers)b::text[])
 ON CONFLICT (provider) DO NOTHING
 
 -- name: provider_slots_reserve
@@ -62,15 +62,15 @@ RETURNING probe_token
 --   moves a half-open circuit (to closed, or open again for another cool-down).
 -- Outcomes of calls made before a circuit opened change nothing while it is open.
 WITH r AS (
-    SELECT * FROM unnest(%(providers)s::text[], %(had_success)s::bool[],
-                         %(trailing_failures)s::int[], %(thresholds)s::int[],
-                         %(open_for_seconds)s::float8[], %(probe_tokens)s::uuid[],
-                         %(probe_ok)s::bool[])
+    SELECT * FROM unnest(%(providers)b::text[], %(had_success)b::bool[],
+                         %(trailing_failures)b::int[], %(thresholds)b::int[],
+                         %(open_for_seconds)b::float8[], %(probe_tokens)b::uuid[],
+                         %(probe_ok)b::bool[])
         AS r(provider, had_success, trailing_failures, threshold, open_for_seconds,
              probe_token, probe_ok)
 ), old AS (
     SELECT c.* FROM nq_provider_circuits c
-    WHERE c.provider = ANY(%(providers)s::text[])
+    WHERE c.provider = ANY(%(providers)b::text[])
     ORDER BY c.provider
     FOR UPDATE
 ), decided AS (

@@ -25,7 +25,7 @@ SELECT * FROM nq_recipients WHERE id = %(id)s FOR UPDATE
 -- name: recipient_get_many
 -- The recipients of a user-targeted batch. FOR SHARE: a DELETE or an opt-out committed while
 -- this transaction expands waits for it (and the claim then re-checks anyway).
-SELECT * FROM nq_recipients WHERE id = ANY(%(ids)s::text[]) FOR SHARE
+SELECT * FROM nq_recipients WHERE id = ANY(%(ids)b::text[]) FOR SHARE
 
 -- name: recipient_delete
 DELETE FROM nq_recipients WHERE id = %(id)s RETURNING id
@@ -46,7 +46,7 @@ RETURNING t.*, (t.xmax = 0) AS created
 SELECT * FROM nq_templates WHERE name = %(name)s
 
 -- name: template_get_many
-SELECT * FROM nq_templates WHERE name = ANY(%(names)s::text[])
+SELECT * FROM nq_templates WHERE name = ANY(%(names)b::text[])
 
 -- name: template_delete
 DELETE FROM nq_templates WHERE name = %(name)s RETURNING name

@@ -31,11 +31,11 @@ SET state = r.state,
     last_error = r.last_error,
     delivered_at = CASE WHEN r.state = 'delivered' THEN now() END,
     claim_token = NULL
-FROM unnest(%(ids)s::uuid[], %(claim_tokens)s::uuid[], %(states)s::text[],
-            %(retry_in_seconds)s::float8[], %(last_errors)s::text[])
+FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[], %(states)b::text[],
+            %(retry_in_seconds)b::float8[], %(last_errors)b::text[])
      AS r(id, claim_token, state, retry_in_seconds, last_error)
 -- Through the primary key (`= ANY`), so the cost is per result, never per event in the table.
-WHERE e.id = ANY(%(ids)s::uuid[]) AND e.id = r.id AND e.claim_token = r.claim_token
+WHERE e.id = ANY(%(ids)b::uuid[]) AND e.id = r.id AND e.claim_token = r.claim_token
 RETURNING e.id
 
 -- name: webhook_next_due_at
