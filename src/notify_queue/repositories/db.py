@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import psycopg
 import psycopg.sql
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from notify_queue.errors import DatabaseUnavailable
@@ -198,6 +198,16 @@ class Connection:
     async def fetch_all(self, query: str, params: Params | None = None) -> list[Row]:
         try:
             cur = await self._conn.execute(_sql(query), params)
+            return await cur.fetchall()
+        except _UNAVAILABLE as exc:
+            raise _translate(exc) from None
+
+    async def fetch_tuples(self, query: str, params: Params | None = None) -> list[tuple[Any, ...]]:
+        """Rows as tuples in the statement's column order, read in binary. For the claim, whose
+        hundreds of rows a dict each (and text parsing) cost a worker more than using them."""
+        try:
+            cur = self._conn.cursor(row_factory=tuple_row, binary=True)
+            await cur.execute(_sql(query), params)
             return await cur.fetchall()
         except _UNAVAILABLE as exc:
             raise _translate(exc) from None

@@ -77,7 +77,7 @@ class DeliveryRepository:
             )
             if locked is None or not locked["ids"]:
                 return ClaimedBatch([], [])
-            rows = await conn.fetch_all(
+            rows = await conn.fetch_tuples(
                 "claim_admit_candidates",
                 {
                     "ids": locked["ids"],
@@ -88,7 +88,7 @@ class DeliveryRepository:
                     "backoff_max_seconds": d.backoff_max_seconds,
                 },
             )
-            claimed = [_claimed(r) for r in rows if r["admitted"]]
+            claimed = [_claimed(r) for r in rows if r[0]]
             screened: list[Completion] = []
             if screen is not None:
                 kept = []
@@ -101,7 +101,7 @@ class DeliveryRepository:
                 if screened:
                     await self._complete(conn, screened)
                 claimed = kept
-        limited = [Channel(r["channel"]) for r in rows if not r["admitted"]]
+        limited = [Channel(r[3]) for r in rows if not r[0]]
         return ClaimedBatch(claimed, limited, screened)
 
     async def deliveries_complete(self, *, completions: Sequence[Completion]) -> set[uuid.UUID]:
@@ -183,36 +183,64 @@ class DeliveryRepository:
         return self._db.listen(WAKEUP_CHANNEL, stop)
 
 
-def _claimed(r: dict[str, Any]) -> ClaimedNotification:
+def _claimed(row: tuple[Any, ...]) -> ClaimedNotification:
+    """One admitted row of claim_admit_candidates, by position (the query's column order)."""
+    (
+        _admitted,
+        id_,
+        claim_token,
+        channel,
+        recipient,
+        subject,
+        body,
+        metadata,
+        attempt_count,
+        max_attempts,
+        priority,
+        backoff_base_seconds,
+        backoff_max_seconds,
+        failover,
+        providers,
+        category,
+        expires_at,
+        recipient_id,
+        recipient_exists,
+        timezone,
+        opt_out_all,
+        opt_out_channels,
+        opt_out_categories,
+        quiet_start,
+        quiet_end,
+    ) = row
     return ClaimedNotification(
-        id=r["id"],
-        claim_token=r["claim_token"],
-        channel=Channel(r["channel"]),
-        recipient=r["recipient"],
-        subject=r["subject"],
-        body=r["body"],
-        metadata=r["metadata"],
-        attempt_count=r["attempt_count"],
-        max_attempts=r["max_attempts"],
-        backoff_base_seconds=r["backoff_base_seconds"],
-        backoff_max_seconds=r["backoff_max_seconds"],
-        priority=Priority.from_rank(r["priority"]),
-        failover=Failover(r["failover"]) if r["failover"] else None,
-        providers=tuple(r["providers"]) if r["providers"] else None,
-        category=r["category"],
-        expires_at=r["expires_at"],
-        recipient_id=r["recipient_id"],
+        id=id_,
+        claim_token=claim_token,
+        channel=Channel(channel),
+        recipient=recipient,
+        subject=subject,
+        body=body,
+        metadata=metadata,
+        attempt_count=attempt_count,
+        max_attempts=max_attempts,
+        backoff_base_seconds=backoff_base_seconds,
+        backoff_max_seconds=backoff_max_seconds,
+        priority=Priority.from_rank(priority),
+        failover=Failover(failover) if failover else None,
+        providers=tuple(providers) if providers else None,
+        category=category,
+        expires_at=expires_at,
+        recipient_id=recipient_id,
         preferences=(
             None
-            if r["recipient_id"] is None
+            if recipient_id is None
             else Preferences(
-                exists=r["recipient_exists"],
-                opt_out_all=bool(r["opt_out_all"]),
-                opt_out_channels=frozenset(r["opt_out_channels"] or ()),
-                opt_out_categories=frozenset(r["opt_out_categories"] or ()),
-                timezone=r["timezone"] or "UTC",
-                quiet_start=r["quiet_start"],
-                quiet_end=r["quiet_end"],
+                exists=recipient_exists,
+                opt_out_all=bool(opt_out_all),
+                opt_out_channels=frozenset(opt_out_channels or ()),
+                opt_out_categories=frozenset(opt_out_categories or ()),
+                timezone=timezone or "UTC",
+                quiet_start=quiet_start,
+                quiet_end=quiet_end,
             )
         ),
     )

@@ -122,23 +122,32 @@ WITH batch AS (
     SELECT a.id, a.recipient, now() FROM admitted a
     ON CONFLICT (notification_id) DO UPDATE SET recipient = excluded.recipient, taken_at = excluded.taken_at
 )
-SELECT true AS admitted, a.id, a.claim_token, a.channel, a.recipient, a.subject, a.body,
-       a.metadata, a.attempt_count, a.max_attempts, a.priority,
-       COALESCE(p.backoff_base_seconds, %(backoff_base_seconds)s) AS backoff_base_seconds,
-       COALESCE(p.backoff_max_seconds, %(backoff_max_seconds)s) AS backoff_max_seconds,
-       p.failover, p.providers,
-       a.next_attempt_at, a.created_at, a.category, a.expires_at, a.recipient_id,
-       -- A user-targeted notification carries its recipient's preferences as of this claim, read
-       -- in this transaction (a primary-key lookup), so the send-time check (services/
-       -- preferences.py) never works from a stale copy. A deleted recipient reads as absent.
-       r.id IS NOT NULL AS recipient_exists, r.timezone, r.opt_out_all, r.opt_out_channels,
-       r.opt_out_categories, r.quiet_start, r.quiet_end
-FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
-LEFT JOIN nq_recipients r ON r.id = a.recipient_id
-UNION ALL
-SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-FROM deferred d
--- Claim order, so the worker starts the most urgent deliveries first.
+-- The columns are read by position (repositories/delivery.py `_claimed`, binary, a tuple per
+-- row); keep the two in step. Claim order, so the worker starts the most urgent deliveries first.
+SELECT admitted, id, claim_token, channel, recipient, subject, body, metadata, attempt_count,
+       max_attempts, priority, backoff_base_seconds, backoff_max_seconds, failover, providers,
+       category, expires_at, recipient_id, recipient_exists, timezone, opt_out_all,
+       opt_out_channels, opt_out_categories, quiet_start, quiet_end
+FROM (
+    SELECT true AS admitted, a.id, a.claim_token, a.channel, a.recipient, a.subject, a.body,
+           a.metadata, a.attempt_count, a.max_attempts, a.priority,
+           COALESCE(p.backoff_base_seconds, %(backoff_base_seconds)s) AS backoff_base_seconds,
+           COALESCE(p.backoff_max_seconds, %(backoff_max_seconds)s) AS backoff_max_seconds,
+           p.failover, p.providers,
+           a.next_attempt_at, a.created_at, a.category, a.expires_at, a.recipient_id,
+           -- A user-targeted notification carries its recipient's preferences as of this claim,
+           -- read in this transaction (a primary-key lookup), so the send-time check (services/
+           -- preferences.py) never works from a stale copy. A deleted recipient reads as absent.
+           r.id IS NOT NULL AS recipient_exists, r.timezone, r.opt_out_all, r.opt_out_channels,
+           r.opt_out_categories, r.quiet_start, r.quiet_end
+    FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
+    LEFT JOIN nq_recipients r ON r.id = a.recipient_id
+    UNION ALL
+    -- Waiting for a slot: the worker only counts these, by channel.
+    SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    FROM deferred d
+) c
 ORDER BY priority, next_attempt_at, created_at
 
 -- name: complete_deliveries
