@@ -25,7 +25,7 @@ from aiohttp import web
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
-from notify_queue.models import Channel, Priority, Status
+from notify_queue.models import Channel, Status
 from notify_queue.repositories.db import Database
 from tests.chaos.harness import free_port, poll, quick_flags, read_rows
 from tests.support import new, notification_service
@@ -318,33 +318,6 @@ async def test_an_email_only_worker_sleeps_while_only_sms_work_is_due(
     assert share < 0.30, f"the worker used {share:.0%} of a core with no email due"
     rows = await read_rows(db, "SELECT count(*) AS n FROM nq_notifications WHERE status='PENDING'")
     assert rows[0]["n"] == 21
-
-
-async def test_a_high_result_is_recorded_while_a_low_one_waits_for_its_statement(
-    db: Database, database_url: str, spawn
-) -> None:
-    """HIGH results have a completion lane of their own (worker/runner.py). Here the statement
-    recording a LOW result is held up (the test holds its row's lock); the HIGH notification
-    delivered after it is recorded SENT meanwhile. With one lane for every result (tried by hand),
-    the HIGH result waits behind the held statement and this test times out."""
-    procs = spawn(database_url)
-    worker = procs.start(*quick_flags("--sim-latency-ms", "1000"))
-    await procs.ready(worker)
-    low = await _send(db, "campaign@example.com", priority=Priority.LOW)
-
-    async def claimed() -> bool:
-        return (await _stored(db, low))["status"] == Status.PROCESSING
-
-    await poll(claimed, timeout=10, what="the LOW notification claimed")
-    async with await psycopg.AsyncConnection.connect(db.url) as holder:
-        await holder.execute("SELECT 1 FROM nq_queue WHERE id = %s FOR UPDATE", (low,))
-        high = await _send(db, "code@example.com", priority=Priority.HIGH)
-        row = await poll(lambda: _final(db, high), timeout=15, what="the HIGH one recorded")
-        assert row["status"] == Status.SENT
-        assert await claimed(), "the LOW result was recorded through the lock"
-        await holder.rollback()
-    assert (await poll(lambda: _final(db, low), timeout=15))["status"] == Status.SENT
-    assert worker.poll() is None, procs.log(worker)
 
 
 async def test_a_failing_background_task_is_restarted_and_shows_on_healthz(

@@ -14,9 +14,7 @@ after a backoff. No task dies silently.
   lock is held while a provider is called;
 - the completer writes results as they arrive, as many as have accumulated per statement (status,
   webhook event and rate-limit slot together), so under load one round trip records hundreds;
-  a result leaves memory only once its statement committed. HIGH results have a lane of their
-  own, flushed on its own connection beside the others: a one-time code does not wait behind the
-  statement recording a thousand results of a LOW campaign;
+  a result leaves memory only once its statement committed;
 - housekeeping recovers expired leases, expires overdue notifications and prunes old slots;
 - the webhook relay (`--webhook-dispatch on`) relays the outbox;
 - retention keeps the delivery log's partitions: the coming days', and none past --retention.
@@ -34,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from notify_queue.errors import DatabaseUnavailable
-from notify_queue.models import ClaimedNotification, DeliveryResult, Outcome, Priority, Status
+from notify_queue.models import ClaimedNotification, DeliveryResult, Outcome, Status
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.retention import DeliveryLogKeeper
 from notify_queue.worker.dispatcher import WebhookDispatcher
@@ -74,8 +72,9 @@ class Worker:
         self._grace = shutdown_grace_seconds
         self.health = health or Health()
         self._in_flight: dict[asyncio.Task[None], ClaimedNotification] = {}
-        self._express = _ResultLane()  # HIGH results
-        self._bulk = _ResultLane()  # the others
+        self._results: list[tuple[ClaimedNotification, DeliveryResult]] = []
+        self._results_ready = asyncio.Event()
+        self._flush_lock = asyncio.Lock()  # the completer and the shutdown drain both flush
         self._slot_free = asyncio.Event()
         self._wake = asyncio.Event()
         self._claiming_stopped = asyncio.Event()
@@ -118,8 +117,7 @@ class Worker:
         finally:
             self._claiming_stopped.set()
             self._stop.set()
-            self._express.ready.set()
-            self._bulk.ready.set()
+            self._results_ready.set()
             for task in supervised.values():
                 task.cancel()
             for task in supervised.values():
@@ -141,7 +139,7 @@ class Worker:
         for task, _ in unfinished:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await self._flush_all()
+        await self._flush_results()
         if unfinished:
             released = await self._service.release([claimed for _, claimed in unfinished])
             log.info("handed back %d unfinished notifications without using an attempt", released)
@@ -208,46 +206,30 @@ class Worker:
 
     async def _deliver(self, claimed: ClaimedNotification) -> None:
         result = await self._router.deliver(claimed)
-        lane = self._express if claimed.priority is Priority.HIGH else self._bulk
-        lane.results.append((claimed, result))
-        lane.ready.set()
+        self._results.append((claimed, result))
+        self._results_ready.set()
 
     # -- completing -------------------------------------------------------------------------
 
     async def _complete_forever(self) -> None:
-        # One supervised task for both lanes: either failing stops the other and restarts the
-        # two, and the health of "complete" is theirs together (with the lane's own error).
-        try:
-            async with asyncio.TaskGroup() as lanes:
-                lanes.create_task(self._complete_lane(self._express))
-                lanes.create_task(self._complete_lane(self._bulk))
-        except ExceptionGroup as failed:
-            raise failed.exceptions[0] from None
-
-    async def _complete_lane(self, lane: _ResultLane) -> None:
         while not self._stop.is_set():
             # Flush first: after a restart, results of the failed round are still waiting.
-            lane.ready.clear()
-            await self._flush(lane)
+            self._results_ready.clear()
+            await self._flush_results()
             # A round that ran through (even with nothing to write) is a working completer; the
             # claimer waits for this after a failure, so it must not need new results first.
             self.health.ok("complete")
-            await lane.ready.wait()
+            await self._results_ready.wait()
 
-    async def _flush_all(self) -> None:
-        await asyncio.gather(self._flush(self._express), self._flush(self._bulk))
+    async def _flush_results(self) -> None:
+        async with self._flush_lock:
+            await self._flush_locked()
 
-    async def _flush(self, lane: _ResultLane) -> None:
-        async with lane.lock:  # the lane's completer and the shutdown drain both flush
-            await self._flush_locked(lane.results)
-
-    async def _flush_locked(
-        self, results: list[tuple[ClaimedNotification, DeliveryResult]]
-    ) -> None:
-        while results:
+    async def _flush_locked(self) -> None:
+        while self._results:
             # The chunk leaves the buffer only after its statement committed: an unexpected error
             # (the supervisor restarts this task) loses no result.
-            chunk = results[:_COMPLETE_CHUNK]
+            chunk = self._results[:_COMPLETE_CHUNK]
             try:
                 completions, accepted = await self._service.complete(chunk)
             except DatabaseUnavailable as exc:
@@ -256,7 +238,7 @@ class Worker:
                 log.warning("recording %d results failed: %s; retrying", len(chunk), exc)
                 await asyncio.sleep(_RETRY_DB_SECONDS)
                 continue
-            del results[: len(chunk)]
+            del self._results[: len(chunk)]
             await self._router.circuits.flush()
             stale = len(chunk) - len(accepted)
             if stale:
@@ -300,12 +282,3 @@ class Worker:
             except DatabaseUnavailable as exc:
                 log.warning("delivery log retention skipped: %s", exc)
             await wait_any(self._stop, timeout=RETENTION_INTERVAL_SECONDS)
-
-
-class _ResultLane:
-    """Results waiting to be recorded, with the lock that lets one flush at a time write them."""
-
-    def __init__(self) -> None:
-        self.results: list[tuple[ClaimedNotification, DeliveryResult]] = []
-        self.ready = asyncio.Event()
-        self.lock = asyncio.Lock()
