@@ -1,7 +1,11 @@
 """5. Priority under load: a LOW campaign (already due, 100,000 in full mode) drains while HIGH
 one-time codes arrive at 50/s; how long do the HIGH ones take from due to SENT? Measured with
 shared workers (every worker serves every lane) and with a dedicated HIGH worker
-(`--priorities HIGH`) added beside them."""
+(`--priorities HIGH --webhook-dispatch off`, the chart's urgent pool) added beside them.
+
+The dedicated worker leaves the relay to the shared ones: a relaying worker POSTs the campaign's
+events on the event loop its HIGH deliveries need (measured: HIGH p50 60-70 ms relaying, about
+30 ms not; p99 205-230 ms and 130-160 ms)."""
 
 from __future__ import annotations
 
@@ -59,7 +63,7 @@ def _one(ctx: Context, *, dedicated: bool, webhooks: bool = True) -> None:
     shared = 2 if ctx.mode != "smoke" else 1
     label = (
         f"{shared} shared workers"
-        + (" + 1 dedicated HIGH worker" if dedicated else "")
+        + (" + 1 dedicated HIGH worker (not relaying)" if dedicated else "")
         + ("" if webhooks else ", no webhooks")
     )
     try:
@@ -71,7 +75,13 @@ def _one(ctx: Context, *, dedicated: bool, webhooks: bool = True) -> None:
         procs = start_workers(ctx, url, shared, tag="shared", webhooks=webhooks)
         if dedicated:
             procs += start_workers(
-                ctx, url, 1, extra=["--priorities", "HIGH"], tag="high", webhooks=webhooks
+                ctx,
+                url,
+                1,
+                extra=["--priorities", "HIGH"],
+                tag="high",
+                webhooks=webhooks,
+                relay=False,
             )
         try:
             wait_until_listening(url, len(procs))

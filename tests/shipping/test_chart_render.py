@@ -96,6 +96,10 @@ def test_the_values_schema_rejects_a_bad_value_and_names_it(
             "no enabled pool serves the NORMAL lane, so NORMAL notifications would never be sent",
         ),
         (
+            ["workers.pools.bulk.config.webhook-dispatch=off"],
+            "every enabled pool has webhook-dispatch off, so no webhook event would ever be POSTed",
+        ),
+        (
             ["workers.pools.urgent.minReplicas=20"],
             "workers.pools.urgent: minReplicas (20) must not exceed maxReplicas (10)",
         ),

@@ -214,8 +214,11 @@ database-url api-token admin-token webhook-secret smtp-password
 {{/* Fail with a clear message when the values cannot work, beyond what the schema can say. */}}
 {{- define "notify-queue.validate" -}}
 {{- $served := dict -}}
+{{- $relayed := false -}}
 {{- range $name, $pool := .Values.workers.pools }}
 {{- if dig "enabled" true $pool }}
+{{- $dispatch := dig "webhook-dispatch" (dig "webhook-dispatch" (dig "webhook-dispatch" "on" $.Values.config) $.Values.workers.config) (default dict $pool.config) }}
+{{- if ne (toString $dispatch) "off" }}{{ $relayed = true }}{{ end }}
 {{- if gt (int $pool.minReplicas) (int $pool.maxReplicas) }}
 {{- fail (printf "workers.pools.%s: minReplicas (%d) must not exceed maxReplicas (%d)" $name (int $pool.minReplicas) (int $pool.maxReplicas)) }}
 {{- end }}
@@ -226,6 +229,9 @@ database-url api-token admin-token webhook-secret smtp-password
 {{- if not (hasKey $served .) }}
 {{- fail (printf "workers.pools: no enabled pool serves the %s lane, so %s notifications would never be sent; add %s to a pool's priorities" . . .) }}
 {{- end }}
+{{- end }}
+{{- if not $relayed }}
+{{- fail "workers.pools: every enabled pool has webhook-dispatch off, so no webhook event would ever be POSTed; let one pool relay" }}
 {{- end }}
 {{- if not .Values.existingSecret }}
 {{- range $component := list "api" "workers" "operator" "migration" }}
