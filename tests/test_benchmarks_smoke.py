@@ -60,3 +60,21 @@ def test_the_benchmark_smoke_run_writes_a_valid_results_document(
     ]
     assert len(list(out.glob("*-smoke.json"))) == 1
     assert "targets:" in run.stdout
+
+
+def test_the_post_client_benchmark_writes_its_figures(tmp_path: Path, project_root: Path) -> None:
+    run = subprocess.run(
+        [
+            *(sys.executable, "-W", "ignore", "-m", "benchmarks.post_client"),
+            *("--posts", "50", "--rounds", "1", "--output-dir", str(tmp_path)),
+        ],
+        cwd=project_root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    latest = json.loads((tmp_path / "latest.json").read_text())
+    assert set(latest["best_client_cpu_us_per_post"]) == {"aiohttp", "bare"}
+    assert all(len(runs) == 1 for runs in latest["runs"].values())
