@@ -109,7 +109,7 @@ class RunningWorkers:
         self.workers: list[Any] = []
         self.tasks: list[asyncio.Task[None]] = []
         self.dbs: list[Database] = []
-        self.sessions: list[Any] = []
+        self.posters: list[Any] = []
 
     async def stop(self) -> None:
         for w in self.workers:
@@ -117,8 +117,8 @@ class RunningWorkers:
         await asyncio.gather(*self.tasks)
         for d in self.dbs:
             await d.close()
-        for session in self.sessions:
-            await session.close()
+        for poster in self.posters:
+            await poster.close()
 
 
 def single_provider_router(provider: Any, db: Database, *, timeout: float = 10.0) -> Any:
@@ -159,7 +159,7 @@ async def start_workers(
     **overrides: Any,
 ) -> RunningWorkers:
     """Start `count` workers on `database_url` delivering through `provider`."""
-    from notify_queue.providers.outbound import outbound_session, trusted_session
+    from notify_queue.providers.posting import guarded_poster, trusted_poster
     from notify_queue.providers.webhooks import WebhookSender
     from notify_queue.repositories.webhooks import WebhookRepository
     from notify_queue.settings import WorkerSettings
@@ -182,9 +182,9 @@ async def start_workers(
         )
         dispatcher = None
         if webhooks:
-            guarded = outbound_session(allow=["127.0.0.0/8"], timeout_seconds=s.webhook_timeout)
-            trusted = trusted_session(timeout_seconds=s.webhook_timeout)
-            running.sessions += [guarded, trusted]
+            guarded = guarded_poster(allow=["127.0.0.0/8"], timeout_seconds=s.webhook_timeout)
+            trusted = trusted_poster(timeout_seconds=s.webhook_timeout)
+            running.posters += [guarded, trusted]
             dispatcher = WebhookDispatcher(
                 s,
                 WebhookRepository(wdb),

@@ -18,7 +18,7 @@ import pytest
 from aiohttp import test_utils, web
 from standardwebhooks import Webhook, WebhookVerificationError
 
-from notify_queue.providers.outbound import outbound_session
+from notify_queue.providers.posting import guarded_poster
 from notify_queue.providers.webhooks import WebhookSender
 
 
@@ -55,8 +55,9 @@ async def receiver() -> AsyncIterator[Receiver]:
 
 @pytest.fixture
 async def sender() -> AsyncIterator[WebhookSender]:
-    async with outbound_session(allow=["127.0.0.1/32"], timeout_seconds=5.0) as session:
-        yield WebhookSender(session, timeout_seconds=5.0)
+    poster = guarded_poster(allow=["127.0.0.1/32"], timeout_seconds=5.0)
+    yield WebhookSender(poster, timeout_seconds=5.0)
+    await poster.close()
 
 
 def event_payload(event_id: str) -> str:
@@ -154,11 +155,12 @@ async def test_every_attempt_of_an_event_carries_the_same_webhook_id(
 
 
 async def test_a_receiver_in_a_private_network_is_refused_with_the_reason() -> None:
-    async with outbound_session(allow=[], timeout_seconds=5.0) as session:
-        sender = WebhookSender(session, timeout_seconds=5.0)
-        error = await sender.post(
-            event_id="e-1", url="http://10.1.2.3/hook", payload="{}", secrets=(new_secret(),)
-        )
+    poster = guarded_poster(allow=[], timeout_seconds=5.0)
+    sender = WebhookSender(poster, timeout_seconds=5.0)
+    error = await sender.post(
+        event_id="e-1", url="http://10.1.2.3/hook", payload="{}", secrets=(new_secret(),)
+    )
+    await poster.close()
     assert error is not None
     assert "'10.1.2.3'" in error and "private" in error
 

@@ -143,7 +143,8 @@ def _normalise_host(host: str) -> str:
     return host.lower().rstrip(".")
 
 
-def _parse_ip(text: str) -> IPAddress | None:
+def parse_ip(text: str) -> IPAddress | None:
+    """The address if `text` is a literal IP address, else None (a name)."""
     try:
         return ipaddress.ip_address(text)
     except ValueError:
@@ -207,7 +208,7 @@ class GuardedResolver(AbstractResolver):
         if self._allow.allows_host(host):
             return results
         for result in results:
-            address = _parse_ip(result["host"])
+            address = parse_ip(result["host"])
             if address is None:
                 return f"resolved to unparsable address {result['host']!r}"
             # Refuse the whole name rather than drop the bad address: a name that mixes public
@@ -251,20 +252,23 @@ class _GuardedConnector(aiohttp.TCPConnector):
             await self._guarded_resolver.close()
 
 
+def literal_ip_verdict(allow: OutboundAllowList, host: str) -> str | None:
+    """Why a URL whose host is this literal IP address is refused; None for a name (the
+    resolver's to vet) or an address the allow-list lets through."""
+    address = parse_ip(host)
+    if address is None or allow.allows_host(host):
+        return None
+    try:
+        allow.check_address(host, address)
+    except OutboundRefused as exc:
+        return exc.reason
+    return None
+
+
 def _literal_ip_guard(allow: OutboundAllowList) -> aiohttp.ClientMiddlewareType:
     # host -> why it is refused, or None (a name, for the resolver, or an allowed address). The
     # verdict on a literal address never changes, so it is kept without expiry, within a bound.
     verdicts: dict[str, str | None] = {}
-
-    def verdict(host: str) -> str | None:
-        address = _parse_ip(host)
-        if address is None or allow.allows_host(host):
-            return None
-        try:
-            allow.check_address(host, address)
-        except OutboundRefused as exc:
-            return exc.reason
-        return None
 
     async def guard(
         request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
@@ -275,7 +279,7 @@ def _literal_ip_guard(allow: OutboundAllowList) -> aiohttp.ClientMiddlewareType:
         except KeyError:
             if len(verdicts) >= _VERDICTS_MAX:
                 verdicts.clear()
-            reason = verdicts[host] = verdict(host)
+            reason = verdicts[host] = literal_ip_verdict(allow, host)
         if reason is not None:
             raise OutboundRefused(host, reason)
         return await handler(request)

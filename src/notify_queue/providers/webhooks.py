@@ -9,9 +9,10 @@ that knows either the old or the new secret accepts the event.
 The signature comes from the `standardwebhooks` reference library, so the bytes we sign are
 exactly the bytes its `verify` checks; we do not hand-roll the HMAC. The payload is sent as the
 exact string that was signed. Redirects are not followed: a signed event goes to the configured
-URL or not at all, and the 3xx is reported for the retry schedule. For client-supplied URLs the
-session comes from `outbound_session`, so private and metadata addresses are refused before
-anything is sent; the operator's own `--webhook-url` goes through `trusted_session`.
+URL or not at all, and the 3xx is reported for the retry schedule. The POST goes through the
+relay's own HTTP client (`posting`): for client-supplied URLs a `guarded_poster`, so private and
+metadata addresses are refused before anything is sent; the operator's own `--webhook-url`
+through a `trusted_poster`.
 """
 
 from __future__ import annotations
@@ -20,14 +21,10 @@ import time
 from datetime import UTC, datetime
 from functools import lru_cache
 
-import aiohttp
 from standardwebhooks.webhooks import EmptyWebhookSecretError, Webhook
 
-from notify_queue.providers.outbound import (
-    OutboundRefused,
-    describe_failed_response,
-    read_body_capped,
-)
+from notify_queue.providers.outbound import OutboundRefused, describe_failed_response
+from notify_queue.providers.posting import Poster, PostFailed
 
 
 @lru_cache(maxsize=64)
@@ -45,10 +42,9 @@ def signature_header(
 
 
 class WebhookSender:
-    def __init__(self, session: aiohttp.ClientSession, timeout_seconds: float) -> None:
-        self._session = session
+    def __init__(self, poster: Poster, timeout_seconds: float) -> None:
+        self._poster = poster
         self._timeout_seconds = timeout_seconds
-        self._timeout = aiohttp.ClientTimeout(total=timeout_seconds)
 
     async def post(
         self, *, event_id: str, url: str, payload: str, secrets: tuple[str, ...]
@@ -72,19 +68,11 @@ class WebhookSender:
                 # binascii.Error (bad base64) is a ValueError. Never send such an event unsigned.
                 return f"invalid webhook secret: {exc}"
         try:
-            async with self._session.post(
-                url,
-                data=payload.encode(),
-                headers=headers,
-                timeout=self._timeout,
-                allow_redirects=False,
-            ) as response:
-                if 200 <= response.status < 300:
-                    return None
-                return describe_failed_response(response.status, await read_body_capped(response))
-        except OutboundRefused as exc:
+            answer = await self._poster.post(url, payload.encode(), headers)
+        except (OutboundRefused, PostFailed) as exc:
             return str(exc)
         except TimeoutError:
             return f"timed out after {self._timeout_seconds:g}s"
-        except aiohttp.ClientError as exc:
-            return f"connection error: {type(exc).__name__}: {exc}"
+        if 200 <= answer.status < 300:
+            return None
+        return describe_failed_response(answer.status, answer.body)

@@ -10,7 +10,8 @@ from contextlib import asynccontextmanager
 
 from notify_queue.provider_specs import specs_from_settings
 from notify_queue.providers import build_providers
-from notify_queue.providers.outbound import outbound_session, trusted_session
+from notify_queue.providers.outbound import trusted_session
+from notify_queue.providers.posting import guarded_poster, trusted_poster
 from notify_queue.providers.webhooks import WebhookSender
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryRepository
@@ -66,11 +67,11 @@ async def _process(
 def webhook_dispatcher(
     settings: RelaySettings, db: Database, health: Health
 ) -> tuple[WebhookDispatcher, Callable[[], Awaitable[None]]]:
-    """The outbox relay and the coroutine function that closes its sessions."""
-    guarded = outbound_session(
+    """The outbox relay and the coroutine function that closes its HTTP clients."""
+    guarded = guarded_poster(
         allow=settings.outbound_allow, timeout_seconds=settings.webhook_timeout
     )
-    trusted = trusted_session(timeout_seconds=settings.webhook_timeout)
+    trusted = trusted_poster(timeout_seconds=settings.webhook_timeout)
     dispatcher = WebhookDispatcher(
         settings,
         WebhookRepository(db),

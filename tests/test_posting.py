@@ -1,0 +1,394 @@
+"""The relay's HTTP client (`providers/posting.py`) against real sockets.
+
+A raw asyncio server on loopback answers with exactly the bytes a test gives it, so every framing
+an HTTP/1.1 server may use is exercised byte for byte: Content-Length, chunked with trailers, a
+body that runs to the close, interim 1xx answers, garbage, oversized bodies and headers, silence.
+It also records what arrived, on which connection, so keep-alive and the one resend on a
+connection the server had closed are seen from the server's side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import ssl
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from notify_queue.providers.outbound import (
+    RESPONSE_BODY_LIMIT_BYTES,
+    GuardedResolver,
+    OutboundAllowList,
+    OutboundRefused,
+)
+from notify_queue.providers.posting import Answer, PostFailed, guarded_poster, trusted_poster
+from tests.test_outbound_guard import FixedResolver
+
+NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
+
+# What the server does with the n-th request (from 0) on a connection: the bytes to answer, or
+# None to close the connection without answering.
+Script = Callable[[int, bytes], bytes | None]
+
+
+class RawServer:
+    def __init__(self, script: Script) -> None:
+        self.script = script
+        self.requests: list[tuple[int, bytes]] = []  # (connection number, request head + body)
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+
+    @property
+    def port(self) -> int:
+        assert self.server is not None
+        return int(self.server.sockets[0].getsockname()[1])
+
+    def url(self, host: str = "127.0.0.1", path: str = "/hooks") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        number = self.connections
+        self.connections += 1
+        try:
+            for n in range(1_000):
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                request = head + await reader.readexactly(length)
+                self.requests.append((number, request))
+                answer = self.script(n, request)
+                if answer is None:
+                    break
+                writer.write(answer)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Script], Awaitable[RawServer]]]:
+    servers: list[RawServer] = []
+
+    async def start(script: Script) -> RawServer:
+        server = RawServer(script)
+        await server.start()
+        servers.append(server)
+        return server
+
+    yield start
+    for server in servers:
+        assert server.server is not None
+        server.server.close()
+
+
+async def _post(url: str, *, timeout: float = 5.0, body: bytes = b"{}") -> Answer:
+    poster = trusted_poster(timeout_seconds=timeout)
+    try:
+        return await poster.post(url, body, {"webhook-id": "e-1"})
+    finally:
+        await poster.close()
+
+
+async def test_posts_to_one_host_share_one_kept_connection(serve) -> None:
+    server = await serve(lambda n, request: NO_CONTENT)
+    poster = trusted_poster(timeout_seconds=5.0)
+    for i in range(3):
+        answer = await poster.post(server.url(), b'{"n":%d}' % i, {"webhook-id": f"e-{i}"})
+        assert answer == Answer(204, b"")
+    await poster.close()
+    assert [connection for connection, _ in server.requests] == [0, 0, 0]
+    first = server.requests[0][1]
+    assert first.startswith(b"POST /hooks HTTP/1.1\r\n")
+    assert f"Host: 127.0.0.1:{server.port}\r\n".encode() in first
+    assert b"webhook-id: e-0\r\n" in first and first.endswith(b'\r\n\r\n{"n":0}')
+
+
+async def test_a_kept_connection_the_server_closed_is_sent_once_more_on_a_new_one(serve) -> None:
+    # Each connection answers its first request and closes on the second without a word: the
+    # race of a server timing out an idle connection just as a POST goes out on it.
+    server = await serve(lambda n, request: NO_CONTENT if n == 0 else None)
+    poster = trusted_poster(timeout_seconds=5.0)
+    answers = [await poster.post(server.url(), b"{}", {"webhook-id": f"e-{i}"}) for i in range(3)]
+    await poster.close()
+    assert answers == [Answer(204, b"")] * 3
+    # The 2nd and 3rd POSTs reached a closing connection first, then a new one.
+    assert [connection for connection, _ in server.requests] == [0, 0, 1, 1, 2]
+
+
+async def test_a_new_connection_closed_without_an_answer_is_a_failure_not_a_loop(serve) -> None:
+    server = await serve(lambda n, request: None)
+    with pytest.raises(PostFailed, match="closed the connection"):
+        await _post(server.url())
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("answer", "expected", "reused"),
+    [
+        (
+            b"HTTP/1.1 503 Busy\r\nContent-Length: 9\r\n\r\nno thanks",
+            Answer(503, b"no thanks"),
+            True,
+        ),
+        (
+            b"HTTP/1.1 500 Oops\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"5;ext=1\r\nhello\r\n6\r\n world\r\n0\r\nX-Trailer: t\r\n\r\n",
+            Answer(500, b"hello world"),
+            True,
+        ),
+        (b"HTTP/1.1 100 Continue\r\n\r\n" + NO_CONTENT, Answer(204, b""), True),
+        (
+            b"HTTP/1.1 302 Found\r\nLocation: http://169.254.169.254/\r\nContent-Length: 0\r\n\r\n",
+            Answer(302, b""),
+            True,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok",
+            Answer(200, b"ok"),
+            False,
+        ),
+        (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", Answer(200, b"ok"), False),
+    ],
+    ids=[
+        "content-length",
+        "chunked",
+        "interim-100",
+        "redirect-not-followed",
+        "connection-close",
+        "http-1.0",
+    ],
+)
+async def test_each_answer_framing_is_read_and_the_connection_kept_only_when_it_can_be(
+    serve, answer: bytes, expected: Answer, reused: bool
+) -> None:
+    server = await serve(lambda n, request: answer)
+    poster = trusted_poster(timeout_seconds=5.0)
+    assert await poster.post(server.url(), b"{}", {}) == expected
+    assert await poster.post(server.url(), b"{}", {}) == expected
+    await poster.close()
+    assert [c for c, _ in server.requests] == ([0, 0] if reused else [0, 1])
+
+
+async def test_a_body_that_runs_to_the_close_is_read_and_the_connection_not_kept() -> None:
+    connections = 0
+
+    async def answer_and_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 502 Bad Gateway\r\n\r\nupstream down")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer_and_close, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+    poster = trusted_poster(timeout_seconds=5.0)
+    assert await poster.post(url, b"", {}) == Answer(502, b"upstream down")
+    assert await poster.post(url, b"", {}) == Answer(502, b"upstream down")
+    await poster.close()
+    server.close()
+    assert connections == 2
+
+
+async def test_an_oversized_body_is_cut_at_the_limit_and_its_connection_closed(serve) -> None:
+    big = b"x" * (1024 * 1024)
+    server = await serve(
+        lambda n, request: b"HTTP/1.1 500 Big\r\nContent-Length: %d\r\n\r\n" % len(big) + big
+    )
+    poster = trusted_poster(timeout_seconds=5.0)
+    first = await poster.post(server.url(), b"{}", {})
+    second = await poster.post(server.url(), b"{}", {})
+    await poster.close()
+    assert first == second == Answer(500, b"x" * RESPONSE_BODY_LIMIT_BYTES)
+    assert [c for c, _ in server.requests] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not an HTTP/1.1 answer"),
+        (b"HTTP/1.1 abc Nope\r\n\r\n", "not an HTTP/1.1 answer"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "Content-Length"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunked"),
+        (b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", "answer headers over"),
+        (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", "switched protocols"),
+    ],
+    ids=["not-http", "bad-status", "bad-length", "bad-chunk", "huge-headers", "upgrade"],
+)
+async def test_an_answer_that_is_not_http_is_a_connection_error(
+    serve, answer: bytes, message: str
+) -> None:
+    server = await serve(lambda n, request: answer)
+    with pytest.raises(PostFailed, match=message):
+        await _post(server.url())
+
+
+async def test_a_late_answer_never_reaches_the_next_post() -> None:
+    """The first answer comes after the timeout: that connection is closed, not kept, so the next
+    POST gets its own answer rather than the late one still on the wire."""
+    connections = 0
+
+    async def slow_then_quick(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        late = connections == 1
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(2)
+                if late:
+                    await asyncio.sleep(0.5)
+                    writer.write(b"HTTP/1.1 500 Late\r\nContent-Length: 4\r\n\r\nlate")
+                    late = False
+                else:
+                    writer.write(NO_CONTENT)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(slow_then_quick, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+    poster = trusted_poster(timeout_seconds=0.3)
+    with pytest.raises(TimeoutError):
+        await poster.post(url, b"{}", {})
+    await asyncio.sleep(0.6)  # the late answer has arrived on the first connection by now
+    assert await poster.post(url, b"{}", {}) == Answer(204, b"")
+    await poster.close()
+    server.close()
+    assert connections == 2
+
+
+async def test_nothing_listening_is_a_connection_error(serve) -> None:
+    server = await serve(lambda n, request: NO_CONTENT)
+    url = server.url()
+    assert server.server is not None
+    server.server.close()
+    await server.server.wait_closed()
+    with pytest.raises(PostFailed, match="cannot connect"):
+        await _post(url)
+
+
+async def test_a_header_with_a_line_break_is_refused_before_sending(serve) -> None:
+    server = await serve(lambda n, request: NO_CONTENT)
+    poster = trusted_poster(timeout_seconds=5.0)
+    with pytest.raises(PostFailed, match="line break"):
+        await poster.post(server.url(), b"{}", {"webhook-id": "e\r\nX-Injected: 1"})
+    await poster.close()
+    assert server.requests == []
+
+
+# --- the outbound guard -----------------------------------------------------------------------
+
+
+async def test_a_literal_internal_address_is_refused_before_any_connection(serve) -> None:
+    server = await serve(lambda n, request: NO_CONTENT)
+    poster = guarded_poster(allow=[], timeout_seconds=5.0)
+    with pytest.raises(OutboundRefused, match="loopback"):
+        await poster.post(server.url(), b"{}", {})
+    await poster.close()
+    assert server.connections == 0
+
+
+async def test_a_name_is_dialled_at_its_vetted_address_and_sent_with_its_own_host(serve) -> None:
+    server = await serve(lambda n, request: NO_CONTENT)
+    allow = OutboundAllowList.parse(["127.0.0.1/32"])
+    table = {"hooks.example": ["127.0.0.1"]}
+    poster = guarded_poster(
+        allow=["127.0.0.1/32"],
+        timeout_seconds=5.0,
+        resolver=GuardedResolver(allow, FixedResolver(table)),
+    )
+    assert await poster.post(server.url("hooks.example"), b"{}", {}) == Answer(204, b"")
+    # The name moves inside; within the verdict's TTL the vetted address is still what is dialled.
+    table["hooks.example"] = ["10.0.0.5"]
+    await poster.close()
+    assert f"Host: hooks.example:{server.port}\r\n".encode() in server.requests[0][1]
+
+
+async def test_a_name_pointing_inside_is_refused_before_any_connection(serve) -> None:
+    server = await serve(lambda n, request: NO_CONTENT)
+    allow = OutboundAllowList.parse([])
+    poster = guarded_poster(
+        allow=[],
+        timeout_seconds=5.0,
+        resolver=GuardedResolver(allow, FixedResolver({"inside.example": ["127.0.0.1"]})),
+    )
+    with pytest.raises(OutboundRefused, match=r"'inside\.example'.*loopback"):
+        await poster.post(server.url("inside.example"), b"{}", {})
+    await poster.close()
+    assert server.connections == 0
+
+
+# --- TLS --------------------------------------------------------------------------------------
+
+
+def _certificate(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("the openssl command makes the test certificate; it is not installed")
+    cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", f"/CN={name}"),
+            *("-addext", f"subjectAltName=DNS:{name}"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+async def _tls_server(cert: Path, key: Path) -> tuple[asyncio.Server, list[bytes]]:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    received: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            received.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(NO_CONTENT)
+            await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+    return await asyncio.start_server(answer, "127.0.0.1", 0, ssl=context), received
+
+
+@pytest.mark.parametrize("served_name", ["hooks.example", "other.example"])
+async def test_tls_is_verified_against_the_urls_host_while_the_vetted_address_is_dialled(
+    tmp_path: Path, served_name: str
+) -> None:
+    cert, key = _certificate(tmp_path, served_name)
+    server, received = await _tls_server(cert, key)
+    port = server.sockets[0].getsockname()[1]
+    allow = OutboundAllowList.parse(["127.0.0.1/32"])
+    poster = guarded_poster(
+        allow=["127.0.0.1/32"],
+        timeout_seconds=5.0,
+        resolver=GuardedResolver(allow, FixedResolver({"hooks.example": ["127.0.0.1"]})),
+        ssl_context=ssl.create_default_context(cafile=str(cert)),
+    )
+    url = f"https://hooks.example:{port}/hooks"
+    try:
+        if served_name == "hooks.example":
+            assert await poster.post(url, b"{}", {}) == Answer(204, b"")
+            assert received[0].startswith(b"POST /hooks HTTP/1.1\r\n")
+        else:  # the certificate names another host: nothing is sent
+            with pytest.raises(PostFailed, match="CERTIFICATE_VERIFY_FAILED"):
+                await poster.post(url, b"{}", {})
+            assert received == []
+    finally:
+        await poster.close()
+        server.close()
