@@ -98,7 +98,8 @@ class Poster:
         target = URL(url)
         scheme, host = target.scheme, target.raw_host or ""
         if scheme not in _DEFAULT_PORTS or not host:
-            raise PostFailed(f"connection error: cannot POST to {url!r}")
+            # Not the URL itself: its user info may hold a password, and this text is stored.
+            raise PostFailed("connection error: the URL is not http(s) with a host")
         port = target.port or _DEFAULT_PORTS[scheme]
         key = (scheme, host, port)
         request = _request(target, port, body, headers)
