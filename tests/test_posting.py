@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from notify_queue.providers import posting
 from notify_queue.providers.outbound import (
     RESPONSE_BODY_LIMIT_BYTES,
     GuardedResolver,
@@ -39,6 +40,7 @@ class RawServer:
         self.script = script
         self.requests: list[tuple[int, bytes]] = []  # (connection number, request head + body)
         self.connections = 0
+        self.closed_by_client = 0
         self.server: asyncio.Server | None = None
 
     async def start(self) -> None:
@@ -57,7 +59,11 @@ class RawServer:
         self.connections += 1
         try:
             for n in range(1_000):
-                head = await reader.readuntil(b"\r\n\r\n")
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError as exc:
+                    self.closed_by_client += not exc.partial
+                    raise
                 length = 0
                 for line in head.split(b"\r\n"):
                     if line.lower().startswith(b"content-length:"):
@@ -123,6 +129,21 @@ async def test_a_kept_connection_the_server_closed_is_sent_once_more_on_a_new_on
     assert answers == [Answer(204, b"")] * 3
     # The 2nd and 3rd POSTs reached a closing connection first, then a new one.
     assert [connection for connection, _ in server.requests] == [0, 0, 1, 1, 2]
+
+
+async def test_connections_idle_too_long_are_closed_for_every_host(
+    serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(posting, "IDLE_SECONDS", 0.2)
+    first = await serve(lambda n, request: NO_CONTENT)
+    second = await serve(lambda n, request: NO_CONTENT)
+    poster = trusted_poster(timeout_seconds=5.0)
+    await poster.post(first.url(), b"{}", {})
+    await asyncio.sleep(0.4)
+    await poster.post(second.url(), b"{}", {})  # a POST to another host sweeps the first's
+    await asyncio.sleep(0.1)
+    assert first.closed_by_client == 1 and second.closed_by_client == 0
+    await poster.close()
 
 
 async def test_a_new_connection_closed_without_an_answer_is_a_failure_not_a_loop(serve) -> None:

@@ -91,6 +91,7 @@ class Poster:
         self._allow = allow
         self._ssl = ssl_context or ssl.create_default_context()
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._swept_at = time.monotonic()
 
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Answer:
         """The answer's status and the start of its body. Raises OutboundRefused (the guard),
@@ -127,14 +128,30 @@ class Poster:
     # -- connections ----------------------------------------------------------------------------
 
     def _kept(self, key: tuple[str, str, int]) -> _Connection | None:
-        kept = self._idle.get(key)
         now = time.monotonic()
+        if now - self._swept_at > IDLE_SECONDS:
+            self._sweep(now)
+        kept = self._idle.get(key)
         while kept:
             connection = kept.pop()
             if now - connection.returned_at < IDLE_SECONDS and not connection.reader.at_eof():
                 return connection
             connection.close()
         return None
+
+    def _sweep(self, now: float) -> None:
+        """Close the connections idle too long, of every host: a relay POSTs to many receivers,
+        and a host it stopped sending to would otherwise keep its sockets (and the server's)."""
+        self._swept_at = now
+        for key, kept in list(self._idle.items()):
+            fresh = [c for c in kept if now - c.returned_at < IDLE_SECONDS]
+            for connection in kept:
+                if now - connection.returned_at >= IDLE_SECONDS:
+                    connection.close()
+            if fresh:
+                self._idle[key] = fresh
+            else:
+                del self._idle[key]
 
     async def _dial(self, key: tuple[str, str, int]) -> _Connection:
         scheme, host, port = key
