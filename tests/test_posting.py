@@ -308,6 +308,15 @@ async def test_a_header_with_a_line_break_is_refused_before_sending(serve) -> No
     assert server.requests == []
 
 
+@pytest.mark.parametrize(
+    "url", ["ftp://hooks.example/x", "http:///no-host", "http://user:s3cret@hooks.example:99999/"]
+)
+async def test_a_url_that_cannot_be_posted_to_fails_without_repeating_it(url: str) -> None:
+    with pytest.raises(PostFailed, match="cannot POST to this URL") as failed:
+        await _post(url)
+    assert "s3cret" not in str(failed.value)
+
+
 # --- the outbound guard -----------------------------------------------------------------------
 
 

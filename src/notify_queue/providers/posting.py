@@ -96,14 +96,17 @@ class Poster:
     async def post(self, url: str, body: bytes, headers: Mapping[str, str]) -> Answer:
         """The answer's status and the start of its body. Raises OutboundRefused (the guard),
         PostFailed (no answer) or TimeoutError (none within the timeout)."""
-        target = URL(url)
-        scheme, host = target.scheme, target.raw_host or ""
-        if scheme not in _DEFAULT_PORTS or not host:
+        try:
+            target = URL(url)
+            scheme, host = target.scheme, target.raw_host or ""
+            if scheme not in _DEFAULT_PORTS or not host:
+                raise ValueError("not http(s) with a host")
+            port = target.port or _DEFAULT_PORTS[scheme]
+            request = _request(target, port, body, headers)
+        except ValueError as exc:  # UnicodeEncodeError too
             # Not the URL itself: its user info may hold a password, and this text is stored.
-            raise PostFailed("connection error: the URL is not http(s) with a host")
-        port = target.port or _DEFAULT_PORTS[scheme]
+            raise PostFailed(f"connection error: cannot POST to this URL: {exc}") from None
         key = (scheme, host, port)
-        request = _request(target, port, body, headers)
         async with asyncio.timeout(self._timeout_seconds):
             connection = self._kept(key)
             if connection is not None:
