@@ -5,7 +5,8 @@ addresses, or the refusal) is kept for the TTL, so a stream of events to one rec
 asks DNS nor re-checks addresses per request. The kept answer is also what is dialled, so a name
 that re-resolves elsewhere inside the TTL (DNS rebinding) is still dialled at its vetted address.
 
-Real aiohttp servers listen on loopback; names come from a fixed table that counts how often it
+The client is the relay's (`providers/posting.py`, `guarded_poster`). Real aiohttp servers listen
+on loopback; names come from a fixed table that counts how often it
 is asked (the guard vets exactly what the table answers), and a stepped clock stands for time.
 Servers that answer `Connection: close` force a new dial per request, which is what shows the
 TTL (a kept-alive connection would not dial at all).
@@ -16,12 +17,12 @@ from __future__ import annotations
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import aiohttp
 import pytest
 from aiohttp import test_utils, web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from notify_queue.providers.outbound import OutboundRefused, outbound_session
+from notify_queue.providers.outbound import OutboundRefused
+from notify_queue.providers.posting import Poster, guarded_poster
 
 
 class CountingResolver(AbstractResolver):
@@ -102,9 +103,8 @@ async def start_server() -> AsyncIterator[ServerFactory]:
         await server.server.close()
 
 
-async def post(session: aiohttp.ClientSession, url: str) -> None:
-    async with session.post(url, data=b"{}", allow_redirects=False) as response:
-        assert response.status == 204
+async def post(poster: Poster, url: str) -> None:
+    assert (await poster.post(url, b"{}", {})).status == 204
 
 
 async def test_a_stream_of_posts_to_one_host_uses_one_kept_alive_connection_and_one_lookup(
@@ -112,11 +112,11 @@ async def test_a_stream_of_posts_to_one_host_uses_one_kept_alive_connection_and_
 ) -> None:
     server = await start_server()
     resolver = CountingResolver({"hooks.example": "127.0.0.1"})
-    async with outbound_session(
+    async with guarded_poster(
         allow=["127.0.0.1/32"], timeout_seconds=5, resolver=resolver
-    ) as session:
+    ) as poster:
         for _ in range(20):
-            await post(session, f"http://hooks.example:{server.port}/hook")
+            await post(poster, f"http://hooks.example:{server.port}/hook")
     assert server.hits == 20
     assert len(server.connections) == 1
     assert resolver.asked == {"hooks.example": 1}
@@ -128,23 +128,23 @@ async def test_the_guard_is_consulted_once_per_host_within_the_ttl_and_again_aft
     server = await start_server(close=True)
     resolver = CountingResolver({"a.example": "127.0.0.1", "b.example": "127.0.0.1"})
     clock = Clock()
-    async with outbound_session(
+    async with guarded_poster(
         allow=["127.0.0.1/32"],
         timeout_seconds=5,
         resolver=resolver,
         guard_ttl_seconds=60,
         clock=clock,
-    ) as session:
+    ) as poster:
         for _ in range(5):
-            await post(session, f"http://a.example:{server.port}/")
-        await post(session, f"http://b.example:{server.port}/")
+            await post(poster, f"http://a.example:{server.port}/")
+        await post(poster, f"http://b.example:{server.port}/")
         assert resolver.asked == {"a.example": 1, "b.example": 1}
         clock.now += 59
-        await post(session, f"http://a.example:{server.port}/")
+        await post(poster, f"http://a.example:{server.port}/")
         assert resolver.asked["a.example"] == 1
         clock.now += 2  # past the TTL
-        await post(session, f"http://a.example:{server.port}/")
-        await post(session, f"http://a.example:{server.port}/")
+        await post(poster, f"http://a.example:{server.port}/")
+        await post(poster, f"http://a.example:{server.port}/")
         assert resolver.asked["a.example"] == 2
     # Every request dialled anew (the server closed each connection), so every one of them went
     # through the resolver: the kept verdict is what saved the lookups.
@@ -158,11 +158,11 @@ async def test_with_a_ttl_of_zero_the_guard_is_consulted_on_every_dial(
     # Negative control for the test above: the same requests, nothing kept.
     server = await start_server(close=True)
     resolver = CountingResolver({"a.example": "127.0.0.1"})
-    async with outbound_session(
+    async with guarded_poster(
         allow=["127.0.0.1/32"], timeout_seconds=5, resolver=resolver, guard_ttl_seconds=0
-    ) as session:
+    ) as poster:
         for _ in range(5):
-            await post(session, f"http://a.example:{server.port}/")
+            await post(poster, f"http://a.example:{server.port}/")
     assert resolver.asked == {"a.example": 5}
     assert server.hits == 5
 
@@ -170,16 +170,16 @@ async def test_with_a_ttl_of_zero_the_guard_is_consulted_on_every_dial(
 async def test_a_refusal_is_kept_for_the_ttl_and_asked_again_after_it() -> None:
     resolver = CountingResolver({"intranet.example": "10.0.0.7"})
     clock = Clock()
-    async with outbound_session(
+    async with guarded_poster(
         allow=[], timeout_seconds=5, resolver=resolver, guard_ttl_seconds=60, clock=clock
-    ) as session:
+    ) as poster:
         for _ in range(3):
             with pytest.raises(OutboundRefused, match=r"'intranet\.example'.*private"):
-                await session.post("http://intranet.example/hook", data=b"{}")
+                await poster.post("http://intranet.example/hook", b"{}", {})
         assert resolver.asked == {"intranet.example": 1}
         clock.now += 61
         with pytest.raises(OutboundRefused, match="private"):
-            await session.post("http://intranet.example/hook", data=b"{}")
+            await poster.post("http://intranet.example/hook", b"{}", {})
         assert resolver.asked == {"intranet.example": 2}
 
 
@@ -192,27 +192,27 @@ async def test_a_name_rebound_inside_the_ttl_is_still_dialled_at_its_vetted_addr
     url = f"http://hooks.example:{vetted.port}/"
     resolver = CountingResolver({"hooks.example": "127.0.0.1"})
     clock = Clock()
-    async with outbound_session(
+    async with guarded_poster(
         allow=["127.0.0.1/32"],
         timeout_seconds=5,
         resolver=resolver,
         guard_ttl_seconds=60,
         clock=clock,
-    ) as session:
-        await post(session, url)
+    ) as poster:
+        await post(poster, url)
         resolver.table["hooks.example"] = "127.0.0.2"  # the name now points inside
-        await post(session, url)  # a new dial (the server closed), to the vetted address
-        await post(session, url)
+        await post(poster, url)  # a new dial (the server closed), to the vetted address
+        await post(poster, url)
         clock.now += 61
         with pytest.raises(OutboundRefused, match=r"127\.0\.0\.2 is a loopback"):
-            await session.post(url, data=b"{}")
+            await poster.post(url, b"{}", {})
     assert resolver.asked == {"hooks.example": 2}
     assert vetted.hits == 3
     assert inside.hits == 0
 
 
 async def test_a_literal_address_is_judged_the_same_on_every_request() -> None:
-    async with outbound_session(allow=["127.0.0.1/32"], timeout_seconds=5) as session:
+    async with guarded_poster(allow=["127.0.0.1/32"], timeout_seconds=5) as poster:
         for _ in range(3):
             with pytest.raises(OutboundRefused, match="private"):
-                await session.get("http://10.0.0.1/")
+                await poster.post("http://10.0.0.1/", b"{}", {})

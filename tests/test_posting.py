@@ -21,8 +21,6 @@ import pytest
 from notify_queue.providers import posting
 from notify_queue.providers.outbound import (
     RESPONSE_BODY_LIMIT_BYTES,
-    GuardedResolver,
-    OutboundAllowList,
     OutboundRefused,
 )
 from notify_queue.providers.posting import Answer, PostFailed, guarded_poster, trusted_poster
@@ -331,12 +329,11 @@ async def test_a_literal_internal_address_is_refused_before_any_connection(serve
 
 async def test_a_name_is_dialled_at_its_vetted_address_and_sent_with_its_own_host(serve) -> None:
     server = await serve(lambda n, request: NO_CONTENT)
-    allow = OutboundAllowList.parse(["127.0.0.1/32"])
     table = {"hooks.example": ["127.0.0.1"]}
     poster = guarded_poster(
         allow=["127.0.0.1/32"],
         timeout_seconds=5.0,
-        resolver=GuardedResolver(allow, FixedResolver(table)),
+        resolver=FixedResolver(table),
     )
     assert await poster.post(server.url("hooks.example"), b"{}", {}) == Answer(204, b"")
     # The name moves inside; within the verdict's TTL the vetted address is still what is dialled.
@@ -347,11 +344,10 @@ async def test_a_name_is_dialled_at_its_vetted_address_and_sent_with_its_own_hos
 
 async def test_a_name_pointing_inside_is_refused_before_any_connection(serve) -> None:
     server = await serve(lambda n, request: NO_CONTENT)
-    allow = OutboundAllowList.parse([])
     poster = guarded_poster(
         allow=[],
         timeout_seconds=5.0,
-        resolver=GuardedResolver(allow, FixedResolver({"inside.example": ["127.0.0.1"]})),
+        resolver=FixedResolver({"inside.example": ["127.0.0.1"]}),
     )
     with pytest.raises(OutboundRefused, match=r"'inside\.example'.*loopback"):
         await poster.post(server.url("inside.example"), b"{}", {})
@@ -403,11 +399,10 @@ async def test_tls_is_verified_against_the_urls_host_while_the_vetted_address_is
     cert, key = _certificate(tmp_path, served_name)
     server, received = await _tls_server(cert, key)
     port = server.sockets[0].getsockname()[1]
-    allow = OutboundAllowList.parse(["127.0.0.1/32"])
     poster = guarded_poster(
         allow=["127.0.0.1/32"],
         timeout_seconds=5.0,
-        resolver=GuardedResolver(allow, FixedResolver({"hooks.example": ["127.0.0.1"]})),
+        resolver=FixedResolver({"hooks.example": ["127.0.0.1"]}),
         ssl_context=ssl.create_default_context(cafile=str(cert)),
     )
     url = f"https://hooks.example:{port}/hooks"

@@ -24,7 +24,7 @@ from notify_queue.provider_specs import specs_from_settings
 from notify_queue.providers import SimulatedProvider, build_providers
 from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.http import HttpProvider, parse_retry_after
-from notify_queue.providers.outbound import outbound_session, trusted_session
+from notify_queue.providers.outbound import trusted_session
 from notify_queue.settings import ProviderKind, WorkerSettings
 
 
@@ -113,7 +113,7 @@ async def service() -> AsyncIterator[DeliveryService]:
 
 @pytest.fixture
 async def session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with outbound_session(allow=["127.0.0.0/8"], timeout_seconds=10.0) as session:
+    async with trusted_session(timeout_seconds=10.0) as session:
         yield session
 
 

@@ -12,7 +12,8 @@ import aiohttp
 from notify_queue.provider_specs import ProviderSpec, ProviderSpecs
 from notify_queue.providers.base import DeliveryRequest, Provider
 from notify_queue.providers.http import HttpProvider
-from notify_queue.providers.outbound import OutboundRefused, outbound_session, trusted_session
+from notify_queue.providers.outbound import OutboundRefused, trusted_session
+from notify_queue.providers.posting import guarded_poster, trusted_poster
 from notify_queue.providers.simulated import SimulatedProvider
 from notify_queue.providers.smtp import SmtpProvider
 from notify_queue.providers.webhooks import WebhookSender
@@ -26,7 +27,8 @@ __all__ = [
     "SmtpProvider",
     "WebhookSender",
     "build_providers",
-    "outbound_session",
+    "guarded_poster",
+    "trusted_poster",
     "trusted_session",
 ]
 

@@ -2,30 +2,27 @@
 
 Trust follows who chose the URL. Endpoints set by whoever installs and runs the system (provider
 URLs, the SMTP host, `--webhook-url`) are reached wherever they are: in a cluster the SMS gateway
-or the mail relay is usually a Service on a private address (`trusted_session`). URLs that API
-clients or namespace users supply (a notification's `webhookUrl`, a NotificationPolicy's webhook)
-go through the guard (`outbound_session`): without it anyone who can create a notification
-could make a worker POST to the cloud metadata service, to PostgreSQL's neighbours or to
-loopback admin ports (server-side request forgery). The check has to happen on the address
-actually dialled, not on the URL text, because a public-looking name can resolve to
-10.0.0.5 (or re-resolve to it later: DNS rebinding). So the guard sits in two places of the
-aiohttp session that every outbound call uses:
+or the mail relay is usually a Service on a private address (`trusted_session` for providers,
+`posting.trusted_poster` for the operator's webhook). URLs that API clients or namespace users
+supply (a notification's `webhookUrl`, a NotificationPolicy's webhook) go through the guard
+(`posting.guarded_poster`): without it anyone who can create a notification could make a worker
+POST to the cloud metadata service, to PostgreSQL's neighbours or to loopback admin ports
+(server-side request forgery). The check has to happen on the address actually dialled, not on
+the URL text, because a public-looking name can resolve to 10.0.0.5 (or re-resolve to it later:
+DNS rebinding). This module holds the two checks the relay's client applies:
 
-* a resolver wrapping aiohttp's default one, which refuses the name when any address it
-  resolves to is not public; the connector only ever dials what the resolver returned;
-* a client middleware that checks literal IP hosts (aiohttp dials those without asking the
-  resolver). Middlewares run once per hop, so a redirect to `http://169.254.169.254/` is
-  refused just like a first request to it, and a redirect to a name goes through the resolver.
+* `GuardedResolver` wraps a resolver and refuses the name when any address it resolves to is not
+  public; the client only ever dials what it returned;
+* `literal_ip_verdict` judges a URL whose host is a literal IP address (nothing to resolve).
+
+Redirects are never followed, so a redirect to `http://169.254.169.254/` reaches nothing.
 
 The guard is consulted once per host and TTL, not per request: the resolver keeps each verdict
-(the vetted addresses, or the refusal) for `GUARD_TTL_SECONDS` per host, port and family, and is
-the session's only DNS cache (aiohttp's own is off, so nothing else decides when a name is asked
-again). Keeping the vetted answer opens no rebinding hole: within the TTL the connector dials the
-addresses that were vetted, whatever the name resolves to meanwhile, and after it the name is
-resolved and vetted again before the next dial. A literal IP's verdict never changes (the allow
-list is fixed for the process), so the middleware keeps it without expiry. Connections are kept
-alive per host by aiohttp's pool, so a steady stream of events to one receiver neither dials nor
-resolves again.
+(the vetted addresses, or the refusal) for `GUARD_TTL_SECONDS` per host, port and family.
+Keeping the vetted answer opens no rebinding hole: within the TTL the client dials the addresses
+that were vetted, whatever the name resolves to meanwhile, and after it the name is resolved and
+vetted again before the next dial. Connections are kept alive per host, so a steady stream of
+events to one receiver neither dials nor resolves again.
 
 `allow` opens holes on purpose (a receiver on loopback in development, a provider on a private
 network): an entry is a CIDR, matched against the resolved address, or a host name, matched
@@ -234,24 +231,6 @@ class GuardedResolver(AbstractResolver):
         await self._inner.close()
 
 
-class _GuardedConnector(aiohttp.TCPConnector):
-    """A TCPConnector that closes the resolver it was given (aiohttp leaves that to the caller).
-
-    aiohttp's own DNS cache is off: the guarded resolver keeps the vetted answers itself, so its
-    TTL alone decides when a name is resolved and vetted again.
-    """
-
-    def __init__(self, *, resolver: GuardedResolver) -> None:
-        super().__init__(resolver=resolver, limit=0, use_dns_cache=False)
-        self._guarded_resolver = resolver
-
-    async def close(self, *, abort_ssl: bool = False) -> None:
-        try:
-            await super().close(abort_ssl=abort_ssl)
-        finally:
-            await self._guarded_resolver.close()
-
-
 def literal_ip_verdict(allow: OutboundAllowList, host: str) -> str | None:
     """Why a URL whose host is this literal IP address is refused; None for a name (the
     resolver's to vet) or an address the allow-list lets through."""
@@ -265,60 +244,10 @@ def literal_ip_verdict(allow: OutboundAllowList, host: str) -> str | None:
     return None
 
 
-def _literal_ip_guard(allow: OutboundAllowList) -> aiohttp.ClientMiddlewareType:
-    # host -> why it is refused, or None (a name, for the resolver, or an allowed address). The
-    # verdict on a literal address never changes, so it is kept without expiry, within a bound.
-    verdicts: dict[str, str | None] = {}
-
-    async def guard(
-        request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
-    ) -> aiohttp.ClientResponse:
-        host = request.url.raw_host or ""
-        try:
-            reason = verdicts[host]
-        except KeyError:
-            if len(verdicts) >= _VERDICTS_MAX:
-                verdicts.clear()
-            reason = verdicts[host] = literal_ip_verdict(allow, host)
-        if reason is not None:
-            raise OutboundRefused(host, reason)
-        return await handler(request)
-
-    return guard
-
-
-# Both sessions leave the number of connections to their callers (limit=0): the worker's
-# --concurrency and the relay's POST slots already bound what is in flight, and aiohttp's default
-# pool of 100 would make call 101 wait for a connection inside its own timeout. A delivery timed
-# out that way was never sent, yet would count as a timeout (an unknown outcome); a webhook event
-# would fail without ever being POSTed.
-
-
-def outbound_session(
-    *,
-    allow: list[str],
-    timeout_seconds: float,
-    resolver: AbstractResolver | None = None,
-    guard_ttl_seconds: float = GUARD_TTL_SECONDS,
-    clock: Callable[[], float] = time.monotonic,
-) -> aiohttp.ClientSession:
-    """A session for calls to URLs we do not control; call it inside the running event loop.
-
-    `allow` holds CIDRs and host names that may be reached although they are not public.
-    `resolver` replaces aiohttp's default DNS resolver under the guard (tests use a fixed table).
-    `guard_ttl_seconds` is how long a host's verdict is kept (0: every dial resolves and vets),
-    `clock` the monotonic clock it is measured with (tests step it).
-    Requests raise `OutboundRefused` for a forbidden destination, before anything is sent to it.
-    """
-    allow_list = OutboundAllowList.parse(allow)
-    guarded = GuardedResolver(allow_list, resolver, ttl_seconds=guard_ttl_seconds, clock=clock)
-    return aiohttp.ClientSession(
-        connector=_GuardedConnector(resolver=guarded),
-        timeout=aiohttp.ClientTimeout(total=timeout_seconds),
-        middlewares=(_literal_ip_guard(allow_list),),
-        # Environment proxies would make the proxy, not the destination, the address we dial.
-        trust_env=False,
-    )
+# The providers' session leaves the number of connections to its caller (limit=0): the worker's
+# --concurrency already bounds what is in flight, and aiohttp's default pool of 100 would make
+# call 101 wait for a connection inside its own timeout. A delivery timed out that way was never
+# sent, yet would count as a timeout (an unknown outcome).
 
 
 def trusted_session(*, timeout_seconds: float) -> aiohttp.ClientSession:

@@ -28,13 +28,15 @@ import base64
 import socket
 import ssl
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
+from aiohttp.abc import AbstractResolver
 from yarl import URL
 
 from notify_queue.errors import NotifyQueueError
 from notify_queue.providers.outbound import (
+    GUARD_TTL_SECONDS,
     RESPONSE_BODY_LIMIT_BYTES,
     GuardedResolver,
     OutboundAllowList,
@@ -119,6 +121,12 @@ class Poster:
                 return await self._exchange(key, connection, request, kept=False)
             except _Stale as exc:  # a new connection closed at once: no answer
                 raise PostFailed("connection error: the server closed the connection") from exc
+
+    async def __aenter__(self) -> Poster:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
 
     async def close(self) -> None:
         for connections in self._idle.values():
@@ -241,18 +249,23 @@ def guarded_poster(
     *,
     allow: list[str],
     timeout_seconds: float,
-    resolver: GuardedResolver | None = None,
+    resolver: AbstractResolver | None = None,
+    guard_ttl_seconds: float = GUARD_TTL_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
     ssl_context: ssl.SSLContext | None = None,
 ) -> Poster:
-    """For URLs clients supplied: only public addresses, or those `allow` names (CIDRs, hosts).
-    `resolver` replaces the default guarded resolver (tests give it a fixed table). Call it
-    inside the running event loop (the default resolver belongs to it)."""
+    """For URLs clients supplied; call it inside the running event loop.
+
+    `allow` holds CIDRs and host names that may be reached although they are not public.
+    `resolver` replaces the system's DNS under the guard (tests use a fixed table),
+    `guard_ttl_seconds` is how long a host's verdict is kept (0: every dial resolves and vets),
+    `clock` the monotonic clock it is measured with (tests step it). A forbidden destination
+    raises `OutboundRefused` before anything is sent to it.
+    """
     allow_list = OutboundAllowList.parse(allow)
+    guarded = GuardedResolver(allow_list, resolver, ttl_seconds=guard_ttl_seconds, clock=clock)
     return Poster(
-        timeout_seconds=timeout_seconds,
-        resolver=resolver or GuardedResolver(allow_list),
-        allow=allow_list,
-        ssl_context=ssl_context,
+        timeout_seconds=timeout_seconds, resolver=guarded, allow=allow_list, ssl_context=ssl_context
     )
 
 
