@@ -12,7 +12,9 @@ a worker stopped with SIGTERM, PostgreSQL restarted (fast or as a crash), the re
 a while, the primary flapping (down and up every second or so: its circuit opens, probes,
 closes), or an outage of both providers. Then the faults stop, the system drains, and
 the invariants of issue #7 are checked over everything the API accepted (tests/chaos/harness.py:
-`audit`). Prints one JSON summary line; exits 1 when an invariant was broken.
+`audit`): none lost, none stuck, no key delivered twice by one provider, and, under the default
+failover (`OnDefiniteFailure`), no notification delivered by two providers (issue 19). Prints one
+JSON summary line; exits 1 when an invariant was broken.
 """
 
 from __future__ import annotations

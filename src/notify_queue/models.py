@@ -269,6 +269,11 @@ class ClaimedNotification:
     # From the notification's policy: its failover rule and provider chain (None: the worker's).
     failover: Failover | None = None
     providers: tuple[str, ...] | None = None
+    # The provider this attempt is bound to as the claim left it (migration 0009), and the one the
+    # row was bound to before the claim: an earlier attempt there has an unknown outcome, so under
+    # OnDefiniteFailure no other provider may be called (services/failover.py).
+    bound_provider: str | None = None
+    sticky_provider: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +342,9 @@ class DeliveryResult:
     # calls and skips of this attempt, for the delivery record: JSON text, a list of objects.
     provider: str | None = None
     attempts_json: str = "[]"
+    # The provider the notification stays bound to after this attempt (set by the routing): the
+    # one whose outcome is unknown, else None (services/failover.py `binding_after`).
+    bound_provider: str | None = None
 
     def __post_init__(self) -> None:
         if self.provider_message_id is not None:
@@ -366,6 +374,8 @@ class Completion:
     next_attempt_at: datetime | None = None
     # The provider said the address is gone (410): a push token leaves the stored recipient.
     address_gone: bool = False
+    # The provider the row stays bound to (migration 0009); None clears the binding.
+    bound_provider: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -266,6 +266,7 @@ class Audit:
     deliveries: int = 0
     repeats_absorbed: int = 0
     duplicates: int = 0
+    delivered_by_two_providers: int = 0
     lost: int = 0
     stuck: int = 0
     webhook_events: int = 0
@@ -289,6 +290,7 @@ async def audit(
     receiver: SignedWebhookReceiver | None = None,
     *,
     providers: dict[str, ChaosProvider] | None = None,
+    two_providers_allowed: bool = False,
 ) -> Audit:
     """Check the invariants of issue #7 over the notifications `ids`:
 
@@ -300,10 +302,11 @@ async def audit(
       signature, its original eventId and the payload the database holds.
 
     With `providers` (a providers file's named providers, by name), each provider must have
-    delivered each key at most once, and a SENT notification's key exactly once at the provider
-    the database names. A key delivered by two providers is counted, not a problem: after a crash
-    the outcome of the lost attempt is unknown, and failover to a provider that never saw the key
-    can deliver it again (docs/providers.md).
+    delivered each key at most once, a SENT notification's key exactly once at the provider the
+    database names, and no key may have been delivered by two providers: under the default
+    failover (`OnDefiniteFailure`) a notification whose attempt had an unknown outcome stays with
+    that provider (docs/providers.md). `two_providers_allowed`: the run used `Always`, whose
+    documented trade-off is exactly such a duplicate; they are then counted, not a problem.
     """
     wanted = list(ids)
     rows = await read_rows(
@@ -362,8 +365,9 @@ async def audit(
                 else:
                     result.problems.append(f"{key} delivered but {r['status']}")
         result.extra["delivered_but_dead_lettered_after_recheck"] = delivered_but_dead
-        if providers:
-            result.extra["delivered_by_two_providers"] = by_two
+        result.delivered_by_two_providers = by_two
+        if by_two and not two_providers_allowed:
+            result.problems.append(f"{by_two} keys delivered by two providers")
     events = await _audit_events(db, wanted)
     result.webhook_events = len(events)
     if receiver is not None:

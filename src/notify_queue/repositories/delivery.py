@@ -38,6 +38,19 @@ Screen = Callable[[ClaimedNotification], Completion | None]
 
 
 @dataclass(frozen=True, slots=True)
+class ChainHeads:
+    """Where a claim binds a row that is not bound yet (migration 0009): the first provider of
+    each channel's chain, and the providers this worker knows (a policy's chain is read through
+    them, as the worker's routing reads it)."""
+
+    channels: dict[Channel, str]
+    known: tuple[str, ...]
+
+
+NO_CHAIN_HEADS = ChainHeads({}, ())
+
+
+@dataclass(frozen=True, slots=True)
 class DeliveryDefaults:
     """The worker's policy defaults, for notifications whose policy does not set a value."""
 
@@ -61,6 +74,7 @@ class DeliveryRepository:
         channels: Sequence[Channel],
         limit: int,
         screen: Screen | None = None,
+        chain_heads: ChainHeads = NO_CHAIN_HEADS,
     ) -> ClaimedBatch:
         """Claim a batch. `screen` sees each claimed notification inside the claim transaction;
         what it returns a completion for is recorded there (not handed out), so a claim that
@@ -86,6 +100,9 @@ class DeliveryRepository:
                     "lease_seconds": d.lease_seconds,
                     "backoff_base_seconds": d.backoff_base_seconds,
                     "backoff_max_seconds": d.backoff_max_seconds,
+                    "chain_channels": [c.value for c in chain_heads.channels],
+                    "chain_heads": list(chain_heads.channels.values()),
+                    "known_providers": list(chain_heads.known),
                 },
             )
             claimed = [_claimed(r) for r in rows if r[0]]
@@ -129,6 +146,7 @@ class DeliveryRepository:
                 "give_back": [c.give_back_attempt for c in completions],
                 "next_attempt_ats": [c.next_attempt_at for c in completions],
                 "addresses_gone": [c.address_gone for c in completions],
+                "bound_providers": [c.bound_provider for c in completions],
                 "default_webhook_url": self._defaults.webhook_url,
             },
         )
@@ -211,6 +229,8 @@ def _claimed(row: tuple[Any, ...]) -> ClaimedNotification:
         opt_out_categories,
         quiet_start,
         quiet_end,
+        bound_provider,
+        sticky_provider,
     ) = row
     return ClaimedNotification(
         id=id_,
@@ -243,4 +263,6 @@ def _claimed(row: tuple[Any, ...]) -> ClaimedNotification:
                 quiet_end=quiet_end,
             )
         ),
+        bound_provider=bound_provider,
+        sticky_provider=sticky_provider,
     )

@@ -1,4 +1,5 @@
-"""Provider state shared by every worker: send schedules (rate limits) and circuit breakers."""
+"""Provider state shared by every worker: send schedules (rate limits), circuit breakers, and the
+provider a notification's attempt is bound to."""
 
 from __future__ import annotations
 
@@ -89,6 +90,23 @@ class ProviderRepository:
             "provider_circuit_take_probe", {"provider": provider, "probe_seconds": probe_seconds}
         )
         return row["probe_token"] if row else None
+
+    async def provider_circuit_return_probe(self, *, provider: str, probe_token: uuid.UUID) -> None:
+        """Hand back a probe that was taken but not used: the next delivery that asks takes it."""
+        await self._db.execute(
+            "provider_circuit_return_probe", {"provider": provider, "probe_token": probe_token}
+        )
+
+    async def notification_bind_provider(
+        self, *, id: uuid.UUID, claim_token: uuid.UUID, provider: str
+    ) -> bool:
+        """Bind a claimed notification to the provider it is about to call; False: the claim
+        was lost (the lease ran out and the row was recovered), so it must not be called."""
+        row = await self._db.fetch_one(
+            "notification_bind_provider",
+            {"id": id, "claim_token": claim_token, "provider": provider},
+        )
+        return row is not None
 
     async def provider_circuits_record(
         self, *, reports: Sequence[CircuitReport]

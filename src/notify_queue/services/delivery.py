@@ -26,7 +26,12 @@ from notify_queue.models import (
     Priority,
     Status,
 )
-from notify_queue.repositories.delivery import ClaimedBatch, DeliveryRepository
+from notify_queue.repositories.delivery import (
+    NO_CHAIN_HEADS,
+    ChainHeads,
+    ClaimedBatch,
+    DeliveryRepository,
+)
 from notify_queue.services.backoff import backoff_seconds, retry_after_seconds
 from notify_queue.services.preferences import Clock, screen_claimed, system_clock
 
@@ -50,6 +55,7 @@ def decide_completion(
             attempts_json=result.attempts_json,
             give_back_attempt=give_back_attempt,
             address_gone=result.address_gone and status is Status.FAILED,
+            bound_provider=result.bound_provider,
         )
 
     if result.outcome is Outcome.SENT:
@@ -94,7 +100,7 @@ class DeliveryService:
         # Quiet hours are read against this clock: the test seam (a frozen moment in tests).
         self._clock = clock
 
-    async def claim(self, limit: int) -> ClaimedBatch:
+    async def claim(self, limit: int, *, chain_heads: ChainHeads = NO_CHAIN_HEADS) -> ClaimedBatch:
         """Claim a batch; the send-time preference check runs inside the claim transaction.
 
         Of a user-targeted notification, the recipient's current preferences come with the claim
@@ -109,6 +115,7 @@ class DeliveryService:
             channels=self._channels,
             limit=limit,
             screen=lambda claimed: screen_claimed(claimed, now),
+            chain_heads=chain_heads,
         )
 
     async def complete(

@@ -118,12 +118,21 @@ def screen_claimed(claimed: ClaimedNotification, now: datetime) -> Completion | 
         None,
         next_attempt_at=ends,
         give_back_attempt=True,
+        bound_provider=claimed.sticky_provider,
     )
 
 
 def _not_sent(claimed: ClaimedNotification, status: Status, reason: str) -> Completion:
     return Completion(
-        claimed.id, claimed.claim_token, status, None, reason, None, give_back_attempt=True
+        claimed.id,
+        claimed.claim_token,
+        status,
+        None,
+        reason,
+        None,
+        give_back_attempt=True,
+        # Nothing was tried: the row keeps the binding an earlier attempt left (migration 0009).
+        bound_provider=claimed.sticky_provider,
     )
 
 

@@ -8,16 +8,20 @@ channel's chain from the providers file) and, per provider:
    skipping until the probe's result closes or re-opens it;
 2. takes a send slot when the provider has a rate limit: slots come from one schedule shared by
    every worker, reserved in batches (`SlotBook`), and the delivery sleeps until its slot; a slot
-   further away than `--provider-wait-bound` is not taken (the provider counts as limited);
-3. calls the provider with the worker's deadline (its timeout + a margin) around it.
+   further away than `--provider-wait-bound` is not taken (the provider counts as limited); a
+   delivery that took the probe and then does not call hands the probe back at once;
+3. makes sure the row is bound to that provider (the claim bound it to its chain's head; another
+   provider costs one statement), so an unknown outcome leaves the right provider named;
+4. calls the provider with the worker's deadline (its timeout + a margin) around it.
 
 Then the failover rule (CONTRACT section 9, docs/design.md "Providers"): SENT and permanent
 failures end the walk. A temporary failure moves on to the next provider only when it proves
 nothing was sent (connection refused, 429, 503), or after anything with `Always`; after a timeout
 `OnDefiniteFailure` retries the same provider later (its idempotency key makes that safe; a
-second provider could duplicate). When every provider was skipped (open or limited) nothing was
-tried: the result says so, and the notification waits for the earliest probe or slot without
-using an attempt.
+second provider could duplicate), and keeps to it while its circuit is open: a row bound by an
+unknown outcome is sent to no other provider (services/failover.py holds these rules). When every
+provider was skipped (open or limited) nothing was tried: the result says so, and the
+notification waits for the earliest probe or slot without using an attempt.
 
 Every call and every skip that led to another provider is recorded in the attempt's log.
 """
@@ -37,8 +41,16 @@ from notify_queue.errors import DatabaseUnavailable
 from notify_queue.models import Channel, ClaimedNotification, DeliveryResult, Failover, Outcome
 from notify_queue.provider_specs import ProviderSpec, ProviderSpecs
 from notify_queue.providers.base import DeliveryRequest, Provider
+from notify_queue.repositories.delivery import ChainHeads
 from notify_queue.repositories.providers import CircuitRow, ProviderRepository
 from notify_queue.services.circuits import CircuitTally
+from notify_queue.services.failover import (
+    Skip,
+    binding_after,
+    may_move_on,
+    providers_to_try,
+    waiting_result,
+)
 from notify_queue.worker.metrics import (
     CIRCUIT_STATE,
     CIRCUIT_TRANSITIONS,
@@ -188,6 +200,17 @@ class Circuits:
         log.info("circuit of provider %s half-open: probing with one notification", name)
         return True, token, 0.0
 
+    async def give_back(self, name: str, probe: uuid.UUID) -> None:
+        """The delivery that took the probe does not call after all: hand it back now, so
+        another delivery (of any worker) probes instead of nobody until the probe times out."""
+        view = self._views.get(name)
+        if view is not None:
+            view.probe_until = asyncio.get_running_loop().time()
+        try:
+            await self._repository.provider_circuit_return_probe(provider=name, probe_token=probe)
+        except DatabaseUnavailable as exc:
+            log.warning("handing back the probe of provider %s failed: %s", name, exc)
+
     def observe(self, name: str, outcome: Outcome, probe: uuid.UUID | None) -> None:
         if name in self._breakers:
             self._tally.observe(name, outcome, probe)
@@ -227,6 +250,9 @@ class Router:
     ) -> None:
         self._specs = {p.name: p for p in specs.providers}
         self._chains = {c: specs.chain(c) for c in Channel}
+        self._heads = ChainHeads(
+            {c: chain[0] for c, chain in self._chains.items() if chain}, tuple(self._specs)
+        )
         self._providers = providers
         self._repository = repository
         self._failover = failover
@@ -258,64 +284,93 @@ class Router:
             )
             await self.circuits.refresh()
 
+    @property
+    def chain_heads(self) -> ChainHeads:
+        """What the claim binds an unbound row to: the head of its chain (as `chain` reads it)."""
+        return self._heads
+
     def chain(self, claimed: ClaimedNotification) -> list[str]:
-        chain = [n for n in claimed.providers or () if n in self._specs] or self._chains[
+        """The notification's chain: its policy's providers this worker knows, else its
+        channel's (the claim's `chain_heads` must read it the same way)."""
+        return [n for n in claimed.providers or () if n in self._specs] or self._chains[
             claimed.channel
         ]
-        if (claimed.failover or self._failover) is Failover.NEVER:
-            return chain[:1]
-        return chain
 
     async def deliver(self, claimed: ClaimedNotification) -> DeliveryResult:
         failover = claimed.failover or self._failover
-        request = DeliveryRequest(
-            id=claimed.id,
-            channel=claimed.channel,
-            recipient=claimed.recipient,
-            subject=claimed.subject,
-            body=claimed.body,
-            metadata=claimed.metadata,
-        )
-        attempts: list[dict[str, Any]] = []
-        skipped: list[tuple[Outcome, str, float]] = []  # (why, error, seconds to wait)
-        last_failure: tuple[DeliveryResult, str] | None = None  # the answer and who gave it
-        for name in self.chain(claimed):
-            spec = self._specs[name]
-            may_call, probe, wait = await self.circuits.gate(name)
-            if not may_call:
-                skipped.append((Outcome.CIRCUIT_OPEN, f"{name}: circuit open", wait))
-                attempts.append(_entry(name, Outcome.CIRCUIT_OPEN, "circuit open", None))
-                self._count(claimed.channel, Outcome.CIRCUIT_OPEN, name)
+        sticky = self._sticky(claimed)
+        attempt = _Attempt(claimed, _request(claimed))
+        for name in providers_to_try(self.chain(claimed), failover, sticky):
+            result = await self._try(name, attempt)
+            if result is None:
+                if attempt.stopped:
+                    break
                 continue
-            book = self._books.get(name)
-            if book is not None:
-                slot = await _wait_for_slot(book)
-                if slot is None:
-                    error = f"{name}: rate limit {spec.rate_limit.per_second:g}/s reached"  # type: ignore[union-attr]
-                    skipped.append((Outcome.PROVIDER_LIMITED, error, book.free_in_seconds))
-                    attempts.append(_entry(name, Outcome.PROVIDER_LIMITED, "rate limited", None))
-                    self._count(claimed.channel, Outcome.PROVIDER_LIMITED, name)
-                    continue
-            result, seconds = await self._call(name, spec, request)
-            self.circuits.observe(name, result.outcome, probe)
-            attempts.append(_entry(name, result.outcome, result.error, seconds))
-            self._count(claimed.channel, result.outcome, name, seconds)
-            if result.outcome is not Outcome.TEMPORARY_FAILURE:
-                return _finish(result, name, attempts)
-            last_failure = (result, name)
-            if not (result.nothing_sent or failover is Failover.ALWAYS):
+            if result.outcome is not Outcome.TEMPORARY_FAILURE or not may_move_on(result, failover):
                 break
-        if last_failure is not None:
-            return _finish(*last_failure, attempts)
-        # Nothing was tried: every provider of the chain was open or rate-limited. The skips are
-        # not logged as attempts (the notification gets its attempt back and tries again).
-        all_open = all(s[0] is Outcome.CIRCUIT_OPEN for s in skipped)
-        why = Outcome.CIRCUIT_OPEN if all_open else Outcome.PROVIDER_LIMITED
-        return DeliveryResult(
-            why,
-            error="; ".join(s[1] for s in skipped) or "no provider for this channel",
-            retry_after_seconds=min((s[2] for s in skipped), default=1.0),
-        )
+        return attempt.result(sticky)
+
+    def _sticky(self, claimed: ClaimedNotification) -> str | None:
+        sticky = claimed.sticky_provider
+        if sticky is not None and sticky not in self._specs:
+            # Bound to a provider this worker does not have (removed from the providers file):
+            # nothing can call it any more, so the binding cannot keep the notification anywhere.
+            log.warning("%s is bound to unknown provider %s: binding ignored", claimed.id, sticky)
+            return None
+        return sticky
+
+    async def _try(self, name: str, attempt: _Attempt) -> DeliveryResult | None:
+        """Call `name` if its circuit, its send rate and the row's binding allow; None when it
+        was skipped (recorded in `attempt`)."""
+        channel = attempt.claimed.channel
+        may_call, probe, wait = await self.circuits.gate(name)
+        if not may_call:
+            attempt.skip(Skip(name, Outcome.CIRCUIT_OPEN, "circuit open", wait))
+            self._count(channel, Outcome.CIRCUIT_OPEN, name)
+            return None
+        if not await self._take_slot(name, attempt) or not await self._bind(name, attempt):
+            if probe is not None:  # nobody else could probe until the probe timed out
+                await self.circuits.give_back(name, probe)
+            return None
+        result, seconds = await self._call(name, self._specs[name], attempt.request)
+        self.circuits.observe(name, result.outcome, probe)
+        attempt.called(name, result, seconds)
+        self._count(channel, result.outcome, name, seconds)
+        return result
+
+    async def _take_slot(self, name: str, attempt: _Attempt) -> bool:
+        book = self._books.get(name)
+        if book is None:
+            return True
+        if await _wait_for_slot(book):
+            return True
+        per_second = self._specs[name].rate_limit.per_second  # type: ignore[union-attr]
+        reason = f"rate limit {per_second:g}/s reached"
+        attempt.skip(Skip(name, Outcome.PROVIDER_LIMITED, reason, book.free_in_seconds))
+        self._count(attempt.claimed.channel, Outcome.PROVIDER_LIMITED, name)
+        return False
+
+    async def _bind(self, name: str, attempt: _Attempt) -> bool:
+        """The row names the provider it is about to call before the call (migration 0009): the
+        claim bound it to its chain's head; calling another one costs this one statement."""
+        if attempt.bound == name:
+            return True
+        claimed = attempt.claimed
+        try:
+            bound = await self._repository.notification_bind_provider(
+                id=claimed.id, claim_token=claimed.claim_token, provider=name
+            )
+            why = "the claim was lost"
+        except DatabaseUnavailable as exc:
+            bound, why = False, str(exc)
+        if bound:
+            attempt.bound = name
+            return True
+        # Not called, and no other provider either: binding one would fail the same way. The
+        # notification tries again shortly without using an attempt.
+        attempt.skip(Skip(name, Outcome.PROVIDER_LIMITED, f"not bound ({why})", 1.0))
+        attempt.stopped = True
+        return False
 
     async def _call(
         self, name: str, spec: ProviderSpec, request: DeliveryRequest
@@ -379,15 +434,56 @@ def _entry(name: str, outcome: Outcome, error: str | None, seconds: float | None
     }
 
 
-def _finish(result: DeliveryResult, name: str, attempts: list[dict[str, Any]]) -> DeliveryResult:
-    # Built field by field: dataclasses.replace costs twice as much, on every delivery.
-    return DeliveryResult(
-        result.outcome,
-        provider_message_id=result.provider_message_id,
-        error=result.error,
-        retry_after_seconds=result.retry_after_seconds,
-        nothing_sent=result.nothing_sent,
-        address_gone=result.address_gone,
-        provider=name,
-        attempts_json=json.dumps(attempts, ensure_ascii=False),
+def _request(claimed: ClaimedNotification) -> DeliveryRequest:
+    return DeliveryRequest(
+        id=claimed.id,
+        channel=claimed.channel,
+        recipient=claimed.recipient,
+        subject=claimed.subject,
+        body=claimed.body,
+        metadata=claimed.metadata,
     )
+
+
+class _Attempt:
+    """One delivery attempt's record: its calls and skips, in order, and the provider its row is
+    bound to right now."""
+
+    __slots__ = ("_calls", "_entries", "_skips", "bound", "claimed", "request", "stopped")
+
+    def __init__(self, claimed: ClaimedNotification, request: DeliveryRequest) -> None:
+        self.claimed = claimed
+        self.request = request
+        self.bound = claimed.bound_provider
+        self.stopped = False  # a skip that ends the walk (the row could not be bound)
+        self._entries: list[dict[str, Any]] = []
+        self._skips: list[Skip] = []
+        self._calls: list[tuple[str, DeliveryResult]] = []
+
+    def skip(self, skip: Skip) -> None:
+        self._skips.append(skip)
+        self._entries.append(_entry(skip.provider, skip.outcome, skip.reason, None))
+
+    def called(self, name: str, result: DeliveryResult, seconds: float) -> None:
+        self._calls.append((name, result))
+        self._entries.append(_entry(name, result.outcome, result.error, seconds))
+
+    def result(self, sticky: str | None) -> DeliveryResult:
+        """The attempt's result: the last call's answer (it ended the walk), or, when nothing was
+        called, the wait for the earliest probe or slot (skips are then not logged as attempts:
+        the notification gets its attempt back)."""
+        if not self._calls:
+            return waiting_result(self._skips, sticky)
+        name, result = self._calls[-1]
+        # Built field by field: dataclasses.replace costs twice as much, on every delivery.
+        return DeliveryResult(
+            result.outcome,
+            provider_message_id=result.provider_message_id,
+            error=result.error,
+            retry_after_seconds=result.retry_after_seconds,
+            nothing_sent=result.nothing_sent,
+            address_gone=result.address_gone,
+            provider=name,
+            attempts_json=json.dumps(self._entries, ensure_ascii=False),
+            bound_provider=binding_after(sticky, self._calls),
+        )

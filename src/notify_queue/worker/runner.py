@@ -161,7 +161,7 @@ class Worker:
             limit = min(self._batch_size, free)
             try:
                 await self._router.circuits.refresh()
-                batch = await self._service.claim(limit)
+                batch = await self._service.claim(limit, chain_heads=self._router.chain_heads)
             except DatabaseUnavailable as exc:
                 log.warning("claim failed: %s; retrying", exc)
                 await wait_any(self._claiming_stopped, timeout=_RETRY_DB_SECONDS)

@@ -46,6 +46,13 @@ WHERE (SELECT count(*) FROM recipient_locks) >= 0
 -- The others stay PENDING, due at the moment a slot frees (the matching oldest slot's time plus
 -- the window), with no attempt used. Admitted rows take a slot now, in this transaction.
 --
+-- Admitted rows are bound to a provider in the same UPDATE (migration 0009): a row already bound
+-- keeps its provider (an earlier attempt there has an unknown outcome: the worker reads the old
+-- value as `sticky_provider` and, under OnDefiniteFailure, calls no other); an unbound row is
+-- bound to the head of its chain (its policy's first provider this worker knows, else the
+-- channel's chain head, both passed by the worker), the provider the worker calls first unless
+-- its circuit or its rate limit says no (then the worker writes the other one before calling).
+--
 -- Cost per row is what limits throughput, so: each row is found through the primary key
 -- (`id = ANY(array)`, never a join the planner could turn into a scan of the whole table, which
 -- would make a claim's cost grow with the table), the window's slots are counted once per
@@ -64,7 +71,14 @@ WITH batch AS (
                          secs => COALESCE(p.rate_window_seconds, %(rate_window_seconds)s))) AS holds_slot,
            -- Policies fail closed (migration 0006): a row whose NotificationPolicy exists but is
            -- not Ready is held, never sent under the defaults. No policy row: the defaults.
-           COALESCE(NOT p.ready, false) AS held
+           COALESCE(NOT p.ready, false) AS held,
+           n.bound_provider AS sticky_provider,
+           COALESCE(
+               (SELECT u.name FROM unnest(p.providers) WITH ORDINALITY AS u(name, position)
+                WHERE u.name = ANY(%(known_providers)b::text[]) ORDER BY u.position LIMIT 1),
+               (SELECT c.head FROM unnest(%(chain_channels)b::text[], %(chain_heads)b::text[])
+                    AS c(channel, head)
+                WHERE c.channel = n.channel)) AS chain_head
     FROM nq_queue n
     LEFT JOIN nq_policies p ON p.name = n.policy
     WHERE n.id = ANY(%(ids)b::uuid[])
@@ -76,6 +90,7 @@ WITH batch AS (
     FROM (SELECT DISTINCT recipient, win FROM batch) r
 ), decided AS (
     SELECT b.id, b.recipient, b.win, u.used, b.rate_limit, b.holds_slot, b.held,
+           b.sticky_provider, b.chain_head,
            -- Held rows rank apart, so they never take a place in the window from a sendable row.
            row_number() OVER (PARTITION BY b.recipient, b.holds_slot, b.held
                               ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank
@@ -86,13 +101,17 @@ WITH batch AS (
         attempt_count = n.attempt_count + 1,
         claim_token = gen_random_uuid(),
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        bound_provider = COALESCE(n.bound_provider, d.chain_head),
         updated_at = now()
-    -- These rows are locked by step 1 of this transaction, so they are still PENDING.
+    FROM decided d
+    -- These rows are locked by step 1 of this transaction, so they are still PENDING. Found
+    -- through the primary key, then matched to their decision (as `deferred` below).
     WHERE n.id = ANY(ARRAY(SELECT id FROM decided
                            WHERE NOT held AND (holds_slot OR rank <= rate_limit - used)))
+      AND n.id = d.id
     RETURNING n.id, n.claim_token, n.channel, n.recipient, n.subject, n.body, n.metadata,
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at,
-              n.category, n.expires_at, n.recipient_id
+              n.category, n.expires_at, n.recipient_id, n.bound_provider, d.sticky_provider
 ), waiting AS (
     -- The slot a waiting row waits for is the (used - limit + rank)-th oldest in the window;
     -- when that slot is not taken yet (a burst within one batch), a full window from now.
@@ -127,7 +146,8 @@ WITH batch AS (
 SELECT admitted, id, claim_token, channel, recipient, subject, body, metadata, attempt_count,
        max_attempts, priority, backoff_base_seconds, backoff_max_seconds, failover, providers,
        category, expires_at, recipient_id, recipient_exists, timezone, opt_out_all,
-       opt_out_channels, opt_out_categories, quiet_start, quiet_end
+       opt_out_channels, opt_out_categories, quiet_start, quiet_end, bound_provider,
+       sticky_provider
 FROM (
     SELECT true AS admitted, a.id, a.claim_token, a.channel, a.recipient, a.subject, a.body,
            a.metadata, a.attempt_count, a.max_attempts, a.priority,
@@ -139,13 +159,14 @@ FROM (
            -- read in this transaction (a primary-key lookup), so the send-time check (services/
            -- preferences.py) never works from a stale copy. A deleted recipient reads as absent.
            r.id IS NOT NULL AS recipient_exists, r.timezone, r.opt_out_all, r.opt_out_channels,
-           r.opt_out_categories, r.quiet_start, r.quiet_end
+           r.opt_out_categories, r.quiet_start, r.quiet_end, a.bound_provider, a.sticky_provider
     FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
     LEFT JOIN nq_recipients r ON r.id = a.recipient_id
     UNION ALL
     -- Waiting for a slot: the worker only counts these, by channel.
     SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL
     FROM deferred d
 ) c
 ORDER BY priority, next_attempt_at, created_at
@@ -162,6 +183,8 @@ ORDER BY priority, next_attempt_at, created_at
 -- transaction: SUPPRESSED, EXPIRED, or back to PENDING at the end of quiet hours (an absolute
 -- next_attempt_at), each giving back the attempt the claim counted (give_back).
 -- A provider's 410 (address_gone) removes that push token from the stored recipient.
+-- Each result says which provider the row stays bound to (migration 0009): the one whose outcome
+-- is unknown, else NULL; the send-time check passes the binding the row had before its claim.
 -- The attempts come as one JSON array of arrays, matched to the results by position: a jsonb[]
 -- parameter would be dumped element by element with every quote escaped, the costliest part of
 -- the statement's parameters on the worker's side.
@@ -170,10 +193,11 @@ WITH results AS (
         %(ids)b::uuid[], %(claim_tokens)b::uuid[], %(statuses)b::text[],
         %(retry_in_seconds)b::float8[], %(last_errors)b::text[],
         %(provider_message_ids)b::text[], %(providers)b::text[],
-        %(give_back)b::bool[], %(next_attempt_ats)b::timestamptz[], %(addresses_gone)b::bool[]
+        %(give_back)b::bool[], %(next_attempt_ats)b::timestamptz[], %(addresses_gone)b::bool[],
+        %(bound_providers)b::text[]
     ) WITH ORDINALITY AS r(id, claim_token, status, retry_in_seconds, last_error,
                            provider_message_id, provider, give_back, next_attempt_at,
-                           address_gone, position)
+                           address_gone, bound_provider, position)
     JOIN jsonb_array_elements(%(attempts)s::jsonb) WITH ORDINALITY AS a(attempts, position)
       USING (position)
 ), updated AS (
@@ -196,6 +220,7 @@ WITH results AS (
         attempt_count = n.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END,
         sent_at = CASE WHEN r.status = 'SENT' THEN now() ELSE n.sent_at END,
         finished_at = CASE WHEN r.status = 'PENDING' THEN NULL ELSE now() END,
+        bound_provider = r.bound_provider,
         claim_token = NULL,
         lease_expires_at = NULL,
         updated_at = now()

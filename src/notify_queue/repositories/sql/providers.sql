@@ -54,6 +54,15 @@ WHERE provider = %(provider)s
        OR (state = 'half-open' AND probe_until <= clock_timestamp()))
 RETURNING probe_token
 
+-- name: provider_circuit_return_probe
+-- A delivery that took the probe and then did not call (no send slot, its row could not be
+-- bound, ...) hands it back at once: the probe's time is up now, so the next delivery that asks,
+-- on any worker, takes it (provider_circuit_take_probe) instead of nobody probing until it times
+-- out. Only the current probe's token does this.
+UPDATE nq_provider_circuits
+SET probe_until = clock_timestamp()
+WHERE provider = %(provider)s AND state = 'half-open' AND probe_token = %(probe_token)s
+
 -- name: provider_circuits_record
 -- Outcomes since the last record, per provider, in one statement:
 --   had_success / trailing_failures: whether a call succeeded, and the failures after the last
@@ -103,3 +112,13 @@ SET state = d.new_state,
 FROM decided d
 WHERE c.provider = d.provider
 RETURNING c.provider, d.old_state, c.state, c.open_until, clock_timestamp() AS clock
+
+-- name: notification_bind_provider
+-- Before a delivery calls a provider other than the one its row is bound to (the chain's head
+-- was open or rate-limited, or answered that nothing was sent), the row is bound to the one it
+-- is about to call, so a worker lost during that call leaves the right provider behind. Only
+-- the holder of the current claim may bind; no row back means the claim was lost: do not call.
+UPDATE nq_queue
+SET bound_provider = %(provider)s
+WHERE id = %(id)s AND claim_token = %(claim_token)s AND status = 'PROCESSING'
+RETURNING id
