@@ -101,6 +101,21 @@ async def test_a_temporary_failure_waits_its_backoff_in_the_database(db: Databas
     assert (await service.claim(1)).claimed == []  # not due again yet
 
 
+async def test_waits_of_zero_as_int_and_as_float_are_recorded_in_one_batch(db: Database) -> None:
+    """A provider-limited wait of exactly 0 came out as the int 0 (`max(x, 0)`); in a batch with
+    float waits psycopg refused the whole float8[] array, and the worker's completer retried that
+    batch forever (seen under load in the rate-limit chaos test). Every wait is recorded."""
+    await notification_service(db).enqueue_many([new(), new()])
+    service = delivery_service(db)
+    first, second = (await service.claim(2)).claimed
+    waits = [
+        DeliveryResult(Outcome.PROVIDER_LIMITED, error="limited", retry_after_seconds=0),
+        DeliveryResult(Outcome.PROVIDER_LIMITED, error="limited", retry_after_seconds=0.5),
+    ]
+    _, accepted = await service.complete(list(zip([first, second], waits, strict=True)))
+    assert accepted == {first.id, second.id}
+
+
 async def test_a_notification_that_always_fails_temporarily_is_dead_lettered_after_six_attempts(
     db: Database, database_url: str
 ) -> None:

@@ -13,16 +13,20 @@ from notify_queue.models import (
     Channel,
     ClaimedNotification,
     DeliveryResult,
+    Failover,
     Outcome,
     Policy,
     Status,
 )
+from notify_queue.provider_specs import ProviderSpecs
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import ChainHeads
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.repositories.providers import CircuitReport, ProviderRepository
 from notify_queue.services.delivery import DeliveryService
+from notify_queue.worker.routing import Router
+from tests.chaos.harness import read_rows
 from tests.support import delivery_service, new, notification_service
 
 HEADS = ChainHeads({Channel.EMAIL: "a", Channel.SMS: "a", Channel.PUSH: "a"}, ("a", "b"))
@@ -125,4 +129,59 @@ async def test_a_probe_handed_back_is_taken_again_at_once(db: Database) -> None:
     await providers.provider_circuit_return_probe(provider="a", probe_token=uuid.uuid4())
     assert await providers.provider_circuit_take_probe(provider="a", probe_seconds=60) is None
     await providers.provider_circuit_return_probe(provider="a", probe_token=token)
+    assert await providers.provider_circuit_take_probe(provider="a", probe_seconds=60) is not None
+
+
+class _NeverCalled:
+    calls = 0
+
+    async def deliver(self, request: object) -> DeliveryResult:
+        self.calls += 1
+        return DeliveryResult(Outcome.SENT, provider_message_id="m")
+
+
+async def test_a_delivery_that_takes_the_probe_but_gets_no_send_slot_hands_the_probe_back(
+    db: Database,
+) -> None:
+    """Negative control, by hand: without `Circuits.give_back` the second take finds the probe
+    still out (until its timeout) and this test fails."""
+    specs = ProviderSpecs.model_validate(
+        {
+            "providers": [
+                {
+                    "name": "a",
+                    "type": "simulated",
+                    "channels": list(Channel),
+                    "rateLimit": {"perSecond": 1},
+                    "circuitBreaker": {"failures": 1, "openFor": "1s"},
+                }
+            ]
+        }
+    )
+    provider = _NeverCalled()
+    providers = ProviderRepository(db)
+    router = Router(
+        specs,
+        {"a": provider},
+        providers,
+        failover=Failover.ON_DEFINITE_FAILURE,
+        wait_bound_seconds=0.5,
+    )
+    await router.start()
+    # The circuit open and its cool-down over (the probe is due); the schedule full for an hour.
+    await providers.provider_circuits_record(
+        reports=[CircuitReport("a", False, 1, threshold=1, open_for_seconds=0.0)]
+    )
+    await read_rows(
+        db,
+        "UPDATE nq_provider_schedule SET next_free = now() + interval '1 hour'"
+        " WHERE provider = 'a' RETURNING provider",
+    )
+    await router.circuits.refresh()
+    await notification_service(db).enqueue_many([new()])
+    claimed = await _claim_one(delivery_service(db))
+
+    result = await router.deliver(claimed)
+    assert result.outcome is Outcome.PROVIDER_LIMITED and provider.calls == 0
+    # The probe this delivery took is free again at once: another delivery can take it.
     assert await providers.provider_circuit_take_probe(provider="a", probe_seconds=60) is not None

@@ -279,3 +279,34 @@ def test_the_quiet_window_end_is_computed_in_local_time(
 ) -> None:
     result = quiet_hours_end(utc(now), prefs(*window))
     assert result == (utc(ends) if ends else None)
+
+
+async def test_a_notification_quiet_hours_hold_takes_no_place_in_the_recipients_rate_window(
+    client: httpx.AsyncClient, database_url: str, db: Database
+) -> None:
+    """One notification per window for this recipient. The older one, which quiet hours hold,
+    ranks first; the critical one behind it passes quiet hours and is claimed now instead of a
+    whole window later (issue 19). Negative control, by hand: with the claim's `quiet_ids` left
+    empty (quiet rows ranked with sendable ones, as before), the critical one is deferred by the
+    window and this test fails."""
+    await client.put(
+        "/recipients/owl",
+        json={"email": "owl@example.com", "timezone": "Europe/Berlin", "preferences": NIGHT},
+    )
+    held = await targeted(client, "owl")
+    critical = await targeted(client, "owl", category="critical")
+    moment = utc("2027-01-15T23:00Z")
+    service = DeliveryService(
+        DeliveryRepository(db, defaults(rate_limit=1)),
+        priorities=list(Priority),
+        channels=list(Channel),
+        clock=lambda: moment,
+    )
+    batch = await service.claim(10)
+    assert [str(c.id) for c in batch.claimed] == [critical["id"]]
+    assert batch.rate_limited == []
+    status, attempts, _, error = await row(database_url, held["id"])
+    assert (status, attempts) == ("PENDING", 0) and "quiet hours" in error
+    # The critical notification holds the recipient's one slot; the held one took none.
+    slots = await sql(database_url, "SELECT notification_id::text FROM nq_rate_slots")
+    assert slots == [(critical["id"],)]

@@ -9,7 +9,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, time
 from typing import Any
 
 from notify_queue.models import (
@@ -34,7 +34,25 @@ class ClaimedBatch:
     screened: list[Completion] | None = None
 
 
-Screen = Callable[[ClaimedNotification], Completion | None]
+# Sees each claimed notification, and whether the claim admitted it without a rate-limit slot
+# because quiet hours hold it (`QuietHours`): the completion to record, or None to send it.
+Screen = Callable[[ClaimedNotification, bool], Completion | None]
+
+
+@dataclass(frozen=True, slots=True)
+class QuietHoursCandidate:
+    """A candidate of a claim whose stored recipient has quiet hours, before admission."""
+
+    id: uuid.UUID
+    priority: Priority
+    category: str
+    timezone: str
+    quiet_start: time
+    quiet_end: time
+
+
+# True when quiet hours hold the candidate now: it is kept out of the recipient's window.
+QuietHours = Callable[[QuietHoursCandidate], bool]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,11 +92,14 @@ class DeliveryRepository:
         channels: Sequence[Channel],
         limit: int,
         screen: Screen | None = None,
+        quiet_hours: QuietHours | None = None,
         chain_heads: ChainHeads = NO_CHAIN_HEADS,
     ) -> ClaimedBatch:
         """Claim a batch. `screen` sees each claimed notification inside the claim transaction;
         what it returns a completion for is recorded there (not handed out), so a claim that
-        suppresses or defers commits, or fails, as one."""
+        suppresses or defers commits, or fails, as one. `quiet_hours` says, between the two
+        statements, which candidates quiet hours hold: they are admitted without a slot, for
+        `screen` to defer, and never push a sendable row of their recipient out of its window."""
         d = self._defaults
         async with self._db.transaction() as conn:
             locked = await conn.fetch_one(
@@ -91,6 +112,7 @@ class DeliveryRepository:
             )
             if locked is None or not locked["ids"]:
                 return ClaimedBatch([], [])
+            quiet = _quiet_held(locked, quiet_hours)
             rows = await conn.fetch_tuples(
                 "claim_admit_candidates",
                 {
@@ -103,6 +125,7 @@ class DeliveryRepository:
                     "chain_channels": [c.value for c in chain_heads.channels],
                     "chain_heads": list(chain_heads.channels.values()),
                     "known_providers": list(chain_heads.known),
+                    "quiet_ids": list(quiet),
                 },
             )
             claimed = [_claimed(r) for r in rows if r[0]]
@@ -110,7 +133,7 @@ class DeliveryRepository:
             if screen is not None:
                 kept = []
                 for c in claimed:
-                    decision = screen(c)
+                    decision = screen(c, c.id in quiet)
                     if decision is None:
                         kept.append(c)
                     else:
@@ -137,7 +160,12 @@ class DeliveryRepository:
                 "ids": [c.id for c in completions],
                 "claim_tokens": [c.claim_token for c in completions],
                 "statuses": [c.status.value for c in completions],
-                "retry_in_seconds": [c.retry_in_seconds for c in completions],
+                # float(): one int among floats (a delay of 0) makes psycopg refuse the whole
+                # array, and the completer would retry that batch forever.
+                "retry_in_seconds": [
+                    None if c.retry_in_seconds is None else float(c.retry_in_seconds)
+                    for c in completions
+                ],
                 "last_errors": [c.last_error for c in completions],
                 "provider_message_ids": [c.provider_message_id for c in completions],
                 "providers": [c.provider for c in completions],
@@ -199,6 +227,29 @@ class DeliveryRepository:
 
     def wakeups(self, stop: asyncio.Event) -> AsyncIterator[str]:
         return self._db.listen(WAKEUP_CHANNEL, stop)
+
+
+def _quiet_held(locked: dict[str, Any], quiet_hours: QuietHours | None) -> set[uuid.UUID]:
+    """The ids of step 1's quiet-hours candidates that `quiet_hours` says are held now."""
+    if quiet_hours is None or not locked["quiet_ids"]:
+        return set()
+    columns = (
+        locked["quiet_ids"],
+        locked["quiet_priorities"],
+        locked["quiet_categories"],
+        locked["quiet_timezones"],
+        locked["quiet_starts"],
+        locked["quiet_ends"],
+    )
+    return {
+        id_
+        for id_, priority, category, timezone, start, end in zip(*columns, strict=True)
+        if quiet_hours(
+            QuietHoursCandidate(
+                id_, Priority.from_rank(priority), category, timezone or "UTC", start, end
+            )
+        )
+    }
 
 
 def _claimed(row: tuple[Any, ...]) -> ClaimedNotification:

@@ -33,7 +33,12 @@ from notify_queue.repositories.delivery import (
     DeliveryRepository,
 )
 from notify_queue.services.backoff import backoff_seconds, retry_after_seconds
-from notify_queue.services.preferences import Clock, screen_claimed, system_clock
+from notify_queue.services.preferences import (
+    Clock,
+    held_by_quiet_hours,
+    screen_claimed,
+    system_clock,
+)
 
 
 def decide_completion(
@@ -105,7 +110,9 @@ class DeliveryService:
 
         Of a user-targeted notification, the recipient's current preferences come with the claim
         row; an opt-out makes it SUPPRESSED and quiet hours defer it (or expire it), recorded in
-        the same transaction without calling a provider and without using an attempt. Only
+        the same transaction without calling a provider and without using an attempt. Quiet
+        hours are asked once more before admission, so a row they hold takes no place in its
+        recipient's rate window. Only
         what may be sent now is returned in `claimed`. If the database is slow or away the claim
         fails as a whole: nothing is handed out, so nothing unchecked is ever sent.
         """
@@ -114,7 +121,12 @@ class DeliveryService:
             priorities=self._priorities,
             channels=self._channels,
             limit=limit,
-            screen=lambda claimed: screen_claimed(claimed, now),
+            screen=lambda claimed, without_slot: screen_claimed(
+                claimed, now, without_slot=without_slot
+            ),
+            quiet_hours=lambda c: held_by_quiet_hours(
+                c.priority, c.category, c.timezone, c.quiet_start, c.quiet_end, now
+            ),
             chain_heads=chain_heads,
         )
 

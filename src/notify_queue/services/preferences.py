@@ -82,16 +82,59 @@ def quiet_hours_end(now: datetime, prefs: Preferences) -> datetime | None:
     return _instant(day, end, tz)
 
 
+def held_by_quiet_hours(
+    priority: Priority, category: str, timezone: str, start: time, end: time, now: datetime
+) -> bool:
+    """Whether quiet hours hold a notification at `now` (deferred, or expired inside them):
+    what the claim asks before admission, so such a row never takes a place in its recipient's
+    rate window (`screen_claimed` then defers it, in the same transaction)."""
+    if passes_quiet_hours(priority, category):
+        return False
+    prefs = Preferences(
+        exists=True,
+        opt_out_all=False,
+        opt_out_channels=frozenset(),
+        opt_out_categories=frozenset(),
+        timezone=timezone,
+        quiet_start=start,
+        quiet_end=end,
+    )
+    return quiet_hours_end(now, prefs) is not None
+
+
 def _instant(day: date, at: time, tz: ZoneInfo) -> datetime:
     # fold=0: an ambiguous time (autumn) is its first occurrence; a nonexistent one (spring gap)
     # is read with the pre-gap offset, which lands after the gap: both after the quiet window.
     return datetime.combine(day, at).replace(tzinfo=tz, fold=0).astimezone(UTC)
 
 
-def screen_claimed(claimed: ClaimedNotification, now: datetime) -> Completion | None:
+def screen_claimed(
+    claimed: ClaimedNotification, now: datetime, *, without_slot: bool = False
+) -> Completion | None:
     """The send-time check of a claimed notification: None to send it, else the completion that
     records why not (SUPPRESSED, deferred past quiet hours, or EXPIRED), giving the claim's
-    attempt back, since nothing was tried."""
+    attempt back, since nothing was tried.
+
+    `without_slot`: the claim admitted it without a rate-limit slot because quiet hours held it
+    (`held_by_quiet_hours`). Should they no longer hold it here (its preferences changed between
+    the claim's two statements), it is not sent without its slot: it goes back to the queue at
+    once and the next claim counts it like any other."""
+    decision = _send_time_check(claimed, now)
+    if decision is None and without_slot:
+        return Completion(
+            claimed.id,
+            claimed.claim_token,
+            Status.PENDING,
+            0.0,
+            None,
+            None,
+            give_back_attempt=True,
+            bound_provider=claimed.sticky_provider,
+        )
+    return decision
+
+
+def _send_time_check(claimed: ClaimedNotification, now: datetime) -> Completion | None:
     prefs = claimed.preferences
     if claimed.recipient_id is None or prefs is None:
         return None

@@ -10,9 +10,10 @@ channel's chain from the providers file) and, per provider:
    every worker, reserved in batches (`SlotBook`), and the delivery sleeps until its slot; a slot
    further away than `--provider-wait-bound` is not taken (the provider counts as limited); a
    delivery that took the probe and then does not call hands the probe back at once;
-3. makes sure the row is bound to that provider (the claim bound it to its chain's head; another
-   provider costs one statement), so an unknown outcome leaves the right provider named;
-4. calls the provider with the worker's deadline (its timeout + a margin) around it.
+3. calls the provider with the worker's deadline (its timeout + a margin) around it.
+
+Before 2, the row is made to name that provider (the claim bound it to its chain's head; another
+provider costs one statement), so an unknown outcome leaves the right provider named.
 
 Then the failover rule (CONTRACT section 9, docs/design.md "Providers"): SENT and permanent
 failures end the walk. A temporary failure moves on to the next provider only when it proves
@@ -127,7 +128,9 @@ class SlotBook:
                 continue
             now = loop.time()
             start = now + (r.first_slot - r.clock).total_seconds()
-            self.free_in_seconds = max((r.next_free - r.clock).total_seconds() - self._horizon, 0)
+            # A float even when 0: it becomes a retry delay in a float8[] parameter, which
+            # psycopg refuses to dump from a list mixing int and float.
+            self.free_in_seconds = max((r.next_free - r.clock).total_seconds() - self._horizon, 0.0)
             for i, future in enumerate(batch):
                 if future.done():
                     continue
@@ -328,7 +331,10 @@ class Router:
             attempt.skip(Skip(name, Outcome.CIRCUIT_OPEN, "circuit open", wait))
             self._count(channel, Outcome.CIRCUIT_OPEN, name)
             return None
-        if not await self._take_slot(name, attempt) or not await self._bind(name, attempt):
+        # Bound before the slot: a statement between the slot and the call would eat into the
+        # slack the rate limit leaves for that moment. A binding without a call is overwritten
+        # by this attempt's completion (and costs a lost worker's row only a wait).
+        if not await self._bind(name, attempt) or not await self._take_slot(name, attempt):
             if probe is not None:  # nobody else could probe until the probe timed out
                 await self.circuits.give_back(name, probe)
             return None

@@ -16,11 +16,16 @@
 -- held, no other worker can count or take that recipient's rate-limit slots: two workers cannot
 -- both take the last slot. Other recipients are not affected. The count itself must run in the
 -- next statement, whose snapshot sees slots committed by a worker we waited for here.
+--
+-- Quiet hours: of the candidates whose stored recipient has quiet hours, what the worker needs to
+-- tell whether quiet hours hold them now (services/preferences.py decides, on the worker's
+-- clock), so step 2 can keep those out of the recipient's window. A primary-key lookup each,
+-- aggregated in one pass so the arrays line up.
 WITH candidates AS (
-    SELECT n.id, n.recipient
+    SELECT n.id, n.recipient, n.recipient_id, n.priority, n.category
     FROM unnest(%(priorities)b::smallint[]) AS lane(priority)
     CROSS JOIN LATERAL (
-        SELECT id, recipient
+        SELECT id, recipient, recipient_id, priority, category
         FROM nq_queue
         WHERE status = 'PENDING'
           AND priority = lane.priority
@@ -35,8 +40,17 @@ WITH candidates AS (
 ), recipient_locks AS (
     SELECT pg_advisory_xact_lock(key)
     FROM (SELECT DISTINCT hashtextextended(recipient, 0) AS key FROM candidates ORDER BY key) k
+), quiet AS (
+    SELECT array_agg(c.id) AS ids, array_agg(c.priority) AS priorities,
+           array_agg(c.category) AS categories, array_agg(r.timezone) AS timezones,
+           array_agg(r.quiet_start) AS starts, array_agg(r.quiet_end) AS ends
+    FROM candidates c JOIN nq_recipients r ON r.id = c.recipient_id
+    WHERE r.quiet_start IS NOT NULL AND r.quiet_end IS NOT NULL
 )
-SELECT ARRAY(SELECT c.id FROM candidates c) AS ids
+SELECT ARRAY(SELECT c.id FROM candidates c) AS ids, q.ids AS quiet_ids,
+       q.priorities AS quiet_priorities, q.categories AS quiet_categories,
+       q.timezones AS quiet_timezones, q.starts AS quiet_starts, q.ends AS quiet_ends
+FROM quiet q
 WHERE (SELECT count(*) FROM recipient_locks) >= 0
 
 -- name: claim_admit_candidates
@@ -45,6 +59,9 @@ WHERE (SELECT count(*) FROM recipient_locks) >= 0
 -- attempt counts when claimed, so a notification that crashes every worker still runs out).
 -- The others stay PENDING, due at the moment a slot frees (the matching oldest slot's time plus
 -- the window), with no attempt used. Admitted rows take a slot now, in this transaction.
+-- Rows quiet hours hold (quiet_ids, decided by the worker from step 1) are admitted without
+-- a slot and outside the ranking: the send-time check defers them in this same transaction, so
+-- they must not take a place in the window from a sendable row of the same recipient.
 --
 -- Admitted rows are bound to a provider in the same UPDATE (migration 0009): a row already bound
 -- keeps its provider (an earlier attempt there has an unknown outcome: the worker reads the old
@@ -72,6 +89,7 @@ WITH batch AS (
            -- Policies fail closed (migration 0006): a row whose NotificationPolicy exists but is
            -- not Ready is held, never sent under the defaults. No policy row: the defaults.
            COALESCE(NOT p.ready, false) AS held,
+           n.id = ANY(%(quiet_ids)b::uuid[]) AS quiet,
            n.bound_provider AS sticky_provider,
            COALESCE(
                (SELECT u.name FROM unnest(p.providers) WITH ORDINALITY AS u(name, position)
@@ -89,10 +107,11 @@ WITH batch AS (
             WHERE s.recipient = r.recipient AND s.taken_at > now() - r.win) AS used
     FROM (SELECT DISTINCT recipient, win FROM batch) r
 ), decided AS (
-    SELECT b.id, b.recipient, b.win, u.used, b.rate_limit, b.holds_slot, b.held,
+    SELECT b.id, b.recipient, b.win, u.used, b.rate_limit, b.holds_slot, b.held, b.quiet,
            b.sticky_provider, b.chain_head,
-           -- Held rows rank apart, so they never take a place in the window from a sendable row.
-           row_number() OVER (PARTITION BY b.recipient, b.holds_slot, b.held
+           -- Held and quiet rows rank apart, so they never take a place in the window from a
+           -- sendable row.
+           row_number() OVER (PARTITION BY b.recipient, b.holds_slot, b.held, b.quiet
                               ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank
     FROM batch b JOIN recipients u ON u.recipient = b.recipient AND u.win = b.win
 ), admitted AS (
@@ -107,7 +126,7 @@ WITH batch AS (
     -- These rows are locked by step 1 of this transaction, so they are still PENDING. Found
     -- through the primary key, then matched to their decision (as `deferred` below).
     WHERE n.id = ANY(ARRAY(SELECT id FROM decided
-                           WHERE NOT held AND (holds_slot OR rank <= rate_limit - used)))
+                           WHERE NOT held AND (quiet OR holds_slot OR rank <= rate_limit - used)))
       AND n.id = d.id
     RETURNING n.id, n.claim_token, n.channel, n.recipient, n.subject, n.body, n.metadata,
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at,
@@ -122,7 +141,7 @@ WITH batch AS (
                      OFFSET GREATEST(d.used - d.rate_limit + d.rank - 1, 0) LIMIT 1),
                     now()) + d.win AS slot_frees_at
     FROM decided d
-    WHERE NOT d.held AND NOT d.holds_slot AND d.rank > d.rate_limit - d.used
+    WHERE NOT d.held AND NOT d.quiet AND NOT d.holds_slot AND d.rank > d.rate_limit - d.used
 ), held_back AS (
     -- Held by a policy that is not Ready: look again in 30 s, no attempt used, nothing returned
     -- (not a rate-limit deferral). Moving it out of the claim index's head keeps claims cheap
@@ -138,7 +157,7 @@ WITH batch AS (
     RETURNING n.id, n.channel
 ), slots AS (
     INSERT INTO nq_rate_slots (notification_id, recipient, taken_at)
-    SELECT a.id, a.recipient, now() FROM admitted a
+    SELECT a.id, a.recipient, now() FROM admitted a WHERE NOT a.id = ANY(%(quiet_ids)b::uuid[])
     ON CONFLICT (notification_id) DO UPDATE SET recipient = excluded.recipient, taken_at = excluded.taken_at
 )
 -- The columns are read by position (repositories/delivery.py `_claimed`, binary, a tuple per
