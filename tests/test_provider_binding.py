@@ -1,7 +1,8 @@
 """The provider a notification's attempt is bound to (migration 0009), and the probe handed back,
 against the real statements: the claim binds an unbound row to its chain's head and reports an
 earlier binding as sticky; a completion keeps or clears it; only the claim's holder may rebind;
-an operator's retry keeps it; a probe taken and handed back is taken again at once.
+a lost lease keeps it (an operator's retry starts unbound: 0011 owns that function); a probe
+taken and handed back is taken again at once.
 """
 
 from __future__ import annotations
@@ -94,7 +95,9 @@ async def test_only_the_claims_holder_can_rebind_a_row(db: Database) -> None:
     assert await _bound(db, made.notification.id) == "b"
 
 
-async def test_a_lost_lease_and_an_operators_retry_keep_the_binding(db: Database) -> None:
+async def test_a_lost_lease_keeps_the_binding_and_an_operators_retry_starts_unbound(
+    db: Database,
+) -> None:
     [made] = await notification_service(db).enqueue_many([new()])
     service = delivery_service(db, lease_seconds=0.0, backoff_base_seconds=0.0)
     claimed = await _claim_one(service)
@@ -106,13 +109,15 @@ async def test_a_lost_lease_and_an_operators_retry_keep_the_binding(db: Database
     assert recovered == 1
     again = await _claim_one(service)
     assert again.sticky_provider == "b"
-    # Dead-lettered while bound to b, then retried by an operator: still bound to b.
+    # Dead-lettered while bound to b, then retried by an operator: nq_delivery_log_retry names
+    # its columns and leaves the binding NULL (docs/providers.md, "What the binding cannot
+    # cover").
     last = replace(again, attempt_count=again.max_attempts)
     result = DeliveryResult(Outcome.TEMPORARY_FAILURE, error="timeout", bound_provider="b")
     [completion], _ = await service.complete([(last, result)])
     assert completion.status is Status.DEAD_LETTERED
     assert await NotificationRepository(db).notification_retry(id=made.notification.id)
-    assert await _bound(db, made.notification.id) == "b"
+    assert await _bound(db, made.notification.id) is None
 
 
 async def test_a_probe_handed_back_is_taken_again_at_once(db: Database) -> None:
