@@ -185,4 +185,4 @@ async def test_readyz_is_503_when_the_schema_is_missing_or_old(
         )
         await sql(unmigrated_database_url, "INSERT INTO nq_schema_migrations VALUES (1, 'initial')")
         old = await http.get("/readyz")
-        assert old.status_code == 503 and "version 1" in old.json()["detail"]
+        assert old.status_code == 503 and "lacks 0002_webhook_function" in old.json()["detail"]
