@@ -6,14 +6,10 @@ for the steps this release needs and no more."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
-
 import psycopg
 import pytest
 
 from notify_queue import __version__
-from notify_queue.embedded import EmbeddedPostgres
 from notify_queue.errors import OlderReleaseRunning
 from notify_queue.repositories.db import Database, application_name
 from notify_queue.repositories.schema import (
@@ -26,16 +22,6 @@ from notify_queue.repositories.schema import (
 )
 
 DEMO = "tests.upgrade.contract_migrations"
-
-
-@pytest.fixture
-def empty_database_url(pg_server: EmbeddedPostgres) -> Iterator[str]:
-    name = f"steps_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield pg_server.url(name)
-    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def _rows(url: str, query: str) -> list[tuple[object, ...]]:

@@ -140,7 +140,9 @@ async def migrate(
                 if m.version not in done and (target is None or m.version <= target)
             ]
             contracting = fresh or contract
-            if contract and not fresh and any(m.phase is Phase.CONTRACT for m in pending):
+            # Checked even with no contract step pending, so a post-roll-out job that runs
+            # `migrate --contract` until it succeeds also learns that the roll-out is over.
+            if contract and not fresh:
                 older = await older_processes(conn)
                 if older:
                     raise OlderReleaseRunning(
