@@ -19,6 +19,7 @@ nothing old runs against it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from dataclasses import dataclass
@@ -74,6 +75,12 @@ def _phase_of(script: str, filename: str) -> Phase:
 
 
 def available_migrations(package: str = MIGRATIONS_PACKAGE) -> list[Migration]:
+    return list(_read_migrations(package))
+
+
+@functools.cache
+def _read_migrations(package: str) -> tuple[Migration, ...]:
+    # Read once per process: readiness asks on every probe, and the files never change under it.
     found = []
     for entry in resources.files(package).iterdir():
         match = _FILE.match(entry.name)
@@ -84,7 +91,7 @@ def available_migrations(package: str = MIGRATIONS_PACKAGE) -> list[Migration]:
             if phase is Phase.CONTRACT and version <= BASELINE_VERSION:
                 raise ValueError(f"{entry.name}: the baseline has no contract steps")
             found.append(Migration(version, match[2], script, phase))
-    return sorted(found, key=lambda m: m.version)
+    return tuple(sorted(found, key=lambda m: m.version))
 
 
 def latest_version(package: str = MIGRATIONS_PACKAGE) -> int:
