@@ -3,13 +3,13 @@ checkout, under load, through real processes: what `helm upgrade` does, step by 
 
 The previous release migrates an empty database and serves: its API takes creates from a client
 that never stops, its worker delivers to a real HTTP provider (counting deliveries per
-Idempotency-Key) and relays webhook events to a real receiver. This release's `migrate` runs (the
-chart's pre-upgrade hook) while they serve, and they keep serving for 20 s more, their /readyz
-polled throughout. Then this release's API and worker start, the client moves to the new API (the
-Service's endpoints change), the old processes are stopped with SIGTERM, and `migrate --contract`
-runs, refused while an old process is connected and accepted once none is. Every notification is
-then drained and audited: no failed create, every one SENT, each provider key delivered once, every
-webhook event delivered (docs/upgrading.md).
+Idempotency-Key), and its worker and a relay send webhook events to a real receiver. This
+release's `migrate` runs (the chart's pre-upgrade hook) while they serve, and they keep serving
+for 20 s more, their /readyz polled throughout. Then this release's API, worker and relay start,
+the client moves to the new API (the Service's endpoints change), the old processes are stopped
+with SIGTERM, and `migrate --contract` runs, refused while an old process is connected and
+accepted once none is. Every notification is then drained and audited: no failed create, every
+one SENT, each provider key delivered once, every webhook event delivered (docs/upgrading.md).
 """
 
 from __future__ import annotations
@@ -63,6 +63,20 @@ async def test_an_upgrade_under_load_fails_no_create_and_delivers_everything_onc
     old = Release(BASELINE_RELEASE, baseline_venv() / "bin" / "python", url, tmp_path)
     new = Release("new", sys.executable, url, tmp_path)
     flags = worker_flags(provider, receiver)
+    # A relay beside each release's worker (which relays too): both roles of the outbox.
+    relay_flags = [
+        *("--poll-interval", "0.2", "--outbound-allow", "127.0.0.1/32", "--log-level", "INFO"),
+        *("--webhook-url", receiver.url, "--webhook-secret", receiver.secret),
+        *(
+            "--webhook-timeout",
+            "1",
+            "--webhook-backoff-base",
+            "0.1",
+            "--webhook-backoff-max",
+            "0.5",
+        ),
+        *("--webhook-max-attempts", "30"),
+    ]
     old_url, new_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
     load = CreateLoad(target=old_url)
     try:
@@ -70,8 +84,10 @@ async def test_an_upgrade_under_load_fails_no_create_and_delivers_everything_onc
         installed = old.run("migrate")
         assert installed.returncode == 0, installed.stderr
         old_worker = old.start("worker", *flags)
+        old_relay = old.start("relay", *relay_flags)
         old_api = old.start("api", "--port", old_url.rsplit(":", 1)[1])
         await wait_logged(old_worker, old, "worker started")
+        await wait_logged(old_relay, old, "relay started")
         await wait_ready(old_url, old_api, old)
         load.start()
         await load.until("before", 30)
@@ -101,15 +117,17 @@ async def test_an_upgrade_under_load_fails_no_create_and_delivers_everything_onc
 
         # The roll-out: new pods start, the Service moves, old pods get SIGTERM.
         new_worker = new.start("worker", *flags)
+        new_relay = new.start("relay", *relay_flags)
         new_api = new.start("api", "--port", new_url.rsplit(":", 1)[1])
         await wait_logged(new_worker, new, "worker started")
+        await wait_logged(new_relay, new, "relay started")
         await wait_ready(new_url, new_api, new)
         load.phase, load.target = "switch", new_url
         # The old pod leaves the Service's endpoints before it gets SIGTERM: what a preStop delay
         # gives a pod in Kubernetes. Without it a request that picked the old API a moment before
         # its SIGTERM meets a closed socket (seen: 2 failed creates of ~1,000 in one run).
         await load.drained_from(old_url)
-        old_exits = [await old.stop(old_api), await old.stop(old_worker)]
+        old_exits = [await old.stop(p) for p in (old_api, old_worker, old_relay)]
         load.phase = "after"
         await load.until("after", 30)
         await load.stop()
