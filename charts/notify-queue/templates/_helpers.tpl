@@ -221,10 +221,7 @@ cluster (helm template, Argo CD). A token nobody gives is made at run time (api-
 {{- define "notify-queue.secretValue" -}}
 {{- $v := .root.Values -}}
 {{- $values := dict "database-url" $v.database.url "api-token" $v.secrets.apiToken "admin-token" $v.secrets.adminToken "webhook-secret" $v.secrets.webhookSecret "smtp-password" $v.secrets.smtpPassword -}}
-{{- if and (include "notify-queue.authSecret" .root) (has .key (list "api-token" "admin-token")) -}}
-{{- else -}}
 {{- get $values .key -}}
-{{- end -}}
 {{- end -}}
 
 {{/* Whether the API requires a bearer token (api.auth: token, the default). */}}
