@@ -393,6 +393,31 @@ def test_disruption_budgets_cover_the_api_and_every_pool(
         assert spec["selector"]["matchLabels"].items() <= selected.items(), name
 
 
+def test_a_terminating_api_pod_keeps_serving_until_the_service_has_dropped_it(
+    tools: Tools, default_objects: list[dict[str, Any]]
+) -> None:
+    # The endpoints controller and the kubelet act on a deletion independently: without the
+    # sleep, uvicorn closes its socket while the Service still routes to the pod (the upgrade
+    # test lost creates that way). The sleep counts against the grace period, which grows by it.
+    pod = next(
+        d["spec"]["template"]["spec"]
+        for d in of_kind(default_objects, "Deployment")
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == "api"
+    )
+    (api,) = pod["containers"]
+    assert api["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
+    assert pod["terminationGracePeriodSeconds"] == 35
+
+    off = tools.template("--set", "api.preStopSleepSeconds=0")
+    pod = next(
+        d["spec"]["template"]["spec"]
+        for d in of_kind(off, "Deployment")
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == "api"
+    )
+    assert "lifecycle" not in pod["containers"][0]
+    assert pod["terminationGracePeriodSeconds"] == 30
+
+
 def test_a_watched_namespace_gets_a_role_instead_of_a_cluster_role(
     full_objects: list[dict[str, Any]],
 ) -> None:
