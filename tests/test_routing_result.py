@@ -23,8 +23,10 @@ def test_the_routed_result_keeps_every_field_of_the_answer() -> None:
         address_gone=True,
     )
     attempts = [{"provider": "sms-b", "outcome": "TEMPORARY_FAILURE"}]
-    routed = _finish(answer, "sms-b", attempts)
-    assert routed == replace(answer, provider="sms-b", attempts_json=json.dumps(attempts))
+    routed = _finish(answer, "sms-b", attempts, "sms-b")
+    assert routed == replace(
+        answer, provider="sms-b", attempts_json=json.dumps(attempts), bound_provider="sms-b"
+    )
     # Every field differs from its default here, so one that was not carried would show.
     default = DeliveryResult(Outcome.SENT)
     assert [
