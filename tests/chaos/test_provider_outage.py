@@ -5,7 +5,8 @@ doubling to 2 s), so that, as in the real hour, notifications use up their attem
 dead-lettered. After the provider recovers, the operator retries the dead-letter queue in bulk
 through the API (`POST /notifications/retry`, repeated until none remain) and the backlog drains.
 HIGH notifications have their own worker (`--priorities HIGH`); fresh ones sent while the
-backlog drains must go out at once, not behind it.
+backlog drains must go out at once, not behind it: backlog is still being sent after the last of
+them.
 """
 
 from __future__ import annotations
@@ -92,6 +93,17 @@ async def test_the_backlog_drains_after_an_outage_and_high_priority_is_not_delay
     )
     high_worst = max(r["seconds"] for r in latencies)
     drain_seconds = backlog_done[0]["seconds"]
+    # Not behind the backlog: the bulk retry re-queued hundreds of dead letters just before the
+    # fresh HIGH were posted, and some of them must still have been waiting when the last fresh
+    # HIGH went out. Counted, not timed (the speed figure, HIGH latency while a backlog drains,
+    # is the priority benchmark's).
+    [order] = await read_rows(
+        db,
+        "SELECT count(*) FILTER (WHERE sent_at > (SELECT max(sent_at) FROM nq_notifications"
+        " WHERE id = ANY(%(high)s::uuid[]))) AS after_high FROM nq_notifications"
+        " WHERE priority > 0",
+        {"high": fresh_high},
+    )
     result = await audit(db, ids + fresh_high, provider)
     result.extra |= {
         "outage_seconds": OUTAGE_SECONDS,
@@ -100,12 +112,12 @@ async def test_the_backlog_drains_after_an_outage_and_high_priority_is_not_delay
         "bulk_retried": retried_total,
         "backlog_drain_seconds": round(drain_seconds, 2),
         "fresh_high_worst_seconds": round(high_worst, 3),
+        "backlog_sent_after_the_last_fresh_high": order["after_high"],
     }
     record("provider outage and drain", result)
     assert result.problems == []
     assert during.get("DEAD_LETTERED", 0) > 0 and retried_total >= during.get("DEAD_LETTERED", 0)
-    assert high_worst < 1.0, f"HIGH waited {high_worst:.2f}s behind the backlog"
-    assert high_worst < drain_seconds / 2
+    assert order["after_high"] > 0, "the fresh HIGH went out only after the backlog had drained"
 
 
 async def _ok(http: aiohttp.ClientSession, url: str) -> bool:
