@@ -26,7 +26,7 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from notify_queue.models import Channel, Status
 from notify_queue.repositories.db import Database
-from tests.chaos.harness import free_port, poll, quick_flags, read_rows
+from tests.chaos.harness import free_port, poll, quick_flags, read_rows, record
 from tests.chaos.wire import StatementCounter
 from tests.support import new, notification_service
 
@@ -319,6 +319,7 @@ async def test_an_email_only_worker_sleeps_while_only_sms_work_is_due(
     # about 7 statements per poll interval (34 in a window of 4 s). Spinning (next_due_at without
     # the channel filter, so the due sms says "now" forever; tried by hand): 607 in 4 s on a
     # loaded 2-core machine, about 120 per interval. The bound sits a factor 3 to 6 from each.
+    record("email-only worker, sms due", {"statements": issued, "poll_intervals": round(polls, 1)})
     assert issued <= 20 * polls, f"{issued} statements in {polls - 1:.1f} poll intervals"
     rows = await read_rows(db, "SELECT count(*) AS n FROM nq_notifications WHERE status='PENDING'")
     assert rows[0]["n"] == 21

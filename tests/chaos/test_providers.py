@@ -24,7 +24,7 @@ from benchmarks import timing_provider
 
 from notify_queue.models import Channel, Status
 from notify_queue.repositories.db import Database
-from tests.chaos.harness import free_port, poll, quick_flags, read_rows
+from tests.chaos.harness import free_port, poll, quick_flags, read_rows, record
 from tests.support import new, notification_service
 
 
@@ -287,6 +287,7 @@ async def test_four_workers_keep_a_provider_under_its_rate_limit_in_every_second
     times = sorted(json.loads(arrivals_file.read_text()))
     assert len(times) == total  # one call per notification: none lost, none repeated
     busiest = timing_provider.busiest_second(times)
+    record(f"provider rate limit {per_second}/s", {"limited": limited, "busiest_second": busiest})
     if not limited:
         assert busiest > per_second, busiest
         return
