@@ -1,0 +1,198 @@
+"""Where templates are rendered: a small pool of worker processes, off the event loop.
+
+A render runs client-written code. The sandbox (services.sandbox) bounds what each operation
+may build, but a template can still take time (nested loops over data) or memory in ways no
+operation check sees, and a thread cannot be stopped. So the API and the operator render in
+worker processes (services.render_worker): the event loop only writes a request to a pipe and
+awaits the answer, so `/healthz` and every other request keep being served; a render past
+RENDER_TIMEOUT_SECONDS has its worker killed (the render really stops) and replaced by the next
+render that needs one; a worker's address space is capped (RENDER_MEMORY_BYTES).
+
+Workers start on the first render (a process that never renders a template never starts one)
+and live as long as the pool; one renders one request at a time. `InlineRenderer` renders in
+the calling process with the sandbox's bounds only: for tests and tools, never for a process
+that serves clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import struct
+import sys
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from notify_queue.errors import TemplateRenderFailed
+from notify_queue.services.sandbox import RULE_MEMORY, RULE_TIME, render_parts
+
+# Wall-clock limit of one render (every part of one channel's template). An honest template
+# renders in about a millisecond; a second is a thousand times that, so a loaded machine does not
+# fail honest renders, and a bomb holds a worker (and the creates waiting for one) a second at
+# most.
+RENDER_TIMEOUT_SECONDS = 1.0
+# Memory a worker may take beyond its size at start (about 30 MB). The sandbox refuses any value
+# over a million characters or items, so an honest render needs a few megabytes; this bounds what
+# the sandbox cannot see (many values within the bound at once) well below a pod's memory.
+RENDER_MEMORY_BYTES = 256 * 1024 * 1024
+# Worker processes per pool (one pool per API process and per operator). Renders take about a
+# millisecond, so two keep up with thousands of creates per second; two also mean one bomb at a
+# time cannot stall every templated create while its worker waits for the time limit.
+RENDER_PROCESSES = 2
+# How long a new worker may take to start (import Jinja2, set its limits); generous, a loaded
+# machine starts Python slowly, and this is not a limit on templates.
+WORKER_START_SECONDS = 30.0
+
+_HEADER = struct.Struct(">I")
+
+
+class Renderer(Protocol):
+    async def render(
+        self, parts: Mapping[str, tuple[str, int]], data: Mapping[str, Any]
+    ) -> dict[str, str]:
+        """Each part (source, output cap in characters) rendered with `data`; raise
+        TemplateRenderFailed for the first that cannot be."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class InlineRenderer:
+    """Renders in this process, on the event loop, with the sandbox's bounds but no time or
+    memory limit: for tests and tools that render templates they trust."""
+
+    async def render(
+        self, parts: Mapping[str, tuple[str, int]], data: Mapping[str, Any]
+    ) -> dict[str, str]:
+        return _texts(render_parts(parts, data))
+
+    async def close(self) -> None:
+        pass
+
+
+class _Worker:
+    """One render worker process and its pipes."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    async def send(self, payload: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(_HEADER.pack(len(payload)) + payload)
+        await self.process.stdin.drain()
+
+    async def receive(self) -> Any:
+        assert self.process.stdout is not None
+        (length,) = _HEADER.unpack(await self.process.stdout.readexactly(_HEADER.size))
+        return json.loads(await self.process.stdout.readexactly(length))
+
+    async def ask(self, payload: bytes) -> Any:
+        await self.send(payload)
+        return await self.receive()
+
+    def kill(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+
+
+class RenderPool:
+    """Up to `processes` render workers; each render waits for a free one."""
+
+    def __init__(
+        self,
+        *,
+        processes: int = RENDER_PROCESSES,
+        timeout_seconds: float = RENDER_TIMEOUT_SECONDS,
+        memory_bytes: int = RENDER_MEMORY_BYTES,
+    ) -> None:
+        self._slots = asyncio.Semaphore(processes)
+        self._timeout_seconds = timeout_seconds
+        self._memory_bytes = memory_bytes
+        self._idle: list[_Worker] = []
+        self._workers: set[_Worker] = set()
+        # Killed workers not yet seen exiting, for close() to wait for.
+        self._dead: list[_Worker] = []
+        self._closed = False
+
+    async def render(
+        self, parts: Mapping[str, tuple[str, int]], data: Mapping[str, Any]
+    ) -> dict[str, str]:
+        payload = json.dumps(
+            {"parts": {name: [source, cap] for name, (source, cap) in parts.items()}, "data": data}
+        ).encode()
+        async with self._slots:
+            worker = self._idle.pop() if self._idle else await self._start()
+            try:
+                answer = await asyncio.wait_for(worker.ask(payload), self._timeout_seconds)
+            except TimeoutError:
+                self._discard(worker)
+                raise TemplateRenderFailed(
+                    part="",
+                    kind="bound",
+                    rule=RULE_TIME,
+                    message=f"exceeds the {RULE_TIME} bound ({self._timeout_seconds:g} s)",
+                ) from None
+            except (asyncio.IncompleteReadError, ConnectionError):
+                # The worker died under the render: the kernel refused it memory it could not
+                # even raise a MemoryError for, or it broke; either way the template did it.
+                self._discard(worker)
+                raise TemplateRenderFailed(
+                    part="",
+                    kind="bound",
+                    rule=RULE_MEMORY,
+                    message=f"exceeds the {RULE_MEMORY} bound (the render process died)",
+                ) from None
+            except BaseException:  # cancelled mid-render: its answer would confuse the next
+                self._discard(worker)
+                raise
+            self._idle.append(worker)
+        return _texts(answer)
+
+    async def _start(self) -> _Worker:
+        if self._closed:
+            raise RuntimeError("the render pool is closed")
+        alarm_seconds = math.ceil(self._timeout_seconds) + 2
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "notify_queue.services.render_worker",
+            str(self._memory_bytes),
+            str(alarm_seconds),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        worker = _Worker(process)
+        self._workers.add(worker)
+        try:
+            await asyncio.wait_for(worker.receive(), WORKER_START_SECONDS)
+        except BaseException:
+            self._discard(worker)
+            raise
+        return worker
+
+    def _discard(self, worker: _Worker) -> None:
+        """Kill a worker whose state is unknown; the next render that needs one starts one."""
+        worker.kill()
+        self._workers.discard(worker)
+        self._dead = [w for w in self._dead if w.process.returncode is None] + [worker]
+
+    async def close(self) -> None:
+        """Stop every worker and wait for them to exit."""
+        self._closed = True
+        for worker in list(self._workers):
+            self._discard(worker)
+        self._idle.clear()
+        dead, self._dead = self._dead, []
+        for worker in dead:
+            await worker.process.wait()
+
+
+def _texts(answer: Mapping[str, Any]) -> dict[str, str]:
+    error = answer.get("error")
+    if error is not None:
+        raise TemplateRenderFailed(
+            part=error["part"], kind=error["kind"], message=error["message"], rule=error["rule"]
+        )
+    texts: dict[str, str] = answer["texts"]
+    return texts
