@@ -20,6 +20,7 @@ import asyncio
 import json
 import math
 import struct
+import subprocess
 import sys
 from collections.abc import Mapping
 from typing import Any, Protocol
@@ -72,28 +73,66 @@ class InlineRenderer:
 
 
 class _Worker:
-    """One render worker process and its pipes."""
+    """One render worker process and its pipes, read and written by the event loop."""
 
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
+    def __init__(
+        self,
+        process: subprocess.Popen[bytes],
+        reader: asyncio.StreamReader,
+        writer: asyncio.WriteTransport,
+    ) -> None:
         self.process = process
+        self._reader = reader
+        self._writer = writer
 
-    async def send(self, payload: bytes) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(_HEADER.pack(len(payload)) + payload)
-        await self.process.stdin.drain()
+    @classmethod
+    async def start(cls, command: list[str]) -> _Worker:
+        loop = asyncio.get_running_loop()
+        # Started on a thread: starting a process returns once the child has exec'd, tens of
+        # milliseconds on a loaded machine, which on the event loop would be tens of
+        # milliseconds of /healthz unanswered.
+        started = loop.run_in_executor(None, _popen, command)
+        try:
+            process = await asyncio.shield(started)
+        except asyncio.CancelledError:
+            started.add_done_callback(_kill_when_started)
+            raise
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            reader = asyncio.StreamReader()
+            await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader), process.stdout
+            )
+            writer, _ = await loop.connect_write_pipe(asyncio.Protocol, process.stdin)
+        except BaseException:
+            process.kill()
+            raise
+        return cls(process, reader, writer)
 
     async def receive(self) -> Any:
-        assert self.process.stdout is not None
-        (length,) = _HEADER.unpack(await self.process.stdout.readexactly(_HEADER.size))
-        return json.loads(await self.process.stdout.readexactly(length))
+        (length,) = _HEADER.unpack(await self._reader.readexactly(_HEADER.size))
+        return json.loads(await self._reader.readexactly(length))
 
     async def ask(self, payload: bytes) -> Any:
-        await self.send(payload)
+        # One request at a time per worker: the pipe's buffer and the transport's hold it all.
+        self._writer.write(_HEADER.pack(len(payload)) + payload)
         return await self.receive()
 
     def kill(self) -> None:
-        if self.process.returncode is None:
+        """Kill the process (if alive) and close the pipes; it still has to be reaped."""
+        if self.process.poll() is None:
             self.process.kill()
+        self._writer.close()
+        self._reader.feed_eof()
+
+
+def _popen(command: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+
+def _kill_when_started(started: asyncio.Future[subprocess.Popen[bytes]]) -> None:
+    if not started.cancelled() and started.exception() is None:
+        started.result().kill()
 
 
 class RenderPool:
@@ -111,8 +150,8 @@ class RenderPool:
         self._memory_bytes = memory_bytes
         self._idle: list[_Worker] = []
         self._workers: set[_Worker] = set()
-        # Killed workers not yet seen exiting, for close() to wait for.
-        self._dead: list[_Worker] = []
+        # Killed workers being reaped, for close() to wait for.
+        self._reaping: list[asyncio.Future[int]] = []
         self._closed = False
 
     async def render(
@@ -153,16 +192,8 @@ class RenderPool:
         if self._closed:
             raise RuntimeError("the render pool is closed")
         alarm_seconds = math.ceil(self._timeout_seconds) + 2
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "notify_queue.services.render_worker",
-            str(self._memory_bytes),
-            str(alarm_seconds),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-        )
-        worker = _Worker(process)
+        command = [sys.executable, "-m", "notify_queue.services.render_worker"]
+        worker = await _Worker.start([*command, str(self._memory_bytes), str(alarm_seconds)])
         self._workers.add(worker)
         try:
             await asyncio.wait_for(worker.receive(), WORKER_START_SECONDS)
@@ -172,10 +203,12 @@ class RenderPool:
         return worker
 
     def _discard(self, worker: _Worker) -> None:
-        """Kill a worker whose state is unknown; the next render that needs one starts one."""
+        """Kill a worker whose state is unknown; the next render that needs one starts one.
+        It is reaped on a thread (waiting for a process to exit blocks)."""
         worker.kill()
         self._workers.discard(worker)
-        self._dead = [w for w in self._dead if w.process.returncode is None] + [worker]
+        self._reaping = [f for f in self._reaping if not f.done()]
+        self._reaping.append(asyncio.get_running_loop().run_in_executor(None, worker.process.wait))
 
     async def close(self) -> None:
         """Stop every worker and wait for them to exit."""
@@ -183,9 +216,8 @@ class RenderPool:
         for worker in list(self._workers):
             self._discard(worker)
         self._idle.clear()
-        dead, self._dead = self._dead, []
-        for worker in dead:
-            await worker.process.wait()
+        reaping, self._reaping = self._reaping, []
+        await asyncio.gather(*reaping)
 
 
 def _texts(answer: Mapping[str, Any]) -> dict[str, str]:

@@ -1,0 +1,222 @@
+"""Template bombs against a real `notify-queue api` process: while clients create notifications
+from templates built to take all the time or memory there is, a poller on a thread of its own
+keeps asking `/healthz`; every answer comes back within 100 ms, every bomb ends in a 400 naming
+the bound it crossed, and honest creates made at the same moment still get their 201.
+
+Negative control (by hand, against 0.1.0's `services/templates.py`, which rendered on the event
+loop): the nested-range bomb alone held `/healthz` for seconds, and the poller saw no answer at
+all while it ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from notify_queue.services.sandbox import (
+    RULE_MEMORY,
+    RULE_NUMBER,
+    RULE_OUTPUT,
+    RULE_RANGE,
+    RULE_SIZE,
+    RULE_TIME,
+)
+from tests.api.test_real_server import free_port
+from tests.support import eventually
+
+# The bound `/healthz` must answer within, whatever the templates do (issue 19).
+HEALTHZ_BOUND_SECONDS = 0.100
+
+# Each bomb, the rule its 400 names, and the data it is rendered with.
+BOMBS: dict[str, tuple[str, str, dict[str, object]]] = {
+    "repetition": ("{{ 'x' * 10**9 }}", RULE_SIZE, {}),
+    "power": ("{{ 9 ** (9 ** 9) }}", RULE_NUMBER, {}),
+    "doubling": (
+        "{% set ns = namespace(s='x') %}"
+        "{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}",
+        RULE_SIZE,
+        {},
+    ),
+    "range": ("{% for i in range(10**9) %}.{% endfor %}", RULE_RANGE, {}),
+    "output": ("{% for i in range(10000) %}{{ 'y' * 1000 }}{% endfor %}", RULE_OUTPUT, {}),
+    "nested-ranges": (
+        "{% for a in range(10000) %}{% for b in range(10000) %}{% endfor %}{% endfor %}",
+        RULE_TIME,
+        {},
+    ),
+    "nested-data": (
+        "{% for a in x %}{% for b in x %}{% for c in x %}{% endfor %}{% endfor %}{% endfor %}",
+        RULE_TIME,
+        {"x": list(range(1000))},
+    ),
+    "hoard": (
+        "{% set ns = namespace(l=[]) %}"
+        "{% for i in range(10000) %}{% set _ = ns.l.append([0] * 999999) %}{% endfor %}",
+        RULE_MEMORY,
+        {},
+    ),
+}
+# A hoard reaches the memory limit in about 0.1 s of CPU; on a machine loaded enough that the
+# (lower-priority) render worker does not get that within the time limit, the time limit stops it
+# first. Either is the clear end the test asks for; tests/test_template_bounds.py checks the
+# memory limit alone.
+ALSO_ACCEPTED = {RULE_MEMORY: RULE_TIME}
+
+
+@pytest.fixture
+async def api(database_url: str, tmp_path: Path) -> AsyncIterator[str]:
+    """`notify-queue api` as a subprocess; its base URL once it is ready."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_QUEUE_")}
+    command = [sys.executable, "-m", "notify_queue", "api", "--port", str(port)]
+    command += ["--database-url", database_url, "--log-level", "WARNING"]
+    log = (tmp_path / "api.log").open("wb")
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+
+    async def ready() -> bool:
+        assert process.poll() is None, (tmp_path / "api.log").read_text()
+        try:
+            async with httpx.AsyncClient(base_url=base_url) as http:
+                return (await http.get("/readyz")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        await eventually(ready, timeout=30)
+        yield base_url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        log.close()
+
+
+class HealthPoller(threading.Thread):
+    """GET /healthz back to back on one kept-alive connection, on a thread of its own (the
+    test's event loop, busy sending creates, must not delay it); every latency recorded."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self._port = port
+        self._stopping = threading.Event()
+        self.latencies: list[float] = []
+        self.failures: list[str] = []
+
+    def run(self) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", self._port, timeout=30)
+        try:
+            for _ in range(5):  # warm-up: connection opened, route and handler paths hot
+                connection.request("GET", "/healthz")
+                connection.getresponse().read()
+            while not self._stopping.is_set():
+                started = time.perf_counter()
+                try:
+                    connection.request("GET", "/healthz")
+                    answer = connection.getresponse()
+                    answer.read()
+                except OSError as exc:
+                    self.failures.append(repr(exc))
+                    return
+                self.latencies.append(time.perf_counter() - started)
+                if answer.status != 200:
+                    self.failures.append(f"status {answer.status}")
+                self._stopping.wait(0.005)
+        finally:
+            connection.close()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self.join(timeout=60)
+
+
+def _message(response: httpx.Response) -> tuple[str, str]:
+    [error] = response.json()["errors"]
+    return error["field"], error["message"]
+
+
+async def test_template_bombs_never_delay_healthz_and_end_in_a_400_naming_the_rule(
+    api: str,
+) -> None:
+    async with httpx.AsyncClient(base_url=api, timeout=60) as client:
+        for name, (source, _, _) in BOMBS.items():
+            put = await client.put(
+                f"/templates/{name}", json={"channels": {"sms": {"body": source}}}
+            )
+            assert put.status_code in (200, 201), put.text
+        put = await client.put(
+            "/templates/honest", json={"channels": {"sms": {"body": "Order {{ n }} shipped"}}}
+        )
+        assert put.status_code in (200, 201), put.text
+        # One honest create first: the render workers are started before the poller measures.
+        warm = await client.post(
+            "/notifications",
+            json={
+                "channel": "sms",
+                "recipient": "+15550000",
+                "template": "honest",
+                "data": {"n": 0},
+            },
+            headers={"Idempotency-Key": "warm"},
+        )
+        assert warm.status_code == 201, warm.text
+
+        poller = HealthPoller(int(api.rsplit(":", 1)[1]))
+        poller.start()
+        try:
+
+            async def create(template: str, data: dict[str, object], key: str) -> httpx.Response:
+                return await client.post(
+                    "/notifications",
+                    json={
+                        "channel": "sms",
+                        "recipient": "+15551234",
+                        "template": template,
+                        "data": data,
+                    },
+                    headers={"Idempotency-Key": key},
+                )
+
+            bombs = [
+                create(name, data, f"bomb-{name}-{i}")
+                for i in range(2)
+                for name, (_, _, data) in BOMBS.items()
+            ]
+            honest = [create("honest", {"n": i}, f"honest-{i}") for i in range(10)]
+            answers = await asyncio.gather(*bombs, *honest)
+        finally:
+            poller.stop()
+
+    bomb_answers = answers[: len(bombs)]
+    expected = [rule for _ in range(2) for _, rule, _ in BOMBS.values()]
+    for answer, rule in zip(bomb_answers, expected, strict=True):
+        assert answer.status_code == 400, answer.text
+        field, message = _message(answer)
+        assert field == "template" or (rule == RULE_OUTPUT and field == "data"), answer.text
+        assert f"{rule} bound" in message or f"{ALSO_ACCEPTED.get(rule)} bound" in message, (
+            answer.text
+        )
+    assert [a.status_code for a in answers[len(bombs) :]] == [201] * 10
+
+    assert poller.failures == []
+    assert len(poller.latencies) >= 10  # the poller ran the whole time (3 s or more of bombs)
+    worst = max(poller.latencies)
+    print(f"/healthz: {len(poller.latencies)} answers, worst {worst * 1000:.1f} ms")  # with -s
+    assert worst < HEALTHZ_BOUND_SECONDS, (
+        f"/healthz took {worst * 1000:.0f} ms at worst over {len(poller.latencies)} requests"
+    )
