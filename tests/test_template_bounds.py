@@ -134,7 +134,9 @@ async def test_an_output_over_the_cap_is_the_old_message_with_the_rule() -> None
 # -- the worker processes -------------------------------------------------------------------
 
 TIME_BOMBS = {
-    "nested ranges": "{% for a in range(10000) %}{% for b in range(10000) %}{% endfor %}{% endfor %}",
+    "nested ranges": (
+        "{% for a in range(10000) %}{% for b in range(10000) %}{% endfor %}{% endfor %}"
+    ),
     "nested loops over data": (
         "{% for a in x %}{% for b in x %}{% for c in x %}{{ '' }}{% endfor %}{% endfor %}"
         "{% endfor %}"
