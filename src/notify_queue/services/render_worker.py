@@ -9,7 +9,8 @@ It exits when its stdin closes, so a parent that dies takes its workers with it.
 Its limits: an address space of its size at start plus RENDER_MEMORY_BYTES (a template that
 allocates more gets a MemoryError, answered as the memory bound); and an alarm per request, a
 little after the parent's own wall-clock limit, that kills the worker if the parent did not (a
-parent that died in the middle of a render). It runs at a lower priority than its parent.
+parent that died in the middle of a render). Its parent starts it at a lower
+priority than its own (services.rendering).
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from typing import Any, BinaryIO
 from notify_queue.services.sandbox import RULE_MEMORY, memory_message, render_parts
 
 _HEADER = struct.Struct(">I")
-# The workers' scheduling priority, below the API's and the operator's (0): see main().
-RENDER_NICENESS = 5
+# Raising one's own OOM score needs no privilege; 500 makes a worker the kernel's first choice
+# over its parent (0) when the container's memory runs out.
+RENDER_OOM_SCORE_ADJ = 500
 
 
 def limit_memory(extra_bytes: int) -> None:
@@ -86,10 +88,12 @@ def serve(memory_bytes: int, alarm_seconds: int) -> None:
 def main() -> None:
     memory_bytes, alarm_seconds = (int(v) for v in sys.argv[1:3])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the parent, which stops us
-    # A render that spins until its time limit must not take the CPU from the event loop that
-    # serves /healthz (on a 2-core pod, two spinning workers would have both cores): renders
-    # yield to everything else.
-    os.nice(RENDER_NICENESS)
+    # Should the container run out of memory all the same, the kernel kills a render first.
+    try:
+        with open("/proc/self/oom_score_adj", "w") as adj:
+            adj.write(str(RENDER_OOM_SCORE_ADJ))
+    except OSError:  # not Linux
+        pass
     serve(memory_bytes, alarm_seconds)
 
 
