@@ -23,7 +23,7 @@ from notify_queue.services.sandbox import (
     RULE_TIME,
     render_parts,
 )
-from notify_queue.services.templates import render
+from notify_queue.services.templates import check_template_channels, render
 
 # Each bomb, and the rule that must name it. A bound that failed open would take seconds and
 # gigabytes here (the tests run in this process), so every one of these must be refused early.
@@ -188,3 +188,13 @@ async def test_the_pool_answers_sandbox_refusals_and_data_errors_like_the_sandbo
         assert (missing.value.kind, missing.value.message) == ("data", "'nobody' is undefined")
     finally:
         await pool.close()
+
+
+def test_a_template_too_deeply_nested_to_parse_is_refused_at_put() -> None:
+    # Parsing recurses per level; 0.1.0 let the RecursionError out as a 500.
+    nested = "{{ " + "(" * 2000 + "1" + ")" * 2000 + " }}"
+    with pytest.raises(ValidationFailed) as caught:
+        check_template_channels({"sms": {"body": nested}})
+    assert [(e.field, e.message) for e in caught.value.errors] == [
+        ("channels.sms.body", "nests too deeply")
+    ]
