@@ -292,9 +292,10 @@ class BoundedEnvironment(SandboxedEnvironment):
 ENVIRONMENT = BoundedEnvironment()
 
 
-@functools.lru_cache(maxsize=512)
+@functools.lru_cache(maxsize=256)
 def _compiled(source: str) -> Template:
-    """A template compiled once per process: compiling costs far more than rendering."""
+    """A template compiled once per process: compiling costs tens of times more than rendering
+    (benchmarks/template_render.py); the templates in use at once are far fewer than 256."""
     return ENVIRONMENT.from_string(source)
 
 
@@ -326,6 +327,9 @@ def render_parts(parts: Mapping[str, tuple[str, int]], data: Mapping[str, Any]) 
         except BoundExceeded as exc:
             return _error(part, "bound", str(exc), exc.rule)
         except MemoryError:
+            # The compiled templates count against the same memory limit: dropped, so that many
+            # big templates cannot leave a worker unable to render anything.
+            _compiled.cache_clear()
             return _error(part, "bound", memory_message(), RULE_MEMORY)
         except RecursionError:
             return _error(part, "bound", f"exceeds the {RULE_DEPTH} bound", RULE_DEPTH)
