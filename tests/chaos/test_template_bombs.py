@@ -6,9 +6,9 @@ the bound it crossed, and honest creates made at the same moment still get their
 Negative control (by hand: this test run against 0.1.0's tree, `git archive 47fbd42`, through
 PYTHONPATH, with a smaller nested-range bomb alone, 10,000 x 2,000, as 0.1.0 renders on the event
 loop): `/healthz` waited 2,297 ms at worst, 12 answers in the whole run. With the fix, this test
-saw 18 to 82 ms at worst on the same 2-core machine at load 7 to 12, and 0.1.0's baseline
-without bombs 8 to 72 ms: on a machine that loaded, the 100 ms bound has a thin margin and a run
-can fail for the machine's sake (seen twice in ten runs while the render pool was being tuned).
+saw 18 to 82 ms at worst in 9 of 11 runs on the same 2-core machine at load 7 to 13, and 103 and
+104 ms in the other 2; the same API without bombs saw 8 to 72 ms. On a machine that loaded, the
+100 ms bound has a thin margin, and a run can fail for the machine's sake.
 """
 
 from __future__ import annotations
