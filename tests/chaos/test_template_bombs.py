@@ -3,17 +3,23 @@ from templates built to take all the time or memory there is, a poller in a proc
 keeps asking `/healthz`; every answer comes back within 100 ms, every bomb ends in a 400 naming
 the bound it crossed, and honest creates made at the same moment still get their 201.
 
+The bound is 100 ms beyond the machine's own noise: a second, idle `notify-queue api` (no
+templates sent to it) is polled alternately by the same poller, and the worst answer of the idle
+one is added to the bound. On 2 busy cores an idle API's worst answer alone reached 72 ms, which
+made a fixed 100 ms bound fail for the machine's sake (2 runs of 11); a loop blocked by a render
+shows seconds, far beyond either.
+
 Negative control (by hand: this test run against 0.1.0's tree, `git archive 47fbd42`, through
 PYTHONPATH, with a smaller nested-range bomb alone, 10,000 x 2,000, as 0.1.0 renders on the event
-loop): `/healthz` waited 2,297 ms at worst, 12 answers in the whole run. With the fix, this test
-saw 18 to 82 ms at worst in 9 of 11 runs on the same 2-core machine at load 7 to 13, and 103 and
-104 ms in the other 2; the same API without bombs saw 8 to 72 ms. On a machine that loaded, the
-100 ms bound has a thin margin, and a run can fail for the machine's sake.
+loop): `/healthz` waited 2,297 ms at worst, 12 answers in the whole run. With the fix: 18 to 82 ms
+at worst in 9 of 11 runs on the same 2-core machine at load 7 to 13, 103 and 104 ms in the other
+2, while an API without bombs saw 8 to 72 ms.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -36,7 +42,8 @@ from notify_queue.services.sandbox import (
 from tests.api.test_real_server import free_port
 from tests.support import eventually
 
-# The bound `/healthz` must answer within, whatever the templates do (issue 19).
+# The bound `/healthz` must answer within, whatever the templates do (issue 19), beyond what an
+# idle API's /healthz takes on the same machine at the same moments.
 HEALTHZ_BOUND_SECONDS = 0.100
 
 # Each bomb, the rule its 400 names, and the data it is rendered with.
@@ -75,19 +82,19 @@ BOMBS: dict[str, tuple[str, str, dict[str, object]]] = {
 ALSO_ACCEPTED = {RULE_MEMORY: RULE_TIME}
 
 
-@pytest.fixture
-async def api(database_url: str, tmp_path: Path) -> AsyncIterator[str]:
+@contextlib.asynccontextmanager
+async def api_process(database_url: str, log_path: Path) -> AsyncIterator[str]:
     """`notify-queue api` as a subprocess; its base URL once it is ready."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_QUEUE_")}
     command = [sys.executable, "-m", "notify_queue", "api", "--port", str(port)]
     command += ["--database-url", database_url, "--log-level", "WARNING"]
-    log = (tmp_path / "api.log").open("wb")
+    log = log_path.open("wb")
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     base_url = f"http://127.0.0.1:{port}"
 
     async def ready() -> bool:
-        assert process.poll() is None, (tmp_path / "api.log").read_text()
+        assert process.poll() is None, log_path.read_text()
         try:
             async with httpx.AsyncClient(base_url=base_url) as http:
                 return (await http.get("/readyz")).status_code == 200
@@ -108,40 +115,57 @@ async def api(database_url: str, tmp_path: Path) -> AsyncIterator[str]:
         log.close()
 
 
+@pytest.fixture
+async def api(database_url: str, tmp_path: Path) -> AsyncIterator[str]:
+    async with api_process(database_url, tmp_path / "api.log") as url:
+        yield url
+
+
+@pytest.fixture
+async def idle_api(database_url: str, tmp_path: Path) -> AsyncIterator[str]:
+    """The control: the same program on the same database, which no template reaches."""
+    async with api_process(database_url, tmp_path / "idle-api.log") as url:
+        yield url
+
+
 # The poller: a process of its own, so neither this test's event loop (busy sending creates) nor
-# its GIL can delay a /healthz answer it measures. GET /healthz back to back on one kept-alive
-# connection (after a warm-up) until its stdin closes, then print the latencies, and any failure.
+# its GIL can delay a /healthz answer it measures. GET /healthz of the API under test and of the
+# idle control alternately, each on one kept-alive connection (after a warm-up), until its stdin
+# closes, then print both series of latencies, and any failure.
 POLLER = """
 import http.client, json, sys, threading, time
 stop = threading.Event()
 threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
-connection = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=30)
-latencies, failures = [], []
-for _ in range(5):
-    connection.request("GET", "/healthz")
-    connection.getresponse().read()
-print("ready", flush=True)
-while not stop.is_set():
-    started = time.perf_counter()
-    try:
+connections = [http.client.HTTPConnection("127.0.0.1", int(p), timeout=30) for p in sys.argv[1:3]]
+latencies, failures = [[], []], []
+for connection in connections:
+    for _ in range(5):
         connection.request("GET", "/healthz")
-        answer = connection.getresponse()
-        answer.read()
-    except OSError as exc:
-        failures.append(repr(exc))
-        break
-    latencies.append(time.perf_counter() - started)
-    if answer.status != 200:
-        failures.append(f"status {answer.status}")
-    stop.wait(0.02)  # ~50 a second: the poller must not be the load it measures
-print(json.dumps({"latencies": latencies, "failures": failures}), flush=True)
+        connection.getresponse().read()
+print("ready", flush=True)
+while not stop.is_set() and not failures:
+    for series, connection in zip(latencies, connections):
+        started = time.perf_counter()
+        try:
+            connection.request("GET", "/healthz")
+            answer = connection.getresponse()
+            answer.read()
+        except OSError as exc:
+            failures.append(repr(exc))
+            break
+        series.append(time.perf_counter() - started)
+        if answer.status != 200:
+            failures.append(f"status {answer.status}")
+    stop.wait(0.02)  # ~50 pairs a second: the poller must not be the load it measures
+print(json.dumps({"latencies": latencies[0], "idle": latencies[1], "failures": failures}),
+      flush=True)
 """
 
 
 class HealthPoller:
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, idle_port: int) -> None:
         self._process = subprocess.Popen(
-            [sys.executable, "-c", POLLER, str(port)],
+            [sys.executable, "-c", POLLER, str(port), str(idle_port)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -149,12 +173,14 @@ class HealthPoller:
         assert self._process.stdout is not None
         assert self._process.stdout.readline().strip() == "ready"
         self.latencies: list[float] = []
+        self.idle_latencies: list[float] = []
         self.failures: list[str] = []
 
     def stop(self) -> None:
         out, _ = self._process.communicate(timeout=60)
         measured = json.loads(out.strip().splitlines()[-1])
         self.latencies, self.failures = measured["latencies"], measured["failures"]
+        self.idle_latencies = measured["idle"]
 
 
 def _message(response: httpx.Response) -> tuple[str, str]:
@@ -163,7 +189,7 @@ def _message(response: httpx.Response) -> tuple[str, str]:
 
 
 async def test_template_bombs_never_delay_healthz_and_end_in_a_400_naming_the_rule(
-    api: str,
+    api: str, idle_api: str
 ) -> None:
     async with httpx.AsyncClient(base_url=api, timeout=60) as client:
         for name, (source, _, _) in BOMBS.items():
@@ -188,7 +214,7 @@ async def test_template_bombs_never_delay_healthz_and_end_in_a_400_naming_the_ru
         )
         assert warm.status_code == 201, warm.text
 
-        poller = HealthPoller(int(api.rsplit(":", 1)[1]))
+        poller = HealthPoller(int(api.rsplit(":", 1)[1]), int(idle_api.rsplit(":", 1)[1]))
         try:
 
             async def create(template: str, data: dict[str, object], key: str) -> httpx.Response:
@@ -222,8 +248,12 @@ async def test_template_bombs_never_delay_healthz_and_end_in_a_400_naming_the_ru
 
     assert poller.failures == []
     assert len(poller.latencies) >= 10  # the poller ran the whole time (a second or more of bombs)
-    worst = max(poller.latencies)
-    print(f"/healthz: {len(poller.latencies)} answers, worst {worst * 1000:.1f} ms")  # with -s
-    assert worst < HEALTHZ_BOUND_SECONDS, (
-        f"/healthz took {worst * 1000:.0f} ms at worst over {len(poller.latencies)} requests"
+    worst, idle_worst = max(poller.latencies), max(poller.idle_latencies)
+    print(  # with -s
+        f"/healthz: {len(poller.latencies)} answers, worst {worst * 1000:.1f} ms; "
+        f"idle API worst {idle_worst * 1000:.1f} ms"
+    )
+    assert worst < HEALTHZ_BOUND_SECONDS + idle_worst, (
+        f"/healthz took {worst * 1000:.0f} ms at worst over {len(poller.latencies)} requests, "
+        f"while an idle API's worst was {idle_worst * 1000:.0f} ms"
     )
