@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import ssl
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -497,6 +498,75 @@ async def test_a_name_pointing_inside_is_refused_before_any_connection(serve) ->
         await poster.post(server.url("inside.example"), b"{}", {})
     await poster.close()
     assert server.connections == 0
+
+
+# --- happy eyeballs ----------------------------------------------------------------------------
+
+
+def _silent_ipv6_port() -> tuple[socket.socket, list[socket.socket], int]:
+    """A port on ::1 where SYNs go unanswered, as on a route that drops IPv6: a listening socket
+    with a backlog of one, filled. (A socket that listens but never accepts would not do: the
+    kernel completes handshakes for it.) Returns the sockets to close and the port, free on
+    127.0.0.1 as well."""
+    for _ in range(20):
+        silent = socket.socket(socket.AF_INET6)
+        silent.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        silent.bind(("::1", 0))
+        silent.listen(0)
+        port = silent.getsockname()[1]
+        probe = socket.socket(socket.AF_INET)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            silent.close()
+            continue
+        finally:
+            probe.close()
+        filler = socket.socket(socket.AF_INET6)
+        filler.connect(("::1", port))  # the one the backlog holds; the next SYN is dropped
+        return silent, [filler], port
+    pytest.skip("no port free on both ::1 and 127.0.0.1")
+
+
+async def test_a_name_whose_ipv6_address_drops_packets_is_reached_over_ipv4() -> None:
+    """RFC 8305: the vetted IPv6 address comes first and never answers; the IPv4 attempt starts
+    250 ms later and wins, well inside a timeout the IPv6 attempt alone would use up (the old
+    client tried the addresses one after the other and timed out)."""
+    silent, fillers, port = _silent_ipv6_port()
+    arrived: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        arrived.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(NO_CONTENT)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", port)
+    poster = guarded_poster(
+        allow=["127.0.0.1/32", "::1/128"],
+        timeout_seconds=10.0,
+        resolver=FixedResolver({"dual.example": ["::1", "127.0.0.1"]}),
+    )
+    try:
+        answer_ = await poster.post(f"http://dual.example:{port}/hooks", b"{}", {})
+    finally:
+        await poster.close()
+        server.close()
+        for sock in (silent, *fillers):
+            sock.close()
+    assert answer_ == Answer(204, b"")
+    assert len(arrived) == 1 and arrived[0].startswith(b"POST /hooks HTTP/1.1\r\n")
+
+
+def test_addresses_alternate_families_from_the_first_ones() -> None:
+    assert posting._interleaved(["::1", "::2", "10.0.0.1", "10.0.0.2", "10.0.0.3"]) == [
+        "::1",
+        "10.0.0.1",
+        "::2",
+        "10.0.0.2",
+        "10.0.0.3",
+    ]
+    assert posting._interleaved(["10.0.0.1", "::1"]) == ["10.0.0.1", "::1"]
 
 
 # --- TLS --------------------------------------------------------------------------------------
