@@ -89,54 +89,46 @@ class _Refused(Exception):
 
 
 class _Connection(asyncio.Protocol):
-    """One connection and the answer it is reading, if any. An answer ends the exchange as soon as
-    it is complete; whatever arrives afterwards, in the same read or later, marks the connection
-    unfit to reuse."""
+    """One connection, and the answer it is reading: fed through llhttp (its callbacks are the on_*
+    methods; one parser per connection, ready for the next answer once one ended cleanly). An
+    exchange ends as soon as its answer is complete; whatever arrives afterwards, in the same read
+    or later, marks the connection unfit to reuse."""
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
         self.returned_at = 0.0
         self.reusable = False
-        self._answer: _AnswerReader | None = None
-
-    # -- asyncio.Protocol -------------------------------------------------------------------------
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        answer = self._answer
-        if answer is None or answer.done.done():
-            # Nobody asked: a second answer, or stray bytes, would be read as the next event's.
-            self.close()
-            return
-        answer.feed(data)
-
-    def eof_received(self) -> bool | None:
-        return None  # close the transport; connection_lost follows
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.reusable = False
-        if self._answer is not None:
-            self._answer.lost(exc)
+        self._parser = httptools.HttpResponseParser(self)
+        # The exchange under way; `_over` once its answer (or failure) is known.
+        self.answer: asyncio.Future[Answer] | None = None
+        self._over = True
+        self.received = 0  # bytes of the answer (a kept connection with none is stale)
+        self._status = 0
+        self._body = bytearray()
+        self._head_bytes = 0  # fed while the head was incomplete: a head that never ends
+        self._field_bytes = 0  # of the fields read: a head that ends, too late
+        self._headers_done = False
+        self._framed = False  # Content-Length or chunked: the close is not the end of the body
 
     # -- the client's side ------------------------------------------------------------------------
 
     def usable(self) -> bool:
         return self.reusable and self.transport is not None and not self.transport.is_closing()
 
-    def send(self, request: bytes) -> _AnswerReader:
+    def send(self, request: bytes) -> asyncio.Future[Answer]:
         assert self.transport is not None
         self.reusable = False
-        self._answer = _AnswerReader()
+        self.answer = asyncio.get_running_loop().create_future()
+        self._over = False
+        self.received = self._status = self._head_bytes = self._field_bytes = 0
+        self._body = bytearray()
+        self._headers_done = self._framed = False
         self.transport.write(request)
-        return self._answer
+        return self.answer
 
-    def finish(self, answer: _AnswerReader) -> None:
+    def finish(self) -> None:
         """After the exchange: keep the connection only if its answer allowed it."""
-        self._answer = None
-        self.reusable = answer.reusable
+        self.answer = None
         if not self.usable():  # stray bytes may have closed it already
             self.close()
 
@@ -145,39 +137,20 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    # -- asyncio.Protocol -------------------------------------------------------------------------
 
-class _AnswerReader:
-    """Feeds one answer through llhttp (its callbacks are the on_* methods) and resolves `done`
-    with the Answer, or with the reason there is none."""
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
 
-    __slots__ = (
-        "_body",
-        "_field_bytes",
-        "_framed",
-        "_head_bytes",
-        "_headers_done",
-        "_parser",
-        "_status",
-        "done",
-        "received",
-        "reusable",
-    )
-
-    def __init__(self) -> None:
-        self.done: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._parser = httptools.HttpResponseParser(self)
-        self.received = 0  # bytes of the answer (a kept connection with none is stale)
-        self.reusable = False
-        self._status = 0
-        self._body = bytearray()
-        self._head_bytes = 0  # fed while the head was incomplete: a head that never ends
-        self._field_bytes = 0  # of the fields read: a head that ends, too late
-        self._headers_done = False
-        self._framed = False  # Content-Length or chunked: the close is not the end of the body
-
-    def feed(self, data: bytes) -> None:
-        expected = b"HTTP/"[self.received :]
-        if expected and not expected.startswith(data[: len(expected)]):
+    def data_received(self, data: bytes) -> None:
+        if self._over:
+            # Nobody asked: a second answer, or stray bytes, would be read as the next event's.
+            self.close()
+            return
+        if self.received < 5 and not b"HTTP/"[self.received :].startswith(
+            data[: 5 - self.received]
+        ):
             # llhttp also reads RTSP/ and ICE/ status lines; an HTTP server says HTTP/.
             self._fail(PostFailed(f"connection error: not an HTTP/1.1 answer: {data[:40]!r}"))
             return
@@ -187,13 +160,13 @@ class _AnswerReader:
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            if not self.done.done():
+            if not self._over:
                 cause = exc.__context__ if isinstance(exc.__context__, _Refused) else exc
                 self._fail(PostFailed(f"connection error: a malformed answer: {cause}"))
             # else: garbage after a complete answer, which stands; the connection is not kept.
             self.reusable = False
             return
-        if self.done.done():
+        if self._over:
             return
         if len(self._body) >= RESPONSE_BODY_LIMIT_BYTES:
             # The start of the body is all the error text needs; the rest is not read, so the
@@ -204,8 +177,12 @@ class _AnswerReader:
                 PostFailed(f"connection error: answer headers over {_HEAD_LIMIT_BYTES} bytes")
             )
 
-    def lost(self, exc: Exception | None) -> None:
-        if self.done.done():
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.reusable = False
+        if self._over:
             return
         if self._headers_done and not self._framed:  # a body that runs to the close ends here
             self._answered(reusable=False)
@@ -215,51 +192,61 @@ class _AnswerReader:
             self._fail(PostFailed("connection error: the server closed the connection"))
 
     def _answered(self, *, reusable: bool) -> None:
+        self._over = True
         self.reusable = reusable
-        self.done.set_result(Answer(self._status, bytes(self._body[:RESPONSE_BODY_LIMIT_BYTES])))
+        if self.answer is not None and not self.answer.done():  # not cancelled by the timeout
+            body = bytes(self._body[:RESPONSE_BODY_LIMIT_BYTES])
+            self.answer.set_result(Answer(self._status, body))
 
     def _fail(self, exc: Exception) -> None:
+        self._over = True
         self.reusable = False
-        self.done.set_exception(exc)
+        if self.answer is not None and not self.answer.done():
+            self.answer.set_exception(exc)
 
     # -- llhttp's callbacks -----------------------------------------------------------------------
 
     def on_message_begin(self) -> None:
-        if self.done.done():  # a second answer in the same read: stray bytes
+        if self._over:  # a second answer in the same read: stray bytes
             self.reusable = False
             return
         self._framed = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.done.done():
+        if self._over:
             return
-        self._field_bytes += len(name) + len(value) + 4
-        name = name.lower()
-        if name == b"content-length":
+        size = len(name)
+        self._field_bytes += size + len(value) + 4
+        # Only the framing fields matter here (llhttp enforces their rules); their lengths are
+        # compared first, as most fields are neither.
+        if size == 14 and name.lower() == b"content-length":
             self._framed = True
-        elif name == b"transfer-encoding" and value.rsplit(b",", 1)[-1].strip().lower() == (
-            b"chunked"
+        elif (
+            size == 17
+            and name.lower() == b"transfer-encoding"
+            and value.rsplit(b",", 1)[-1].strip().lower() == b"chunked"
         ):
             self._framed = True
 
     def on_headers_complete(self) -> None:
-        if self.done.done():
+        if self._over:
             return
         if self._field_bytes > _HEAD_LIMIT_BYTES:
             raise _Refused(f"answer headers over {_HEAD_LIMIT_BYTES} bytes")
-        if self._parser.get_http_version() not in ("1.1", "1.0"):
-            raise _Refused(f"not an HTTP/1.1 answer (HTTP/{self._parser.get_http_version()})")
+        version = self._parser.get_http_version()
+        if version != "1.1" and version != "1.0":
+            raise _Refused(f"not an HTTP/1.1 answer (HTTP/{version})")
         self._status = self._parser.get_status_code()
         if self._status == 101:
             raise _Refused("the server switched protocols")
         self._headers_done = self._status >= 200  # an interim answer's head is not the answer's
 
     def on_body(self, body: bytes) -> None:
-        if not self.done.done() and len(self._body) < RESPONSE_BODY_LIMIT_BYTES:
+        if not self._over and len(self._body) < RESPONSE_BODY_LIMIT_BYTES:
             self._body += body
 
     def on_message_complete(self) -> None:
-        if self.done.done():
+        if self._over:
             return
         if self._status < 200:  # 100 Continue, 103 Early Hints: the answer follows
             self._head_bytes = self._field_bytes = 0
@@ -411,18 +398,17 @@ class Poster:
     async def _exchange(
         self, key: tuple[str, str, int], connection: _Connection, request: bytes, *, kept: bool
     ) -> Answer:
-        answer = connection.send(request)
         try:
-            result = await answer.done
+            result = await connection.send(request)
         except PostFailed:
             connection.close()
-            if kept and answer.received == 0:
+            if kept and connection.received == 0:
                 raise _Stale from None
             raise
         except BaseException:  # the timeout, a cancellation
             connection.close()
             raise
-        connection.finish(answer)
+        connection.finish()
         if connection.reusable:
             connection.returned_at = time.monotonic()
             self._idle.setdefault(key, []).append(connection)
