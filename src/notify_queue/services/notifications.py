@@ -278,6 +278,12 @@ class NotificationService:
         retried = await self._repository.notification_retry(id=id)
         if retried is None:
             current = await self.get(id)
+            if current.status in RETRYABLE_STATUSES:
+                # Retention forgot its key: its partition is being dropped (0011).
+                raise Conflict(
+                    f"notification {id} is past the retention and being removed; it cannot be "
+                    f"retried"
+                )
             raise Conflict(
                 f"notification {id} is {current.status}; only FAILED or DEAD_LETTERED can be "
                 f"retried"
