@@ -358,6 +358,18 @@ async def test_bytes_after_a_complete_answer_close_the_connection_and_the_next_p
     assert [c for c, _ in server.requests] == [0, 1]
 
 
+async def test_junk_on_a_kept_connection_is_a_failure_not_a_resend(serve) -> None:
+    """The one resend is for a kept connection that closed before any byte came back; one that
+    answered, even junk, had its POST reach the server."""
+    server = await serve(lambda n, request: NO_CONTENT if n == 0 else b"SSH-2.0-x\r\n\r\n")
+    poster = trusted_poster(timeout_seconds=5.0)
+    assert await poster.post(server.url(), b"{}", {}) == Answer(204, b"")
+    with pytest.raises(PostFailed, match=r"not an HTTP/1\.1 answer"):
+        await poster.post(server.url(), b"{}", {})
+    await poster.close()
+    assert [c for c, _ in server.requests] == [0, 0]
+
+
 async def test_bytes_arriving_on_an_idle_connection_close_it() -> None:
     """Stray bytes sent a moment after the answer, while the connection waits in the pool: the
     next POST does not read them; it goes out on a new connection."""

@@ -148,13 +148,14 @@ class _Connection(asyncio.Protocol):
             # Nobody asked: a second answer, or stray bytes, would be read as the next event's.
             self.close()
             return
-        if self.received < 5 and not b"HTTP/"[self.received :].startswith(
-            data[: 5 - self.received]
-        ):
+        before = self.received
+        self.received += len(
+            data
+        )  # counted first: a kept connection that answered junk is not stale
+        if before < 5 and not b"HTTP/"[before:].startswith(data[: 5 - before]):
             # llhttp also reads RTSP/ and ICE/ status lines; an HTTP server says HTTP/.
             self._fail(PostFailed(f"connection error: not an HTTP/1.1 answer: {data[:40]!r}"))
             return
-        self.received += len(data)
         if not self._headers_done:
             self._head_bytes += len(data)
         try:
