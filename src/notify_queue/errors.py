@@ -52,6 +52,11 @@ class SchemaNotCurrent(NotifyQueueError):
     """The database schema is older than this program; run `notify-queue migrate`."""
 
 
+class OlderReleaseRunning(NotifyQueueError):
+    """`migrate --contract` while a process of an older release is still connected: its
+    destructive steps would break that process (docs/upgrading.md)."""
+
+
 @dataclass
 class ConfigurationError(NotifyQueueError):
     """A setting is invalid or a combination of settings cannot work."""

@@ -69,7 +69,7 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
             ),
             metrics=metrics,
             schema_version=functools.partial(schema.current_version, database),
-            latest_schema_version=schema.latest_version(),
+            missing_schema_steps=functools.partial(schema.missing_steps, database),
             recipients=RecipientService(RecipientRepository(database)),
         )
         try:

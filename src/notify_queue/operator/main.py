@@ -42,7 +42,7 @@ from notify_queue.repositories.kube import KubeRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.repositories.recipients import RecipientRepository
-from notify_queue.repositories.schema import current_version, latest_version
+from notify_queue.repositories.schema import missing_steps
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.recipients import RecipientService
 from notify_queue.settings import OperatorSettings
@@ -100,10 +100,12 @@ async def run_operator(
     )
     try:
         await db.open()
-        version, latest = await current_version(db), latest_version()
-        if version is None or version < latest:
+        # Every step this release needs; newer ones are fine (the next release's `migrate`
+        # runs while this operator still serves).
+        missing = await missing_steps(db)
+        if missing:
             raise SchemaNotCurrent(
-                f"database schema is at version {version or 0}, this operator needs {latest}; "
+                f"database schema lacks {', '.join(missing)}, which this operator needs; "
                 "run `notify-queue migrate`"
             )
         await _run(settings, db, kube, stop_flag=stop_flag, ready_flag=ready_flag)
