@@ -130,7 +130,7 @@ def wait_until_listening(url: str, workers: int, timeout_seconds: float = 60.0) 
         while time.monotonic() < deadline:
             row = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND application_name = 'notify-queue-listen' AND query LIKE 'LISTEN%%'"
+                " AND application_name LIKE 'notify-queue-listen%%' AND query LIKE 'LISTEN%%'"
             ).fetchone()
             if row and row[0] >= workers:
                 return

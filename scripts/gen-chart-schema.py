@@ -48,6 +48,8 @@ EXCLUDED = {
     "push-provider": "provider.push",
     "outbound-allow": "outboundAllow",
     "providers-file": "providersFile (rendered into a ConfigMap the workers mount)",
+    "contract": "never in the pre-upgrade hook, where the old pods still run: after the roll-out, "
+    "docs/upgrading.md",
 }
 # Definition name -> the roles whose options it accepts.
 DEFINITIONS = {

@@ -25,6 +25,7 @@ from notify_queue.settings import (
     ROLE_SETTINGS,
     ApiSettings,
     DatabaseOptions,
+    MigrateSettings,
     OperatorOptions,
     OperatorSettings,
     ProviderOptions,
@@ -220,14 +221,14 @@ async def _run(role: str, settings: DatabaseOptions) -> None:
         from notify_queue.up import run_up
 
         await run_up(settings)
-    elif role == "migrate":
+    elif isinstance(settings, MigrateSettings):
         from notify_queue.repositories.db import Database
         from notify_queue.repositories.schema import migrate
 
         async with Database(
             settings.require_database_url(), pool_size=1, name="notify-queue-migrate"
         ) as db:
-            applied = await migrate(db)
+            applied = await migrate(db, contract=settings.contract)
         print(f"schema up to date ({len(applied)} migrations applied)")
     elif isinstance(settings, WorkerSettings):
         from notify_queue.worker.main import run_worker

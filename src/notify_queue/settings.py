@@ -468,6 +468,21 @@ class OperatorOptions(_Options):
     scale_interval: Seconds = Field(15.0, description="Seconds between worker scaling rounds.")
 
 
+class MigrateOptions(_Options):
+    """Migrations
+
+    docs/upgrading.md: `migrate` applies expand steps, which the previous release keeps working
+    with, so it can run while that release serves (the chart's pre-upgrade hook).
+    """
+
+    contract: bool = Field(
+        False,
+        description="Also apply the contract steps (drops, renames: what an older release would "
+        "break on). Refused while a process of an older release is connected to the database; "
+        "run it once the roll-out is done.",
+    )
+
+
 class UpOptions(_Options):
     """Everything on one machine"""
 
@@ -497,6 +512,7 @@ GROUPS: tuple[type[_Options], ...] = (
     OutboundOptions,
     ProviderOptions,
     OperatorOptions,
+    MigrateOptions,
     UpOptions,
 )
 
@@ -504,7 +520,7 @@ GROUPS: tuple[type[_Options], ...] = (
 # --- roles -----------------------------------------------------------------------------------
 
 
-class MigrateSettings(DatabaseOptions):
+class MigrateSettings(DatabaseOptions, MigrateOptions):
     """`notify-queue migrate`."""
 
 

@@ -238,6 +238,47 @@ async def test_an_expiry_inside_the_quiet_window_expires_instead_of_arriving_sta
     assert events == [("EXPIRED",)]
 
 
+async def test_in_the_second_occurrence_of_the_autumn_hour_a_notification_is_deferred_once(
+    client: httpx.AsyncClient, database_url: str, db: Database
+) -> None:
+    """Issue 19. Berlin, 2027-10-31 (02:00-03:00 happens twice), quiet hours 22:00-02:30, the
+    worker's clock in the second 02:10 (01:10Z). Claimed, it is deferred to the second 02:30
+    (01:30Z), after the clock, and claimed again then it is handed out for sending.
+
+    Time moves as a worker sees it: each claim happens when the row is due again, on a clock that
+    never goes back (a deferral to the past is due at once: claimed again at the same moment).
+    The database's clock is elsewhere (the claim takes what is due by it), so the row is made due
+    there by hand. Counted: the claims that deferred and the one that sent, never the time.
+    Negative control (by hand, `fold=0` as before): every claim defers to the first 02:30
+    (00:30Z), half an hour before the clock: five claims, five deferrals, nothing handed out."""
+    await client.put(
+        "/recipients/autumn",
+        json={
+            "email": "a@example.com",
+            "timezone": "Europe/Berlin",
+            "preferences": {"quietHours": {"start": "22:00", "end": "02:30"}},
+        },
+    )
+    n = await targeted(client, "autumn")
+    clock = utc("2027-10-31T01:10Z")
+    deferred_to: list[datetime] = []
+    handed_out: list[str] = []
+    for _ in range(5):
+        batch = await frozen(db, clock).claim(10)
+        if batch.claimed:
+            handed_out = [str(c.id) for c in batch.claimed]
+            break
+        status, attempts, next_attempt_at, error = await row(database_url, n["id"])
+        assert (status, attempts) == ("PENDING", 0) and "quiet hours" in error
+        deferred_to.append(next_attempt_at)
+        clock = max(clock, next_attempt_at)
+        await sql(
+            database_url, "UPDATE nq_queue SET next_attempt_at = now() WHERE id = %s", (n["id"],)
+        )
+    assert deferred_to == [utc("2027-10-31T01:30Z")]
+    assert handed_out == [n["id"]]
+
+
 async def test_a_deleted_recipients_queued_notifications_are_suppressed(
     client: httpx.AsyncClient, database_url: str, db: Database
 ) -> None:
@@ -269,9 +310,18 @@ def prefs(start: str, end: str, timezone: str = "Europe/Berlin") -> Preferences:
         (("09:00", "17:00"), "2027-01-15T07:59Z", None),  # before it
         (("22:00", "07:00"), "2027-01-15T21:00Z", "2027-01-16T06:00Z"),  # the start is inside
         (("22:00", "07:00"), "2027-01-15T20:59Z", None),
-        # An end inside the spring gap (02:30 does not exist on 2027-03-28 in Berlin): read with
-        # the offset before the change, i.e. 03:30 CEST, after the gap.
-        (("23:00", "02:30"), "2027-03-28T00:30Z", "2027-03-28T01:30Z"),
+        # An end inside the spring gap (02:30 does not exist on 2027-03-28 in Berlin): the window
+        # ends when the clock jumps over it, 02:00 CET -> 03:00 CEST.
+        (("23:00", "02:30"), "2027-03-28T00:30Z", "2027-03-28T01:00Z"),
+        # An end inside the repeated hour (02:00-03:00 twice on 2027-10-31 in Berlin): the
+        # occurrence after now. In the first 02:10 (00:10Z), the first 02:30; in the second
+        # 02:10 (01:10Z), the second 02:30 (the first, 00:30Z, is past: issue 19's busy loop).
+        (("22:00", "02:30"), "2027-10-31T00:10Z", "2027-10-31T00:30Z"),
+        (("22:00", "02:30"), "2027-10-31T01:10Z", "2027-10-31T01:30Z"),
+        # A window covering the repeated hour covers both occurrences ...
+        (("01:00", "04:00"), "2027-10-31T00:45Z", "2027-10-31T03:00Z"),
+        # ... one that starts inside it ends where the clock falls back to before its start.
+        (("02:30", "04:00"), "2027-10-31T00:45Z", "2027-10-31T01:00Z"),
     ],
 )
 def test_the_quiet_window_end_is_computed_in_local_time(

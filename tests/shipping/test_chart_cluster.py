@@ -171,9 +171,11 @@ def test_the_notes_say_how_to_send_a_first_notification(tools: Tools, kubeconfig
     assert "curl -s -X POST http://127.0.0.1:8080/notifications" in notes
     # Closed by default: how to read the generated token, and no warning about an open API.
     assert (
-        "TOKEN=$(kubectl get secret -n demo nq-notify-queue-secrets "
+        "TOKEN=$(kubectl get secret -n demo nq-notify-queue-api-token "
         "-o jsonpath='{.data.api-token}' | base64 -d)"
     ) in notes
+    assert "A hook Job generated it at install" in notes
+    assert "`helm uninstall` leaves it" in notes
     assert '-H "Authorization: Bearer $TOKEN"' in notes
     assert "api.auth is open" not in notes
     # The simulated provider is the default: NOTES say that it sends nothing anywhere.

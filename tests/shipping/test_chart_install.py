@@ -116,11 +116,12 @@ def _run_hook_jobs(
 ) -> list[str]:
     """Play the Job controller for the release's hook Jobs until helm exits; return their logs.
 
-    The migration Job runs `notify-queue <args>`; the uninstall Job (pre-delete) runs
-    `python -m notify_queue.operator.release <args>` with the operator ServiceAccount's token,
-    as its pod would (its ServiceAccount is still there while the hook runs).
+    The migration Job runs `notify-queue <args>`; the API-token Job (pre-install, pre-upgrade)
+    runs `python -m notify_queue.operator.api_token <args>` and the uninstall Job (pre-delete)
+    `python -m notify_queue.operator.release <args>`, each with a token of the Job's own
+    ServiceAccount, as its pod would (the ServiceAccount exists while the hooks run).
     """
-    job_names = [f"{RELEASE}-notify-queue-{c}" for c in ("migrate", "release")]
+    job_names = [f"{RELEASE}-notify-queue-{c}" for c in ("api-token", "migrate", "release")]
     logs = []
     done_uids: set[str] = set()
     deadline = time.monotonic() + 180
@@ -158,7 +159,11 @@ def _run_hook_jobs(
         env = _container_environment(tools, kubeconfig, namespace, container)
         if container.get("command", [None])[0] == "python":
             token_config = _service_account_kubeconfig_at(
-                tools, kubeconfig, namespace, Path(tempfile.mkdtemp()) / "kubeconfig"
+                tools,
+                kubeconfig,
+                namespace,
+                Path(tempfile.mkdtemp()) / "kubeconfig",
+                account=job["spec"]["template"]["spec"]["serviceAccountName"],
             )
             command = [
                 sys.executable,
@@ -255,7 +260,9 @@ def release(
         "--values",
         str(values),
     )
-    assert len(logs) == 1 and "schema up to date" in logs[0]
+    # The API token's Secret first, then the migration (the hooks' weights).
+    assert len(logs) == 2 and "created with a new token" in logs[0], logs
+    assert "schema up to date" in logs[1]
     yield Release(namespace, url, values, out)
     with psycopg.connect(pg_server.url(), autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
@@ -302,19 +309,21 @@ def _service_account_kubeconfig(
     return _service_account_kubeconfig_at(tools, cluster.kubeconfig, namespace, path)
 
 
-def _service_account_kubeconfig_at(tools: Tools, admin: Path, namespace: str, path: Path) -> Path:
+def _service_account_kubeconfig_at(
+    tools: Tools, admin: Path, namespace: str, path: Path, *, account: str = OPERATOR_SA
+) -> Path:
     token = tools.kubectl(
         "create",
         "token",
-        OPERATOR_SA,
+        account,
         "-n",
         namespace,
         "--duration=1h",
         kubeconfig=admin,
     ).stdout.strip()
     config = json.loads(admin.read_text())
-    config["users"] = [{"name": OPERATOR_SA, "user": {"token": token}}]
-    config["contexts"][0]["context"]["user"] = OPERATOR_SA
+    config["users"] = [{"name": account, "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = account
     path.write_text(json.dumps(config))
     path.chmod(0o600)
     return path
@@ -602,7 +611,8 @@ def test_helm_upgrade_migrates_again_and_keeps_the_operators_replica_counts(
         "--set",
         "workers.pools.bulk.maxReplicas=20",
     )
-    assert len(logs) == 1 and "schema up to date (0 migrations applied)" in logs[0]
+    assert len(logs) == 2 and "exists: kept as it is" in logs[0], logs
+    assert "schema up to date (0 migrations applied)" in logs[1]
     bulk = _deployment(tools, kubeconfig, ns, "worker-bulk")
     assert bulk["metadata"]["annotations"]["notifyqueue.io/max-replicas"] == "20"
     assert bulk["spec"]["replicas"] == 4, "helm upgrade reset the replica count the operator set"
@@ -613,9 +623,9 @@ def test_the_generated_api_token_is_kept_across_upgrades(
     release: Release, tools: Tools, kubeconfig: Path
 ) -> None:
     ns = release.namespace
-    secret = f"{RELEASE}-notify-queue-secrets"
+    secret = f"{RELEASE}-notify-queue-api-token"
     token = _secret_value(tools, kubeconfig, ns, secret, "api-token")
-    assert token and len(token) >= 32, "no token given: the chart generates one"
+    assert token and len(token) >= 32, "no token given: the hook generates one"
     (api,) = _deployment(tools, kubeconfig, ns, "api")["spec"]["template"]["spec"]["containers"]
     assert _container_environment(tools, kubeconfig, ns, api)["NOTIFY_QUEUE_API_TOKEN"] == token
 
@@ -626,6 +636,62 @@ def test_the_generated_api_token_is_kept_across_upgrades(
     assert _secret_value(tools, kubeconfig, ns, secret, "api-token") == token, (
         "an upgrade changed the API token: every client would be locked out"
     )
+
+
+PREVIOUS_RELEASE_COMMIT = "47fbd42"  # 0.1.0, whose chart rendered a generated token itself
+
+
+def test_upgrading_a_0_1_0_release_keeps_its_generated_token(
+    tools: Tools,
+    cluster: LocalControlPlane,
+    pg_server: EmbeddedPostgres,
+    tmp_path: Path,
+) -> None:
+    archive = subprocess.run(
+        ["git", "-C", str(CHART), "archive", PREVIOUS_RELEASE_COMMIT, "--", "."],
+        capture_output=True,
+        check=False,
+        timeout=60,
+    )
+    if archive.returncode != 0:
+        pytest.skip(f"0.1.0 ({PREVIOUS_RELEASE_COMMIT}) is not in this checkout's history")
+    old_chart = tmp_path / "notify-queue-0.1.0"
+    old_chart.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(old_chart)], input=archive.stdout, check=True)
+    database = f"helm_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}")
+    try:
+        kubeconfig = cluster.kubeconfig
+        ns = tools.namespace(kubeconfig, prefix="old")
+        values = tmp_path / "values.yaml"
+        values.write_text(yaml.safe_dump({"database": {"url": pg_server.url(database)}}))
+        _helm_with_hooks(
+            tools, kubeconfig, ns, "install", RELEASE, str(old_chart), "--values", str(values)
+        )
+        old_token = _secret_value(
+            tools, kubeconfig, ns, f"{RELEASE}-notify-queue-secrets", "api-token"
+        )
+        assert old_token, "0.1.0 generated the token into its own Secret"
+
+        _, logs = _helm_with_hooks(
+            tools, kubeconfig, ns, "upgrade", RELEASE, str(CHART), "--values", str(values)
+        )
+
+        assert "created with the token of the release's previous Secret" in logs[0], logs
+        (api,) = _deployment(tools, kubeconfig, ns, "api")["spec"]["template"]["spec"]["containers"]
+        env = _container_environment(tools, kubeconfig, ns, api)
+        assert env["NOTIFY_QUEUE_API_TOKEN"] == old_token, "the upgrade rotated the clients' token"
+        # The new manifest renders no token; the old key stays in the chart-made Secret (Helm's
+        # patch drops it from stringData, which never deletes a key of data), so a 0.1.0 pod
+        # restarted during the rollout still finds it.
+        assert (
+            _secret_value(tools, kubeconfig, ns, f"{RELEASE}-notify-queue-secrets", "api-token")
+            == old_token
+        )
+    finally:
+        with psycopg.connect(pg_server.url(), autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
 
 
 async def test_helm_uninstall_releases_the_notifications_and_removes_the_release(
@@ -672,11 +738,17 @@ async def test_helm_uninstall_releases_the_notifications_and_removes_the_release
         release.namespace,
         kubeconfig=kubeconfig,
     )["items"]
-    # The migration Job and its history stay (hooks are not part of the release's objects);
-    # the uninstall Job is deleted once it succeeded.
-    assert [o for o in left if RELEASE in o["metadata"]["name"]] == []
+    # The migration and API-token Jobs stay (hooks are not part of the release's objects); the
+    # uninstall Job is deleted once it succeeded, the API-token hook's RBAC once the install's
+    # hooks had. The generated token's Secret stays too: Helm never owned it (NOTES say so).
+    assert [
+        (o["kind"], o["metadata"]["name"]) for o in left if RELEASE in o["metadata"]["name"]
+    ] == [("Secret", f"{RELEASE}-notify-queue-api-token")]
     jobs = tools.json("get", "jobs", "-n", release.namespace, kubeconfig=kubeconfig)["items"]
-    assert [j["metadata"]["name"] for j in jobs] == [f"{RELEASE}-notify-queue-migrate"]
+    assert sorted(j["metadata"]["name"] for j in jobs) == [
+        f"{RELEASE}-notify-queue-api-token",
+        f"{RELEASE}-notify-queue-migrate",
+    ]
     tools.kubectl(
         "get",
         "crd",

@@ -19,6 +19,7 @@ import pytest
 
 from notify_queue.cli import build_parser
 from notify_queue.models import Channel
+from notify_queue.operator.api_token import build_parser as token_parser
 from notify_queue.operator.release import build_parser as release_parser
 from notify_queue.provider_specs import load_provider_specs
 from notify_queue.settings import ROLE_SETTINGS
@@ -36,6 +37,7 @@ from tests.shipping.support import (
 pytestmark = pytest.mark.kubernetes
 
 RELEASE_MODULE = "notify_queue.operator.release"
+TOKEN_MODULE = "notify_queue.operator.api_token"
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +79,8 @@ def test_helm_lint_strict_passes(tools: Tools, values: list[Path]) -> None:
         ("operator.watchNamespace=Not_A_Namespace", "at '/operator/watchNamespace'"),
         ("metrics.serviceMonitor.interval=soon", "at '/metrics/serviceMonitor/interval'"),
         ("unknownTopLevel=1", "additional properties 'unknownTopLevel' not allowed"),
+        ("auth.existingSecret=Not_A_Secret", "at '/auth/existingSecret'"),
+        ("auth.apiToken=t", "additional properties 'apiToken' not allowed"),
     ],
 )
 def test_the_values_schema_rejects_a_bad_value_and_names_it(
@@ -245,11 +249,16 @@ def test_every_pod_meets_pod_security_restricted_and_has_a_read_only_root(
 def test_only_the_operator_gets_a_kubernetes_token(default_objects: list[dict[str, Any]]) -> None:
     for name, spec in pod_specs(default_objects):
         mounts_token = spec.get("automountServiceAccountToken", True)
-        # The uninstall hook runs the operator's release step with the operator's account.
+        # The uninstall hook runs the operator's release step with the operator's account; the
+        # install hook that generates the API token has an account of its own, with a Role on
+        # that Secret (tests/shipping/test_chart_api_token.py).
         operator = name in {"Deployment/nq-notify-queue-operator", "Job/nq-notify-queue-release"}
-        assert mounts_token is operator, name
+        token_hook = name == "Job/nq-notify-queue-api-token"
+        assert mounts_token is (operator or token_hook), name
         if operator:
             assert spec["serviceAccountName"] == "nq-notify-queue-operator", name
+        if token_hook:
+            assert spec["serviceAccountName"] == "nq-notify-queue-api-token", name
 
 
 def test_secrets_reach_the_pods_only_through_secret_references(
@@ -316,6 +325,11 @@ def test_every_variable_the_chart_sets_is_a_setting_that_the_role_accepts(
                     release_parser().parse_args(container["args"])
                     assert set(variables) <= {"database_url", "namespace"}, name
                     continue
+                if container.get("command") == ["python", "-m", TOKEN_MODULE]:
+                    # The install hook that generates the API token: no setting at all.
+                    token_parser().parse_args(container["args"])
+                    assert not variables, name
+                    continue
                 flags = vars(build_parser().parse_args(container["args"]))
                 role = flags.pop("role")
                 assert role in {"api", "worker", "operator", "migrate"}, name
@@ -377,6 +391,31 @@ def test_disruption_budgets_cover_the_api_and_every_pool(
         target = named(full_objects, "Deployment", name)
         selected = target["spec"]["template"]["metadata"]["labels"]
         assert spec["selector"]["matchLabels"].items() <= selected.items(), name
+
+
+def test_a_terminating_api_pod_keeps_serving_until_the_service_has_dropped_it(
+    tools: Tools, default_objects: list[dict[str, Any]]
+) -> None:
+    # The endpoints controller and the kubelet act on a deletion independently: without the
+    # sleep, uvicorn closes its socket while the Service still routes to the pod (the upgrade
+    # test lost creates that way). The sleep counts against the grace period, which grows by it.
+    pod = next(
+        d["spec"]["template"]["spec"]
+        for d in of_kind(default_objects, "Deployment")
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == "api"
+    )
+    (api,) = pod["containers"]
+    assert api["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
+    assert pod["terminationGracePeriodSeconds"] == 35
+
+    off = tools.template("--set", "api.preStopSleepSeconds=0")
+    pod = next(
+        d["spec"]["template"]["spec"]
+        for d in of_kind(off, "Deployment")
+        if d["metadata"]["labels"].get("app.kubernetes.io/component") == "api"
+    )
+    assert "lifecycle" not in pod["containers"][0]
+    assert pod["terminationGracePeriodSeconds"] == 30
 
 
 def test_a_watched_namespace_gets_a_role_instead_of_a_cluster_role(

@@ -44,9 +44,45 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 
-{{/* The Secret with database-url, api-token, admin-token, webhook-secret and smtp-password. */}}
+{{/* The Secret with database-url, api-token, admin-token, webhook-secret and smtp-password:
+existingSecret, or the chart-made one. The API tokens may come from elsewhere: secretNameFor. */}}
 {{- define "notify-queue.secretName" -}}
-{{- default (include "notify-queue.componentName" (dict "root" . "component" "secrets")) .Values.existingSecret -}}
+{{- default (include "notify-queue.chartSecretName" .) .Values.existingSecret -}}
+{{- end -}}
+
+{{- define "notify-queue.chartSecretName" -}}
+{{- include "notify-queue.componentName" (dict "root" . "component" "secrets") -}}
+{{- end -}}
+
+{{/* auth.existingSecret, safely: `helm upgrade --reuse-values` from 0.1.0 renders with the old
+release's values, which have no `auth` at all. */}}
+{{- define "notify-queue.authSecret" -}}
+{{- dig "existingSecret" "" (default dict .Values.auth) -}}
+{{- end -}}
+
+{{/* The Secret the api-token hook creates when no token is given or named (api-token-job.yaml).
+Not part of the release: Helm never renders, changes or deletes it. */}}
+{{- define "notify-queue.generatedTokenSecretName" -}}
+{{- include "notify-queue.componentName" (dict "root" . "component" "api-token") -}}
+{{- end -}}
+
+{{/* Whether the API token is generated at run time by the hook: the API is closed and no token
+is given (secrets.apiToken) or named (auth.existingSecret, or existingSecret's api-token key). */}}
+{{- define "notify-queue.generatesApiToken" -}}
+{{- if and (include "notify-queue.apiClosed" .) (not .Values.secrets.apiToken) (not (include "notify-queue.authSecret" .)) (not .Values.existingSecret) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Secret a secret setting (`.key`) is read from: the API tokens from auth.existingSecret
+when it is set; a generated API token from the hook's Secret; anything else from secretName. */}}
+{{- define "notify-queue.secretNameFor" -}}
+{{- $auth := include "notify-queue.authSecret" .root -}}
+{{- if and $auth (has .key (list "api-token" "admin-token")) -}}
+{{- $auth -}}
+{{- else if and (eq .key "api-token") (include "notify-queue.generatesApiToken" .root) -}}
+{{- include "notify-queue.generatedTokenSecretName" .root -}}
+{{- else -}}
+{{- include "notify-queue.secretName" .root -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The operator's ServiceAccount (the only one with API permissions). */}}
@@ -86,7 +122,8 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
-{{/* Labels, annotations and placement every pod shares; `.root`, `.component`, `.extraLabels`. */}}
+{{/* Labels, annotations and placement every pod shares; `.root`, `.component`, `.extraLabels`,
+`.extraAnnotations` (the chart's own, e.g. a checksum; podAnnotations win). */}}
 {{- define "notify-queue.podMetadata" -}}
 labels:
   {{- include "notify-queue.selectorLabels" . | nindent 2 }}
@@ -97,7 +134,7 @@ labels:
   {{- with .root.Values.podLabels }}
   {{- toYaml . | nindent 2 }}
   {{- end }}
-{{- with .root.Values.podAnnotations }}
+{{- with merge (dict) (default dict .root.Values.podAnnotations) (default dict .extraAnnotations) }}
 annotations:
   {{- toYaml . | nindent 2 }}
 {{- end }}
@@ -159,11 +196,14 @@ Arguments: .root, .configs (list of maps), .fixed (map), .secrets (list of keys)
 {{- end }}
 {{- $required := append (default list .required) "database-url" -}}
 {{- range $key := .secrets }}
-{{- if or $root.Values.existingSecret (has $key $required) (include "notify-queue.secretValue" (dict "root" $root "key" $key)) }}
+{{- /* A key of a Secret the user manages (or the hook's) may be there: referenced, optional
+unless required. The chart-made Secret's keys are known: referenced only when given. */}}
+{{- $from := include "notify-queue.secretNameFor" (dict "root" $root "key" $key) }}
+{{- if or (ne $from (include "notify-queue.chartSecretName" $root)) (has $key $required) (include "notify-queue.secretValue" (dict "root" $root "key" $key)) }}
 - name: NOTIFY_QUEUE_{{ $key | upper | replace "-" "_" }}
   valueFrom:
     secretKeyRef:
-      name: {{ include "notify-queue.secretName" $root }}
+      name: {{ $from }}
       key: {{ ternary (default "database-url" $.databaseUrlKey) $key (eq $key "database-url") }}
       {{- if not (has $key $required) }}
       optional: true
@@ -175,35 +215,18 @@ Arguments: .root, .configs (list of maps), .fixed (map), .secrets (list of keys)
 {{- end }}
 {{- end -}}
 
-{{/* The chart-made Secret's value for `.key` (empty when unset). */}}
+{{/* The chart-made Secret's value for `.key` (empty when unset): only what the values give.
+Nothing random and no `lookup`: the same values render the same bytes, with or without a
+cluster (helm template, Argo CD). A token nobody gives is made at run time (api-token-job.yaml). */}}
 {{- define "notify-queue.secretValue" -}}
 {{- $v := .root.Values -}}
-{{- $values := dict "database-url" $v.database.url "admin-token" $v.secrets.adminToken "webhook-secret" $v.secrets.webhookSecret "smtp-password" $v.secrets.smtpPassword -}}
-{{- if eq .key "api-token" -}}
-{{- include "notify-queue.apiToken" .root -}}
-{{- else -}}
+{{- $values := dict "database-url" $v.database.url "api-token" $v.secrets.apiToken "admin-token" $v.secrets.adminToken "webhook-secret" $v.secrets.webhookSecret "smtp-password" $v.secrets.smtpPassword -}}
 {{- get $values .key -}}
-{{- end -}}
 {{- end -}}
 
 {{/* Whether the API requires a bearer token (api.auth: token, the default). */}}
 {{- define "notify-queue.apiClosed" -}}
 {{- if and .Values.api.enabled (eq (default "token" .Values.api.auth) "token") -}}true{{- end -}}
-{{- end -}}
-
-{{/*
-The API token of the chart-made Secret: secrets.apiToken when given; else, while the API is
-closed, the token this release generated at install, read back from the Secret (`lookup`) so an
-upgrade keeps it; else a new random one (first install, or `helm template`, which cannot look).
-*/}}
-{{- define "notify-queue.apiToken" -}}
-{{- if .Values.secrets.apiToken -}}
-{{- .Values.secrets.apiToken -}}
-{{- else if include "notify-queue.apiClosed" . -}}
-{{- $secret := lookup "v1" "Secret" .Release.Namespace (include "notify-queue.secretName" .) | default dict -}}
-{{- $kept := dig "data" "api-token" "" $secret -}}
-{{- if $kept -}}{{- b64dec $kept -}}{{- else -}}{{- randAlphaNum 48 -}}{{- end -}}
-{{- end -}}
 {{- end -}}
 
 {{/* The keys of the chart-made Secret, in a fixed order. */}}
@@ -243,6 +266,11 @@ database-url api-token admin-token webhook-secret smtp-password
 {{- end }}
 {{- if and (eq (default "token" .Values.api.auth) "open") .Values.secrets.apiToken }}
 {{- fail "api.auth is open but secrets.apiToken is set: choose one (api.auth: token uses the token)" }}
+{{- end }}
+{{- with include "notify-queue.authSecret" . }}
+{{- if or $.Values.secrets.apiToken $.Values.secrets.adminToken }}
+{{- fail (printf "auth.existingSecret (%s) holds the API tokens, but secrets.apiToken or secrets.adminToken is set too: choose one" .) }}
+{{- end }}
 {{- end }}
 {{- include "notify-queue.validateProviders" . }}
 {{- if and (not .Values.existingSecret) (not .Values.database.url) }}

@@ -75,10 +75,12 @@ def add_ops_routes(router: APIRouter, auth: Auth) -> None:
         responses={200: ok("Readiness", "Ready."), **problems(400, 503)},
     )
     async def readyz(runtime: Runtime) -> JSONResponse:
-        version = await runtime.schema_version()
-        if version != runtime.latest_schema_version:
+        # Ready when every step this release needs is applied, newer ones or not: during the
+        # next release's roll-out its `migrate` runs first, and this pod must stay in service.
+        missing = await runtime.missing_schema_steps()
+        if missing:
             raise SchemaNotCurrent(
-                f"the database schema is at version {version}, this program needs "
-                f"{runtime.latest_schema_version}; run `notify-queue migrate`"
+                f"the database schema lacks {', '.join(missing)}; run `notify-queue migrate`"
             )
+        version = await runtime.schema_version()
         return JSONResponse({"status": "ready", "schemaVersion": version})

@@ -17,9 +17,10 @@ from notify_queue.services.recipients import RecipientService
 class ApiRuntime:
     service: NotificationService
     metrics: QueueMetrics
-    # The applied schema version (None: never migrated), for readiness; and the one this code needs.
+    # For readiness: the newest applied schema version (None: never migrated), and the steps this
+    # code needs that the database lacks (newer steps than this code's are no reason to wait).
     schema_version: Callable[[], Awaitable[int | None]]
-    latest_schema_version: int
+    missing_schema_steps: Callable[[], Awaitable[list[str]]]
     recipients: RecipientService
 
 

@@ -283,6 +283,37 @@ class KubeApi:
             return None
         return base64.b64decode(data[key]).decode("utf-8", errors="replace").strip()
 
+    async def secret_data(self, *, namespace: str, name: str) -> dict[str, bytes] | None:
+        """Every key of a Secret, decoded and exactly as stored; None when it does not exist."""
+        code, body = await self._request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        if code == 404:
+            return None
+        data = (body or {}).get("data") or {}
+        return {key: base64.b64decode(value) for key, value in data.items()}
+
+    async def secret_create(
+        self,
+        *,
+        namespace: str,
+        name: str,
+        data: dict[str, bytes],
+        labels: dict[str, str],
+        annotations: dict[str, str],
+    ) -> bool:
+        """Create an Opaque Secret; False when one of that name exists already (it is left as
+        it is: a create never replaces)."""
+        secret = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": name, "labels": labels, "annotations": annotations},
+            "type": "Opaque",
+            "data": {key: base64.b64encode(value).decode("ascii") for key, value in data.items()},
+        }
+        code, _ = await self._request(
+            "POST", f"/api/v1/namespaces/{namespace}/secrets", json=secret, tolerated=(409,)
+        )
+        return code != 409
+
     # --- worker pools ----------------------------------------------------------------------------
 
     async def worker_pools(self, *, namespace: str | None, label: str) -> list[WorkerPool]:

@@ -42,9 +42,10 @@ from notify_queue.repositories.kube import KubeRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.repositories.recipients import RecipientRepository
-from notify_queue.repositories.schema import current_version, latest_version
+from notify_queue.repositories.schema import missing_steps
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.recipients import RecipientService
+from notify_queue.services.rendering import RenderPool
 from notify_queue.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -100,10 +101,12 @@ async def run_operator(
     )
     try:
         await db.open()
-        version, latest = await current_version(db), latest_version()
-        if version is None or version < latest:
+        # Every step this release needs; newer ones are fine (the next release's `migrate`
+        # runs while this operator still serves).
+        missing = await missing_steps(db)
+        if missing:
             raise SchemaNotCurrent(
-                f"database schema is at version {version or 0}, this operator needs {latest}; "
+                f"database schema lacks {', '.join(missing)}, which this operator needs; "
                 "run `notify-queue migrate`"
             )
         await _run(settings, db, kube, stop_flag=stop_flag, ready_flag=ready_flag)
@@ -138,9 +141,12 @@ async def _run(
 ) -> None:
     namespace = settings.namespace
     links = KubeRepository(db)
+    # A Notification's template renders in worker processes, off kopf's event loop.
+    renderer = RenderPool()
     notifications = NotificationService(
         NotificationRepository(db, default_webhook_url=settings.webhook_url),
         default_max_attempts=settings.max_attempts,
+        renderer=renderer,
     )
     registry = kopf.OperatorRegistry()
     register_handlers(
@@ -210,6 +216,7 @@ async def _run(
         await asyncio.gather(*tasks, return_exceptions=True)
         if health is not None:
             await health.cleanup()
+        await renderer.close()
         log.info("operator stopped")
 
 

@@ -21,6 +21,7 @@ import psycopg.sql
 from psycopg.rows import dict_row, tuple_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from notify_queue import __version__
 from notify_queue.errors import DatabaseUnavailable
 from notify_queue.repositories.queries import QUERIES
 
@@ -38,6 +39,13 @@ _UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
 # ago; one idle longer (as every connection is after a database restart of any length) is
 # checked, and a connection that breaks in between fails its one call (503) and is replaced.
 CHECK_IDLE_SECONDS = 1.0
+
+
+def application_name(role: str) -> str:
+    """What a connection is called in pg_stat_activity: its role and this program's release,
+    `notify-queue-worker@0.2.0`. `migrate --contract` counts the connections of older releases
+    by it (docs/upgrading.md); 0.1.0 named its connections after the role only."""
+    return f"{role}@{__version__}"
 
 
 def _translate(exc: BaseException) -> DatabaseUnavailable:
@@ -68,7 +76,11 @@ class Database:
             timeout=acquire_timeout_seconds,
             # A connection found broken is replaced, so a restarted PostgreSQL is reconnected to.
             check=self._check_if_idle,
-            kwargs={"autocommit": True, "application_name": name, "row_factory": dict_row},
+            kwargs={
+                "autocommit": True,
+                "application_name": application_name(name),
+                "row_factory": dict_row,
+            },
             reconnect_timeout=float("inf"),
             name=name,
         )
@@ -148,7 +160,9 @@ class Database:
         while not stop.is_set():
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self.url, autocommit=True, application_name="notify-queue-listen"
+                    self.url,
+                    autocommit=True,
+                    application_name=application_name("notify-queue-listen"),
                 ) as conn:
                     await conn.execute(f"LISTEN {channel}")  # channel is a constant of ours
                     delay = 0.1

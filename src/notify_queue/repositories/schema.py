@@ -1,24 +1,52 @@
-"""Versioned schema migrations: `migrations/NNNN_<name>.sql`, applied in order, each once.
+"""Versioned schema migrations, expand/contract: `migrations/NNNN_<name>.sql`, applied in order,
+each once (docs/upgrading.md, and the rules in `migrations/__init__.py`).
 
-Safe to run again (applied versions are recorded in nq_schema_migrations) and from several
-processes at once: the whole run holds a session-level advisory lock, so a second process waits
-and then finds nothing left to do. Each migration runs in its own transaction with its record.
+Safe to run again and from several processes at once: the whole run holds a session-level
+advisory lock, so a second process waits and then finds nothing left to do. Each migration runs
+in its own transaction with its record.
+
+Two ledgers. Versions up to `BASELINE_VERSION` (0.1.0's last) are recorded in
+nq_schema_migrations as 0.1.0 recorded them: 0.1.0's readiness and operator compare that table's
+max(version) with 8, so a newer number there would take every 0.1.0 pod out of service the moment
+the pre-upgrade hook migrated. Every later step goes to nq_schema_steps with its phase.
+
+Phases. `migrate` runs before the roll-out, while the previous release serves, so it applies
+expand steps only (what the previous release's code keeps working with). A contract step (a
+rename's or drop's destructive half) is applied by `migrate --contract`, which refuses while a
+process of an older release is connected. A database with no schema yet gets every step at once:
+nothing old runs against it.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 from dataclasses import dataclass
+from enum import StrEnum
 from importlib import resources
 
-from notify_queue.repositories.db import Database
+from notify_queue import __version__
+from notify_queue.errors import OlderReleaseRunning
+from notify_queue.repositories.db import Connection, Database
 
 log = logging.getLogger(__name__)
 
+MIGRATIONS_PACKAGE = "notify_queue.repositories.migrations"
+# 0.1.0's last migration: the versions recorded where 0.1.0 looks (see the module docstring).
+BASELINE_VERSION = 8
 # An arbitrary constant that identifies "Notify Queue is migrating" among advisory locks.
 _MIGRATION_LOCK_KEY = 7_305_826_031
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
+# The phase header: a comment line of its own among the file's leading comment lines.
+_PHASE = re.compile(r"^--\s*phase:\s*(\S+)\s*$")
+# How a process of 0.2.0 or later names its connections: `<role>@<release>` (Database).
+_RELEASE = re.compile(r"@(\d+)\.(\d+)\.(\d+)")
+
+
+class Phase(StrEnum):
+    EXPAND = "expand"
+    CONTRACT = "contract"
 
 
 @dataclass(frozen=True)
@@ -26,54 +54,182 @@ class Migration:
     version: int
     name: str
     script: str
+    phase: Phase = Phase.EXPAND
 
 
-def available_migrations() -> list[Migration]:
+def _phase_of(script: str, filename: str) -> Phase:
+    """The `-- phase: expand|contract` header among the leading comments; expand by default."""
+    for line in script.splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if not stripped.startswith("--"):
+            break
+        match = _PHASE.match(stripped)
+        if match:
+            try:
+                return Phase(match[1])
+            except ValueError:
+                raise ValueError(f"{filename}: unknown phase {match[1]!r}") from None
+    return Phase.EXPAND
+
+
+def available_migrations(package: str = MIGRATIONS_PACKAGE) -> list[Migration]:
+    return list(_read_migrations(package))
+
+
+@functools.cache
+def _read_migrations(package: str) -> tuple[Migration, ...]:
+    # Read once per process: readiness asks on every probe, and the files never change under it.
     found = []
-    for entry in resources.files("notify_queue.repositories.migrations").iterdir():
+    for entry in resources.files(package).iterdir():
         match = _FILE.match(entry.name)
         if match:
-            found.append(Migration(int(match[1]), match[2], entry.read_text(encoding="utf-8")))
-    return sorted(found, key=lambda m: m.version)
+            script = entry.read_text(encoding="utf-8")
+            version = int(match[1])
+            phase = _phase_of(script, entry.name)
+            if phase is Phase.CONTRACT and version <= BASELINE_VERSION:
+                raise ValueError(f"{entry.name}: the baseline has no contract steps")
+            found.append(Migration(version, match[2], script, phase))
+    return tuple(sorted(found, key=lambda m: m.version))
 
 
-def latest_version() -> int:
-    return available_migrations()[-1].version
+def latest_version(package: str = MIGRATIONS_PACKAGE) -> int:
+    return available_migrations(package)[-1].version
 
 
-async def migrate(db: Database, *, target: int | None = None) -> list[int]:
-    """Apply every migration not applied yet (up to `target`, if given: the tests of a migration
-    fill the schema before it); return the versions applied by this call."""
+def release_of(application_name: str) -> tuple[int, int, int]:
+    """The release a connection's application name carries; (0, 1, 0) when it carries none:
+    0.1.0 named its connections after the role only."""
+    match = _RELEASE.search(application_name)
+    if match is None:
+        return (0, 1, 0)
+    return (int(match[1]), int(match[2]), int(match[3]))
+
+
+def _this_release() -> tuple[int, int, int]:
+    return release_of("@" + __version__)
+
+
+async def older_processes(db: Database | Connection) -> dict[str, int]:
+    """Connections (count by application name) of Notify Queue processes of a release older
+    than this program's, other than the caller's own."""
+    rows = await db.fetch_all("migration_processes_connected")
+    mine = _this_release()
+    return {
+        r["application_name"]: int(r["connections"])
+        for r in rows
+        if release_of(r["application_name"]) < mine
+    }
+
+
+async def migrate(
+    db: Database,
+    *,
+    target: int | None = None,
+    contract: bool = False,
+    package: str = MIGRATIONS_PACKAGE,
+) -> list[int]:
+    """Apply every pending expand step (up to `target`, if given: the tests of a migration fill
+    the schema before it); with `contract`, the contract steps too, once no process of an older
+    release is connected (else `OlderReleaseRunning`, and nothing is applied). A database without
+    a schema gets every step. Returns the versions applied by this call."""
     applied_now: list[int] = []
     async with db.connection() as conn:
         await conn.execute("migration_lock", {"key": _MIGRATION_LOCK_KEY})
         try:
-            await conn.execute_script(
-                "CREATE TABLE IF NOT EXISTS nq_schema_migrations ("
-                " version integer PRIMARY KEY, name text NOT NULL,"
-                " applied_at timestamptz NOT NULL DEFAULT now())"
-            )
+            await conn.execute("migration_ledgers_create")
             done = {row["version"] for row in await conn.fetch_all("migration_versions")}
-            for migration in available_migrations():
-                if migration.version in done or (target is not None and migration.version > target):
+            fresh = not done
+            pending = [
+                m
+                for m in available_migrations(package)
+                if m.version not in done and (target is None or m.version <= target)
+            ]
+            contracting = fresh or contract
+            # Checked even with no contract step pending, so a post-roll-out job that runs
+            # `migrate --contract` until it succeeds also learns that the roll-out is over.
+            if contract and not fresh:
+                older = await older_processes(conn)
+                if older:
+                    raise OlderReleaseRunning(
+                        "contract steps wait until no process of an older release is connected; "
+                        "still connected: "
+                        + ", ".join(f"{name} ({n})" for name, n in older.items())
+                    )
+            for migration in pending:
+                if migration.phase is Phase.CONTRACT and not contracting:
                     continue
                 async with conn.transaction():
                     await conn.execute_script(migration.script)
-                    await conn.execute(
-                        "migration_record", {"version": migration.version, "name": migration.name}
-                    )
-                log.info("applied migration %04d_%s", migration.version, migration.name)
+                    await _record(conn, migration)
+                log.info(
+                    "applied migration %04d_%s (%s)",
+                    migration.version,
+                    migration.name,
+                    migration.phase,
+                )
                 applied_now.append(migration.version)
+            waiting = [m for m in pending if m.version not in applied_now]
+            if waiting:
+                log.warning(
+                    "%d contract step(s) wait for `notify-queue migrate --contract` once the "
+                    "roll-out is done: %s",
+                    len(waiting),
+                    ", ".join(f"{m.version:04d}_{m.name}" for m in waiting),
+                )
         finally:
             await conn.execute("migration_unlock", {"key": _MIGRATION_LOCK_KEY})
     return applied_now
 
 
+async def _record(conn: Connection, migration: Migration) -> None:
+    if migration.version <= BASELINE_VERSION:
+        await conn.execute(
+            "migration_record", {"version": migration.version, "name": migration.name}
+        )
+    else:
+        await conn.execute(
+            "migration_step_record",
+            {
+                "version": migration.version,
+                "name": migration.name,
+                "phase": str(migration.phase),
+                "release": __version__,
+            },
+        )
+
+
 async def current_version(db: Database) -> int | None:
-    """The newest applied version, or None when the schema was never created."""
+    """The newest applied version, baseline or step, or None when the schema was never created."""
     async with db.connection() as conn:
         present = await conn.fetch_one("migration_table_exists")
         if not present or not present["present"]:
             return None
+        if present["steps_present"]:
+            versions = [r["version"] for r in await conn.fetch_all("migration_versions")]
+            return max(versions, default=None)
         row = await conn.fetch_one("migration_current")
     return None if row is None else row["version"]
+
+
+async def missing_steps(db: Database, *, package: str = MIGRATIONS_PACKAGE) -> list[str]:
+    """What this program needs and the database lacks: the baseline and every expand step it
+    ships (contract steps never: the code of their release works before and after them). Steps
+    newer than this program are fine, so its processes stay ready while the next release's
+    `migrate` runs."""
+    needed = [m for m in available_migrations(package) if m.phase is Phase.EXPAND]
+    async with db.connection() as conn:
+        present = await conn.fetch_one("migration_table_exists")
+        if not present or not present["present"]:
+            return [f"{m.version:04d}_{m.name}" for m in needed]
+        baseline = await conn.fetch_one("migration_current")
+        steps = await conn.fetch_all("migration_steps_applied") if present["steps_present"] else []
+        applied = {r["version"] for r in steps}
+    at = (baseline or {}).get("version") or 0
+    return [
+        f"{m.version:04d}_{m.name}"
+        for m in needed
+        if (m.version <= BASELINE_VERSION and m.version > at)
+        or (m.version > BASELINE_VERSION and m.version not in applied)
+    ]

@@ -12,8 +12,9 @@ Quiet hours are wall-clock times in the recipient's IANA zone, resolved with `zo
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from notify_queue.models import (
@@ -62,30 +63,89 @@ def passes_quiet_hours(priority: Priority, category: str) -> bool:
 def quiet_hours_end(now: datetime, prefs: Preferences) -> datetime | None:
     """When the quiet window `now` falls in ends (UTC); None when `now` is outside any window.
 
-    The window is [start, end) in local wall-clock time; start > end crosses midnight. Its end
-    is the next local `end` after `now`, turned into an instant by zoneinfo: on a DST change the
-    local times are taken as the zone defines them (a nonexistent end time, inside the spring
-    gap, is read with the offset before the change, i.e. shifted forward by the gap).
+    The window is [start, end) in local wall-clock time; start > end crosses midnight. `now` is
+    inside when its local time reads inside the window, whichever occurrence of a repeated
+    (autumn) hour it is: a window that covers the repeated hour covers both occurrences.
+
+    The end is the first instant after `now` at which the local time reads outside the window,
+    so it is always later than `now`, and the notification deferred to it is outside the window
+    when it is claimed again (deferred once, never in a loop). That instant is either the next
+    time the clock reads `end` (in the repeated hour, the occurrence after `now`, not the first
+    one: the first may be past), or a change of UTC offset on the way there that takes the local
+    time out of the window: the spring jump over an `end` that does not exist that day, or the
+    autumn jump back to a time before `start`.
     """
     start, end = prefs.quiet_start, prefs.quiet_end
     if start is None or end is None or start == end:
         return None
     tz = zone(prefs.timezone)
-    local = now.astimezone(tz)
-    clock = local.time().replace(tzinfo=None)
-    inside = start <= clock < end if start < end else (clock >= start or clock < end)
-    if not inside:
+    if not _in_window(_wall(now, tz), start, end):
         return None
-    day = local.date()
-    if start > end and clock >= start:  # evening part of a window across midnight
-        day = day + timedelta(days=1)
-    return _instant(day, end, tz)
+    reads_end = _next_reading(now, end, tz)
+    for change in _offset_changes(tz, now, reads_end):
+        if not _in_window(_wall(change, tz), start, end):
+            return change
+    return reads_end
 
 
-def _instant(day: date, at: time, tz: ZoneInfo) -> datetime:
-    # fold=0: an ambiguous time (autumn) is its first occurrence; a nonexistent one (spring gap)
-    # is read with the pre-gap offset, which lands after the gap: both after the quiet window.
-    return datetime.combine(day, at).replace(tzinfo=tz, fold=0).astimezone(UTC)
+def _wall(moment: datetime, tz: ZoneInfo) -> time:
+    return moment.astimezone(tz).time().replace(tzinfo=None, fold=0)
+
+
+def _in_window(clock: time, start: time, end: time) -> bool:
+    return start <= clock < end if start < end else (clock >= start or clock < end)
+
+
+def _next_reading(now: datetime, at: time, tz: ZoneInfo) -> datetime:
+    """The first instant after `now` at which the local clock reads `at`. A time that does not
+    exist on a day (inside a spring gap) is skipped there; an ambiguous one (autumn) is tried in
+    both occurrences, first then second, so the one after `now` is taken."""
+    today = now.astimezone(tz).date()
+    for days in range(-1, 3):
+        day = today + timedelta(days=days)
+        for fold in (0, 1):
+            local = datetime.combine(day, at).replace(tzinfo=tz, fold=fold)
+            instant = local.astimezone(UTC)
+            if instant.astimezone(tz).replace(tzinfo=None) != local.replace(tzinfo=None):
+                continue  # in the gap: the clock never reads it that day
+            if instant > now:
+                return instant
+    # Unreachable: the clock reads every time of day at least once in any three days.
+    raise AssertionError(f"no {at} in {tz.key} after {now}")
+
+
+# The offset is sampled this often between `now` and the window's end, and bisected where it
+# changed. A zone never changes its offset twice within an hour (tzdb's changes are months, at
+# the least days, apart), so no change is missed.
+_OFFSET_STEP_SECONDS = 3600
+
+
+def _offset_changes(tz: ZoneInfo, after: datetime, until: datetime) -> list[datetime]:
+    """The instants in (after, until] at which the zone's UTC offset changes, in order."""
+    changes: list[datetime] = []
+    lo = math.floor(after.timestamp())
+    lo_offset = _offset(tz, lo)
+    end = math.ceil(until.timestamp())
+    while lo < end:
+        hi = min(lo + _OFFSET_STEP_SECONDS, end)
+        hi_offset = _offset(tz, hi)
+        if hi_offset != lo_offset:
+            a, b = lo, hi  # offset(a) == lo_offset != offset(b): the change is in (a, b]
+            while b - a > 1:
+                mid = (a + b) // 2
+                if _offset(tz, mid) == lo_offset:
+                    a = mid
+                else:
+                    b = mid
+            moment = datetime.fromtimestamp(b, UTC)
+            if after < moment <= until:
+                changes.append(moment)
+        lo, lo_offset = hi, hi_offset
+    return changes
+
+
+def _offset(tz: ZoneInfo, seconds: int) -> timedelta | None:
+    return datetime.fromtimestamp(seconds, UTC).astimezone(tz).utcoffset()
 
 
 def screen_claimed(claimed: ClaimedNotification, now: datetime) -> Completion | None:

@@ -1,0 +1,32 @@
+"""The schema's migrations, `NNNN_<name>.sql`, applied in order by `repositories.schema`.
+
+The rules every file from 0009 on follows (docs/upgrading.md has the why and a worked example):
+
+- `notify-queue migrate` runs before the roll-out (the chart's pre-upgrade hook), while the
+  previous release's API, worker, relay and operator serve. So a file is an EXPAND step by
+  default: new tables, nullable columns or columns with a default, indexes on small or new tables,
+  new functions, a `CREATE OR REPLACE FUNCTION` that keeps working exactly for the previous
+  release's callers. Nothing the previous release reads or writes is renamed, dropped, retyped or
+  constrained beyond what it writes.
+- A rename, drop, type change or constraint the previous release would break is split: an expand
+  step adds the new thing (and a trigger or the code writes both), the code backfills and switches
+  its reads, and the destructive half is a CONTRACT step in a later release, once the code of
+  that release no longer touches the old thing. A contract step says so in its leading comments,
+  on a line of its own:
+
+      -- phase: contract
+
+  `migrate` leaves contract steps pending (and says so); `migrate --contract` applies them and
+  refuses while a process of an older release is connected to the database. A database with no
+  schema yet gets every step at once.
+- An expand step never depends on a contract step (they may run a release apart).
+- 0001-0008 are the baseline (0.1.0), recorded in nq_schema_migrations, where 0.1.0 looks;
+  every later step is recorded in nq_schema_steps with its phase. Never renumber or edit a
+  shipped file.
+- `make lint` runs squawk (`.squawk.toml`) on the files from 0009 on. An exception to one of its
+  rules is written right before the statement: the reason, then the rule it waives:
+
+      -- Why: nq_x is created in this same file, empty.
+      -- squawk-ignore require-concurrent-index-creation
+      CREATE INDEX nq_x_due ON nq_x (due_at);
+"""

@@ -5,15 +5,58 @@ SELECT pg_advisory_lock(%(key)s)
 -- name: migration_unlock
 SELECT pg_advisory_unlock(%(key)s)
 
+-- name: migration_ledgers_create
+-- The two ledgers (docs/upgrading.md). nq_schema_migrations holds the baseline, versions 1-8,
+-- exactly as 0.1.0 wrote it: 0.1.0's /readyz compares its max(version) with 8 and its operator
+-- refuses to start below 8, so nothing newer may ever be written there while 0.1.0 can run.
+-- nq_schema_steps holds every later step with its phase; `release` says which program applied it.
+CREATE TABLE IF NOT EXISTS nq_schema_migrations (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE IF NOT EXISTS nq_schema_steps (
+  version integer PRIMARY KEY,
+  name text NOT NULL,
+  phase text NOT NULL CHECK (phase IN ('expand', 'contract')),
+  release text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
+)
+
 -- name: migration_versions
+-- Every applied version, baseline and steps alike (a version number is never reused).
 SELECT version FROM nq_schema_migrations
+UNION ALL
+SELECT version FROM nq_schema_steps
 
 -- name: migration_record
+-- A baseline version (1-8 only: see migration_ledgers_create).
 INSERT INTO nq_schema_migrations (version, name) VALUES (%(version)s, %(name)s)
+
+-- name: migration_step_record
+INSERT INTO nq_schema_steps (version, name, phase, release)
+VALUES (%(version)s, %(name)s, %(phase)s, %(release)s)
 
 -- name: migration_table_exists
 -- False on a database that was never migrated (to_regclass gives NULL instead of an error).
-SELECT to_regclass('nq_schema_migrations') IS NOT NULL AS present
+SELECT to_regclass('nq_schema_migrations') IS NOT NULL AS present,
+       to_regclass('nq_schema_steps') IS NOT NULL AS steps_present
 
 -- name: migration_current
 SELECT max(version) AS version FROM nq_schema_migrations
+
+-- name: migration_steps_applied
+SELECT version FROM nq_schema_steps
+
+-- name: migration_processes_connected
+-- Who is connected to this database, by application name, other than the caller: every
+-- Notify Queue process holds at least one pooled connection while it runs, named after its role
+-- (and, from 0.2.0 on, `@<release>`), so this is the roll-call `migrate --contract` takes.
+-- application_name is visible for every session, even to a role without pg_read_all_stats.
+SELECT application_name, count(*) AS connections
+FROM pg_stat_activity
+WHERE datname = current_database()
+  AND pid <> pg_backend_pid()
+  AND application_name LIKE 'notify-queue%%'
+GROUP BY application_name
+ORDER BY application_name

@@ -94,17 +94,21 @@ WHERE id = %(id)s AND status = 'PENDING'
 RETURNING *
 
 -- name: notification_retry
--- Operator retry of one notification (nq_delivery_log_retry, 0008): only from FAILED or
--- DEAD_LETTERED; otherwise nothing.
+-- Operator retry of one notification (nq_delivery_log_retry, 0008, 0011): only from FAILED or
+-- DEAD_LETTERED, and only while its idempotency key is still its own; otherwise nothing.
 SELECT * FROM nq_delivery_log_retry(ARRAY[%(id)s::uuid])
 
 -- name: notification_retry_batch
 -- Operator retry of up to %(limit)s notifications in one status, oldest first (the log's status
 -- index). SKIP LOCKED: two operators retrying at once split the work instead of waiting on each
 -- other. Returns the count retried and how many remain, so the caller repeats until none remain.
+-- Rows whose key retention already forgot (their partition is being dropped, 0011) are not
+-- picked: nq_delivery_log_retry would refuse them, and as the oldest they would fill every batch.
 WITH picked AS (
-    SELECT id FROM nq_delivery_log
+    SELECT id FROM nq_delivery_log l
     WHERE status = %(status)s
+      AND EXISTS (SELECT 1 FROM nq_idempotency_keys k
+                  WHERE k.key = l.idempotency_key AND k.notification_id = l.id)
     ORDER BY created_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -1,0 +1,86 @@
+"""The previous release, built from this repository's own history into a virtualenv of its own.
+
+`git archive <commit>` of the repository the tests run in, installed (not editable) with its
+runtime dependencies from PyPI into `.cache/upgrade-baseline/<full commit>/venv` (`.cache/` is
+git-ignored), so it runs exactly as that release's image would: its own code, its own SQL, its
+own migrations. Built once per commit (a lock file serialises concurrent test processes; a
+`built` marker, written last, says the build finished); a later release moves `BASELINE_COMMIT`
+forward. A checkout without that commit in its history fails the test with the command to fetch it:
+an upgrade test that quietly skips would let an upgrade break unseen.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import subprocess
+import sys
+import tarfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+
+# 0.1.0, the release 0.2.0 upgrades from (CHANGELOG.md).
+BASELINE_COMMIT = "47fbd42"
+BASELINE_RELEASE = "0.1.0"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _git(*args: str) -> bytes:
+    return subprocess.run(
+        ["git", "-C", str(REPO_ROOT), *args], check=True, capture_output=True, timeout=120
+    ).stdout
+
+
+def baseline_commit() -> str:
+    """The full id of the baseline commit, or a test failure that says how to get it."""
+    try:
+        return _git("rev-parse", "--verify", f"{BASELINE_COMMIT}^{{commit}}").decode().strip()
+    except (subprocess.CalledProcessError, FileNotFoundError) as exc:
+        detail = getattr(exc, "stderr", b"") or b""
+        pytest.fail(
+            f"the upgrade tests need release {BASELINE_RELEASE} (commit {BASELINE_COMMIT}) in "
+            f"this repository's history ({REPO_ROOT}), and it is absent: "
+            f"{detail.decode(errors='replace').strip() or exc}. A shallow clone lacks it: run "
+            "`git fetch --unshallow` (in CI: check out with the full history).",
+            pytrace=False,
+        )
+
+
+def baseline_venv() -> Path:
+    """The baseline release's virtualenv (built on first use); its `bin/notify-queue` runs it."""
+    commit = baseline_commit()
+    root = REPO_ROOT / ".cache" / "upgrade-baseline" / commit
+    venv = root / "venv"
+    marker = root / "built"
+    if marker.exists():
+        return venv
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f"{commit}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test process may be building it right now
+        if not marker.exists():
+            _build(commit, root)
+            marker.write_text(commit + "\n")
+    return venv
+
+
+def _build(commit: str, root: Path) -> None:
+    # A virtualenv's scripts name its absolute path, so it is built where it stays; a build that
+    # died half-way (no marker) is thrown away and started again.
+    shutil.rmtree(root, ignore_errors=True)
+    source = root / "src"
+    source.mkdir(parents=True)
+    with tarfile.open(fileobj=BytesIO(_git("archive", "--format=tar", commit))) as tar:
+        tar.extractall(source, filter="data")
+    subprocess.run([sys.executable, "-m", "venv", str(root / "venv")], check=True, timeout=300)
+    pip = [str(root / "venv" / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+    result = subprocess.run(
+        [*pip, "install", "--quiet", str(source)], capture_output=True, text=True, timeout=1200
+    )
+    if result.returncode != 0:
+        pytest.fail(
+            f"installing release {BASELINE_RELEASE} ({commit}) from PyPI failed:\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}",
+            pytrace=False,
+        )
