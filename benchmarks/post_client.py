@@ -6,9 +6,11 @@ The relay spends most of its CPU in aiohttp's client (docs/performance.md). This
 much of that a lean client could save before anyone writes one: the same signed-event-sized POSTs,
 over keep-alive connections to the benchmark receiver (`benchmarks.receiver`, a process of its
 own), once with an `aiohttp.ClientSession` set up as the relay's is (no redirects, the body read),
-once with a bare HTTP/1.1 client on asyncio streams (a request buffer, the status line and
-Content-Length read back). The bare client is a measuring stick, not a candidate: it has no TLS,
-no chunked bodies, no outbound guard and no timeouts. Rounds alternate the two.
+once with the relay's own client (`providers/posting.py`, a `trusted_poster`: its parser, timeout
+and connection pool included), once with a bare HTTP/1.1 client on asyncio streams (a request
+buffer, the status line and Content-Length read back). The bare client is a measuring stick, not a
+candidate: it has no TLS, no chunked bodies, no outbound guard and no timeouts. Rounds rotate the
+order of the three.
 
 Prints client CPU µs per POST and POSTs per second for each, and writes `<timestamp>.json` and
 `latest.json` to `--output-dir` (`benchmarks/results/post-client`).
@@ -31,6 +33,7 @@ from typing import Any
 import aiohttp
 
 from benchmarks.env import machine_info
+from notify_queue.providers.posting import trusted_poster
 
 OUT = Path(__file__).resolve().parent / "results" / "post-client"
 PAYLOAD = json.dumps(
@@ -59,6 +62,23 @@ async def with_aiohttp(port: int, posts: int, concurrency: int) -> None:
                 assert answer.status == 204, answer.status
 
         await asyncio.gather(*(one(i) for i in range(posts)))
+
+
+async def relay(port: int, posts: int, concurrency: int) -> None:
+    url = f"http://127.0.0.1:{port}/hooks"
+    slots = asyncio.Semaphore(concurrency)
+    poster = trusted_poster(timeout_seconds=30.0)
+
+    async def one(i: int) -> None:
+        headers = {"Content-Type": "application/json", "webhook-id": str(i)}
+        async with slots:
+            answer = await poster.post(url, PAYLOAD, headers)
+            assert answer.status == 204, answer.status
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(posts)))
+    finally:
+        await poster.close()
 
 
 async def bare(port: int, posts: int, concurrency: int) -> None:
@@ -96,11 +116,12 @@ async def measure(posts: int, concurrency: int, rounds: int) -> dict[str, list[d
     )
     assert receiver.stdout is not None
     port = int(receiver.stdout.readline().split()[-1])
-    clients: dict[str, Client] = {"aiohttp": with_aiohttp, "bare": bare}
+    clients: dict[str, Client] = {"aiohttp": with_aiohttp, "relay": relay, "bare": bare}
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in clients}
     try:
         for round_ in range(rounds):
-            order = list(clients) if round_ % 2 == 0 else list(reversed(clients))
+            names = list(clients)
+            order = names[round_ % len(names) :] + names[: round_ % len(names)]
             for name in order:
                 cpu, wall = time.process_time(), time.perf_counter()
                 await clients[name](port, posts, concurrency)

@@ -76,5 +76,5 @@ def test_the_post_client_benchmark_writes_its_figures(tmp_path: Path, project_ro
     )
     assert run.returncode == 0, run.stderr[-3000:]
     latest = json.loads((tmp_path / "latest.json").read_text())
-    assert set(latest["best_client_cpu_us_per_post"]) == {"aiohttp", "bare"}
+    assert set(latest["best_client_cpu_us_per_post"]) == {"aiohttp", "relay", "bare"}
     assert all(len(runs) == 1 for runs in latest["runs"].values())

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import socket
 import ssl
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -236,9 +237,9 @@ async def test_an_oversized_body_is_cut_at_the_limit_and_its_connection_closed(s
     ("answer", "message"),
     [
         (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", "not an HTTP/1.1 answer"),
-        (b"HTTP/1.1 abc Nope\r\n\r\n", "not an HTTP/1.1 answer"),
+        (b"HTTP/1.1 abc Nope\r\n\r\n", "malformed answer: Invalid status code"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "Content-Length"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "malformed chunked"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", "chunk size"),
         (b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * 70_000 + b"\r\n\r\n", "answer headers over"),
         (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", "switched protocols"),
     ],
@@ -250,6 +251,162 @@ async def test_an_answer_that_is_not_http_is_a_connection_error(
     server = await serve(lambda n, request: answer)
     with pytest.raises(PostFailed, match=message):
         await _post(server.url())
+
+
+OWN_ANSWER = b"HTTP/1.1 202 Accepted\r\nContent-Length: 3\r\n\r\nown"
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok",
+            "Duplicate Content-Length",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok",
+            "Duplicate Content-Length",
+        ),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2, 3\r\n\r\nok", "Content-Length"),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"2\r\nok\r\n0\r\n\r\n",
+            "Transfer-Encoding can't be present with Content-Length",
+        ),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: +2\r\n\r\nok", "Content-Length"),
+        (
+            "HTTP/1.1 200 OK\r\nContent-Length: \u0662\r\n\r\nok".encode(),
+            "Invalid character in Content-Length",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999999\r\n\r\nok",
+            "Content-Length overflow",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n-2\r\nok\r\n0\r\n\r\n",
+            "Invalid character in chunk size",
+        ),
+        (
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            "\u0662\r\nok\r\n0\r\n\r\n".encode(),
+            "Invalid character in chunk size",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+            b"fffffffffffffffffffff\r\nok\r\n0\r\n\r\n",
+            "Chunk size overflow",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1_0\r\nok\r\n0\r\n\r\n",
+            "Invalid character in chunk size",
+        ),
+        (b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok", "Missing expected CR"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX: a\r\n b\r\n\r\nok", "whitespace"),
+        (b"HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok", "not an HTTP/1.1 answer"),
+        (b"RTSP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", "not an HTTP/1.1 answer"),
+    ],
+    ids=[
+        "duplicate-content-length-differing",
+        "duplicate-content-length-equal",
+        "content-length-list",
+        "content-length-with-transfer-encoding",
+        "content-length-signed",
+        "content-length-non-ascii-digit",
+        "content-length-overflow",
+        "chunk-size-negative",
+        "chunk-size-non-ascii-digit",
+        "chunk-size-overflow",
+        "chunk-size-underscore",
+        "bare-lf",
+        "obsolete-line-folding",
+        "http-2-status-line",
+        "rtsp-status-line",
+    ],
+)
+async def test_malformed_framing_is_a_failed_post_with_its_reason_and_the_connection_dropped(
+    serve, answer: bytes, reason: str
+) -> None:
+    """RFC 9112 sections 6.1-6.3 and 7.1, as llhttp reads them: each of these answers fails
+    the POST (a failed attempt, never an exception the relay does not expect), and the next POST
+    goes out on a new connection and gets its own answer."""
+    server = await serve(lambda n, request: answer if len(server.requests) == 1 else OWN_ANSWER)
+    poster = trusted_poster(timeout_seconds=5.0)
+    with pytest.raises(PostFailed, match=f"connection error: .*{reason}"):
+        await poster.post(server.url(), b"{}", {"webhook-id": "e-1"})
+    assert await poster.post(server.url(), b"{}", {"webhook-id": "e-2"}) == Answer(202, b"own")
+    await poster.close()
+    assert [c for c, _ in server.requests] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    "stray",
+    [b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", b"garbage", b"HTTP/1.1 2"],
+    ids=["a-whole-second-answer", "garbage", "the-start-of-an-answer"],
+)
+async def test_bytes_after_a_complete_answer_close_the_connection_and_the_next_post_gets_its_own(
+    serve, stray: bytes
+) -> None:
+    """The receiver refuses the first event and sends more than its answer in the same write. The
+    old client left those bytes in the kept connection and read them as the next event's answer
+    (a 200: an event credited with an answer it never had)."""
+    refused = b"HTTP/1.1 500 Refused\r\nContent-Length: 2\r\n\r\nno" + stray
+    server = await serve(lambda n, request: refused if len(server.requests) == 1 else OWN_ANSWER)
+    poster = trusted_poster(timeout_seconds=5.0)
+    assert await poster.post(server.url(), b"{}", {"webhook-id": "e-1"}) == Answer(500, b"no")
+    assert await poster.post(server.url(), b"{}", {"webhook-id": "e-2"}) == Answer(202, b"own")
+    await poster.close()
+    assert [c for c, _ in server.requests] == [0, 1]
+
+
+async def test_junk_on_a_kept_connection_is_a_failure_not_a_resend(serve) -> None:
+    """The one resend is for a kept connection that closed before any byte came back; one that
+    answered, even junk, had its POST reach the server."""
+    server = await serve(lambda n, request: NO_CONTENT if n == 0 else b"SSH-2.0-x\r\n\r\n")
+    poster = trusted_poster(timeout_seconds=5.0)
+    assert await poster.post(server.url(), b"{}", {}) == Answer(204, b"")
+    with pytest.raises(PostFailed, match=r"not an HTTP/1\.1 answer"):
+        await poster.post(server.url(), b"{}", {})
+    await poster.close()
+    assert [c for c, _ in server.requests] == [0, 0]
+
+
+async def test_bytes_arriving_on_an_idle_connection_close_it() -> None:
+    """Stray bytes sent a moment after the answer, while the connection waits in the pool: the
+    next POST does not read them; it goes out on a new connection."""
+    connections = 0
+    sent_late = asyncio.Event()
+
+    async def answer_then_stray(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        first = connections == 1
+        try:
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                await reader.readexactly(2)
+                if first:
+                    writer.write(b"HTTP/1.1 500 Refused\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+                    await asyncio.sleep(0.1)
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                    sent_late.set()
+                    first = False
+                else:
+                    writer.write(OWN_ANSWER)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(answer_then_stray, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/"
+    poster = trusted_poster(timeout_seconds=5.0)
+    assert await poster.post(url, b"{}", {}) == Answer(500, b"")
+    await asyncio.wait_for(sent_late.wait(), 5.0)
+    await asyncio.sleep(0.1)  # the stray answer reaches the client's idle connection
+    assert await poster.post(url, b"{}", {}) == Answer(202, b"own")
+    await poster.close()
+    server.close()
+    assert connections == 2
 
 
 async def test_a_late_answer_never_reaches_the_next_post() -> None:
@@ -353,6 +510,75 @@ async def test_a_name_pointing_inside_is_refused_before_any_connection(serve) ->
         await poster.post(server.url("inside.example"), b"{}", {})
     await poster.close()
     assert server.connections == 0
+
+
+# --- happy eyeballs ----------------------------------------------------------------------------
+
+
+def _silent_ipv6_port() -> tuple[socket.socket, list[socket.socket], int]:
+    """A port on ::1 where SYNs go unanswered, as on a route that drops IPv6: a listening socket
+    with a backlog of one, filled. (A socket that listens but never accepts would not do: the
+    kernel completes handshakes for it.) Returns the sockets to close and the port, free on
+    127.0.0.1 as well."""
+    for _ in range(20):
+        silent = socket.socket(socket.AF_INET6)
+        silent.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        silent.bind(("::1", 0))
+        silent.listen(0)
+        port = silent.getsockname()[1]
+        probe = socket.socket(socket.AF_INET)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            silent.close()
+            continue
+        finally:
+            probe.close()
+        filler = socket.socket(socket.AF_INET6)
+        filler.connect(("::1", port))  # the one the backlog holds; the next SYN is dropped
+        return silent, [filler], port
+    pytest.skip("no port free on both ::1 and 127.0.0.1")
+
+
+async def test_a_name_whose_ipv6_address_drops_packets_is_reached_over_ipv4() -> None:
+    """RFC 8305: the vetted IPv6 address comes first and never answers; the IPv4 attempt starts
+    250 ms later and wins, well inside a timeout the IPv6 attempt alone would use up (the old
+    client tried the addresses one after the other and timed out)."""
+    silent, fillers, port = _silent_ipv6_port()
+    arrived: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        arrived.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(NO_CONTENT)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", port)
+    poster = guarded_poster(
+        allow=["127.0.0.1/32", "::1/128"],
+        timeout_seconds=10.0,
+        resolver=FixedResolver({"dual.example": ["::1", "127.0.0.1"]}),
+    )
+    try:
+        answer_ = await poster.post(f"http://dual.example:{port}/hooks", b"{}", {})
+    finally:
+        await poster.close()
+        server.close()
+        for sock in (silent, *fillers):
+            sock.close()
+    assert answer_ == Answer(204, b"")
+    assert len(arrived) == 1 and arrived[0].startswith(b"POST /hooks HTTP/1.1\r\n")
+
+
+def test_addresses_alternate_families_from_the_first_ones() -> None:
+    assert posting._interleaved(["::1", "::2", "10.0.0.1", "10.0.0.2", "10.0.0.3"]) == [
+        "::1",
+        "10.0.0.1",
+        "::2",
+        "10.0.0.2",
+        "10.0.0.3",
+    ]
+    assert posting._interleaved(["10.0.0.1", "::1"]) == ["10.0.0.1", "::1"]
 
 
 # --- TLS --------------------------------------------------------------------------------------

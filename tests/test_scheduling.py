@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import UTC, datetime, timedelta
 
 from notify_queue.models import Priority, Status
@@ -57,21 +56,29 @@ async def test_a_scheduled_notification_is_not_claimed_before_its_time(db: Datab
     assert (await delivery_service(db).claim(10)).claimed == []
 
 
+# The workers below poll every ten minutes, so only a wake-up can deliver within the deadlines
+# here: each test is decided by what happened (sent, never early), not by how fast. How soon
+# after the wake-up or the due time they go out is a speed figure, measured by the latency
+# benchmark (`python -m benchmarks latency`: p50/p99 from enqueue, and scheduled lateness).
+POLL_SECONDS = 600.0
+
+
 async def test_a_due_notification_wakes_an_idle_worker_at_once_not_at_the_next_poll(
     db: Database, database_url: str
 ) -> None:
     provider = SimulatedProvider(0.0, 0.0, 1.0)
-    workers = await start_workers(database_url, provider, poll_interval=30.0)
+    workers = await start_workers(database_url, provider, poll_interval=POLL_SECONDS)
     waker = DebouncedWaker(NotificationRepository(db).workers_wake)
     service = NotificationService(NotificationRepository(db), default_max_attempts=6, waker=waker)
     try:
-        await asyncio.sleep(0.5)  # the worker is idle, sleeping until its 30 s poll
-        started = time.monotonic()
+        await asyncio.sleep(0.5)  # the worker is idle, sleeping until its next poll
         created = await service.enqueue(new())
         await eventually(
-            lambda: _status(db, created.notification.id, Status.SENT), timeout=5, interval=0.01
+            lambda: _status(db, created.notification.id, Status.SENT),
+            timeout=60,
+            interval=0.01,
+            what="SENT before the next poll (the NOTIFY wake-up did not reach the worker)",
         )
-        assert time.monotonic() - started < 1.0
     finally:
         await waker.close()
         await workers.stop()
@@ -81,7 +88,7 @@ async def test_a_scheduled_notification_goes_out_on_time_not_at_the_next_poll(
     db: Database, database_url: str
 ) -> None:
     provider = SimulatedProvider(0.0, 0.0, 1.0)
-    workers = await start_workers(database_url, provider, poll_interval=30.0)
+    workers = await start_workers(database_url, provider, poll_interval=POLL_SECONDS)
     waker = DebouncedWaker(NotificationRepository(db).workers_wake)
     service = NotificationService(NotificationRepository(db), default_max_attempts=6, waker=waker)
     try:
@@ -89,11 +96,13 @@ async def test_a_scheduled_notification_goes_out_on_time_not_at_the_next_poll(
         due = datetime.now(UTC) + timedelta(seconds=1.5)
         created = await service.enqueue(new(send_at=due))
         stored = await eventually(
-            lambda: _status(db, created.notification.id, Status.SENT), timeout=10, interval=0.01
+            lambda: _status(db, created.notification.id, Status.SENT),
+            timeout=60,
+            interval=0.01,
+            what="SENT before the next poll (the worker did not sleep until the due time)",
         )
         assert stored.sent_at is not None
-        lateness = (stored.sent_at - due).total_seconds()
-        assert 0 <= lateness < 0.5, lateness
+        assert stored.sent_at >= due, f"sent {(due - stored.sent_at).total_seconds()}s early"
     finally:
         await waker.close()
         await workers.stop()

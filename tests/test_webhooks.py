@@ -12,6 +12,8 @@ from standardwebhooks import Webhook
 from notify_queue.models import DeliveryResult, Outcome, Status
 from notify_queue.providers.simulated import SimulatedProvider
 from notify_queue.repositories.db import Database
+from notify_queue.repositories.webhooks import WebhookRepository
+from notify_queue.services.webhooks import decide_webhook_result
 from tests.receivers import WebhookReceiver
 from tests.support import delivery_service, eventually, new, notification_service, start_workers
 
@@ -146,3 +148,54 @@ async def test_the_default_webhook_url_is_used_when_the_notification_has_none(db
     events = await _events(db, created.notification.id)
     assert [e["url"] for e in events] == ["http://default.example/hook"]
     assert '"FAILED"' in str(events[0]["payload"])
+
+
+async def test_the_attempt_counts_at_the_claim_and_a_lost_last_attempt_ends_failed(
+    db: Database,
+) -> None:
+    """Nothing is ever recorded for this event (its POSTs all crash, or their processes die): each
+    claim still uses an attempt, and once the last attempt's lease has run out the event ends
+    failed instead of being claimed (POSTed) again. 0.1.0's claim went on for ever: 1, 2, 3, 4."""
+    created = await notification_service(db).enqueue(new(webhook_url="http://hooks.example/a"))
+    service = delivery_service(db)
+    claimed = (await service.claim(1)).claimed[0]
+    await service.complete([(claimed, DeliveryResult(Outcome.SENT))])
+    repository = WebhookRepository(db)
+    claims = []
+    for _ in range(4):
+        events = await repository.webhook_events_claim(
+            limit=10, lease_seconds=0, max_attempts=2, default_secrets=()
+        )
+        claims.append([e.attempts for e in events])
+    assert claims == [[1], [2], [], []]
+    [event] = await _events(db, created.notification.id)
+    assert event["state"] == "failed" and event["attempts"] == 2
+    assert "attempt 2: no result recorded before its lease expired" in str(event["last_error"])
+
+
+async def test_a_result_recorded_under_the_claim_is_not_counted_again(db: Database) -> None:
+    """Recording never adds an attempt (0.1.0 relays record with the same statement, beside
+    these during an upgrade): each claim counts one, the third is the last, and its recorded
+    result, not the lease, is why the event failed."""
+    created = await notification_service(db).enqueue(new(webhook_url="http://hooks.example/a"))
+    service = delivery_service(db)
+    claimed = (await service.claim(1)).claimed[0]
+    await service.complete([(claimed, DeliveryResult(Outcome.SENT))])
+    repository = WebhookRepository(db)
+    seen = []
+    for _ in range(4):
+        events = await repository.webhook_events_claim(
+            limit=10, lease_seconds=60, max_attempts=3, default_secrets=()
+        )
+        seen += [e.attempts for e in events]
+        results = [
+            decide_webhook_result(
+                e, "HTTP 500", max_attempts=3, backoff_base_seconds=0, backoff_max_seconds=0
+            )
+            for e in events
+        ]
+        await repository.webhook_results_record(results=results)
+    assert seen == [1, 2, 3]
+    [event] = await _events(db, created.notification.id)
+    assert event["state"] == "failed" and event["attempts"] == 3
+    assert event["last_error"] == "HTTP 500"

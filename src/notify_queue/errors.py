@@ -65,3 +65,22 @@ class ConfigurationError(NotifyQueueError):
 
     def __str__(self) -> str:
         return "; ".join(self.messages)
+
+
+@dataclass
+class TemplateRenderFailed(NotifyQueueError):
+    """A template could not be rendered with its data; the same template and data fail the same
+    way, so it is permanent: a 400 at creation, a FAILED notification at send time.
+
+    `part` is the channel's part (`email.body`); `kind` is `data` (a missing variable, a division
+    by zero...), `template` (something the sandbox forbids) or `bound` (a render bound, named by
+    `rule`: services.sandbox's RULE_*, the render's time or memory).
+    """
+
+    part: str
+    kind: str
+    message: str
+    rule: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.part}: {self.message}"

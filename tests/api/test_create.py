@@ -241,5 +241,5 @@ async def test_creating_a_notification_wakes_the_workers(
             "/notifications", json=email(), headers={"Idempotency-Key": key()}
         )
         assert response.status_code == 201
-        woken = [n.channel async for n in listener.notifies(timeout=5, stop_after=1)]
+        woken = [n.channel async for n in listener.notifies(timeout=30, stop_after=1)]
     assert woken == ["nq_wakeup"]

@@ -4,7 +4,8 @@ CRUD and validation of recipients and templates, and user-targeted sends: expans
 recipient's channels, opt-outs per channel and per category, `strategy: first`, a request whose
 every channel is opted out stored as one SUPPRESSED notification with its webhook event,
 idempotent repeats, and templates rendered at creation (strict variables, sandbox, no
-autoescaping, a later edit not touching queued text).
+autoescaping, a later edit not touching queued text, a render bound crossed a 400 naming the
+rule).
 """
 
 from __future__ import annotations
@@ -440,3 +441,72 @@ async def test_a_notification_suppressed_at_creation_reports_to_the_default_webh
         (suppressed["id"],),
     )
     assert events == [("https://default.example/hook",)]
+
+
+async def test_a_template_past_a_render_bound_is_a_400_naming_the_rule_the_rest_go_on(
+    client: httpx.AsyncClient,
+) -> None:
+    # Through the app's render pool (worker processes): in a batch, by address and by recipientId.
+    bomb = {"channels": {"email": {"subject": "hi", "body": "{{ 'x' * 10**9 }}"}}}
+    assert (await client.put("/templates/bomb", json=bomb)).status_code == 201
+    assert (await client.put("/templates/receipt", json=RECEIPT)).status_code == 201
+    await put_recipient(client, "u-bomb")
+    data = {"order": 7, "name": "Ada", "total": 3}
+    response = await client.post(
+        "/notifications/batch",
+        json={
+            "notifications": [
+                {
+                    "idempotencyKey": "b-1",
+                    "channel": "email",
+                    "recipient": "a@example.com",
+                    "template": "bomb",
+                    "data": {},
+                },
+                {
+                    "idempotencyKey": "b-2",
+                    "channel": "email",
+                    "recipient": "a@example.com",
+                    "template": "receipt",
+                    "data": data,
+                },
+                {"idempotencyKey": "b-3", "recipientId": "u-bomb", "template": "bomb", "data": {}},
+                {
+                    "idempotencyKey": "b-4",
+                    "channel": "email",
+                    "recipient": "a@example.com",
+                    "template": "receipt",
+                    "data": {**data, "total": "{{ 1 / 0 }}"},
+                },
+                {
+                    "idempotencyKey": "b-5",
+                    "channel": "sms",
+                    "recipient": "+4915112345678",
+                    "template": "receipt",
+                    "data": {"order": 1, "total": 0, "name": "x"},
+                },
+            ]
+        },
+    )
+    results = response.json()["results"]
+    assert [r["status"] for r in results] == [400, 201, 400, 201, 201]
+    for index in (0, 2):
+        [error] = results[index]["error"]["errors"]
+        assert error["field"] == f"notifications[{index}].template"
+        assert error["message"].startswith("email body: exceeds the value size bound")
+    # Data is text, never template code: `{{ 1 / 0 }}` in data is printed, not run.
+    assert results[3]["notification"]["body"] == "Hello Ada, total {{ 1 / 0 }}."
+    await client.put("/templates/divide", json={"channels": {"sms": {"body": "{{ n / 0 }}"}}})
+    divided = await client.post(
+        "/notifications",
+        json={
+            "channel": "sms",
+            "recipient": "+4915112345678",
+            "template": "divide",
+            "data": {"n": 1},
+        },
+        headers={"Idempotency-Key": key()},
+    )
+    # An error of the data that is not a missing variable: a 400 on data, no longer a 500.
+    assert fields_named(divided) == {"data"}
+    assert "ZeroDivisionError" in divided.json()["errors"][0]["message"]

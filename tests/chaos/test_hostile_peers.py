@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 import uuid
 from collections import Counter
@@ -27,7 +26,8 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from notify_queue.models import Channel, Status
 from notify_queue.repositories.db import Database
-from tests.chaos.harness import free_port, poll, quick_flags, read_rows
+from tests.chaos.harness import free_port, poll, quick_flags, read_rows, record
+from tests.chaos.wire import StatementCounter
 from tests.support import new, notification_service
 
 BIG = 1024 * 1024
@@ -272,14 +272,20 @@ async def test_a_receiver_that_hangs_for_some_events_causes_no_resend_of_the_oth
     peer.hang_job_ids = {str(i) for i in hang_ids}
     await service.enqueue_many([new(recipient=r) for r in flowing])
 
+    states: dict[str, int] = {}
+
     async def settled() -> bool:
         rows = await read_rows(
             db, "SELECT state, count(*) AS n FROM nq_webhook_events GROUP BY state"
         )
-        states = {r["state"]: r["n"] for r in rows}
+        states.clear()
+        states.update({r["state"]: r["n"] for r in rows})
         return states.get("delivered") == 300 and states.get("failed") == 200
 
-    await poll(settled, timeout=60, what="300 delivered, 200 failed after hanging")
+    try:
+        await poll(settled, timeout=60, what="300 delivered, 200 failed after hanging")
+    except AssertionError as exc:  # say where it stopped (seen once under load, not reproduced)
+        raise AssertionError(f"{exc}; events {states}, {len(peer.calls)} posted") from None
     # Longer than an event's lease (2 x timeout + 5 s): a re-claim of a delivered event would
     # have happened by now.
     await asyncio.sleep(8)
@@ -290,32 +296,37 @@ async def test_a_receiver_that_hangs_for_some_events_causes_no_resend_of_the_oth
     assert worker.poll() is None, procs.log(worker)
 
 
-def _cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def test_an_email_only_worker_sleeps_while_only_sms_work_is_due(
     db: Database, database_url: str, spawn
 ) -> None:
-    procs = spawn(database_url)
-    worker = procs.start(*quick_flags("--channels", "email"), "--poll-interval", "1")
-    await procs.ready(worker)
-    service = notification_service(db)
-    await service.enqueue_many(
-        [new(channel=Channel.SMS, recipient=f"+4915{i:09d}") for i in range(20)]
-        + [new(recipient="later@example.com", delay_seconds=3600)]
-    )
-    await asyncio.sleep(1)  # start-up and the first look are not what is measured
-    before, started = _cpu_seconds(worker.pid), time.monotonic()
-    await asyncio.sleep(4)
-    share = (_cpu_seconds(worker.pid) - before) / (time.monotonic() - started)
-    # The two cases are far apart, and the bound sits between them with room for a loaded
-    # machine on either side. Sleeping (its polls once a second, on a 2-core machine): 4-7% of
-    # a core idle, 11% seen once under CI's load. Spinning (next_due_at without the channel
-    # filter, so the due sms says "now" forever; tried by hand): 66%.
-    assert share < 0.30, f"the worker used {share:.0%} of a core with no email due"
+    poll_seconds = 1.0
+    wire = await StatementCounter(database_url).start()
+    try:
+        procs = spawn(wire.url)
+        worker = procs.start(
+            *quick_flags("--channels", "email", "--poll-interval", str(poll_seconds))
+        )
+        await procs.ready(worker)
+        service = notification_service(db)
+        await service.enqueue_many(
+            [new(channel=Channel.SMS, recipient=f"+4915{i:09d}") for i in range(20)]
+            + [new(recipient="later@example.com", delay_seconds=3600)]
+        )
+        await asyncio.sleep(1)  # start-up and the first look are not what is counted
+        before, started = wire.statements, time.monotonic()
+        await asyncio.sleep(4)
+        # The poll intervals the window overlaps: its length in intervals, plus one for the edges.
+        issued = wire.statements - before
+        polls = (time.monotonic() - started) / poll_seconds + 1
+    finally:
+        await wire.stop()
+    # Counted, not timed: a busy machine slows a spinning worker down but never makes a sleeping
+    # one ask more. Sleeping, the worker's tasks (claim, next due, housekeeping, outbox) issue
+    # about 7 statements per poll interval (34 in a window of 4 s). Spinning (next_due_at without
+    # the channel filter, so the due sms says "now" forever; tried by hand): 607 in 4 s on a
+    # loaded 2-core machine, about 120 per interval. The bound sits a factor 3 to 6 from each.
+    record("email-only worker, sms due", {"statements": issued, "poll_intervals": round(polls, 1)})
+    assert issued <= 20 * polls, f"{issued} statements in {polls - 1:.1f} poll intervals"
     rows = await read_rows(db, "SELECT count(*) AS n FROM nq_notifications WHERE status='PENDING'")
     assert rows[0]["n"] == 21
 

@@ -24,7 +24,7 @@ from benchmarks import timing_provider
 
 from notify_queue.models import Channel, Status
 from notify_queue.repositories.db import Database
-from tests.chaos.harness import free_port, poll, quick_flags, read_rows
+from tests.chaos.harness import free_port, poll, quick_flags, read_rows, record
 from tests.support import new, notification_service
 
 
@@ -242,8 +242,16 @@ async def test_four_workers_keep_a_provider_under_its_rate_limit_in_every_second
     db: Database, database_url: str, spawn, tmp_path: Path, limited: bool
 ) -> None:
     """With `limited` False, the negative control: the same drain without the limit exceeds it,
-    so the measurement can see a violation."""
-    per_second = 50
+    so the measurement can see a violation.
+
+    Only what a slow machine cannot break is asserted: the upper bound and counts. How close to
+    the limit the drain runs is a speed figure: the provider_limit benchmark measures it
+    (`rate_vs_limit`). The limit is low so that the slack between slots is wide in time: N + 2
+    calls in one second at the provider need 0.04 + 1.04 / N s of stall between a delivery's
+    slot and its arrival (144 ms at 10/s, 61 ms at 50/s: the 51 once seen in CI at 50/s was
+    such a stall on a busy 2-core machine)."""
+    per_second = 10
+    total = 300  # about 31 s at 10/s
     arrivals_file = tmp_path / "arrivals.json"
     provider, port = timing_provider.start(arrivals_file)
     try:
@@ -263,7 +271,7 @@ async def test_four_workers_keep_a_provider_under_its_rate_limit_in_every_second
         procs = spawn(database_url)
         workers = [procs.start(*_flags(path)) for _ in range(4)]
         await procs.ready(*workers)
-        ids = await _send_wave(db, 1000, "bulk-a") + await _send_wave(db, 1000, "bulk-b")
+        ids = await _send_wave(db, total, "bulk")
         await poll(lambda: _unfinished_none(db), timeout=180, interval=1.0, what="all sent")
     finally:
         provider.terminate()
@@ -277,19 +285,17 @@ async def test_four_workers_keep_a_provider_under_its_rate_limit_in_every_second
     # Waiting for a slot never used an attempt.
     assert {r["attempt_count"] for r in rows} == {1}
     times = sorted(json.loads(arrivals_file.read_text()))
-    assert len(times) == 2000
+    assert len(times) == total  # one call per notification: none lost, none repeated
     busiest = timing_provider.busiest_second(times)
+    record(f"provider rate limit {per_second}/s", {"limited": limited, "busiest_second": busiest})
     if not limited:
         assert busiest > per_second, busiest
         return
     # The reservations never put more than N slots in a second (exact, and property-tested in
     # tests/properties/test_provider_state.py). At the provider's clock a delivery that stalls
-    # more than the slack (4% of a second) between its slot check and its request's arrival can
-    # land one call in the next window: seen once in CI, 51 of 50, on 2 cores running four
-    # workers, PostgreSQL and the provider. docs/providers.md says so; more than one is a bug.
+    # more than the slack between its slot check and its request's arrival can land one call in
+    # the next window (docs/providers.md); more than one is a bug.
     assert busiest <= per_second + 1, f"{busiest} calls in one second"
-    rate = (len(times) - 1) / (times[-1] - times[0])
-    assert rate > per_second * 0.8, rate  # the limit is used, not starved
     assert all(w.poll() is None for w in workers)
 
 

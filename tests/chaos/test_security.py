@@ -189,7 +189,7 @@ def _run_briefly(role: str, url: str) -> subprocess.CompletedProcess[str]:
         "DEBUG",
     ]
     if role != "api":
-        return subprocess.run(args, capture_output=True, text=True, timeout=30)
+        return subprocess.run(args, capture_output=True, text=True, timeout=90)
     port = free_port()
     proc = subprocess.Popen(
         [*args, "--port", str(port)],
@@ -199,7 +199,7 @@ def _run_briefly(role: str, url: str) -> subprocess.CompletedProcess[str]:
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # generous: a busy machine starts a process slowly
         while time.monotonic() < deadline and proc.poll() is None:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=10)

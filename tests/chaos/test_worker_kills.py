@@ -34,8 +34,10 @@ WORKERS = 3
 # Enough kills to land in every phase; bounded so a slow machine does not make the run longer.
 MAX_KILLS = 30
 LEASE_SECONDS = 2.0
-# Housekeeping runs every poll interval (0.2 s) in every worker; on a busy two-core machine a
-# recovery can lag, so "stuck" means still PROCESSING this long after the lease ran out.
+# Housekeeping runs every poll interval (0.2 s) in every running worker, so "stuck" means still
+# PROCESSING this long after the lease ran out while some worker had been up all that time. Only
+# then: on a busy machine a fresh worker takes seconds to start, and with one killed every half
+# second there can be stretches with no worker up at all (seen: 32 overdue, under two suites).
 STUCK_AFTER_SECONDS = 3.0
 
 
@@ -78,6 +80,7 @@ async def test_every_notification_ends_final_and_delivered_once_while_workers_ar
 
     started = time.monotonic()
     worst_overdue = 0
+    up_since: dict[int, float] = {}  # pid -> when this loop first saw its "worker started"
     # Kill until most of the run is done, so kills land while claims, deliveries, completions
     # and webhook posts are all in flight.
     while not await all_final(db, NOTIFICATIONS) and time.monotonic() - started < 90:
@@ -88,7 +91,14 @@ async def test_every_notification_ends_final_and_delivered_once_while_workers_ar
             victim = rng.choice(workers.alive)
             await asyncio.to_thread(workers.kill9, victim)
             workers.start()
-        worst_overdue = max(worst_overdue, await _overdue_leases(db))
+        for proc in workers.alive:
+            if proc.pid not in up_since and "worker started" in workers.log(proc):
+                up_since[proc.pid] = time.monotonic()
+        longest_up = max(
+            (time.monotonic() - up_since.get(p.pid, time.monotonic())) for p in workers.alive
+        )
+        if longest_up >= STUCK_AFTER_SECONDS:
+            worst_overdue = max(worst_overdue, await _overdue_leases(db))
         await asyncio.sleep(rng.uniform(0.3, 0.8))
     await poll(lambda: all_final(db, NOTIFICATIONS), timeout=60, what="every notification final")
     await poll(lambda: _webhooks_settled(db), timeout=60, what="every webhook delivered")

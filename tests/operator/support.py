@@ -191,7 +191,7 @@ class OperatorThread:
             self.error = exc
             self._ready.set()
 
-    async def start(self, timeout: float = 30.0) -> OperatorThread:
+    async def start(self, timeout: float = 60.0) -> OperatorThread:
         self._thread.start()
         if not await asyncio.to_thread(self._ready.wait, timeout):
             raise AssertionError(f"operator not ready within {timeout}s")
@@ -218,4 +218,4 @@ async def running_worker(settings: WorkerSettings, db: Database) -> AsyncIterato
         yield
     finally:
         stop.set()
-        await asyncio.wait_for(task, timeout=15)
+        await asyncio.wait_for(task, timeout=30)

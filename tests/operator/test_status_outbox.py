@@ -124,7 +124,7 @@ async def test_one_transaction_changing_many_linked_rows_wakes_the_writer_once(
 
     listener = asyncio.create_task(listen())
     try:
-        await asyncio.wait_for(connected.wait(), timeout=5)
+        await asyncio.wait_for(connected.wait(), timeout=30)
         assert len(wakeups) == 1  # the catch-up after connecting
         claimed = (await delivery_service(db).claim(100)).claimed  # one transaction, 20 rows
         assert len(claimed) == 20

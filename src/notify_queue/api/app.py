@@ -35,6 +35,7 @@ from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.recipients import RecipientRepository
 from notify_queue.services.notifications import CREATES_IN_FLIGHT, NotificationService
 from notify_queue.services.recipients import RecipientService
+from notify_queue.services.rendering import RenderPool
 from notify_queue.services.wakeups import DebouncedWaker
 from notify_queue.settings import ApiSettings
 
@@ -59,6 +60,8 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
             await database.open(wait=False)
         repository = NotificationRepository(database, default_webhook_url=settings.webhook_url)
         waker = DebouncedWaker(repository.workers_wake)
+        # Templates render in worker processes, never on this event loop (services.rendering).
+        renderer = RenderPool()
         app.state.runtime = ApiRuntime(
             service=NotificationService(
                 repository,
@@ -66,6 +69,7 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
                 waker=waker,
                 # Half the pool at most: coalesced creates never starve reads of connections.
                 creates_in_flight=max(1, min(CREATES_IN_FLIGHT, settings.database_pool_size // 2)),
+                renderer=renderer,
             ),
             metrics=metrics,
             schema_version=functools.partial(schema.current_version, database),
@@ -76,6 +80,7 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
             yield
         finally:
             await waker.close()
+            await renderer.close()
             if db is None:
                 await database.close()
 

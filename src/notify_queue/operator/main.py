@@ -45,6 +45,7 @@ from notify_queue.repositories.recipients import RecipientRepository
 from notify_queue.repositories.schema import missing_steps
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.recipients import RecipientService
+from notify_queue.services.rendering import RenderPool
 from notify_queue.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -140,9 +141,12 @@ async def _run(
 ) -> None:
     namespace = settings.namespace
     links = KubeRepository(db)
+    # A Notification's template renders in worker processes, off kopf's event loop.
+    renderer = RenderPool()
     notifications = NotificationService(
         NotificationRepository(db, default_webhook_url=settings.webhook_url),
         default_max_attempts=settings.max_attempts,
+        renderer=renderer,
     )
     registry = kopf.OperatorRegistry()
     register_handlers(
@@ -212,6 +216,7 @@ async def _run(
         await asyncio.gather(*tasks, return_exceptions=True)
         if health is not None:
             await health.cleanup()
+        await renderer.close()
         log.info("operator stopped")
 
 

@@ -15,10 +15,18 @@ class WebhookRepository:
         self._db = db
 
     async def webhook_events_claim(
-        self, *, limit: int, lease_seconds: float, default_secrets: tuple[str, ...]
+        self,
+        *,
+        limit: int,
+        lease_seconds: float,
+        max_attempts: int,
+        default_secrets: tuple[str, ...],
     ) -> list[WebhookEvent]:
+        """Claim due events, each counting one attempt; events whose last attempt's result never
+        came end failed instead (see the statement)."""
         rows = await self._db.fetch_all(
-            "webhook_claim_due", {"limit": limit, "lease_seconds": lease_seconds}
+            "webhook_claim_due",
+            {"limit": limit, "lease_seconds": lease_seconds, "max_attempts": max_attempts},
         )
         return [
             WebhookEvent(

@@ -9,6 +9,7 @@ this one: the same request is answered with the original (200), a different one 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import uuid
@@ -32,6 +33,7 @@ from notify_queue.models import (
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.services.coalescing import CreateCoalescer
 from notify_queue.services.preferences import derived_key, opt_out_reason
+from notify_queue.services.rendering import InlineRenderer, Renderer
 from notify_queue.services.templates import render
 from notify_queue.services.validation import PreparedRequest
 from notify_queue.services.wakeups import DebouncedWaker
@@ -52,8 +54,12 @@ class NotificationService:
         default_max_attempts: int,
         waker: DebouncedWaker | None = None,
         creates_in_flight: int = CREATES_IN_FLIGHT,
+        renderer: Renderer | None = None,
     ) -> None:
+        """`renderer` renders templates; a process serving clients passes a RenderPool (the
+        inline default has no time or memory limit: for tests and tools)."""
         self._repository = repository
+        self._renderer: Renderer = renderer if renderer is not None else InlineRenderer()
         self._default_max_attempts = default_max_attempts
         self._waker = waker
         self._creates = CreateCoalescer(
@@ -89,14 +95,29 @@ class NotificationService:
         templates = await self._repository.templates_get(names=names) if names else {}
         direct: list[tuple[int, NewNotification]] = []
         targeted: list[int] = []
+        templated: list[int] = []
         for index, p in enumerate(requests):
             if p.request.recipient_id is not None:
                 targeted.append(index)
-                continue
-            try:
-                direct.append((index, _addressed(p, templates)))
-            except ValidationFailed as exc:
-                results[index] = exc
+            elif p.request.template is not None:
+                templated.append(index)
+            else:
+                direct.append((index, _plain(p)))
+        if templated:
+            # Rendered concurrently: the renderer's workers share them out, and a template that
+            # runs to the time limit holds up only the requests that wait for its worker.
+            made = await asyncio.gather(
+                *(_addressed(self._renderer, requests[i], templates) for i in templated),
+                return_exceptions=True,
+            )
+            for index, rendered in zip(templated, made, strict=True):
+                if isinstance(rendered, ValidationFailed):
+                    results[index] = rendered
+                elif isinstance(rendered, BaseException):
+                    raise rendered
+                else:
+                    direct.append((index, rendered))
+            direct.sort(key=lambda item: item[0])  # request order: the first of a key wins
         if direct:
             enqueued = await self.enqueue_many([n for _, n in direct])
             for (index, _), result in zip(direct, enqueued, strict=True):
@@ -136,17 +157,30 @@ class NotificationService:
             templates = await tx.templates_get(names=names) if names else {}
             planned: dict[str, tuple[str, list[NewNotification]]] = {}
             to_insert: list[NewNotification] = []
-            for index, p in enumerate(requests):
-                key = p.idempotency_key
-                if index not in fresh or key in planned:
-                    continue  # answered from the stored (or planned) rows below
-                try:
-                    rows = _expand(p, recipients.get(str(p.request.recipient_id)), templates)
-                except ValidationFailed as exc:
-                    outcomes[index] = exc
+            first_of_key: dict[str, int] = {}
+            for index in fresh:  # the others are answered from the stored (or planned) rows
+                first_of_key.setdefault(requests[index].idempotency_key, index)
+            expansions = await asyncio.gather(
+                *(
+                    _expand(
+                        self._renderer,
+                        requests[i],
+                        recipients.get(str(requests[i].request.recipient_id)),
+                        templates,
+                    )
+                    for i in first_of_key.values()
+                ),
+                return_exceptions=True,
+            )
+            for index, expansion in zip(first_of_key.values(), expansions, strict=True):
+                p = requests[index]
+                if isinstance(expansion, ValidationFailed):
+                    outcomes[index] = expansion
                     continue
-                planned[key] = (p.request_hash, rows)
-                to_insert.extend(rows)
+                if isinstance(expansion, BaseException):
+                    raise expansion
+                planned[p.idempotency_key] = (p.request_hash, expansion)
+                to_insert.extend(expansion)
             inserted = {
                 n.id: n
                 for n in await tx.notifications_insert(
@@ -314,21 +348,27 @@ def _keys_of(request_key: str) -> list[str]:
     return [derived_key(request_key, c) for c in [*Channel, None]]
 
 
-def _addressed(p: PreparedRequest, templates: dict[str, Template]) -> NewNotification:
-    """An address-targeted request as its notification, rendered when it names a template."""
+def _plain(p: PreparedRequest) -> NewNotification:
+    """An address-targeted request without a template as its notification."""
+    r = p.request
+    assert r.channel is not None and r.recipient is not None and r.body is not None
+    return p.notification(channel=r.channel, recipient=r.recipient, subject=r.subject, body=r.body)
+
+
+async def _addressed(
+    renderer: Renderer, p: PreparedRequest, templates: dict[str, Template]
+) -> NewNotification:
+    """An address-targeted request naming a template, rendered as its notification."""
     r = p.request
     assert r.channel is not None and r.recipient is not None
-    if r.template is None:
-        assert r.body is not None
-        return p.notification(
-            channel=r.channel, recipient=r.recipient, subject=r.subject, body=r.body
-        )
     template = _template(p, templates)
     if r.channel.value not in template.channels:
         raise ValidationFailed(
             [FieldError(p.field_prefix + "template", f"has no {r.channel.value} entry")]
         )
-    subject, body = render(template.channels, r.channel, r.data or {}, field_prefix=p.field_prefix)
+    subject, body = await render(
+        renderer, template.channels, r.channel, r.data or {}, field_prefix=p.field_prefix
+    )
     return p.notification(
         channel=r.channel,
         recipient=r.recipient,
@@ -338,17 +378,11 @@ def _addressed(p: PreparedRequest, templates: dict[str, Template]) -> NewNotific
     )
 
 
-def _template(p: PreparedRequest, templates: dict[str, Template]) -> Template:
-    found = templates.get(str(p.request.template))
-    if found is None:
-        raise ValidationFailed(
-            [FieldError(p.field_prefix + "template", f"no template named {p.request.template}")]
-        )
-    return found
-
-
-def _expand(
-    p: PreparedRequest, recipient: Recipient | None, templates: dict[str, Template]
+async def _expand(
+    renderer: Renderer,
+    p: PreparedRequest,
+    recipient: Recipient | None,
+    templates: dict[str, Template],
 ) -> list[NewNotification]:
     """The notifications a user-targeted request becomes (rules: docs/recipients.md)."""
     r = p.request
@@ -377,7 +411,9 @@ def _expand(
     texts: dict[Channel, tuple[str | None, str]] = {}
     for c in usable:  # rendered even when opted out: a missing variable is always a 400
         if template is not None:
-            texts[c] = render(template.channels, c, r.data or {}, field_prefix=p.field_prefix)
+            texts[c] = await render(
+                renderer, template.channels, c, r.data or {}, field_prefix=p.field_prefix
+            )
         else:
             assert r.body is not None
             texts[c] = (r.subject, r.body)
@@ -415,6 +451,15 @@ def _expand(
     return [
         _replace(suppressed, status=Status.SUPPRESSED, last_error="suppressed: " + "; ".join(why))
     ]
+
+
+def _template(p: PreparedRequest, templates: dict[str, Template]) -> Template:
+    found = templates.get(str(p.request.template))
+    if found is None:
+        raise ValidationFailed(
+            [FieldError(p.field_prefix + "template", f"no template named {p.request.template}")]
+        )
+    return found
 
 
 def _hash_of_inserted(batch: Sequence[NewNotification], stored: Notification) -> str:

@@ -6,7 +6,10 @@ queued (the notification records the template's name and version).
 
 The engine is Jinja2's `SandboxedEnvironment` with `StrictUndefined`: a template cannot reach
 Python internals (`''.__class__` and friends raise), and a variable missing from `data` is an
-error rather than an empty string. Values from `data` are inserted as text and never parsed as
+error rather than an empty string. A template is client code, so its render is bounded: every
+operation that can grow a value is checked (services.sandbox), and it runs in a worker process
+with a wall-clock and a memory limit (services.rendering), never on the event loop; a bound
+crossed is a 400 naming the rule. Values from `data` are inserted as text and never parsed as
 template code, so `{{ 7*7 }}` in data stays `{{ 7*7 }}`.
 
 Autoescaping is off, on purpose: every body this queue sends is plain text (SMTP sends
@@ -19,12 +22,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from jinja2 import StrictUndefined, TemplateError, TemplateSyntaxError, UndefinedError
-from jinja2.exceptions import SecurityError
-from jinja2.sandbox import SandboxedEnvironment
+from jinja2 import TemplateSyntaxError
 
-from notify_queue.errors import FieldError, ValidationFailed
+from notify_queue.errors import FieldError, TemplateRenderFailed, ValidationFailed
 from notify_queue.models import Channel
+from notify_queue.services.rendering import Renderer
+from notify_queue.services.sandbox import ENVIRONMENT, RULE_OUTPUT
 from notify_queue.services.validation import MAX_BODY_BYTES, MAX_SUBJECT_CHARS
 
 # Which parts each channel's entry has (CONTRACT §9): SMS has no subject.
@@ -34,8 +37,9 @@ CHANNEL_PARTS: dict[Channel, tuple[str, ...]] = {
     Channel.PUSH: ("subject", "body"),
 }
 MAX_TEMPLATE_PART_BYTES = MAX_BODY_BYTES
-
-_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=True)
+# Each part's output cap, in characters, where its render stops (the body's final check is in
+# bytes, below).
+_OUTPUT_CAPS = {"subject": MAX_SUBJECT_CHARS, "body": MAX_BODY_BYTES}
 
 
 def check_template_channels(value: Any, *, prefix: str = "") -> dict[str, dict[str, str]]:
@@ -74,58 +78,58 @@ def check_template_channels(value: Any, *, prefix: str = "") -> dict[str, dict[s
                 )
                 continue
             try:
-                _ENV.parse(text)
+                ENVIRONMENT.parse(text)  # parsing runs none of the template's code
             except TemplateSyntaxError as exc:
                 errors.append(
                     FieldError(f"{field}.{part}", f"is not a valid template: {exc.message}")
                 )
+            except RecursionError:
+                errors.append(FieldError(f"{field}.{part}", "nests too deeply"))
         checked[name] = {k: v for k, v in entry.items() if isinstance(v, str)}
     if errors:
         raise ValidationFailed(errors)
     return checked
 
 
-def render(
+async def render(
+    renderer: Renderer,
     channels: Mapping[str, Mapping[str, str]],
     channel: Channel,
     data: Mapping[str, Any],
     *,
     field_prefix: str = "",
 ) -> tuple[str | None, str]:
-    """(subject, body) of `channel`'s entry rendered with `data`; 400 naming what is wrong."""
+    """(subject, body) of `channel`'s entry rendered with `data`; 400 naming what is wrong.
+
+    A render bound crossed (services.sandbox, services.rendering) is a 400 on `template` naming
+    the rule; the output is streamed and stopped at each part's cap, so a template cannot build a
+    megabyte body only to be refused after.
+    """
     entry = channels[channel.value]
-    rendered: dict[str, str] = {}
-    for part, text in entry.items():
-        try:
-            rendered[part] = _ENV.from_string(text).render(dict(data))
-        except UndefinedError as exc:
-            raise ValidationFailed(
-                [FieldError(field_prefix + "data", f"{channel.value} {part}: {exc.message}")]
-            ) from None
-        except SecurityError as exc:
-            raise ValidationFailed(
-                [FieldError(field_prefix + "template", f"{channel.value} {part}: {exc}")]
-            ) from None
-        except TemplateError as exc:
-            raise ValidationFailed(
-                [FieldError(field_prefix + "data", f"{channel.value} {part}: {exc.message}")]
-            ) from None
+    parts = {part: (text, _OUTPUT_CAPS.get(part, MAX_BODY_BYTES)) for part, text in entry.items()}
+    try:
+        rendered = await renderer.render(parts, data)
+    except TemplateRenderFailed as exc:
+        where = f"{channel.value} {exc.part}".rstrip()
+        if exc.rule == RULE_OUTPUT:  # the output cap, reported as before streaming stopped it
+            cap = _OUTPUT_CAPS.get(exc.part, MAX_BODY_BYTES)
+            unit = "characters" if exc.part == "subject" else "bytes"
+            message = f"{where} renders over {cap} {unit} ({RULE_OUTPUT} bound)"
+            raise ValidationFailed([FieldError(field_prefix + "data", message)]) from None
+        field = "data" if exc.kind == "data" else "template"
+        raise ValidationFailed(
+            [FieldError(field_prefix + field, f"{where}: {exc.message}")]
+        ) from None
     body = rendered["body"]
     subject = rendered.get("subject")
     errors = []
     if not body.strip():
         errors.append(FieldError(field_prefix + "data", f"{channel.value} body renders empty"))
+    # Streaming stopped at MAX_BODY_BYTES characters; in bytes the body can still be over.
     if len(body.encode("utf-8", errors="surrogatepass")) > MAX_BODY_BYTES:
         errors.append(
             FieldError(
                 field_prefix + "data", f"{channel.value} body renders over {MAX_BODY_BYTES} bytes"
-            )
-        )
-    if subject is not None and len(subject) > MAX_SUBJECT_CHARS:
-        errors.append(
-            FieldError(
-                field_prefix + "data",
-                f"{channel.value} subject renders over {MAX_SUBJECT_CHARS} characters",
             )
         )
     if errors:

@@ -8,7 +8,8 @@ slots the last POSTs freed (a claim costs about the same for 1 row as for 64). E
 of its own; its result joins a buffer that the recorder writes as results arrive, many per
 statement under load, so one slow receiver delays only its own events. At least once: an event whose
 dispatcher dies mid-POST is taken again when its lease ends, with the same eventId, so receivers
-de-duplicate on it.
+de-duplicate on it. At most `--webhook-max-attempts` POSTs: the claim counts the attempt, and an
+event whose last attempt's result never came ends failed when its lease ends (webhook_claim_due).
 
 Trust: the `--webhook-url` configured by whoever runs the system is reached wherever it is;
 every other URL (a notification's `webhookUrl`, a policy's webhook: chosen by API clients and
@@ -109,7 +110,10 @@ class WebhookDispatcher:
                 continue
             try:
                 events = await self._repository.webhook_events_claim(
-                    limit=free, lease_seconds=lease, default_secrets=s.webhook_secrets
+                    limit=free,
+                    lease_seconds=lease,
+                    max_attempts=s.webhook_max_attempts,
+                    default_secrets=s.webhook_secrets,
                 )
                 for event in events:
                     task = asyncio.create_task(self._post(event))
@@ -136,9 +140,15 @@ class WebhookDispatcher:
 
     async def _post(self, event: WebhookEvent) -> None:
         sender = self._trusted if event.url == self._settings.webhook_url else self._guarded
-        error = await sender.post(
-            event_id=str(event.id), url=event.url, payload=event.payload, secrets=event.secrets
-        )
+        try:
+            error = await sender.post(
+                event_id=str(event.id), url=event.url, payload=event.payload, secrets=event.secrets
+            )
+        except Exception as exc:
+            # A fault of ours, not an answer: still a failed attempt, recorded now rather than
+            # left to the lease (the claim counted it either way).
+            log.exception("webhook %s: POST failed unexpectedly", event.id)
+            error = f"internal error: {type(exc).__name__}"
         s = self._settings
         result = decide_webhook_result(
             event,

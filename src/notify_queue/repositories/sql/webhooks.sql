@@ -3,23 +3,43 @@
 -- name: webhook_claim_due
 -- Take up to %(limit)s due events. SKIP LOCKED splits them between dispatchers; the claim is a
 -- lease: next_attempt_at moves %(lease_seconds)s ahead, so an event whose dispatcher died is
--- picked up again later, with the same id (at least once). The attempt counts when claimed.
+-- picked up again later, with the same id (at least once).
+-- The attempt counts here, in the claim's own write, not when its result is recorded: a POST
+-- whose result never gets recorded (the process died, the task failed, the answer could not be
+-- read) still used its attempt. An event due again with %(max_attempts)s attempts used was
+-- claimed at its last one and its result never came: it ends `failed` here, in the same
+-- statement, instead of being POSTed again. So `attempts` <= %(max_attempts)s bounds the POSTs
+-- of an event whatever its receiver answers and whatever crashes.
+-- Mixed versions (0.1.0 relays beside these during an upgrade): 0.1.0's claim is this statement
+-- without the bound, so it too adds 1 here, and its webhook_record_results is the one below,
+-- which never touches `attempts`; each process records only what it claimed (the claim_token).
+-- Every claim, by either version, counts once and recording counts nothing: no double count.
+-- Until the last 0.1.0 relay stops, it may still claim an event whose last attempt's result was
+-- lost and POST it once more (it then records it failed): the bound holds once it is gone.
 -- Secrets are read now from the policy, so a rotated secret applies to the next attempt.
--- The UPDATE finds its rows through the primary key (`= ANY`), never by a join the planner
+-- The UPDATEs find their rows through the primary key (`= ANY`), never by a join the planner
 -- could turn into a scan of the whole outbox, so a claim costs the same however many delivered
 -- events the table holds.
 WITH due AS (
-    SELECT id FROM nq_webhook_events
+    SELECT id, attempts FROM nq_webhook_events
     WHERE state = 'pending' AND next_attempt_at <= now()
     ORDER BY next_attempt_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+),
+spent AS (
+    UPDATE nq_webhook_events e
+    SET state = 'failed',
+        claim_token = NULL,
+        last_error = 'attempt ' || e.attempts || ': no result recorded before its lease expired'
+                     || COALESCE(' (before: ' || left(e.last_error, 200) || ')', '')
+    WHERE e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts >= %(max_attempts)s))
 )
 UPDATE nq_webhook_events e
 SET attempts = e.attempts + 1,
     claim_token = gen_random_uuid(),
     next_attempt_at = now() + make_interval(secs => %(lease_seconds)s)
-WHERE e.id = ANY(ARRAY(SELECT id FROM due))
+WHERE e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts < %(max_attempts)s))
 RETURNING e.id, e.notification_id, e.url, e.payload, e.attempts, e.claim_token, e.policy,
           (SELECT p.webhook_secrets FROM nq_policies p WHERE p.name = e.policy) AS policy_secrets
 
