@@ -1,7 +1,7 @@
 """The provider a notification's attempt is bound to (migration 0009), and the probe handed back,
 against the real statements: the claim binds an unbound row to its chain's head and reports an
 earlier binding as sticky; a completion keeps or clears it; only the claim's holder may rebind;
-a lost lease keeps it (an operator's retry starts unbound: 0011 owns that function); a probe
+a lost lease keeps it and so does an operator's retry (0012); a probe
 taken and handed back is taken again at once.
 """
 
@@ -95,7 +95,7 @@ async def test_only_the_claims_holder_can_rebind_a_row(db: Database) -> None:
     assert await _bound(db, made.notification.id) == "b"
 
 
-async def test_a_lost_lease_keeps_the_binding_and_an_operators_retry_starts_unbound(
+async def test_a_lost_lease_and_an_operators_retry_keep_the_binding(
     db: Database,
 ) -> None:
     [made] = await notification_service(db).enqueue_many([new()])
@@ -109,15 +109,16 @@ async def test_a_lost_lease_keeps_the_binding_and_an_operators_retry_starts_unbo
     assert recovered == 1
     again = await _claim_one(service)
     assert again.sticky_provider == "b"
-    # Dead-lettered while bound to b, then retried by an operator: nq_delivery_log_retry names
-    # its columns and leaves the binding NULL (docs/providers.md, "What the binding cannot
-    # cover").
+    # Dead-lettered while bound to b, then retried by an operator: b may have delivered it, so
+    # the retried notification still goes to b only (migration 0012).
     last = replace(again, attempt_count=again.max_attempts)
     result = DeliveryResult(Outcome.TEMPORARY_FAILURE, error="timeout", bound_provider="b")
     [completion], _ = await service.complete([(last, result)])
     assert completion.status is Status.DEAD_LETTERED
     assert await NotificationRepository(db).notification_retry(id=made.notification.id)
-    assert await _bound(db, made.notification.id) is None
+    assert await _bound(db, made.notification.id) == "b"
+    retried = await _claim_one(service)
+    assert retried.sticky_provider == "b"
 
 
 async def test_a_probe_handed_back_is_taken_again_at_once(db: Database) -> None:
