@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import linecache
+import os
 import re
+import signal
+import socket
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
+
+import httpx
 
 from notify_queue.models import Channel, NewNotification, Priority, Source
 from notify_queue.repositories.db import Database
@@ -230,3 +239,43 @@ async def start_workers(
         running.workers.append(worker)
         running.tasks.append(asyncio.create_task(worker.run()))
     return running
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def running_api(database_url: str, log_path: Path, *args: str) -> AsyncIterator[str]:
+    """`notify-queue api` (with `args`) as a subprocess, its output in `log_path`; yields its
+    base URL once `/readyz` answers 200, and stops it with SIGTERM (as Kubernetes does)."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_QUEUE_")}
+    command = [sys.executable, "-m", "notify_queue", "api", "--port", str(port), *args]
+    command += ["--database-url", database_url, "--log-level", "WARNING"]
+    log = log_path.open("wb")
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    base_url = f"http://127.0.0.1:{port}"
+
+    async def ready() -> bool:
+        assert process.poll() is None, log_path.read_text()
+        try:
+            async with httpx.AsyncClient(base_url=base_url) as http:
+                return (await http.get("/readyz")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        await eventually(ready, timeout=30)
+        yield base_url
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            raise
+        log.close()

@@ -7,11 +7,7 @@ database.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +19,7 @@ import uvicorn
 from notify_queue.api.app import create_app
 from notify_queue.repositories.db import Database
 from tests.api.support import api_settings, email, sql
-from tests.support import eventually
+from tests.support import eventually, running_api
 
 
 @pytest.fixture
@@ -78,43 +74,11 @@ async def test_25_identical_requests_at_once_create_one_notification(
     assert await sql(database_url, "SELECT count(*) FROM nq_notifications") == [(1,)]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 async def two_workers(database_url: str, tmp_path: Path) -> AsyncIterator[str]:
     """`notify-queue api --api-workers 2` as a subprocess; its base URL once it is ready."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_QUEUE_")}
-    command = [sys.executable, "-m", "notify_queue", "api", "--api-workers", "2"]
-    command += ["--port", str(port), "--database-url", database_url, "--log-level", "WARNING"]
-    log = (tmp_path / "api.log").open("wb")
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
-
-    async def ready() -> bool:
-        assert process.poll() is None, (tmp_path / "api.log").read_text()
-        try:
-            async with httpx.AsyncClient(base_url=base_url) as http:
-                return (await http.get("/readyz")).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        await eventually(ready, timeout=30)
-        yield base_url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise
-        log.close()
+    async with running_api(database_url, tmp_path / "api.log", "--api-workers", "2") as url:
+        yield url
 
 
 async def test_two_worker_processes_serve_one_queue_without_duplicates(

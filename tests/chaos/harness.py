@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -130,12 +129,6 @@ class WorkerProcesses:
 
 async def _async(value: bool) -> bool:
     return value
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -19,10 +19,7 @@ at worst in 9 of 11 runs on the same 2-core machine at load 7 to 13, 103 and 104
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -39,8 +36,7 @@ from notify_queue.services.sandbox import (
     RULE_SIZE,
     RULE_TIME,
 )
-from tests.api.test_real_server import free_port
-from tests.support import eventually
+from tests.support import running_api
 
 # The bound `/healthz` must answer within, whatever the templates do (issue 19), beyond what an
 # idle API's /healthz takes on the same machine at the same moments.
@@ -82,49 +78,16 @@ BOMBS: dict[str, tuple[str, str, dict[str, object]]] = {
 ALSO_ACCEPTED = {RULE_MEMORY: RULE_TIME}
 
 
-@contextlib.asynccontextmanager
-async def api_process(database_url: str, log_path: Path) -> AsyncIterator[str]:
-    """`notify-queue api` as a subprocess; its base URL once it is ready."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_QUEUE_")}
-    command = [sys.executable, "-m", "notify_queue", "api", "--port", str(port)]
-    command += ["--database-url", database_url, "--log-level", "WARNING"]
-    log = log_path.open("wb")
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
-
-    async def ready() -> bool:
-        assert process.poll() is None, log_path.read_text()
-        try:
-            async with httpx.AsyncClient(base_url=base_url) as http:
-                return (await http.get("/readyz")).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        await eventually(ready, timeout=30)
-        yield base_url
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise
-        log.close()
-
-
 @pytest.fixture
 async def api(database_url: str, tmp_path: Path) -> AsyncIterator[str]:
-    async with api_process(database_url, tmp_path / "api.log") as url:
+    async with running_api(database_url, tmp_path / "api.log") as url:
         yield url
 
 
 @pytest.fixture
 async def idle_api(database_url: str, tmp_path: Path) -> AsyncIterator[str]:
     """The control: the same program on the same database, which no template reaches."""
-    async with api_process(database_url, tmp_path / "idle-api.log") as url:
+    async with running_api(database_url, tmp_path / "idle-api.log") as url:
         yield url
 
 
