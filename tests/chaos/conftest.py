@@ -22,6 +22,7 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.schema import migrate
 from tests.chaos.harness import WEBHOOK_SECRET, WorkerProcesses
 from tests.chaos.peers import ChaosProvider, SignedWebhookReceiver
+from tests.support import directory_outside_pytest
 
 
 @pytest.fixture
@@ -60,14 +61,15 @@ def spawn(worker_processes: list[WorkerProcesses], tmp_path: Path):  # type: ign
 
 
 @pytest.fixture(scope="module")
-def restartable_pg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedPostgres]:
-    server = EmbeddedPostgres(tmp_path_factory.mktemp("pg-restart") / "data", delete_on_stop=True)
-    try:
-        yield server
-    finally:
-        with contextlib.suppress(Exception):
-            server.resume()  # a test that failed while the server was down leaves it stopped
-        server.stop()
+def restartable_pg() -> Iterator[EmbeddedPostgres]:
+    with directory_outside_pytest("notify-queue-pg-restart-") as root:
+        server = EmbeddedPostgres(root / "data", delete_on_stop=True)
+        try:
+            yield server
+        finally:
+            with contextlib.suppress(Exception):
+                server.resume()  # a test that failed while the server was down leaves it stopped
+            server.stop()
 
 
 @pytest.fixture

@@ -23,8 +23,9 @@ import pytest
 
 from notify_queue.embedded import EmbeddedPostgres
 from notify_queue.repositories.db import Database
-from tests.chaos.harness import audit, free_port, poll, read_rows, record, worker_flags
+from tests.chaos.harness import audit, poll, read_rows, record, worker_flags
 from tests.chaos.peers import ChaosProvider, SignedWebhookReceiver
+from tests.support import free_port
 
 DOWN_SECONDS = 3.0
 BATCH = 25

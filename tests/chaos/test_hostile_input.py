@@ -19,7 +19,8 @@ from pathlib import Path
 import aiohttp
 
 from notify_queue.repositories.db import Database
-from tests.chaos.harness import free_port, poll, read_rows, record, worker_flags
+from tests.chaos.harness import poll, read_rows, record, worker_flags
+from tests.support import free_port
 
 MAX_BODY = 2 * 1024 * 1024  # the API's default --max-body-bytes
 

@@ -26,9 +26,9 @@ from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from notify_queue.models import Channel, Status
 from notify_queue.repositories.db import Database
-from tests.chaos.harness import free_port, poll, quick_flags, read_rows, record
+from tests.chaos.harness import poll, quick_flags, read_rows, record
 from tests.chaos.wire import StatementCounter
-from tests.support import new, notification_service
+from tests.support import free_port, new, notification_service
 
 BIG = 1024 * 1024
 

@@ -23,7 +23,6 @@ from tests.chaos.harness import (
     audit,
     counts,
     enqueue,
-    free_port,
     new_notifications,
     poll,
     read_rows,
@@ -31,6 +30,7 @@ from tests.chaos.harness import (
     worker_flags,
 )
 from tests.chaos.peers import ChaosProvider
+from tests.support import free_port
 
 BACKLOG = 1500
 OUTAGE_SECONDS = 10.0

@@ -24,8 +24,8 @@ from benchmarks import timing_provider
 
 from notify_queue.models import Channel, Status
 from notify_queue.repositories.db import Database
-from tests.chaos.harness import free_port, poll, quick_flags, read_rows, record
-from tests.support import new, notification_service
+from tests.chaos.harness import poll, quick_flags, read_rows, record
+from tests.support import free_port, new, notification_service
 
 
 class FakeProvider:

@@ -32,13 +32,13 @@ from notify_queue.repositories.queries import QUERIES
 from tests.chaos.harness import (
     WEBHOOK_SECRET,
     enqueue,
-    free_port,
     new_notifications,
     poll,
     read_rows,
     worker_flags,
 )
 from tests.chaos.peers import ChaosProvider, SignedWebhookReceiver
+from tests.support import free_port
 
 SOURCE = Path(__file__).resolve().parents[2] / "src" / "notify_queue"
 DB_PASSWORD = "db-pw-S3CR3T-7f3a"

@@ -17,7 +17,6 @@ from tests.chaos.harness import (
     all_final,
     audit,
     enqueue,
-    free_port,
     new_notifications,
     poll,
     read_rows,
@@ -25,6 +24,7 @@ from tests.chaos.harness import (
     worker_flags,
 )
 from tests.chaos.peers import SignedWebhookReceiver
+from tests.support import free_port
 
 NOTIFICATIONS = 300
 

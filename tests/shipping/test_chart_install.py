@@ -13,6 +13,7 @@ then shows what the ServiceAccount must not be able to do stays forbidden.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -271,13 +272,14 @@ def release(
 def test_helm_install_migrates_the_database_in_a_hook_before_the_release(
     release: Release, tools: Tools, kubeconfig: Path
 ) -> None:
-    from notify_queue.repositories.schema import latest_version
+    from notify_queue.repositories.db import Database
+    from notify_queue.repositories.schema import missing_steps
 
-    with psycopg.connect(release.database_url) as conn:
-        (version,) = conn.execute("SELECT max(version) FROM nq_schema_migrations").fetchone() or (
-            None,
-        )
-    assert version == latest_version()
+    async def missing() -> list[str]:
+        async with Database(release.database_url, pool_size=1) as db:
+            return await missing_steps(db)
+
+    assert asyncio.run(missing()) == []  # every step this release needs (docs/upgrading.md)
     assert "STATUS: deployed" in release.install_output
     assert "kubectl get notif" in release.install_output  # the NOTES
     # The hook's copy of the database URL is gone; the Job stays for its logs.

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.shipping.support import ROOT, Tools
+from tests.support import directory_outside_pytest
 
 pytestmark = pytest.mark.kubernetes
 
@@ -161,8 +162,15 @@ def test_the_quickstart_runs_as_written_on_a_machine_with_no_cluster(
 ) -> None:
     if not _port_free(8080):
         pytest.skip("the quickstart uses port 8080, which another process holds")
-    checkout = tmp_path / "notify-queue"
-    _checkout_copy(checkout)
+    # The copy's virtualenv holds the embedded PostgreSQL that `up` runs as its own user:
+    # outside pytest's temp (tests/support.py, directory_outside_pytest).
+    with directory_outside_pytest("notify-queue-quickstart-") as root:
+        checkout = root / "notify-queue"
+        _checkout_copy(checkout)
+        _run_the_quickstart(checkout, tmp_path)
+
+
+def _run_the_quickstart(checkout: Path, tmp_path: Path) -> None:
     env = _environment()
     state = tmp_path / "shell-state.sh"
     state.write_text("")

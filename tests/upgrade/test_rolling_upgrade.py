@@ -24,9 +24,9 @@ import httpx
 import pytest
 
 from notify_queue.repositories.db import Database
-from tests.chaos.harness import WEBHOOK_SECRET, all_final, audit, free_port, read_rows, worker_flags
+from tests.chaos.harness import WEBHOOK_SECRET, all_final, audit, read_rows, worker_flags
 from tests.chaos.peers import ChaosProvider, SignedWebhookReceiver
-from tests.support import eventually
+from tests.support import eventually, free_port
 from tests.upgrade.baseline import BASELINE_RELEASE, baseline_venv
 from tests.upgrade.support import CreateLoad, Release, wait_logged, wait_ready
 
