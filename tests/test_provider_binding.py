@@ -1,8 +1,8 @@
-"""The provider a notification's attempt is bound to (migration 0009), and the probe handed back,
-against the real statements: the claim binds an unbound row to its chain's head and reports an
-earlier binding as sticky; a completion keeps or clears it; only the claim's holder may rebind;
-a lost lease keeps it and so does an operator's retry (0012); a probe
-taken and handed back is taken again at once.
+"""The provider a notification's attempt is bound to (the row's `provider` while unfinished),
+and the probe handed back, against the real statements: the claim binds an unbound row to its
+chain's head and reports an earlier binding as sticky; a completion keeps or clears it; only the
+claim's holder may rebind; a lost lease keeps it and so does an operator's retry; a probe taken
+and handed back is taken again at once.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ async def _bound(db: Database, id_: uuid.UUID) -> str | None:
     async with db.connection() as conn:
         row = await conn.fetch_one("notification_get", {"id": id_})
     assert row is not None
-    return row["bound_provider"]  # type: ignore[no-any-return]
+    return row["provider"]  # type: ignore[no-any-return]
 
 
 async def _retry_now(
@@ -110,7 +110,7 @@ async def test_a_lost_lease_and_an_operators_retry_keep_the_binding(
     again = await _claim_one(service)
     assert again.sticky_provider == "b"
     # Dead-lettered while bound to b, then retried by an operator: b may have delivered it, so
-    # the retried notification still goes to b only (migration 0012).
+    # the retried notification still goes to b only (the retry moves `provider` with the row).
     last = replace(again, attempt_count=again.max_attempts)
     result = DeliveryResult(Outcome.TEMPORARY_FAILURE, error="timeout", bound_provider="b")
     [completion], _ = await service.complete([(last, result)])

@@ -269,9 +269,9 @@ class ClaimedNotification:
     # From the notification's policy: its failover rule and provider chain (None: the worker's).
     failover: Failover | None = None
     providers: tuple[str, ...] | None = None
-    # The provider this attempt is bound to as the claim left it (migration 0009), and the one the
-    # row was bound to before the claim: an earlier attempt there has an unknown outcome, so under
-    # OnDefiniteFailure no other provider may be called (services/failover.py).
+    # The provider this attempt is bound to as the claim left it (the row's `provider`), and the
+    # one the row was bound to before the claim: an earlier attempt there has an unknown outcome,
+    # so under OnDefiniteFailure no other provider may be called (services/failover.py).
     bound_provider: str | None = None
     sticky_provider: str | None = None
 
@@ -374,7 +374,7 @@ class Completion:
     next_attempt_at: datetime | None = None
     # The provider said the address is gone (410): a push token leaves the stored recipient.
     address_gone: bool = False
-    # The provider the row stays bound to (migration 0009); None clears the binding.
+    # The provider the row stays bound to (the row's `provider`); None clears the binding.
     bound_provider: str | None = None
 
 

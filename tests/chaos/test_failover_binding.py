@@ -60,7 +60,7 @@ def _file(tmp_path: Path, a: FakeProvider, b: FakeProvider, *, a_timeout: str = 
 async def _row(db: Database, id_: uuid.UUID) -> dict[str, Any]:
     [row] = await read_rows(
         db,
-        "SELECT status, provider, attempt_count, last_error, delivery_attempts, bound_provider"
+        "SELECT status, provider, attempt_count, last_error, delivery_attempts"
         " FROM nq_notifications WHERE id = %(id)s",
         {"id": id_},
     )
@@ -143,7 +143,7 @@ async def test_after_a_timeout_an_open_circuit_makes_the_default_wait_for_the_sa
         assert key not in _keys(b), "delivered by A's timed-out call, then by B"
         assert row["status"] == Status.SENT and row["provider"] == "a"
         assert {x["provider"] for x in row["delivery_attempts"]} == {"a"}
-        assert waiting["status"] == Status.PENDING and waiting["bound_provider"] == "a"
+        assert waiting["status"] == Status.PENDING and waiting["provider"] == "a"
     else:
         # Always: a late duplicate is better than none; B is tried in the same attempt.
         row = await poll(lambda: _final(db, id_), timeout=30, what="sent")
@@ -223,7 +223,7 @@ async def test_a_worker_killed_during_the_call_leaves_the_notification_with_that
     assert row["status"] == Status.SENT
     assert row["provider"] == ("a" if called == "head" else "b")
     if waiting is not None:  # the recovered notification said what it waited for
-        assert waiting["status"] == Status.PENDING and waiting["bound_provider"] == "a"
+        assert waiting["status"] == Status.PENDING and waiting["provider"] == "a"
     assert survivor.poll() is None
 
 

@@ -57,8 +57,8 @@ QuietHours = Callable[[QuietHoursCandidate], bool]
 
 @dataclass(frozen=True, slots=True)
 class ChainHeads:
-    """Where a claim binds a row that is not bound yet (migration 0009): the first provider of
-    each channel's chain, and the providers this worker knows (a policy's chain is read through
+    """Where a claim binds a row that is not bound yet (its `provider` column): the first provider
+    of each channel's chain, and the providers this worker knows (a policy's chain is read through
     them, as the worker's routing reads it)."""
 
     channels: dict[Channel, str]

@@ -226,7 +226,7 @@ def _not_sent(claimed: ClaimedNotification, status: Status, reason: str) -> Comp
         reason,
         None,
         give_back_attempt=True,
-        # Nothing was tried: the row keeps the binding an earlier attempt left (migration 0009).
+        # Nothing was tried: the row keeps the binding an earlier attempt left (its `provider`).
         bound_provider=claimed.sticky_provider,
     )
 

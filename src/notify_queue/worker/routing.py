@@ -293,8 +293,8 @@ class Router:
         return False
 
     async def _bind(self, name: str, attempt: _Attempt) -> bool:
-        """The row names the provider it is about to call before the call (migration 0009): the
-        claim bound it to its chain's head; calling another one costs this one statement."""
+        """The row names the provider it is about to call before the call (its `provider`
+        column): the claim bound it to its chain's head; calling another costs one statement."""
         if attempt.bound == name:
             return True
         claimed = attempt.claimed

@@ -63,7 +63,9 @@ WHERE (SELECT count(*) FROM recipient_locks) >= 0
 -- a slot and outside the ranking: the send-time check defers them in this same transaction, so
 -- they must not take a place in the window from a sendable row of the same recipient.
 --
--- Admitted rows are bound to a provider in the same UPDATE (migration 0009): a row already bound
+-- Admitted rows are bound to a provider in the same UPDATE: while a row is unfinished its
+-- `provider` column is its binding (no column of its own: 0.1.0 reads this table with `*` in
+-- prepared statements, which a new column breaks; docs/upgrading.md). A row already bound
 -- keeps its provider (an earlier attempt there has an unknown outcome: the worker reads the old
 -- value as `sticky_provider` and, under OnDefiniteFailure, calls no other); an unbound row is
 -- bound to the head of its chain (its policy's first provider this worker knows, else the
@@ -90,7 +92,7 @@ WITH batch AS (
            -- not Ready is held, never sent under the defaults. No policy row: the defaults.
            COALESCE(NOT p.ready, false) AS held,
            n.id = ANY(%(quiet_ids)b::uuid[]) AS quiet,
-           n.bound_provider AS sticky_provider,
+           n.provider AS sticky_provider,
            COALESCE(
                (SELECT u.name FROM unnest(p.providers) WITH ORDINALITY AS u(name, position)
                 WHERE u.name = ANY(%(known_providers)b::text[]) ORDER BY u.position LIMIT 1),
@@ -120,7 +122,7 @@ WITH batch AS (
         attempt_count = n.attempt_count + 1,
         claim_token = gen_random_uuid(),
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
-        bound_provider = COALESCE(n.bound_provider, d.chain_head),
+        provider = COALESCE(n.provider, d.chain_head),
         updated_at = now()
     FROM decided d
     -- These rows are locked by step 1 of this transaction, so they are still PENDING. Found
@@ -130,7 +132,8 @@ WITH batch AS (
       AND n.id = d.id
     RETURNING n.id, n.claim_token, n.channel, n.recipient, n.subject, n.body, n.metadata,
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at,
-              n.category, n.expires_at, n.recipient_id, n.bound_provider, d.sticky_provider
+              n.category, n.expires_at, n.recipient_id, n.provider AS bound_provider,
+              d.sticky_provider
 ), waiting AS (
     -- The slot a waiting row waits for is the (used - limit + rank)-th oldest in the window;
     -- when that slot is not taken yet (a burst within one batch), a full window from now.
@@ -202,8 +205,9 @@ ORDER BY priority, next_attempt_at, created_at
 -- transaction: SUPPRESSED, EXPIRED, or back to PENDING at the end of quiet hours (an absolute
 -- next_attempt_at), each giving back the attempt the claim counted (give_back).
 -- A provider's 410 (address_gone) removes that push token from the stored recipient.
--- Each result says which provider the row stays bound to (migration 0009): the one whose outcome
--- is unknown, else NULL; the send-time check passes the binding the row had before its claim.
+-- Each result says which provider the row stays bound to (kept in `provider`): the one whose
+-- outcome is unknown, else NULL; a SENT row's `provider` is the one that sent it (the binding
+-- then, since a row is bound before its call); the send-time check passes the binding the row had before its claim.
 -- The attempts come as one JSON array of arrays, matched to the results by position: a jsonb[]
 -- parameter would be dumped element by element with every quote escaped, the costliest part of
 -- the statement's parameters on the worker's side.
@@ -227,7 +231,7 @@ WITH results AS (
                                    n.next_attempt_at),
         last_error = r.last_error,
         provider_message_id = COALESCE(r.provider_message_id, n.provider_message_id),
-        provider = CASE WHEN r.status = 'SENT' THEN r.provider ELSE n.provider END,
+        provider = CASE WHEN r.status = 'SENT' THEN r.provider ELSE r.bound_provider END,
         delivery_attempts = CASE
             WHEN jsonb_array_length(n.delivery_attempts) + jsonb_array_length(r.attempts) <= 20
             THEN n.delivery_attempts || r.attempts
@@ -239,7 +243,6 @@ WITH results AS (
         attempt_count = n.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END,
         sent_at = CASE WHEN r.status = 'SENT' THEN now() ELSE n.sent_at END,
         finished_at = CASE WHEN r.status = 'PENDING' THEN NULL ELSE now() END,
-        bound_provider = r.bound_provider,
         claim_token = NULL,
         lease_expires_at = NULL,
         updated_at = now()

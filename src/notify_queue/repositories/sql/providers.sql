@@ -119,6 +119,6 @@ RETURNING c.provider, d.old_state, c.state, c.open_until, clock_timestamp() AS c
 -- is about to call, so a worker lost during that call leaves the right provider behind. Only
 -- the holder of the current claim may bind; no row back means the claim was lost: do not call.
 UPDATE nq_queue
-SET bound_provider = %(provider)s
+SET provider = %(provider)s
 WHERE id = %(id)s AND claim_token = %(claim_token)s AND status = 'PROCESSING'
 RETURNING id
