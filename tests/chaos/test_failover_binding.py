@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from notify_queue.models import Status
+from notify_queue.models import Failover, Policy, Status
 from notify_queue.repositories.db import Database
+from notify_queue.repositories.policies import PolicyRepository
 from tests.chaos.harness import poll, quick_flags, read_rows
 from tests.chaos.test_providers import FakeProvider, _providers_file, _send_wave
 
@@ -161,24 +162,8 @@ async def _circuit_is(db: Database, name: str, state: str) -> bool:
 
 
 async def _upsert_policy(db: Database, name: str, failover: str) -> None:
-    async with db.transaction() as conn:
-        await conn.execute(
-            "policy_upsert",
-            {
-                "name": name,
-                "rate_limit": None,
-                "rate_window_seconds": None,
-                "max_attempts": None,
-                "backoff_base_seconds": None,
-                "backoff_max_seconds": None,
-                "webhook_url": None,
-                "webhook_secrets": [],
-                "ttl_seconds_after_finished": None,
-                "ready": True,
-                "failover": failover,
-                "providers": None,
-            },
-        )
+    policy = Policy(name=name, failover=Failover(failover))
+    await PolicyRepository(db).policy_upsert(policy=policy, ready=True)
 
 
 @pytest.mark.parametrize("called", ["head", "rebound"])

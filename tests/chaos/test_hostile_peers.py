@@ -280,12 +280,21 @@ async def test_a_receiver_that_hangs_for_some_events_causes_no_resend_of_the_oth
         )
         states.clear()
         states.update({r["state"]: r["n"] for r in rows})
-        return states.get("delivered") == 300 and states.get("failed") == 200
+        return states.get("delivered", 0) + states.get("failed", 0) == 500
 
     try:
-        await poll(settled, timeout=60, what="300 delivered, 200 failed after hanging")
+        await poll(settled, timeout=60, what="all 500 events delivered or failed")
     except AssertionError as exc:  # say where it stopped (seen once under load, not reproduced)
         raise AssertionError(f"{exc}; events {states}, {len(peer.calls)} posted") from None
+    # Every hanging event failed on its timeout; a flowing one is delivered, unless the machine
+    # was so busy that its answer took longer than the 1 s timeout too (3 of 300 with three
+    # suites on 2 cores): then it failed the same way, and was not re-sent either (below).
+    failed = await read_rows(
+        db, "SELECT notification_id, last_error FROM nq_webhook_events WHERE state = 'failed'"
+    )
+    assert {str(r["notification_id"]) for r in failed} >= peer.hang_job_ids
+    assert all("timed out" in (r["last_error"] or "") for r in failed), failed[:3]
+    record("receiver hangs for 200 of 500", {"states": states, "posted": len(peer.calls)})
     # Longer than an event's lease (2 x timeout + 5 s): a re-claim of a delivered event would
     # have happened by now.
     await asyncio.sleep(8)

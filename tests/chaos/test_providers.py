@@ -22,8 +22,9 @@ import yaml
 from aiohttp import web
 from benchmarks import timing_provider
 
-from notify_queue.models import Channel, Status
+from notify_queue.models import Channel, Failover, Policy, Status
 from notify_queue.repositories.db import Database
+from notify_queue.repositories.policies import PolicyRepository
 from tests.chaos.harness import poll, quick_flags, read_rows, record
 from tests.support import free_port, new, notification_service
 
@@ -201,24 +202,9 @@ async def test_after_a_timeout_the_default_waits_for_the_same_provider_and_alway
     policy = None
     if failover is not None:
         policy = "ns/one-time-codes"
-        async with db.transaction() as conn:
-            await conn.execute(
-                "policy_upsert",
-                {
-                    "name": policy,
-                    "rate_limit": None,
-                    "rate_window_seconds": None,
-                    "max_attempts": None,
-                    "backoff_base_seconds": None,
-                    "backoff_max_seconds": None,
-                    "webhook_url": None,
-                    "webhook_secrets": [],
-                    "ttl_seconds_after_finished": None,
-                    "ready": True,
-                    "failover": failover,
-                    "providers": None,
-                },
-            )
+        await PolicyRepository(db).policy_upsert(
+            policy=Policy(name=policy, failover=Failover(failover)), ready=True
+        )
     procs = spawn(database_url)
     worker = procs.start(*_flags(path, "--channels", "email"))
     await procs.ready(worker)
