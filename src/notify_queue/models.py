@@ -429,6 +429,19 @@ class ProviderCircuit:
     open_until: datetime | None
 
 
+class Engine(enum.StrEnum):
+    """The database engine behind the coordinator's URL (CONTRACT section 11)."""
+
+    POSTGRESQL = "postgresql"
+    CITUS = "citus"
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseEngine:
+    engine: Engine
+    worker_nodes: int  # 0 for plain PostgreSQL
+
+
 @dataclass(frozen=True, slots=True)
 class QueueStatus:
     counts: dict[Status, int]
@@ -436,3 +449,4 @@ class QueueStatus:
     oldest_due_age_seconds: float
     webhook_events: dict[str, int]
     providers: dict[str, ProviderCircuit] = field(default_factory=dict)
+    database: DatabaseEngine = DatabaseEngine(Engine.POSTGRESQL, 0)

@@ -19,6 +19,7 @@ from notify_queue.models import (
     Template,
 )
 from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import (
     notification_from_row,
     recipient_from_row,
@@ -31,6 +32,8 @@ class NotificationRepository:
         self._db = db
         # For the event of a notification born SUPPRESSED (--webhook-url).
         self._default_webhook_url = default_webhook_url
+        # For /status: the engine, read at most once per TTL by this process.
+        self._engine = EngineRepository(db)
 
     @asynccontextmanager
     async def targeted_transaction(
@@ -156,6 +159,7 @@ class NotificationRepository:
             hooks = await conn.fetch_all("queue_status_webhooks")
             circuits = await conn.fetch_all("provider_circuits_read")
             now = (await conn.fetch_one("database_now") or {})["now"]
+            engine = await self._engine.engine_get(conn=conn)
         oldest = min((r["oldest_due"] for r in due), default=None)
         return QueueStatus(
             counts={s: 0 for s in Status} | {Status(r["status"]): int(r["n"]) for r in counts},
@@ -170,6 +174,7 @@ class NotificationRepository:
                 )
                 for r in circuits
             },
+            database=engine,
         )
 
 
