@@ -29,9 +29,10 @@ import psycopg
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from notify_queue.repositories.queries import QUERIES  # noqa: E402
 from tests.citus.cluster import CitusUnavailable, running_cluster  # noqa: E402
 from tests.support import directory_outside_pytest  # noqa: E402
+
+from notify_queue.repositories.queries import QUERIES  # noqa: E402
 
 # (table, distribution column, colocate_with)
 DISTRIBUTED = [
@@ -42,8 +43,14 @@ DISTRIBUTED = [
     ("nq_idempotency_keys", "key", "none"),
 ]
 REFERENCE = [
-    "nq_policies", "nq_templates", "nq_recipients", "nq_provider_circuits",
-    "nq_provider_schedule", "nq_counters", "nq_kube_links", "nq_status_outbox",
+    "nq_policies",
+    "nq_templates",
+    "nq_recipients",
+    "nq_provider_circuits",
+    "nq_provider_schedule",
+    "nq_counters",
+    "nq_kube_links",
+    "nq_status_outbox",
 ]
 PARAMETER = re.compile(r"%\((\w+)\)([sb])(?:::(\w+)(\[\])?)?")
 
@@ -123,18 +130,51 @@ def widen_unique_constraints(
 def parameters(
     name: str, sql: str, now: dt.datetime, seeded: uuid.UUID, partition: str
 ) -> dict[str, Any]:
-    element = {"uuid": seeded, "text": "email", "smallint": 1, "int": 1, "integer": 1,
-               "float8": 1.0, "bool": False, "timestamptz": now, "bigint": 1}
+    element = {
+        "uuid": seeded,
+        "text": "email",
+        "smallint": 1,
+        "int": 1,
+        "integer": 1,
+        "float8": 1.0,
+        "bool": False,
+        "timestamptz": now,
+        "bigint": 1,
+    }
     scalar: dict[str, Any] = {
-        "id": seeded, "notification_id": seeded, "claim_token": seeded, "probe_token": seeded,
-        "after": seeded, "limit": 10, "status": "FAILED", "name": "n", "namespace": "ns",
-        "uid": "u1", "provider": "p", "key": 42, "recipient": "a@example.com",
-        "recipient_id": "r1", "channel": "email", "version": 99, "generation": 1,
-        "phase": "expand", "release": "0.0.0", "partition": partition,
-        "webhook_secrets": [], "source": "api", "timezone": "UTC", "push_tokens": [],
-        "opt_out_channels": [], "opt_out_categories": [], "opt_out_all": False,
-        "channels": ["email"], "failover": "OnDefiniteFailure", "ready": True,
-        "after_created_at": now, "wanted": 2, "items": seed_items(uuid.uuid4(), "k-query", now),
+        "id": seeded,
+        "notification_id": seeded,
+        "claim_token": seeded,
+        "probe_token": seeded,
+        "after": seeded,
+        "limit": 10,
+        "status": "FAILED",
+        "name": "n",
+        "namespace": "ns",
+        "uid": "u1",
+        "provider": "p",
+        "key": 42,
+        "recipient": "a@example.com",
+        "recipient_id": "r1",
+        "channel": "email",
+        "version": 99,
+        "generation": 1,
+        "phase": "expand",
+        "release": "0.0.0",
+        "partition": partition,
+        "webhook_secrets": [],
+        "source": "api",
+        "timezone": "UTC",
+        "push_tokens": [],
+        "opt_out_channels": [],
+        "opt_out_categories": [],
+        "opt_out_all": False,
+        "channels": ["email"],
+        "failover": "OnDefiniteFailure",
+        "ready": True,
+        "after_created_at": now,
+        "wanted": 2,
+        "items": seed_items(uuid.uuid4(), "k-query", now),
     }
     if name.startswith("recipient_"):
         scalar["id"] = "r1"
@@ -157,14 +197,33 @@ def parameters(
 
 
 def seed_items(id: uuid.UUID, key: str, now: dt.datetime) -> str:
-    return json.dumps([{
-        "position": 0, "id": str(id), "idempotency_key": key, "request_hash": "h",
-        "channel": "email", "recipient": "a@example.com", "subject": None, "body": "b",
-        "priority": 1, "send_at": now.isoformat(), "expires_at": None, "source": "api",
-        "policy": None, "webhook_url": None, "metadata": {}, "status": "PENDING",
-        "last_error": None, "category": "general", "recipient_id": None,
-        "template_name": None, "template_version": None,
-    }])
+    return json.dumps(
+        [
+            {
+                "position": 0,
+                "id": str(id),
+                "idempotency_key": key,
+                "request_hash": "h",
+                "channel": "email",
+                "recipient": "a@example.com",
+                "subject": None,
+                "body": "b",
+                "priority": 1,
+                "send_at": now.isoformat(),
+                "expires_at": None,
+                "source": "api",
+                "policy": None,
+                "webhook_url": None,
+                "metadata": {},
+                "status": "PENDING",
+                "last_error": None,
+                "category": "general",
+                "recipient_id": None,
+                "template_name": None,
+                "template_version": None,
+            }
+        ]
+    )
 
 
 def run_queries(conn: psycopg.Connection[Any]) -> list[str]:
@@ -172,8 +231,11 @@ def run_queries(conn: psycopg.Connection[Any]) -> list[str]:
     seeded = uuid.uuid4()
     conn.execute(
         QUERIES["notification_insert_many"],
-        {"items": seed_items(seeded, "k-seed", now), "default_max_attempts": 3,
-         "default_webhook_url": None},
+        {
+            "items": seed_items(seeded, "k-seed", now),
+            "default_max_attempts": 3,
+            "default_webhook_url": None,
+        },
     )
     row = conn.execute(
         "SELECT inhrelid::regclass::text FROM pg_inherits"
@@ -195,8 +257,11 @@ def run_queries(conn: psycopg.Connection[Any]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--reference", default=",".join(REFERENCE),
-                        help="tables made reference tables (the rest stay on the coordinator)")
+    parser.add_argument(
+        "--reference",
+        default=",".join(REFERENCE),
+        help="tables made reference tables (the rest stay on the coordinator)",
+    )
     args = parser.parse_args()
     reference = [t for t in args.reference.split(",") if t]
     try:
@@ -206,9 +271,15 @@ def main() -> int:
                 print("## migrate on the coordinator\n")
                 for _ in range(2):
                     run = subprocess.run(
-                        [str(REPO / ".venv" / "bin" / "notify-queue"), "migrate",
-                         "--database-url", url],
-                        capture_output=True, text=True, check=False,
+                        [
+                            str(REPO / ".venv" / "bin" / "notify-queue"),
+                            "migrate",
+                            "--database-url",
+                            url,
+                        ],
+                        capture_output=True,
+                        text=True,
+                        check=False,
                     )
                     print(f"- exit {run.returncode}: {(run.stdout or run.stderr).strip()[-300:]}")
                 log = Log()
