@@ -30,6 +30,25 @@ from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.notifications import NotificationService
 
 
+def set_status_sql(where: str) -> str:
+    """SQL that puts the unfinished notifications matching `where` (a condition on nq_jobs) in
+    the status `%(status)s`, as the product would: an update for PENDING or PROCESSING, the move
+    to the log for a final one (nq_finish: counters, status write, webhook event). Test set-up
+    only; named parameters: `status` and those of `where`."""
+    # `where` is the test's own SQL, never input.
+    target = f"WITH target AS (SELECT id FROM nq_jobs WHERE {where} ORDER BY id FOR UPDATE),"  # noqa: S608
+    return (
+        target
+        " updated AS (UPDATE nq_jobs SET status = %(status)s, updated_at = now()"
+        "  WHERE id IN (SELECT id FROM target) AND %(status)s IN ('PENDING', 'PROCESSING')"
+        "  RETURNING id),"
+        " finished AS (SELECT id FROM target WHERE %(status)s NOT IN ('PENDING', 'PROCESSING'))"
+        " SELECT (SELECT count(*) FROM updated) + (SELECT count(*) FROM nq_finish("
+        "  ARRAY(SELECT id FROM finished), ARRAY(SELECT %(status)s::text FROM finished),"
+        "  NULL, NULL, NULL, NULL, NULL, NULL)) AS changed"
+    )
+
+
 def defaults(**overrides: Any) -> DeliveryDefaults:
     values: dict[str, Any] = {
         "rate_limit": 10,

@@ -147,8 +147,8 @@ class DeliveryService:
         expired = await self._repository.notifications_expire_overdue()
         return recovered, dead, expired
 
-    async def prune_rate_slots(self) -> int:
-        return await self._repository.rate_slots_prune()
+    async def prune_rate_windows(self) -> int:
+        return await self._repository.rate_windows_prune()
 
     async def seconds_until_due(self, *, ceiling: float) -> float:
         """Seconds until this worker's lanes next have due work, at most `ceiling`."""

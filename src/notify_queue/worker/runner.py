@@ -265,7 +265,7 @@ class Worker:
                     )
                     self._wake.set()
                 if time.monotonic() - last_prune > 60:
-                    await self._service.prune_rate_slots()
+                    await self._service.prune_rate_windows()
                     last_prune = time.monotonic()
                 self.health.ok("housekeeping")
             except DatabaseUnavailable as exc:
