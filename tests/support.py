@@ -37,7 +37,7 @@ def set_status_sql(where: str) -> str:
     only; named parameters: `status` and those of `where`."""
     # `where` is the test's own SQL, never input.
     target = f"WITH target AS (SELECT id FROM nq_jobs WHERE {where} ORDER BY id FOR UPDATE),"  # noqa: S608
-    return target + (
+    return target + (  # noqa: S608
         " updated AS (UPDATE nq_jobs SET status = %(status)s, updated_at = now()"
         "  WHERE id IN (SELECT id FROM target) AND %(status)s IN ('PENDING', 'PROCESSING')"
         "  RETURNING id),"
