@@ -25,6 +25,10 @@ provider was skipped (open or limited) nothing was tried: the result says so, an
 notification waits for the earliest probe or slot without using an attempt.
 
 Every call and every skip that led to another provider is recorded in the attempt's log.
+
+`deliver` is a loop of small steps: the pure `next_visit` (services/failover.py) names the next
+provider and whether to rebind, `_visit` does that provider's I/O, and the pure `walk_end` says
+what the attempt came to; the walk's decisions are made there, not here.
 """
 
 from __future__ import annotations
