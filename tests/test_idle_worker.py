@@ -181,7 +181,7 @@ async def test_a_scheduled_notification_is_delivered_by_the_timer_without_any_no
     # Written without a wake-up, before the worker starts: its first look sees it is not due
     # yet and sets its timer; no NOTIFY is ever sent, and the safety look is an hour away.
     send_at = datetime.now(UTC) + timedelta(seconds=3)
-    created = await notification_service(db).enqueue(new(send_at=send_at))
+    created = await notification_service(db, announce=False).enqueue(new(send_at=send_at))
     async with idle_worker(database_url, safety_look_seconds=AN_HOUR):
         await eventually(
             lambda: _is(db, created.notification.id, Status.SENT),
@@ -198,7 +198,7 @@ async def test_a_hint_lost_with_the_listen_connection_is_recovered_by_the_reconn
 ) -> None:
     async with idle_worker(database_url, safety_look_seconds=AN_HOUR):
         # Written without a wake-up: the hint is lost, and the worker sleeps for an hour.
-        created = await notification_service(db).enqueue(new())
+        created = await notification_service(db, announce=False).enqueue(new())
         with psycopg.connect(database_url, autocommit=True) as conn:
             cut = conn.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
