@@ -28,6 +28,7 @@ from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryReposit
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.notifications import NotificationService
+from notify_queue.services.wakeups import DebouncedWaker
 
 
 def set_status_sql(where: str) -> str:
@@ -61,8 +62,15 @@ def defaults(**overrides: Any) -> DeliveryDefaults:
     return DeliveryDefaults(**values)
 
 
-def notification_service(db: Database, *, max_attempts: int = 6) -> NotificationService:
-    return NotificationService(NotificationRepository(db), default_max_attempts=max_attempts)
+def notification_service(
+    db: Database, *, max_attempts: int = 6, announce: bool = True
+) -> NotificationService:
+    """Creates as the API does: `announce` sends the NOTIFY that wakes idle workers (an idle
+    worker does not poll: docs/design.md); without it only a worker's timers find the rows. No
+    debounce interval, so no trailing task outlives the test."""
+    repository = NotificationRepository(db)
+    waker = DebouncedWaker(repository.workers_wake, interval_seconds=0.0) if announce else None
+    return NotificationService(repository, default_max_attempts=max_attempts, waker=waker)
 
 
 def delivery_service(

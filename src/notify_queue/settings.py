@@ -274,8 +274,10 @@ class PollOptions(_Options):
 
     poll_interval: Seconds = Field(
         1.0,
-        description="Seconds between polls when no wake-up arrives; new work also wakes workers "
-        "at once through LISTEN/NOTIFY, so this only bounds the delay when a hint is lost.",
+        description="Bounds the delay when a hint is lost: new work wakes workers at once "
+        "through LISTEN/NOTIFY, and a worker polls every this many seconds only while its LISTEN "
+        "connection is down (regaining it triggers a look); while it listens, an idle worker looks "
+        "at its own due times and every 30 s (or this, if longer). A relay alone polls at this.",
     )
 
 

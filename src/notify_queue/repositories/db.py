@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -148,16 +148,25 @@ class Database:
         async with self.connection() as conn:
             return await conn.fetch_all(query, params)
 
-    async def listen(self, channel: str, stop: asyncio.Event) -> AsyncIterator[str]:
+    async def listen(
+        self,
+        channel: str,
+        stop: asyncio.Event,
+        *,
+        on_state: Callable[[bool], None] | None = None,
+    ) -> AsyncIterator[str]:
         """Yield the payload of each NOTIFY on `channel` until `stop` is set; reconnects on loss.
 
         Runs on its own connection outside the pool: a LISTEN ties up a session (so it does not
         work through a transaction-mode PgBouncer; see docs/operations.md). After a reconnect it
         yields an empty payload, because hints sent while it was away are lost and the caller
-        should look for work anyway.
+        should look for work anyway. `on_state(True)` is called once the LISTEN is in place and
+        `on_state(False)` when the connection is lost (or the listener ends): while it is away the
+        caller cannot rely on hints and polls instead.
         """
         delay = 0.1
         while not stop.is_set():
+            listening = False
             try:
                 async with await psycopg.AsyncConnection.connect(
                     self.url,
@@ -166,11 +175,17 @@ class Database:
                 ) as conn:
                     await conn.execute(f"LISTEN {channel}")  # channel is a constant of ours
                     delay = 0.1
+                    listening = True
+                    if on_state is not None:
+                        on_state(True)
                     yield ""
                     while not stop.is_set():
                         async for notify in conn.notifies(timeout=1.0):
                             yield notify.payload
             except _UNAVAILABLE as exc:
+                if listening and on_state is not None:
+                    listening = False
+                    on_state(False)
                 log.warning(
                     "listen connection lost (%s); reconnecting in %.1fs", _translate(exc), delay
                 )

@@ -230,8 +230,18 @@ class DeliveryRepository:
             {"default_window_seconds": self._defaults.rate_window_seconds, "limit": limit},
         )
 
-    def wakeups(self, stop: asyncio.Event) -> AsyncIterator[str]:
-        return self._db.listen(WAKEUP_CHANNEL, stop)
+    async def housekeeping_next_due_at(self) -> tuple[datetime | None, datetime]:
+        """When housekeeping next has work (the first lease to run out, the first PENDING row
+        to expire, whichever is earlier), and the database's now."""
+        row = await self._db.fetch_one("housekeeping_next_due_at")
+        assert row is not None
+        due = [t for t in (row["lease_ends_at"], row["expires_at"]) if t is not None]
+        return (min(due) if due else None), row["now"]
+
+    def wakeups(
+        self, stop: asyncio.Event, *, on_state: Callable[[bool], None] | None = None
+    ) -> AsyncIterator[str]:
+        return self._db.listen(WAKEUP_CHANNEL, stop, on_state=on_state)
 
 
 def _quiet_held(locked: dict[str, Any], quiet_hours: QuietHours | None) -> set[uuid.UUID]:

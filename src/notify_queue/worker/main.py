@@ -24,7 +24,7 @@ from notify_queue.settings import RelaySettings, Switch, WorkerSettings
 from notify_queue.worker.dispatcher import WebhookDispatcher
 from notify_queue.worker.endpoints import start_endpoints
 from notify_queue.worker.routing import Router
-from notify_queue.worker.runner import Worker
+from notify_queue.worker.runner import SAFETY_LOOK_SECONDS, Worker
 from notify_queue.worker.supervision import Health, supervise
 
 log = logging.getLogger(__name__)
@@ -65,7 +65,7 @@ async def _process(
 
 
 def webhook_dispatcher(
-    settings: RelaySettings, db: Database, health: Health
+    settings: RelaySettings, db: Database, health: Health, *, look_seconds: float | None = None
 ) -> tuple[WebhookDispatcher, Callable[[], Awaitable[None]]]:
     """The outbox relay and the coroutine function that closes its HTTP clients."""
     guarded = guarded_poster(
@@ -78,6 +78,7 @@ def webhook_dispatcher(
         guarded=WebhookSender(guarded, timeout_seconds=settings.webhook_timeout),
         trusted=WebhookSender(trusted, timeout_seconds=settings.webhook_timeout),
         health=health,
+        look_seconds=look_seconds,
     )
 
     async def close() -> None:
@@ -99,7 +100,7 @@ async def run_worker(
         providers = build_providers(specs, provider_session)
         router = Router(specs, providers, ProviderRepository(db), failover=settings.failover)
         dispatcher, close_dispatcher = (
-            webhook_dispatcher(settings, db, health)
+            webhook_dispatcher(settings, db, health, look_seconds=SAFETY_LOOK_SECONDS)
             if settings.webhook_dispatch is Switch.ON
             else (None, None)
         )
@@ -120,6 +121,7 @@ async def run_worker(
             delivery_log=DeliveryLogKeeper(
                 DeliveryLogRepository(db), retention_days=settings.retention
             ),
+            lease_seconds=settings.lease_seconds,
         )
         log.info(
             "worker started: lanes %s, channels %s, concurrency %d, batch %d, webhooks %s",

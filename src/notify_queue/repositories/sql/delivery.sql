@@ -438,6 +438,16 @@ FROM nq_finish(
     ARRAY(SELECT COALESCE(last_error, 'expired before it could be sent') FROM overdue),
     NULL, NULL, NULL, NULL, %(default_webhook_url)s)
 
+-- name: housekeeping_next_due_at
+-- When the next lease runs out and the next PENDING notification expires, and the database's now
+-- (so the worker's clock never matters): an idle worker sleeps until its housekeeping has
+-- something to do instead of sweeping every second. Each is the first entry of its partial index
+-- (nq_jobs_lease, nq_jobs_expiry): two index probes, no scan, whatever the backlog.
+SELECT (SELECT min(lease_expires_at) FROM nq_jobs WHERE status = 'PROCESSING') AS lease_ends_at,
+       (SELECT min(expires_at) FROM nq_jobs
+        WHERE status = 'PENDING' AND expires_at IS NOT NULL) AS expires_at,
+       now() AS now
+
 -- name: next_due_at
 -- When this worker's lanes next have work it can claim: the first row of each priority's range of
 -- the claim index that passes the claim's own filter (its channels, not expired), so a worker can
