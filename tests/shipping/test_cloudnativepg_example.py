@@ -11,7 +11,6 @@ through a real PgBouncer.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
