@@ -43,13 +43,23 @@ def delivery_defaults(settings: WorkerSettings) -> DeliveryDefaults:
 
 @asynccontextmanager
 async def _process(
-    settings: RelaySettings, name: str, db: Database | None, health: Health
+    settings: RelaySettings,
+    name: str,
+    db: Database | None,
+    health: Health,
+    *,
+    session_url: str | None = None,
 ) -> AsyncIterator[Database]:
-    """The database pool and the --metrics-port endpoints of one worker or relay process."""
+    """The database pool and the --metrics-port endpoints of one worker or relay process;
+    `session_url` (a worker's --listen-database-url) for its LISTEN and retention lock."""
     own_db = db is None
     if db is None:
         db = Database(
-            settings.require_database_url(), pool_size=settings.database_pool_size, name=name
+            settings.require_database_url(),
+            pool_size=settings.database_pool_size,
+            name=name,
+            session_url=session_url,
+            prepared_statements=settings.prepares_on_server,
         )
         await db.open()
     endpoints = None
@@ -94,7 +104,9 @@ async def run_worker(
     """Run one worker process until SIGTERM/SIGINT (or `stop`), then shut down gracefully."""
     health = Health()
     specs = specs_from_settings(settings)  # a bad providers file stops the start before any I/O
-    async with _process(settings, "notify-queue-worker", db, health) as db:
+    async with _process(
+        settings, "notify-queue-worker", db, health, session_url=settings.listen_database_url
+    ) as db:
         # Provider URLs are the operator's own endpoints: no outbound guard (docs/reliability.md).
         provider_session = trusted_session(timeout_seconds=settings.provider_timeout)
         providers = build_providers(specs, provider_session)
