@@ -68,6 +68,17 @@ ALTER TABLE nq_delivery_log
     ADD COLUMN escalation_id uuid,
     ADD COLUMN traceparent text;
 
+-- The queue is all churn: every row is inserted, updated and deleted within minutes, and a burst
+-- through the API can grow it from nothing to 100,000 rows in seconds. Autovacuum's defaults
+-- (analyse after 10% of the table changed, vacuum after 20%) leave it planned on the statistics
+-- of an empty table long after the burst arrived, and dead rows piling up in the claim index's
+-- head. Per-table settings: analyse and vacuum after a few hundred changes or 2%, whichever is
+-- larger, so the statistics follow the backlog within autovacuum's naptime.
+ALTER TABLE nq_jobs SET (
+    autovacuum_analyze_threshold = 500, autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_threshold = 1000, autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_vacuum_insert_threshold = 1000, autovacuum_vacuum_insert_scale_factor = 0.02);
+
 -- The backlog's buckets (the log's old rows keep none: nothing reads a finished row's bucket on
 -- a single server, and a move onto Citus recomputes them, docs/scaling.md). Rows 0.1.0 inserts
 -- through the view get theirs from the trigger below.
@@ -313,7 +324,8 @@ CREATE TABLE nq_rate_windows (
     taken         timestamptz[] NOT NULL,
     last_taken_at timestamptz NOT NULL,
     PRIMARY KEY (bucket, recipient)
-) WITH (fillfactor = 70);
+) WITH (fillfactor = 70, autovacuum_vacuum_threshold = 1000,
+        autovacuum_vacuum_scale_factor = 0.02);
 -- Why: nq_rate_windows is created in this same file, empty.
 -- squawk-ignore require-concurrent-index-creation
 CREATE INDEX nq_rate_windows_last_taken ON nq_rate_windows USING brin (last_taken_at);
