@@ -34,12 +34,14 @@ from tests.support import directory_outside_pytest  # noqa: E402
 
 from notify_queue.repositories.queries import QUERIES  # noqa: E402
 
-# (table, distribution column, colocate_with)
+# (table, distribution column, colocate_with); "QUEUE" is the unfinished rows' table, nq_jobs
+# from migration 0012 on (nq_queue before). Tables the schema does not have are left out.
 DISTRIBUTED = [
-    ("nq_queue", "bucket", None),
-    ("nq_delivery_log", "bucket", "nq_queue"),
-    ("nq_webhook_events", "bucket", "nq_queue"),
-    ("nq_rate_slots", "bucket", "nq_queue"),
+    ("QUEUE", "bucket", None),
+    ("nq_delivery_log", "bucket", "QUEUE"),
+    ("nq_webhook_events", "bucket", "QUEUE"),
+    ("nq_rate_slots", "bucket", "QUEUE"),
+    ("nq_rate_windows", "bucket", "QUEUE"),
     ("nq_idempotency_keys", "key", "none"),
 ]
 REFERENCE = [
@@ -82,14 +84,36 @@ class Log:
 
 
 def lay_out(conn: psycopg.Connection[Any], log: Log, reference: list[str]) -> None:
-    for table, column, _ in DISTRIBUTED:
-        has = conn.execute(
-            "SELECT FROM pg_attribute WHERE attrelid = %s::regclass AND attname = %s",
+    def table_exists(name: str) -> bool:
+        found = conn.execute(
+            "SELECT FROM pg_class WHERE relname = %s AND relkind IN ('r', 'p')", [name]
+        ).fetchone()
+        return found is not None
+
+    queue = "nq_jobs" if table_exists("nq_jobs") else "nq_queue"
+    plan = [
+        (queue if t == "QUEUE" else t, c, queue if o == "QUEUE" else o)
+        for t, c, o in DISTRIBUTED
+        if table_exists(queue if t == "QUEUE" else t)
+    ]
+    reference = [t for t in reference if table_exists(t)]
+
+    def column_type(table: str, column: str) -> str | None:
+        found = conn.execute(
+            "SELECT format_type(atttypid, atttypmod) FROM pg_attribute"
+            " WHERE attrelid = %s::regclass AND attname = %s AND NOT attisdropped",
             [table, column],
         ).fetchone()
-        if has is None:
-            log.attempt(conn, f"ALTER TABLE {table} ADD COLUMN {column} integer NOT NULL DEFAULT 0")
-    for table, column, colocate in DISTRIBUTED:
+        return found[0] if found else None
+
+    # Co-located tables need the same type: the queue's bucket type where the schema has one.
+    bucket_type = column_type(queue, "bucket") or "integer"
+    for table, column, _ in plan:
+        if column_type(table, column) is None:
+            log.attempt(
+                conn, f"ALTER TABLE {table} ADD COLUMN {column} {bucket_type} NOT NULL DEFAULT 0"
+            )
+    for table, column, colocate in plan:
         args = f"'{table}', '{column}'" + (f", colocate_with => '{colocate}'" if colocate else "")
         for _ in range(6):
             error = log.attempt(conn, f"SELECT create_distributed_table({args})")
