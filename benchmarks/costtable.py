@@ -10,7 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.report import _fmt
+from benchmarks.report import _fmt as _report_fmt
+
+
+def _fmt(value: Any) -> str:
+    """As the report's, but small fractions keep three decimals (0.002 statements)."""
+    if isinstance(value, float) and value and abs(value) < 0.1:
+        return f"{value:.3f}"
+    return _report_fmt(value)
 
 
 def _columns(doc: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -34,7 +41,9 @@ SUMMARY = [
     ("  of which drain", "drain_postgres_cpu_us"),
     ("WAL bytes", "wal_bytes"),
     ("WAL full-page images", "wal_fpi"),
-    ("statements (top-level)", "statements"),
+    ("statements sent (top-level)", "statements"),
+    ("statements inside functions and triggers", "nested_statements"),
+    ("foreign-key checks", "foreign_key_checks"),
     ("row versions inserted", "inserts"),
     ("row versions updated (all)", "updates"),
     ("  of which HOT", "hot_updates"),
@@ -96,7 +105,8 @@ def statements(
 ) -> list[str]:
     """The drain's and the ingest's top statements by time, beside the analysed drain's."""
     out = [
-        "| phase | statement | top-level | calls | µs (not analysed) | µs (analysed) | WAL B |",
+        "| phase | statement | top-level | calls per 1,000 | µs (not analysed) | µs (analysed) "
+        "| WAL B |",
         "|---|---|---|---|---|---|---|",
     ]
     for phase in ("ingest", "drain"):
@@ -110,7 +120,7 @@ def statements(
             q = s["query"][:110].replace("|", "\\|")
             out.append(
                 f"| {phase} | `{q}` | {'yes' if s['toplevel'] else 'no'} | "
-                f"{_fmt(round(s['calls'] / units, 3))} | {_fmt(s['exec_us_per_unit'])} | "
+                f"{_fmt(round(s['calls'] * 1000 / units, 1))} | {_fmt(s['exec_us_per_unit'])} | "
                 f"{_fmt(a['exec_us_per_unit']) if a else '-'} | {_fmt(s['wal_bytes_per_unit'])} |"
             )
     return out
@@ -125,12 +135,13 @@ def idle(m: dict[str, Any]) -> list[str]:
         f"{_fmt(i['statements_per_second'])}/s (target ≤ 0.5/s); PostgreSQL "
         f"{_fmt(i['postgres_cpu_ms_per_second'])} ms CPU per second.",
         "",
-        "| statement | per second |",
-        "|---|---|",
+        "| statement | top-level | per second |",
+        "|---|---|---|",
     ]
-    for s in i["which"][:10]:
+    for s in i["which"][:12]:
         q = s["query"][:110].replace("|", "\\|")
-        out.append(f"| `{q}` | {_fmt(s['per_second'])} |")
+        top = "yes" if s["toplevel"] else "no"
+        out.append(f"| `{q}` | {top} | {_fmt(s['per_second'])} |")
     return out
 
 

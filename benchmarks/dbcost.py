@@ -252,13 +252,16 @@ class Observer:
         the table itself or an index's name, partition indexes under their parent index)."""
         rows = self.conn.execute(
             """SELECT c.relfilenode,
-                      coalesce(pg_partition_root(coalesce(i.indrelid, c.oid)),
-                               coalesce(i.indrelid, c.oid))::regclass::text,
-                      CASE WHEN c.relkind = 'i'
+                      CASE WHEN n.nspname IN ('pg_catalog', 'pg_toast')
+                           THEN '(system catalogs)'
+                           ELSE coalesce(pg_partition_root(coalesce(i.indrelid, c.oid)),
+                                         coalesce(i.indrelid, c.oid))::regclass::text END,
+                      CASE WHEN n.nspname IN ('pg_catalog', 'pg_toast') THEN '(catalog indexes)'
+                           WHEN c.relkind = 'i'
                            THEN coalesce(pg_partition_root(c.oid), c.oid)::regclass::text
-                           WHEN c.relkind = 't' THEN 'toast'
                            ELSE 'heap' END
-               FROM pg_class c LEFT JOIN pg_index i ON i.indexrelid = c.oid
+               FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+               LEFT JOIN pg_index i ON i.indexrelid = c.oid
                WHERE c.relfilenode <> 0"""
         ).fetchall()
         return {int(r[0]): (r[1], r[2]) for r in rows}
@@ -296,7 +299,9 @@ def read_wal(admin_url: str, observer: Observer, phase: Phase) -> None:
         if db != database_oid_row[0]:
             table, rel = "(other databases and shared catalogs)", "-"
         else:
-            table, rel = relations.get(int(node), ("(dropped or catalog)", "-"))
+            # Relations gone by now (a detached partition dropped, a table rewritten) or mapped
+            # catalogs, whose relfilenode pg_class does not hold.
+            table, rel = relations.get(int(node), ("(dropped or mapped)", "(dropped or mapped)"))
         entry = out.setdefault(
             table, {"records": 0, "fpi": 0, "fpi_bytes": 0, "index_entries": {}, "by_type": {}}
         )
@@ -308,6 +313,13 @@ def read_wal(admin_url: str, observer: Observer, phase: Phase) -> None:
         if rmgr == "Btree" and rtype in BTREE_ENTRY_RECORDS:
             entry["index_entries"][rel] = entry["index_entries"].get(rel, 0) + int(records)
     phase.wal_by_relation = out
+
+
+def is_foreign_key_check(statement: dict[str, Any]) -> bool:
+    """PostgreSQL's own referential-integrity query, run after a statement that writes a
+    referencing row; pg_stat_statements reports it as top-level, but no client sent it."""
+    q = statement["query"]
+    return q.startswith("SELECT $") and " FROM ONLY " in q and "FOR KEY SHARE OF x" in q
 
 
 def per_unit(phase: Phase, units: int) -> dict[str, Any]:
@@ -329,8 +341,11 @@ def per_unit(phase: Phase, units: int) -> dict[str, Any]:
         for tbl, e in phase.wal_by_relation.items()
         if e["index_entries"]
     }
-    statements = sum(s["calls"] for s in phase.statements if s["toplevel"])
+    statements = sum(
+        s["calls"] for s in phase.statements if s["toplevel"] and not is_foreign_key_check(s)
+    )
     nested = sum(s["calls"] for s in phase.statements if not s["toplevel"])
+    fk_checks = sum(s["calls"] for s in phase.statements if is_foreign_key_check(s))
     out: dict[str, Any] = {
         "units": units,
         "seconds": round(phase.seconds, 2),
@@ -340,6 +355,7 @@ def per_unit(phase: Phase, units: int) -> dict[str, Any]:
         "wal_fpi": per(phase.wal["fpi"]),
         "statements": per(statements),
         "nested_statements": per(nested),
+        "foreign_key_checks": per(fk_checks),
         "row_versions": total,
         "row_versions_by_table": rows,
         "autovacuum_runs": {

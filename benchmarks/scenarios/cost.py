@@ -235,7 +235,9 @@ def _idle(ctx: Context, db: _Database, obs: dbcost.Observer, seconds: float) -> 
     finally:
         stop_all(procs)
     phase = obs.diff("idle", a, b)
-    calls = sum(s["calls"] for s in phase.statements if s["toplevel"])
+    calls = sum(
+        s["calls"] for s in phase.statements if s["toplevel"] and not dbcost.is_foreign_key_check(s)
+    )
     return {
         "seconds": round(phase.seconds, 1),
         "statements": calls,
@@ -439,6 +441,8 @@ def _headline(metrics: dict[str, Any]) -> dict[str, Any]:
         "wal_bytes": total.get("wal_bytes"),
         "wal_fpi": total.get("wal_fpi"),
         "statements": total.get("statements"),
+        "nested_statements": total.get("nested_statements"),
+        "foreign_key_checks": total.get("foreign_key_checks"),
         "inserts": rows.get("ins"),
         "updates": rows.get("upd"),
         "hot_updates": rows.get("hot_upd"),
