@@ -297,7 +297,7 @@ def read_wal(admin_url: str, observer: Observer, phase: Phase) -> None:
     out: dict[str, dict[str, Any]] = {}
     for db, node, rmgr, rtype, records, fpis, fpi_bytes in rows:
         if db != database_oid_row[0]:
-            table, rel = "(other databases and shared catalogs)", "-"
+            table = rel = "(other databases and shared catalogs)"
         else:
             # Relations gone by now (a detached partition dropped, a table rewritten) or mapped
             # catalogs, whose relfilenode pg_class does not hold.

@@ -167,6 +167,7 @@ def ours(ctx: Context, n: int, *, analysed: bool, idle_seconds: float = 0.0) -> 
             # Not counted in either phase: what the figure compares is the drain's plans.
             obs.conn.execute("VACUUM (ANALYZE)")
             drain_from = obs.snapshot()
+        planner_rows = _planner_rows(obs)
         procs = start_workers(ctx, db.url, WORKERS, webhooks=False, tag="cost-worker")
         try:
             _drain(obs, procs, n, f"notify-queue W={WORKERS} {variant}")
@@ -190,6 +191,10 @@ def ours(ctx: Context, n: int, *, analysed: bool, idle_seconds: float = 0.0) -> 
             "sent": sent,
             "stored": stored,
             "batch_items_per_second": round(accepted / result.seconds, 1),
+            # What the planner believed when the drain started: -1 is never analysed nor
+            # vacuumed. Autovacuum may have analysed the queue during a slow ingest (a loaded
+            # machine): then "not analysed" is not, and the pair compares little.
+            "planner_rows_at_drain_start": planner_rows,
             "headline": _headline(metrics),
         }
         if idle is not None:
@@ -209,6 +214,15 @@ def ours(ctx: Context, n: int, *, analysed: bool, idle_seconds: float = 0.0) -> 
         )
     finally:
         db.close()
+
+
+def _planner_rows(obs: dbcost.Observer) -> dict[str, float]:
+    rows = obs.conn.execute(
+        "SELECT relname, reltuples FROM pg_class WHERE relkind IN ('r', 'p')"
+        " AND relnamespace = 'public'::regnamespace AND relname LIKE 'nq\\_%%'"
+        " AND NOT relispartition"
+    ).fetchall()
+    return {r[0]: float(r[1]) for r in rows}
 
 
 def _idle(ctx: Context, db: _Database, obs: dbcost.Observer, seconds: float) -> dict[str, Any]:
