@@ -373,6 +373,10 @@ def per_unit(phase: Phase, units: int) -> dict[str, Any]:
             for rel, n in e["index_entries"].items()
         }
         out["fpi_bytes"] = per(sum(e["fpi_bytes"] for e in phase.wal_by_relation.values()))
+        # The WAL's own count is exact; pg_stat_wal's lags by what background processes have
+        # not flushed yet (kept beside it).
+        out["wal_fpi_pg_stat_wal"] = out["wal_fpi"]
+        out["wal_fpi"] = per(sum(e["fpi"] for e in phase.wal_by_relation.values()))
         out["wal_by_rmgr"] = [
             r
             | {
