@@ -176,7 +176,7 @@ def ours(ctx: Context, n: int, *, analysed: bool, idle_seconds: float = 0.0) -> 
         obs.wait_for_backends_gone()
         s2 = obs.snapshot()
         row = obs.conn.execute(
-            "SELECT count(*) FILTER (WHERE status = 'SENT'), count(*) FROM nq_notifications"
+            "SELECT count(*) FILTER (WHERE status = 'SENT'), count(*) FROM nq_all_notifications"
         ).fetchone()
         assert row is not None
         sent, stored = int(row[0]), int(row[1])
