@@ -164,13 +164,13 @@ def render(report: dict[str, Any]) -> str:
     lines.append(("Policy", _policy_line(report["policy"])))
     if report.get("note"):
         lines.append(("Note", report["note"]))
-    text = fields(lines)
-    delivery = report.get("deliveryAttempts")
+    delivery = report.get("deliveryAttempts") or []
     if report["api"] != "ok":
-        text += f"\nDelivery attempts:  unavailable: {report['api']}"
-    elif not delivery:
-        text += f"\nDelivery attempts:  {NONE}"
+        lines.append(("Delivery attempts", f"unavailable: {report['api']}"))
     else:
+        lines.append(("Delivery attempts", len(delivery) or NONE))
+    text = fields(lines)
+    if delivery:
         rows = [
             (
                 a.get("at"),
@@ -181,9 +181,7 @@ def render(report: dict[str, Any]) -> str:
             )
             for a in delivery
         ]
-        text += "\nDelivery attempts:\n" + _indent(
-            table(("AT", "PROVIDER", "OUTCOME", "DURATION", "ERROR"), rows)
-        )
+        text += "\n" + _indent(table(("AT", "PROVIDER", "OUTCOME", "DURATION", "ERROR"), rows))
     if report.get("retries"):
         retries = [(r.get("at"), r.get("fromStatus")) for r in report["retries"]]
         text += "\nRetries:\n" + _indent(table(("AT", "FROM"), retries))
