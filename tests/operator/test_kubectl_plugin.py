@@ -33,6 +33,7 @@ from notify_queue.repositories.db import Database
 from tests.operator.support import (
     Kube,
     OperatorThread,
+    condition,
     notification,
     phase,
     policy,
@@ -236,6 +237,13 @@ async def _dead_lettered(
     ns = plugin.namespace
     retry = {"maxAttempts": 2, "initialBackoff": "50ms", "maxBackoff": "100ms"}
     await kube.create(policy(ns, "default", retry=retry))
+
+    async def policy_ready() -> bool:
+        # The attempt budget is fixed when the row is made: the policy must be mirrored first.
+        ready = condition(await kube.get("NotificationPolicy", ns, "default"), "Ready")
+        return bool(ready and ready["status"] == "True")
+
+    await eventually(policy_ready, timeout=30)
     await kube.create(notification(ns, name))
     flaky = settings_for(database_url, ns, sim_failure_rate=1.0)
     async with running_worker(flaky, db):
