@@ -108,9 +108,7 @@ async def test_the_sync_client_speaks_the_same_api_with_its_token(
 ) -> None:
     async with running_api(database_url, tmp_path / "api.log", "--api-token", TOKEN) as url:
         with Client(url, TOKEN) as api:
-            made = api.create(
-                idempotency_key="s-1", channel="push", recipient="token-1", body="hi"
-            )
+            made = api.create(idempotency_key="s-1", channel="push", recipient="token-1", body="hi")
             assert api.get(made["id"])["recipient"] == "token-1"
         with Client(url, "wrong") as stranger, pytest.raises(ApiError) as denied:
             stranger.status()

@@ -115,10 +115,10 @@ async def test_the_answer_is_what_the_api_answers_for_the_same_notification(
     database_url: str,
 ) -> None:
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        later = "2999-01-01T00:00:00Z"
         made = await enqueue_async(
-            conn, idempotency_key="same-shape", metadata={"order": 7}, send_at="2999-01-01T00:00:00Z",
-            **RECEIPT,
-        )  # fmt: skip
+            conn, idempotency_key="same-shape", metadata={"order": 7}, send_at=later, **RECEIPT
+        )
         await conn.commit()
     async with api_client(database_url) as http:
         read = (await http.get(f"/notifications/{made['id']}")).json()

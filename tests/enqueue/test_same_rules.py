@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 import httpx
+
 from tests.api.support import api_client
 from tests.enqueue.cases import CASES, KEY_FIELD, KEY_MESSAGES
 from tests.enqueue.support import function_errors

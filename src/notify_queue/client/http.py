@@ -114,7 +114,9 @@ class Calls:
     @staticmethod
     def patch_preferences(id: str, fields: dict[str, Any]) -> Call:
         body = request_of(fields)[0]
-        return Call("patchRecipientPreferences", "PATCH", f"/recipients/{id}/preferences", body=body)
+        return Call(
+            "patchRecipientPreferences", "PATCH", f"/recipients/{id}/preferences", body=body
+        )
 
     @staticmethod
     def put_template(name: str, channels: dict[str, Any]) -> Call:
