@@ -5,7 +5,8 @@ two reasons: the idempotency hash is taken over the request *as sent* (CONTRACT 
 bad field, header and body alike, must be named in one 400. Parsing is strict: `NaN`,
 `Infinity` and numbers that overflow a double are not JSON (RFC 8259), and PostgreSQL cannot
 store NUL characters or unpaired surrogates, so those are named as bad fields here instead of
-failing later in the driver. The size of the body was already bounded by `limits`.
+failing later in the driver. The size of the body was already bounded by `limits`. orjson parses
+what it can read exactly, the standard library the rest (`notify_queue.jsontext`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from fastapi import Request
 from starlette.exceptions import HTTPException
 
+from notify_queue import jsontext
 from notify_queue.errors import FieldError, ValidationFailed
 
 MAX_JSON_DEPTH = 32  # arrays and objects inside each other; metadata deeper than this is not data
@@ -70,9 +72,7 @@ async def read_json(request: Request, *, required: bool) -> Any:
     if not raw:
         raise ValidationFailed([FieldError("$", "a JSON body is required")])
     try:
-        return json.loads(
-            raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float
-        )
+        return jsontext.loads(raw, fallback=_strict_loads)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
         message = (
             exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or "too deeply nested"
@@ -83,6 +83,12 @@ async def read_json(request: Request, *, required: bool) -> Any:
             else ""
         )
         raise ValidationFailed([FieldError("$", f"malformed JSON: {message}{where}")]) from None
+
+
+def _strict_loads(text: str) -> Any:
+    """The standard library's parse, strict: the judge of every body orjson cannot read exactly
+    (`jsontext`), so malformed JSON is named with the same message as it always was."""
+    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def _unsupported(request: Request) -> HTTPException:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 
+from notify_queue import jsontext
 from notify_queue.models import (
     NewNotification,
     Notification,
@@ -81,7 +81,7 @@ class NotificationRepository:
             "notification_insert_many",
             {
                 # One JSON document for the whole batch (see the query).
-                "items": json.dumps(items, ensure_ascii=False),
+                "items": jsontext.dumps_text(items),
                 "default_max_attempts": default_max_attempts,
                 "default_webhook_url": self._default_webhook_url,
             },
