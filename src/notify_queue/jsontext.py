@@ -10,6 +10,10 @@ same result, and the standard library decides everything else:
   library takes (an escaped unpaired surrogate, which the API names as a bad field; nesting
   deeper than orjson's limit). A body with a run of 19 digits, or one orjson refuses, is parsed by
   the standard library, so every answer, error message included, is the one it always was.
+- `canonical`: the text a request's hash is taken over, byte for byte what
+  `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` gives (hashes
+  stored by earlier releases must still match). orjson writes the same bytes for everything but
+  floats (`1e+16` against `1e16`), so a value holding a float goes to the standard library.
 - `dumps`: the compact text Starlette's `JSONResponse` writes (no spaces, UTF-8 unescaped).
   orjson refuses a few values (an unpaired surrogate, which a batch item's unknown field name can
   carry into its error; an integer beyond 64 bits); those go through the standard library with
@@ -37,6 +41,26 @@ def loads(raw: bytes, *, fallback: Callable[[str], Any]) -> Any:
         except orjson.JSONDecodeError:
             pass  # the standard library decides, with its own message
     return fallback(raw.decode("utf-8"))
+
+
+def canonical(value: Any) -> bytes:
+    """Sorted keys, no spaces, UTF-8 unescaped: the standard library's exact bytes."""
+    if _floatless(value):
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except (orjson.JSONEncodeError, TypeError):
+            pass  # an unpaired surrogate, an integer beyond 64 bits
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", errors="surrogatepass")
+
+
+def _floatless(value: Any) -> bool:
+    kind = type(value)
+    if kind is dict:
+        return all(_floatless(v) for v in value.values())
+    if kind is list:
+        return all(_floatless(v) for v in value)
+    return kind is not float
 
 
 def dumps(value: Any) -> bytes:

@@ -104,6 +104,8 @@ def storable_errors(value: Any, path: str = "") -> list[FieldError]:
 
 
 def _walk(value: Any, path: str, depth: int, errors: list[FieldError]) -> None:
+    # A child's path is built only when it is named or descended into: most values are strings
+    # that are fine, and building "a.b" for each of them cost more than checking it.
     if len(errors) >= _MAX_REPORTED:
         return
     if isinstance(value, str):
@@ -116,14 +118,23 @@ def _walk(value: Any, path: str, depth: int, errors: list[FieldError]) -> None:
             return
         if isinstance(value, dict):
             for key, item in value.items():
-                child = f"{path}.{key}" if path else key
                 problem = _text_problem(key)
                 if problem:
-                    errors.append(FieldError(child, f"the key {problem}"))
-                _walk(item, child, depth + 1, errors)
+                    errors.append(FieldError(_child(path, key), f"the key {problem}"))
+                if type(item) is str:
+                    problem = _text_problem(item)
+                    if problem and len(errors) < _MAX_REPORTED:
+                        errors.append(FieldError(_child(path, key), problem))
+                elif isinstance(item, dict | list | str):
+                    _walk(item, _child(path, key), depth + 1, errors)
         else:
             for index, item in enumerate(value):
-                _walk(item, f"{path}[{index}]", depth + 1, errors)
+                if isinstance(item, dict | list | str):
+                    _walk(item, f"{path}[{index}]", depth + 1, errors)
+
+
+def _child(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
 
 
 def _text_problem(text: str) -> str | None:
