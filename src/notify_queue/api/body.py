@@ -140,6 +140,8 @@ def _child(path: str, key: str) -> str:
 def _text_problem(text: str) -> str | None:
     if "\x00" in text:
         return "must not contain NUL characters"
+    if text.isascii():
+        return None  # no surrogates in ASCII; most text is, and this is cheaper than encoding
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
