@@ -85,6 +85,7 @@ class NotificationRepository:
                 "default_max_attempts": default_max_attempts,
                 "default_webhook_url": self._default_webhook_url,
             },
+            binary=True,
         )
         return [notification_from_row(r) for r in rows]
 
