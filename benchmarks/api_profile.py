@@ -39,7 +39,7 @@ from benchmarks.scenarios import ingest
 
 # (layer, top-level modules of a frame's file), first match from the innermost frame wins.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("JSON (parse and serialise)", ("json", "orjson")),
+    ("JSON (parse and serialise)", ("json", "orjson", "notify_queue/jsontext.py")),
     ("pydantic", ("pydantic", "pydantic_core")),
     ("psycopg (driver, row decoding)", ("psycopg", "psycopg_pool", "psycopg_binary")),
     ("FastAPI / Starlette (routing, middleware, Request/Response)", ("fastapi", "starlette")),
@@ -47,7 +47,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("asyncio / uvloop (event loop, tasks, futures)", ("asyncio", "uvloop")),
     ("hashlib, uuid, datetime, re, enum", ("hashlib.py", "uuid.py", "re", "enum.py")),
     ("notify_queue: validation", ("services/validation.py", "api/body.py")),
-    ("notify_queue: repository, rows", ("repositories",)),
+    ("notify_queue: repository, rows", ("notify_queue/repositories/",)),
     ("notify_queue: answer JSON", ("api/schemas.py",)),
     ("notify_queue: routes, service, coalescing", ("notify_queue",)),
 ]

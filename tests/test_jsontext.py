@@ -8,6 +8,7 @@ exactly, and a parsed body must be the value the standard library would have rea
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -90,3 +91,11 @@ def test_answers_stay_valid_json_with_an_unpaired_surrogate_in_a_field_name() ->
     # A batch item's unknown field can be named with one; its 400 result echoes the name.
     text = jsontext.dumps({"errors": [{"field": "\ud800", "message": "is not a field"}]})
     assert json.loads(text) == {"errors": [{"field": "\ud800", "message": "is not a field"}]}
+
+
+def test_aware_times_are_written_as_isoformat_writes_them_with_or_without_orjson() -> None:
+    moment = datetime(2026, 9, 24, 12, 0, 3, 4, tzinfo=timezone(timedelta(hours=2)))
+    whole = datetime(2026, 9, 24, 12, tzinfo=UTC)
+    assert json.loads(jsontext.dumps([moment, whole])) == [moment.isoformat(), whole.isoformat()]
+    # The standard library's path (a value orjson refuses) writes them the same way.
+    assert json.loads(jsontext.dumps([moment, "\ud800"])) == [moment.isoformat(), "\ud800"]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import orjson
@@ -64,11 +65,19 @@ def _floatless(value: Any) -> bool:
 
 
 def dumps(value: Any) -> bytes:
-    """Compact UTF-8 JSON text, as `json.dumps(value, separators=(",", ":"))` means it."""
+    """Compact UTF-8 JSON text, as `json.dumps(value, separators=(",", ":"))` means it; an aware
+    datetime is written as RFC 3339 (`datetime.isoformat()`)."""
     try:
         return orjson.dumps(value)
     except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
+        return json.dumps(value, allow_nan=False, separators=(",", ":"), default=_iso).encode()
+
+
+def _iso(value: Any) -> str:
+    # orjson writes an aware datetime as RFC 3339 itself; the fallback must write it the same way.
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
 
 
 def dumps_text(value: Any) -> str:

@@ -62,8 +62,9 @@ class NotificationRepository:
                 "subject": n.subject,
                 "body": n.body,
                 "priority": n.priority.rank,
-                "send_at": n.send_at.isoformat(),
-                "expires_at": n.expires_at.isoformat() if n.expires_at else None,
+                # Written as RFC 3339 by the JSON encoder (orjson: far cheaper than isoformat).
+                "send_at": n.send_at,
+                "expires_at": n.expires_at,
                 "source": n.source.value,
                 "policy": n.policy,
                 "webhook_url": n.webhook_url,
