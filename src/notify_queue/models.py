@@ -376,6 +376,18 @@ class Completion:
     address_gone: bool = False
     # The provider the row stays bound to (the row's `provider`); None clears the binding.
     bound_provider: str | None = None
+    # Why a PENDING result waits (CONTRACT section 10); None: `QuietHours` for an absolute
+    # next due time, else `Backoff`.
+    waiting_reason: str | None = None
+
+    @property
+    def waits_for(self) -> str | None:
+        """The reason stored with a PENDING result; None for a final one."""
+        if self.status is not Status.PENDING:
+            return None
+        if self.waiting_reason is not None:
+            return self.waiting_reason
+        return "QuietHours" if self.next_attempt_at is not None else "Backoff"
 
 
 @dataclass(frozen=True, slots=True)

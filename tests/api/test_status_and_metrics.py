@@ -17,6 +17,7 @@ from notify_queue.embedded import EmbeddedPostgres
 from notify_queue.models import Status
 from notify_queue.repositories.schema import latest_version
 from tests.api.support import PROBLEM, api_client, email, sql
+from tests.support import set_status_sql
 
 
 async def fill_queue(client: httpx.AsyncClient, database_url: str) -> None:
@@ -33,31 +34,32 @@ async def fill_queue(client: httpx.AsyncClient, database_url: str) -> None:
     ):
         await sql(
             database_url,
-            "UPDATE nq_queue SET status = %s, finished_at = now() WHERE idempotency_key = %s",
-            [status, f"n-{i}"],
+            set_status_sql("idempotency_key = %(key)s"),
+            {"status": status, "key": f"n-{i}"},
         )
     for state, count in (("pending", 2), ("delivered", 5), ("failed", 1)):
         for _ in range(count):
             await sql(
                 database_url,
-                "INSERT INTO nq_webhook_events (id, notification_id, url, payload, state)"
-                " VALUES (%s, %s, 'http://hooks.example/x', '{}', %s)",
+                "WITH e AS (INSERT INTO nq_webhook_events (id, notification_id, url, payload,"
+                " state) VALUES (%s, %s, 'http://hooks.example/x', '{}', %s) RETURNING state)"
+                " SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') FROM e",
                 [uuid.uuid4(), uuid.uuid4(), state],
             )
 
 
 async def database_figures(database_url: str) -> dict[str, dict[str, float]]:
     counts = dict(
-        await sql(database_url, "SELECT status, count(*) FROM nq_notifications GROUP BY status")
+        await sql(database_url, "SELECT status, count(*) FROM nq_all_notifications GROUP BY status")
     )
     due = await sql(
         database_url,
-        "SELECT priority, count(*) FROM nq_notifications"
+        "SELECT priority, count(*) FROM nq_all_notifications"
         " WHERE status = 'PENDING' AND next_attempt_at <= now() GROUP BY priority",
     )
     ((oldest,),) = await sql(
         database_url,
-        "SELECT extract(epoch FROM now() - min(next_attempt_at))::float FROM nq_notifications"
+        "SELECT extract(epoch FROM now() - min(next_attempt_at))::float FROM nq_all_notifications"
         " WHERE status = 'PENDING' AND next_attempt_at <= now()",
     )
     hooks = dict(
