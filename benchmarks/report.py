@@ -180,7 +180,15 @@ SHOWN = {
         "sent",
         "attempts",
     ],
-    "ingest": ["accepted_per_second", "batch_accepted_per_second", "clients", "p99_ms"],
+    "ingest": [
+        "accepted_per_second",
+        "batch_accepted_per_second",
+        "postgres_cpu_us_per_item",
+        "api_cpu_us_per_item",
+        "creates_per_statement",
+        "clients",
+        "p99_ms",
+    ],
     "latency": [
         "enqueue_achieved_per_second",
         "due_to_claimed_p50_ms",
