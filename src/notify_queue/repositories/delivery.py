@@ -282,6 +282,7 @@ def _claimed(row: tuple[Any, ...]) -> ClaimedNotification:
         quiet_end,
         bound_provider,
         sticky_provider,
+        send_at,
     ) = row
     return ClaimedNotification(
         id=id_,
@@ -316,4 +317,5 @@ def _claimed(row: tuple[Any, ...]) -> ClaimedNotification:
         ),
         bound_provider=bound_provider,
         sticky_provider=sticky_provider,
+        due_at=send_at,
     )

@@ -133,7 +133,7 @@ WITH batch AS (
     RETURNING n.id, n.claim_token, n.channel, n.recipient, n.subject, n.body, n.metadata,
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at,
               n.category, n.expires_at, n.recipient_id, n.provider AS bound_provider,
-              d.sticky_provider
+              d.sticky_provider, n.send_at
 ), waiting AS (
     -- The slot a waiting row waits for is the (used - limit + rank)-th oldest in the window;
     -- when that slot is not taken yet (a burst within one batch), a full window from now.
@@ -169,7 +169,7 @@ SELECT admitted, id, claim_token, channel, recipient, subject, body, metadata, a
        max_attempts, priority, backoff_base_seconds, backoff_max_seconds, failover, providers,
        category, expires_at, recipient_id, recipient_exists, timezone, opt_out_all,
        opt_out_channels, opt_out_categories, quiet_start, quiet_end, bound_provider,
-       sticky_provider
+       sticky_provider, send_at
 FROM (
     SELECT true AS admitted, a.id, a.claim_token, a.channel, a.recipient, a.subject, a.body,
            a.metadata, a.attempt_count, a.max_attempts, a.priority,
@@ -181,14 +181,16 @@ FROM (
            -- read in this transaction (a primary-key lookup), so the send-time check (services/
            -- preferences.py) never works from a stale copy. A deleted recipient reads as absent.
            r.id IS NOT NULL AS recipient_exists, r.timezone, r.opt_out_all, r.opt_out_channels,
-           r.opt_out_categories, r.quiet_start, r.quiet_end, a.bound_provider, a.sticky_provider
+           r.opt_out_categories, r.quiet_start, r.quiet_end, a.bound_provider, a.sticky_provider,
+           -- When it first became due: the worker's due-to-sent latency histogram starts here.
+           a.send_at
     FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
     LEFT JOIN nq_recipients r ON r.id = a.recipient_id
     UNION ALL
     -- Waiting for a slot: the worker only counts these, by channel.
     SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
            NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL
+           NULL, NULL, NULL
     FROM deferred d
 ) c
 ORDER BY priority, next_attempt_at, created_at
