@@ -214,10 +214,14 @@ async def test_prometheus_evaluates_every_panel_query_after_traffic(
                 )
             except AssertionError:
                 empty = [(q.panel, q.ref) for q in to_check if not has_a_number(answers.get(q, []))]
+                logs = {
+                    name: (directory / name).read_text()[-2000:]
+                    for name in ("api.log", "worker.log", "prometheus.log")
+                }
                 raise AssertionError(
                     f"no number after {time.monotonic() - started:.0f}s from {empty}; "
                     f"traffic {roles.traffic.answers} in {roles.traffic.rounds} rounds; "
-                    f"logs in {directory}"
+                    f"the logs' ends: {logs}"
                 ) from None
             # The namespace variable's own query (label_values) finds the namespace too.
             async with httpx.AsyncClient(base_url=prometheus, timeout=30) as http:
