@@ -246,23 +246,29 @@ async def live_roles(database_url: str, directory: Path) -> AsyncIterator[LiveRo
     providers.write_text(PROVIDERS_FILE)
     stop = asyncio.Event()
     try:
-        async with (
-            running_api(database_url, directory / "api.log", "--max-attempts", "2") as api_url,
-            running_worker(
-                database_url,
-                directory / "worker.log",
-                "--providers-file",
-                str(providers),
-                "--webhook-url",
-                receiver.url,
-                "--poll-interval",
-                "0.2",
-                "--backoff-base",
-                "0.1",
-                "--backoff-max",
-                "0.5",
-            ) as worker_target,
-        ):
+        async with contextlib.AsyncExitStack() as stack:
+            # Both processes start at once: each spends seconds importing on a busy machine.
+            api_url, worker_target = await asyncio.gather(
+                stack.enter_async_context(
+                    running_api(database_url, directory / "api.log", "--max-attempts", "2")
+                ),
+                stack.enter_async_context(
+                    running_worker(
+                        database_url,
+                        directory / "worker.log",
+                        "--providers-file",
+                        str(providers),
+                        "--webhook-url",
+                        receiver.url,
+                        "--poll-interval",
+                        "0.2",
+                        "--backoff-base",
+                        "0.1",
+                        "--backoff-max",
+                        "0.5",
+                    )
+                ),
+            )
             traffic = Traffic(api_url)
             runner = asyncio.create_task(traffic.run(stop))
             try:
