@@ -1,6 +1,6 @@
 """Notify Queue's tables as the benchmarks see them: bulk seeding and reading the results.
 
-Seeding writes rows straight into nq_queue (due work) and nq_delivery_log (history) with
+Seeding writes rows straight into nq_jobs (due work) and nq_delivery_log (history) with
 INSERT ... SELECT generate_series, in chunks, because what is measured afterwards is the workers,
 not the enqueue path (ingest has its own scenario, which writes the idempotency keys too).
 Every figure is computed from the database's timestamps:
@@ -32,16 +32,18 @@ def migrate(url: str) -> None:
 
 
 _SEED = """
-INSERT INTO nq_queue (
+INSERT INTO nq_jobs (
     id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
-    send_at, next_attempt_at, max_attempts, created_at, updated_at)
-SELECT gen_random_uuid(), %(prefix)s || g, 'bench', 'email',
-       CASE WHEN %(recipients)s::int IS NULL THEN 'user-' || %(prefix)s || g || '@example.com'
-            ELSE 'user-' || (g %% %(recipients)s::int) || '@example.com' END,
+    send_at, next_attempt_at, max_attempts, created_at, updated_at, bucket)
+SELECT gen_random_uuid(), %(prefix)s || g, 'bench', 'email', r.recipient,
        'Your receipt', repeat('x', %(body_bytes)s), %(priority)s, 'PENDING',
        now() + make_interval(secs => %(due_in)s), now() + make_interval(secs => %(due_in)s), 6,
-       now() - make_interval(secs => (%(last)s - g) * 0.000001), now()
-FROM generate_series(%(first)s::bigint, %(last)s::bigint) g
+       now() - make_interval(secs => (%(last)s - g) * 0.000001), now(), nq_bucket(r.recipient)
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) g,
+     LATERAL (SELECT CASE WHEN %(recipients)s::int IS NULL
+                          THEN 'user-' || %(prefix)s || g || '@example.com'
+                          ELSE 'user-' || (g %% %(recipients)s::int) || '@example.com' END
+                  AS recipient) r
 """
 
 _SEED_FINISHED = """
@@ -89,7 +91,7 @@ def seed_due(
             )
             if progress:
                 progress(last)
-        conn.execute("VACUUM (ANALYZE) nq_queue")
+        conn.execute("VACUUM (ANALYZE) nq_jobs")
 
 
 def seed_finished(
@@ -125,9 +127,9 @@ def watcher(url: str) -> psycopg.Connection[Any]:
 def any_unfinished(conn: psycopg.Connection[Any]) -> bool:
     """Cheap (the top of two partial indexes): can be asked often without disturbing the run."""
     row = conn.execute(
-        "SELECT EXISTS (SELECT 1 FROM nq_queue WHERE status = 'PENDING'"
+        "SELECT EXISTS (SELECT 1 FROM nq_jobs WHERE status = 'PENDING'"
         "               ORDER BY priority, next_attempt_at, created_at LIMIT 1)"
-        " OR EXISTS (SELECT 1 FROM nq_queue WHERE status = 'PROCESSING'"
+        " OR EXISTS (SELECT 1 FROM nq_jobs WHERE status = 'PROCESSING'"
         "            ORDER BY lease_expires_at LIMIT 1)"
     ).fetchone()
     return bool(row and row[0])
@@ -143,7 +145,7 @@ def any_webhook_pending(conn: psycopg.Connection[Any]) -> bool:
 
 def unfinished(conn: psycopg.Connection[Any]) -> int:
     row = conn.execute(
-        "SELECT count(*) FROM nq_queue WHERE status IN ('PENDING', 'PROCESSING')"
+        "SELECT count(*) FROM nq_jobs WHERE status IN ('PENDING', 'PROCESSING')"
     ).fetchone()
     return int(row[0]) if row else 0
 
@@ -155,9 +157,9 @@ def burn_down_figures(conn: psycopg.Connection[Any]) -> dict[str, Any]:
                   count(*) FILTER (WHERE status IN ('FAILED', 'DEAD_LETTERED')) AS failed,
                   count(*) AS total, sum(attempt_count) AS attempts,
                   max(sent_at) AS last_sent, min(sent_at) AS first_sent
-           FROM nq_notifications"""
+           FROM nq_all_notifications"""
     ).fetchone()
-    first_claim = conn.execute("SELECT min(taken_at) FROM nq_rate_slots").fetchone()
+    first_claim = conn.execute("SELECT min(taken_at) FROM nq_rate_window_entries").fetchone()
     hooks = conn.execute(
         """SELECT count(*) FILTER (WHERE state = 'delivered'), count(*),
                   min(delivered_at), max(delivered_at), sum(attempts)

@@ -30,6 +30,8 @@ SCHEMA = ROOT / "charts" / "notify-queue" / "values.schema.json"
 # Option -> why `config` may not set it.
 EXCLUDED = {
     "database-url": "secret: the Secret's database-url key (database.url or existingSecret)",
+    "listen-database-url": "secret: database.listenUrlFrom, existingSecret's listen-database-url "
+    "key or database.listenUrl",
     "api-token": "secret: the Secret's api-token key",
     "admin-token": "secret: the Secret's admin-token key",
     "webhook-secret": "secret: the Secret's webhook-secret key",

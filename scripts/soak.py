@@ -270,7 +270,7 @@ async def _final(db: Database, ids: list[uuid.UUID]) -> bool:
     try:
         rows = await read_rows(
             db,
-            "SELECT count(*) AS n FROM nq_notifications WHERE id = ANY(%(ids)s::uuid[])"
+            "SELECT count(*) AS n FROM nq_all_notifications WHERE id = ANY(%(ids)s::uuid[])"
             " AND status NOT IN ('PENDING', 'PROCESSING')",
             {"ids": ids},
         )

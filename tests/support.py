@@ -28,6 +28,25 @@ from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryReposit
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.notifications import NotificationService
+from notify_queue.services.wakeups import DebouncedWaker
+
+
+def set_status_sql(where: str) -> str:
+    """SQL that puts the unfinished notifications matching `where` (a condition on nq_jobs) in
+    the status `%(status)s`, as the product would: an update for PENDING or PROCESSING, the move
+    to the log for a final one (nq_finish: counters, status write, webhook event). Test set-up
+    only; named parameters: `status` and those of `where`."""
+    # `where` is the test's own SQL, never input.
+    target = f"WITH target AS (SELECT id FROM nq_jobs WHERE {where} ORDER BY id FOR UPDATE),"  # noqa: S608
+    return target + (  # noqa: S608
+        " updated AS (UPDATE nq_jobs SET status = %(status)s, updated_at = now()"
+        "  WHERE id IN (SELECT id FROM target) AND %(status)s IN ('PENDING', 'PROCESSING')"
+        "  RETURNING id),"
+        " finished AS (SELECT id FROM target WHERE %(status)s NOT IN ('PENDING', 'PROCESSING'))"
+        " SELECT (SELECT count(*) FROM updated) + (SELECT count(*) FROM nq_finish("
+        "  ARRAY(SELECT id FROM finished), ARRAY(SELECT %(status)s::text FROM finished),"
+        "  NULL, NULL, NULL, NULL, NULL, NULL)) AS changed"
+    )
 
 
 def defaults(**overrides: Any) -> DeliveryDefaults:
@@ -43,8 +62,15 @@ def defaults(**overrides: Any) -> DeliveryDefaults:
     return DeliveryDefaults(**values)
 
 
-def notification_service(db: Database, *, max_attempts: int = 6) -> NotificationService:
-    return NotificationService(NotificationRepository(db), default_max_attempts=max_attempts)
+def notification_service(
+    db: Database, *, max_attempts: int = 6, announce: bool = True
+) -> NotificationService:
+    """Creates as the API does: `announce` sends the NOTIFY that wakes idle workers (an idle
+    worker does not poll: docs/design.md); without it only a worker's timers find the rows. No
+    debounce interval, so no trailing task outlives the test."""
+    repository = NotificationRepository(db)
+    waker = DebouncedWaker(repository.workers_wake, interval_seconds=0.0) if announce else None
+    return NotificationService(repository, default_max_attempts=max_attempts, waker=waker)
 
 
 def delivery_service(
@@ -250,16 +276,19 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def running_api(database_url: str, log_path: Path, *args: str) -> AsyncIterator[str]:
-    """`notify-queue api` (with `args`) as a subprocess, its output in `log_path`; yields its
-    base URL once `/readyz` answers 200, and stops it with SIGTERM (as Kubernetes does)."""
+async def running_api(
+    database_url: str, log_path: Path, *args: str, host: str = "127.0.0.1"
+) -> AsyncIterator[str]:
+    """`notify-queue api` (with `args`) as a subprocess on `host`, its output in `log_path`;
+    yields its base URL once `/readyz` answers 200, and stops it with SIGTERM (as Kubernetes
+    does)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_QUEUE_")}
-    command = [sys.executable, "-m", "notify_queue", "api", "--port", str(port), *args]
-    command += ["--database-url", database_url, "--log-level", "WARNING"]
+    command = [sys.executable, "-m", "notify_queue", "api", "--host", host, "--port", str(port)]
+    command += [*args, "--database-url", database_url, "--log-level", "WARNING"]
     log = log_path.open("wb")
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
+    base_url = f"http://{host}:{port}"
 
     async def ready() -> bool:
         assert process.poll() is None, log_path.read_text()

@@ -131,6 +131,7 @@ def test_the_options_of_each_role_are_the_ones_its_code_reads() -> None:
         "--log-format",
         "--log-level",
         "--database-pool-size",
+        "--database-prepared-statements",
         "--host",
         "--metrics-port",
         "--poll-interval",
@@ -143,6 +144,10 @@ def test_the_options_of_each_role_are_the_ones_its_code_reads() -> None:
         "--outbound-allow",
     }
     assert "--webhook-dispatch" in worker and "--webhook-dispatch" not in relay
+    # A separate LISTEN URL only where something LISTENs: workers (new work) and the operator
+    # (the status outbox); the relay and the API only poll or NOTIFY.
+    listens = {r for r in ROLE_SETTINGS if "--listen-database-url" in flags_in_help(r)}
+    assert listens == {"worker", "operator", "up"}
     assert not {f for f in api if f.startswith(("--provider", "--smtp"))}
     assert flags_in_help("up") == api | worker | operator | {"--data-dir", "--kubernetes"}
 

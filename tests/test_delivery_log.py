@@ -14,7 +14,7 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.repositories.schema import migrate
 from notify_queue.services.retention import DeliveryLogKeeper
-from tests.support import new, notification_service
+from tests.support import new, notification_service, set_status_sql
 
 _FINISHED = ("SENT", "FAILED", "DEAD_LETTERED", "CANCELLED", "EXPIRED", "SUPPRESSED")
 
@@ -43,9 +43,10 @@ def _add_finished(conn: psycopg.Connection[Any], prefix: str, days_ago: int, n: 
                SELECT gen_random_uuid(), %(prefix)s || i, 'h', 'email', 'a@example.com', 'b', 1,
                       'SENT', now(), now(), 6, now() - make_interval(days => %(days)s)
                FROM generate_series(1, %(n)s) i
-               RETURNING id, idempotency_key)
-           INSERT INTO nq_idempotency_keys (key, notification_id, request_hash)
-           SELECT idempotency_key, id, 'h' FROM rows""",
+               RETURNING id, idempotency_key, status),
+           keyed AS (INSERT INTO nq_idempotency_keys (key, notification_id, request_hash)
+                     SELECT idempotency_key, id, 'h' FROM rows)
+           SELECT nq_count('notifications', NULL, array_agg(status), '{}') FROM rows""",
         {"prefix": prefix, "days": days_ago, "n": n},
     )
 
@@ -56,15 +57,14 @@ async def test_a_finished_notification_leaves_the_queue_for_the_log_in_the_same_
     created = await notification_service(db).enqueue(new(key="k"))
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
-            "UPDATE nq_queue SET status = 'SENT', finished_at = now() WHERE id = %s",
-            [created.notification.id],
+            set_status_sql("id = %(id)s"), {"status": "SENT", "id": created.notification.id}
         )
-        assert _rows(conn, "SELECT count(*) FROM nq_queue") == [(0,)]
+        assert _rows(conn, "SELECT count(*) FROM nq_jobs") == [(0,)]
         assert _rows(conn, "SELECT status FROM nq_delivery_log") == [("SENT",)]
-        # A row without finished_at cannot reach the log (it is partitioned by it).
+        # The queue holds unfinished rows only (0013): a hand-written final status is refused.
         other = (await notification_service(db).enqueue(new(key="k2"))).notification.id
         with pytest.raises(psycopg.errors.CheckViolation):
-            conn.execute("UPDATE nq_queue SET status = 'SENT' WHERE id = %s", [other])
+            conn.execute("UPDATE nq_jobs SET status = 'SENT' WHERE id = %s", [other])
     # The key stays taken while its notification is in the log: the same request is a repeat.
     again = await notification_service(db).enqueue(new(key="k"))
     assert not again.created and again.notification.id == created.notification.id
@@ -128,13 +128,11 @@ async def test_retention_zero_keeps_everything_and_an_interrupted_drop_is_finish
 async def test_retry_moves_a_row_back_from_the_log_once(db: Database, database_url: str) -> None:
     created = await notification_service(db).enqueue(new(key="k"))
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute("UPDATE nq_queue SET status = 'FAILED', finished_at = now()")
-        first = _rows(conn, "SELECT id FROM nq_delivery_log_retry(%s)", [[created.notification.id]])
-        second = _rows(
-            conn, "SELECT id FROM nq_delivery_log_retry(%s)", [[created.notification.id]]
-        )
+        conn.execute(set_status_sql("true"), {"status": "FAILED"})
+        first = _rows(conn, "SELECT nq_retry(%s)", [[created.notification.id]])
+        second = _rows(conn, "SELECT nq_retry(%s)", [[created.notification.id]])
         assert (first, second) == ([(created.notification.id,)], [])
-        assert _rows(conn, "SELECT status, attempt_count FROM nq_queue") == [("PENDING", 0)]
+        assert _rows(conn, "SELECT status, attempt_count FROM nq_jobs") == [("PENDING", 0)]
         assert _rows(conn, "SELECT count(*) FROM nq_delivery_log") == [(0,)]
         assert _counters(conn) == {}
 
@@ -144,7 +142,7 @@ _SELECT_ALL = (
     " send_at, next_attempt_at, expires_at, attempt_count, max_attempts, last_error, sent_at,"
     " provider_message_id, claim_token, lease_expires_at, retries, source, policy, webhook_url,"
     " metadata, created_at, updated_at, finished_at, recipient_id, category, template_name,"
-    " template_version, provider, delivery_attempts FROM nq_notifications"
+    " template_version, provider, delivery_attempts FROM {}"
 )
 
 
@@ -199,28 +197,28 @@ def test_the_migration_from_one_table_keeps_every_row(pg_server: EmbeddedPostgre
                 " SELECT 'uid-1', 'default', 'n1', id FROM nq_notifications"
                 " WHERE idempotency_key = 'key-1'"
             )
-            before = sorted(_rows(conn, _SELECT_ALL))
+            before = sorted(_rows(conn, _SELECT_ALL.format("nq_notifications")))
             counted = _counters(conn)
         asyncio.run(to(None))
         with psycopg.connect(url, autocommit=True) as conn:
-            after = sorted(_rows(conn, _SELECT_ALL))
+            after = sorted(_rows(conn, _SELECT_ALL.format("nq_all_notifications")))
             assert len(after) == len(before) == 2000
             assert after == before
             placed = dict(
                 _rows(
                     conn,
-                    "SELECT 'queue', count(*) FROM nq_queue UNION ALL"
+                    "SELECT 'queue', count(*) FROM nq_jobs UNION ALL"
                     " SELECT 'log', count(*) FROM nq_delivery_log",
                 )
             )
             assert placed == {"queue": 500, "log": 1500}
             assert _rows(
-                conn, "SELECT count(*) FROM nq_queue WHERE status NOT IN ('PENDING', 'PROCESSING')"
+                conn, "SELECT count(*) FROM nq_jobs WHERE status NOT IN ('PENDING', 'PROCESSING')"
             ) == [(0,)]
             # Every key, pointing at its row, with its request hash.
             assert _rows(
                 conn,
-                "SELECT count(*) FROM nq_idempotency_keys k JOIN nq_notifications n"
+                "SELECT count(*) FROM nq_idempotency_keys k JOIN nq_all_notifications n"
                 " ON n.id = k.notification_id AND n.idempotency_key = k.key"
                 " AND n.request_hash = k.request_hash",
             ) == [(2000,)]

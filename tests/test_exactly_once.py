@@ -68,8 +68,8 @@ async def test_without_skip_locked_a_naive_claim_hands_one_notification_to_sever
     db: Database, database_url: str
 ) -> None:
     """The control: read the first due row, then mark it taken, with no lock between the two."""
-    naive_select = "SELECT id FROM nq_queue WHERE status = 'PENDING' ORDER BY created_at LIMIT 1"
-    naive_update = "UPDATE nq_queue SET status = 'PROCESSING' WHERE id = %s"
+    naive_select = "SELECT id FROM nq_jobs WHERE status = 'PENDING' ORDER BY created_at LIMIT 1"
+    naive_update = "UPDATE nq_jobs SET status = 'PROCESSING' WHERE id = %s"
     duplicates = 0
     for _ in range(10):
         await notification_service(db).enqueue(new())

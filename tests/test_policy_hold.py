@@ -15,7 +15,7 @@ from tests.support import delivery_service, new, notification_service
 
 async def _make_due(db: Database, notification_id: uuid.UUID) -> None:
     # Time travel instead of a 30-second wait: the hold's recheck moment, now. A UUID, not text.
-    sql = f"UPDATE nq_queue SET next_attempt_at = now() WHERE id = '{notification_id}'"  # noqa: S608
+    sql = f"UPDATE nq_jobs SET next_attempt_at = now() WHERE id = '{notification_id}'"  # noqa: S608
     async with db.connection() as conn:
         await conn.execute_script(sql)
 

@@ -31,7 +31,7 @@ from notify_queue.models import Status
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.services.retention import DeliveryLogKeeper
-from tests.support import new, notification_service
+from tests.support import new, notification_service, set_status_sql
 
 KEY = "order-1001-receipt"
 
@@ -63,10 +63,8 @@ async def dead_letter_past_the_retention(db: Database, database_url: str) -> tup
                 b=psycopg.sql.Literal(f"{day + timedelta(days=1)} 00:00Z"),
             )
         )
-        await conn.execute(
-            "UPDATE nq_queue SET status = 'DEAD_LETTERED', finished_at = %s::timestamptz",
-            [f"{day} 12:00Z"],
-        )
+        await conn.execute("UPDATE nq_jobs SET finished_at = %s::timestamptz", [f"{day} 12:00Z"])
+        await conn.execute(set_status_sql("true"), {"status": "DEAD_LETTERED"})
         cur = await conn.execute("SELECT tableoid::regclass::text FROM nq_delivery_log")
         assert await cur.fetchall() == [(partition,)]
     return created.notification.id, partition
@@ -94,7 +92,7 @@ async def waiting_on_a_lock(database_url: str, other: Awaitable[Any]) -> bool:
 async def notifications_with_key(database_url: str) -> list[tuple[Any, ...]]:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         cur = await conn.execute(
-            "SELECT id, status FROM nq_notifications WHERE idempotency_key = %s", [KEY]
+            "SELECT id, status FROM nq_all_notifications WHERE idempotency_key = %s", [KEY]
         )
         return await cur.fetchall()
 
@@ -115,7 +113,7 @@ async def test_a_retry_that_locks_the_row_first_keeps_its_key_through_the_retent
     keeper = DeliveryLogKeeper(DeliveryLogRepository(db), retention_days=30)
     async with await psycopg.AsyncConnection.connect(database_url) as retry:
         # The retry's statement (what POST /notifications/{id}/retry runs), not yet committed.
-        cur = await retry.execute("SELECT id FROM nq_delivery_log_retry(%s)", [[id]])
+        cur = await retry.execute("SELECT nq_retry(%s)", [[id]])
         assert await cur.fetchall() == [(id,)]
         run = asyncio.ensure_future(keeper.maintain())
         assert await waiting_on_a_lock(database_url, asyncio.shield(run))
@@ -165,8 +163,7 @@ async def test_the_batch_retry_skips_rows_whose_key_was_forgotten(
     younger = (await notification_service(db).enqueue(new(key="younger"))).notification.id
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await conn.execute(
-            "UPDATE nq_queue SET status = 'DEAD_LETTERED', finished_at = now() WHERE id = %s",
-            [younger],
+            set_status_sql("id = %(id)s"), {"status": "DEAD_LETTERED", "id": younger}
         )
         await conn.execute(
             "SELECT nq_delivery_log_forget_keys(%s, %s, 10000)", [partition, uuid.UUID(int=0)]
@@ -174,7 +171,7 @@ async def test_the_batch_retry_skips_rows_whose_key_was_forgotten(
     retried, _ = await notification_service(db).retry_batch(status=Status.DEAD_LETTERED, limit=1)
     assert retried == 1
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        cur = await conn.execute("SELECT id FROM nq_queue")
+        cur = await conn.execute("SELECT id FROM nq_jobs")
         assert await cur.fetchall() == [(younger,)]
     with pytest.raises(Conflict, match="past the retention"):
         await notification_service(db).retry(id)

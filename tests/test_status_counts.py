@@ -51,7 +51,9 @@ async def test_the_kept_counts_match_a_full_count_after_every_kind_of_change(
     status = await NotificationRepository(db).queue_status()
     with psycopg.connect(database_url) as conn:
         truth = dict(
-            conn.execute("SELECT status, count(*) FROM nq_notifications GROUP BY status").fetchall()
+            conn.execute(
+                "SELECT status, count(*) FROM nq_all_notifications GROUP BY status"
+            ).fetchall()
         )
     assert {s.value: n for s, n in status.counts.items() if n} == truth
     assert truth[Status.SENT] == 5 and truth[Status.FAILED] == 2 and truth[Status.CANCELLED] == 1
@@ -63,7 +65,7 @@ def _buffers(plan: dict[str, Any]) -> int:
 
 
 # The negative control: what /status ran before the counters, a count over all history.
-_COUNT_ALL_HISTORY = "SELECT status, count(*) FROM nq_notifications GROUP BY status"
+_COUNT_ALL_HISTORY = "SELECT status, count(*) FROM nq_all_notifications GROUP BY status"
 
 
 def _scrape_buffers(conn: psycopg.Connection[Any]) -> dict[str, int]:
@@ -87,7 +89,7 @@ def test_status_queries_touch_as_many_buffers_at_a_million_finished_rows_as_at_n
     with psycopg.connect(database_url, autocommit=True) as conn:
         # A few unfinished rows and events, so both sides read the same non-empty indexes.
         conn.execute(
-            """INSERT INTO nq_queue (id, idempotency_key, request_hash, channel, recipient,
+            """INSERT INTO nq_jobs (id, idempotency_key, request_hash, channel, recipient,
                    body, priority, status, send_at, next_attempt_at, max_attempts)
                SELECT gen_random_uuid(), 'pending-' || i, 'h', 'email', 'a@example.com', 'b',
                       1, 'PENDING', now(), now(), 6
@@ -119,19 +121,28 @@ def test_status_queries_touch_as_many_buffers_at_a_million_finished_rows_as_at_n
 
 
 def _add_history(conn: psycopg.Connection[Any], *, finished: int, first: int) -> None:
-    """`finished` notifications already SENT or FAILED and a delivered event for a fifth."""
+    """`finished` notifications already SENT or FAILED and a delivered event for a fifth,
+    counted as the statements that write them count them (nq_count, 0012)."""
     conn.execute(
-        """INSERT INTO nq_delivery_log (id, idempotency_key, request_hash, channel, recipient,
-               body, priority, status, send_at, next_attempt_at, max_attempts, finished_at)
-           SELECT gen_random_uuid(), 'done-' || i, 'h', 'email', 'a@example.com', 'b',
-                  1, CASE WHEN i %% 10 = 0 THEN 'FAILED' ELSE 'SENT' END, now(), now(), 6, now()
-           FROM generate_series(%(first)s + 1, %(first)s + %(n)s) i""",
+        """WITH logged AS (
+               INSERT INTO nq_delivery_log (id, idempotency_key, request_hash, channel,
+                   recipient, body, priority, status, send_at, next_attempt_at, max_attempts,
+                   finished_at)
+               SELECT gen_random_uuid(), 'done-' || i, 'h', 'email', 'a@example.com', 'b', 1,
+                      CASE WHEN i %% 10 = 0 THEN 'FAILED' ELSE 'SENT' END, now(), now(), 6, now()
+               FROM generate_series(%(first)s + 1, %(first)s + %(n)s) i
+               RETURNING status)
+           SELECT nq_count('notifications', NULL, array_agg(status), '{}') FROM logged""",
         {"first": first, "n": finished},
     )
     conn.execute(
-        """INSERT INTO nq_webhook_events (id, notification_id, url, payload, state)
-           SELECT gen_random_uuid(), gen_random_uuid(), 'https://example.com/h', '{}', 'delivered'
-           FROM generate_series(1, %(n)s)""",
+        """WITH events AS (
+               INSERT INTO nq_webhook_events (id, notification_id, url, payload, state)
+               SELECT gen_random_uuid(), gen_random_uuid(), 'https://example.com/h', '{}',
+                      'delivered'
+               FROM generate_series(1, %(n)s)
+               RETURNING state)
+           SELECT nq_count('webhooks', NULL, array_agg(state), '{}') FROM events""",
         {"n": finished // 5},
     )
     conn.execute("VACUUM ANALYZE")

@@ -309,7 +309,7 @@ def run(ctx: Context) -> None:
             finally:
                 proc.stop()
             with psycopg.connect(url, autocommit=True) as conn:
-                row = conn.execute("SELECT count(*) FROM nq_notifications").fetchone()
+                row = conn.execute("SELECT count(*) FROM nq_all_notifications").fetchone()
             ctx.notes.append(
                 f"ingest api-workers={api_workers}: {row[0] if row else '?'} rows stored"
             )

@@ -33,7 +33,7 @@ SELECT count(*),
        max(extract(epoch FROM n.sent_at - d.due)),
        percentile_cont(0.99)
            WITHIN GROUP (ORDER BY greatest(extract(epoch FROM n.created_at - n.send_at), 0))
-FROM nq_notifications n JOIN nq_rate_slots s ON s.notification_id = n.id,
+FROM nq_all_notifications n JOIN nq_rate_window_entries s ON s.notification_id = n.id,
      LATERAL (SELECT greatest(n.send_at, n.created_at) AS due) d
 WHERE n.status = 'SENT' AND n.idempotency_key LIKE %s
 """

@@ -35,7 +35,7 @@ async def _high_until_drained(url: str, rate: float, low: int) -> dict[str, Any]
             await conn.execute("SET enable_seqscan = off")  # see queue.watcher
             while True:
                 cur = await conn.execute(
-                    "SELECT count(*) FROM nq_queue WHERE priority = 2 AND status = 'PENDING'"
+                    "SELECT count(*) FROM nq_jobs WHERE priority = 2 AND status = 'PENDING'"
                 )
                 row = await cur.fetchone()
                 left = int(row[0]) if row else 0
@@ -87,8 +87,7 @@ def _one(ctx: Context, *, dedicated: bool, webhooks: bool = True) -> None:
             wait_until_listening(url, len(procs))
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute(
-                    "UPDATE nq_queue SET send_at = now(), next_attempt_at = now()"
-                    " WHERE priority = 2"
+                    "UPDATE nq_jobs SET send_at = now(), next_attempt_at = now() WHERE priority = 2"
                 )
                 conn.execute("SELECT pg_notify('nq_wakeup', '')")
             load = LoadWatch()
@@ -102,8 +101,8 @@ def _one(ctx: Context, *, dedicated: bool, webhooks: bool = True) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             metrics = driven | percentiles(conn, "high", "high")
             row = conn.execute(
-                "SELECT min(s.taken_at), max(n.sent_at), count(*) FROM nq_notifications n "
-                "JOIN nq_rate_slots s ON s.notification_id = n.id"
+                "SELECT min(s.taken_at), max(n.sent_at), count(*) FROM nq_all_notifications n "
+                "JOIN nq_rate_window_entries s ON s.notification_id = n.id"
                 " WHERE n.priority = 2 AND n.status = 'SENT'"
             ).fetchone()
         if row and row[0] and row[1]:

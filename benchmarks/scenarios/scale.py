@@ -140,7 +140,7 @@ def run(ctx: Context) -> None:
             )
             with psycopg.connect(url, autocommit=True) as conn:
                 size = conn.execute(
-                    "SELECT pg_total_relation_size('nq_queue')"
+                    "SELECT pg_total_relation_size('nq_jobs')"
                     " + sum(pg_total_relation_size(inhrelid))"
                     " FROM pg_inherits WHERE inhparent = 'nq_delivery_log'::regclass"
                 ).fetchone()

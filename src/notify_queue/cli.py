@@ -225,8 +225,13 @@ async def _run(role: str, settings: DatabaseOptions) -> None:
         from notify_queue.repositories.db import Database
         from notify_queue.repositories.schema import migrate
 
+        # Through a transaction-mode pooler migrate's session-level lock would not hold: its
+        # --database-url reaches PostgreSQL directly (docs/operations.md, "PgBouncer").
         async with Database(
-            settings.require_database_url(), pool_size=1, name="notify-queue-migrate"
+            settings.require_database_url(),
+            pool_size=1,
+            name="notify-queue-migrate",
+            prepared_statements=settings.prepares_on_server,
         ) as db:
             applied = await migrate(db, contract=settings.contract)
         print(f"schema up to date ({len(applied)} migrations applied)")

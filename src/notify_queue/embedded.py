@@ -35,6 +35,12 @@ class EmbeddedPostgres:
         pid = self._server.get_pid()
         return int(pid) if pid is not None else None
 
+    @property
+    def system_user(self) -> str | None:
+        """The unprivileged user the server runs as when started as root (None otherwise)."""
+        user = getattr(self._server, "system_user", None)
+        return str(user) if user else None
+
     def stop(self) -> None:
         self._server.cleanup()
 

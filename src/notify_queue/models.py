@@ -139,6 +139,7 @@ class Failover(enum.StrEnum):
 class Source(enum.StrEnum):
     API = "api"
     KUBERNETES = "kubernetes"
+    SQL = "sql"  # notify_queue_enqueue, in the caller's own transaction (docs/enqueue.md)
 
 
 class Outcome(enum.StrEnum):
@@ -378,6 +379,18 @@ class Completion:
     address_gone: bool = False
     # The provider the row stays bound to (the row's `provider`); None clears the binding.
     bound_provider: str | None = None
+    # Why a PENDING result waits (CONTRACT section 10); None: `QuietHours` for an absolute
+    # next due time, else `Backoff`.
+    waiting_reason: str | None = None
+
+    @property
+    def waits_for(self) -> str | None:
+        """The reason stored with a PENDING result; None for a final one."""
+        if self.status is not Status.PENDING:
+            return None
+        if self.waiting_reason is not None:
+            return self.waiting_reason
+        return "QuietHours" if self.next_attempt_at is not None else "Backoff"
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,6 +444,19 @@ class ProviderCircuit:
     open_until: datetime | None
 
 
+class Engine(enum.StrEnum):
+    """The database engine behind the coordinator's URL (CONTRACT section 11)."""
+
+    POSTGRESQL = "postgresql"
+    CITUS = "citus"
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseEngine:
+    engine: Engine
+    worker_nodes: int  # 0 for plain PostgreSQL
+
+
 @dataclass(frozen=True, slots=True)
 class QueueStatus:
     counts: dict[Status, int]
@@ -438,6 +464,7 @@ class QueueStatus:
     oldest_due_age_seconds: float
     webhook_events: dict[str, int]
     providers: dict[str, ProviderCircuit] = field(default_factory=dict)
+    database: DatabaseEngine = DatabaseEngine(Engine.POSTGRESQL, 0)
     # The oldest due age per lane (0: none due in it); `oldest_due_age_seconds` is their maximum.
     oldest_due_age_by_priority: dict[Priority, float] = field(default_factory=dict)
 

@@ -104,10 +104,40 @@ class DatabaseOptions(_Options):
         "max_connections.",
     )
 
+    database_prepared_statements: Switch = Field(
+        Switch.ON,
+        description="Whether a query run five times on a connection is prepared on the server "
+        "(parsed and planned once). off when --database-url goes through a transaction-mode "
+        "pooler that cannot keep them: PgBouncer before 1.21 (Debian 12 ships 1.18), or with "
+        "max_prepared_statements = 0. There the next transaction may land on another server "
+        "connection and fail with 'prepared statement \"_pg3_0\" does not exist' "
+        '(docs/operations.md, "PgBouncer").',
+    )
+
+    @property
+    def prepares_on_server(self) -> bool:
+        return self.database_prepared_statements is Switch.ON
+
     def require_database_url(self) -> str:
         if not self.database_url:
             raise ConfigurationError(["--database-url (or NOTIFY_QUEUE_DATABASE_URL) is required"])
         return self.database_url
+
+
+class ListenDatabaseOptions(_Options):
+    """Direct database connection
+
+    For the roles that LISTEN (workers on new work, the operator on the status outbox), when
+    --database-url goes through a transaction-mode pooler such as PgBouncer.
+    """
+
+    listen_database_url: str | None = Field(
+        None,
+        description="libpq URI that reaches PostgreSQL directly (or through a session-mode "
+        "pool), for what needs one session: the LISTEN connection, and a worker's delivery log "
+        "retention run (a session-level lock). One connection per process, plus one during a "
+        "retention run. Unset: --database-url.",
+    )
 
 
 class ListenOptions(_Options):
@@ -274,8 +304,10 @@ class PollOptions(_Options):
 
     poll_interval: Seconds = Field(
         1.0,
-        description="Seconds between polls when no wake-up arrives; new work also wakes workers "
-        "at once through LISTEN/NOTIFY, so this only bounds the delay when a hint is lost.",
+        description="Bounds the delay when a hint is lost: new work wakes workers at once "
+        "through LISTEN/NOTIFY, and a worker polls every this many seconds only while its LISTEN "
+        "connection is down (regaining it triggers a look); while it listens, an idle worker looks "
+        "at its own due times and every 30 s (or this, if longer). A relay alone polls at this.",
     )
 
 
@@ -500,6 +532,7 @@ class UpOptions(_Options):
 # The groups in the order --help and docs/configuration.md show them.
 GROUPS: tuple[type[_Options], ...] = (
     DatabaseOptions,
+    ListenDatabaseOptions,
     ListenOptions,
     MetricsOptions,
     ApiOptions,
@@ -537,7 +570,12 @@ class RelaySettings(
 
 
 class WorkerSettings(
-    RelaySettings, WorkerOptions, DeliveryPolicyOptions, ProviderOptions, RetentionOptions
+    RelaySettings,
+    ListenDatabaseOptions,
+    WorkerOptions,
+    DeliveryPolicyOptions,
+    ProviderOptions,
+    RetentionOptions,
 ):
     """`notify-queue worker`: claims and delivers, and relays webhooks like `relay` (unless
     --webhook-dispatch off), so it is a relay's settings and more."""
@@ -578,6 +616,7 @@ class OperatorSettings(
     CreationOptions,
     OperatorOptions,
     DefaultWebhookOptions,
+    ListenDatabaseOptions,
 ):
     """`notify-queue operator`."""
 

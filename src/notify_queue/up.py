@@ -57,6 +57,8 @@ async def run_up(settings: UpSettings) -> None:
             pool_size=settings.database_pool_size,
             name="notify-queue-up",
             acquire_timeout_seconds=settings.database_timeout,
+            session_url=settings.listen_database_url,
+            prepared_statements=settings.prepares_on_server,
         ) as db:
             await migrate(db)
             server = _QuietServer(

@@ -77,7 +77,7 @@ async def test_valid_items_go_through_one_enqueue_many_call(
     assert calls == [999]
     statuses = [r["status"] for r in response.json()["results"]]
     assert statuses.count(201) == 999 and statuses[500] == 400
-    assert await sql(database_url, "SELECT count(*) FROM nq_notifications") == [(999,)]
+    assert await sql(database_url, "SELECT count(*) FROM nq_all_notifications") == [(999,)]
 
 
 async def test_a_key_repeated_within_one_batch_creates_one_notification(
@@ -126,7 +126,7 @@ async def test_more_than_1000_items_is_a_400_for_the_whole_batch(
         "/notifications/batch", json={"notifications": [item(f"k{i}") for i in range(1001)]}
     )
     assert fields_named(response) == {"notifications"}
-    assert await sql(database_url, "SELECT count(*) FROM nq_notifications") == [(0,)]
+    assert await sql(database_url, "SELECT count(*) FROM nq_all_notifications") == [(0,)]
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 from notify_queue.models import DeliveryResult, Outcome
 from notify_queue.repositories.db import Database
 from tests.api.support import PROBLEM, api_client, create, email, fields_named, sql
-from tests.support import delivery_service
+from tests.support import delivery_service, set_status_sql
 
 
 async def deliver(db: Database, outcome: Outcome) -> None:
@@ -85,7 +85,7 @@ async def test_retry_from_any_other_status_is_a_409(
     client: httpx.AsyncClient, database_url: str, status: str
 ) -> None:
     n = await create(client)
-    await sql(database_url, "UPDATE nq_queue SET status = %s, finished_at = now()", [status])
+    await sql(database_url, set_status_sql("true"), {"status": status})
     response = await client.post(f"/notifications/{n['id']}/retry")
     assert response.status_code == 409 and status in response.json()["detail"]
 
@@ -108,11 +108,7 @@ async def add_finished(
         assert (
             await client.post("/notifications/batch", json={"notifications": items})
         ).status_code == 200
-    await sql(
-        database_url,
-        "UPDATE nq_queue SET status = %s, finished_at = now() WHERE status = 'PENDING'",
-        [status],
-    )
+    await sql(database_url, set_status_sql("status = 'PENDING'"), {"status": status})
 
 
 async def retry_all(client: httpx.AsyncClient, **body: Any) -> list[tuple[int, int]]:
@@ -132,7 +128,7 @@ async def test_batch_retry_counts_down_remaining_1000_at_a_time(
 
     assert await retry_all(client) == [(1000, 1500), (1000, 500), (500, 0)]
     assert await sql(
-        database_url, "SELECT status, count(*) FROM nq_notifications GROUP BY status"
+        database_url, "SELECT status, count(*) FROM nq_all_notifications GROUP BY status"
     ) == [("PENDING", 2500)]
 
 

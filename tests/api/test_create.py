@@ -95,7 +95,7 @@ async def test_the_same_request_with_the_same_key_answers_200_with_the_original(
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json() == first.json()
     assert "location" not in again.headers
-    assert await sql(database_url, "SELECT count(*) FROM nq_notifications") == [(1,)]
+    assert await sql(database_url, "SELECT count(*) FROM nq_all_notifications") == [(1,)]
 
 
 async def test_a_repeated_delay_seconds_request_is_the_same_request(

@@ -72,7 +72,7 @@ async def targeted(http: httpx.AsyncClient, recipient: str, **body: Any) -> dict
 async def row(database_url: str, id: str) -> tuple[Any, ...]:
     (found,) = await sql(
         database_url,
-        "SELECT status, attempt_count, next_attempt_at, last_error FROM nq_notifications "
+        "SELECT status, attempt_count, next_attempt_at, last_error FROM nq_all_notifications "
         "WHERE id = %s",
         (id,),
     )
@@ -181,7 +181,7 @@ async def test_quiet_hours_defer_to_the_end_of_the_window_without_using_an_attem
     status, attempts, next_attempt_at, error = await row(database_url, n["id"])
     assert (status, attempts, next_attempt_at) == ("PENDING", 0, utc(ends))
     assert "quiet hours" in error
-    assert await sql(database_url, "SELECT * FROM nq_rate_slots") == []
+    assert await sql(database_url, "SELECT * FROM nq_rate_window_entries") == []
 
 
 async def test_outside_quiet_hours_a_notification_is_sent(
@@ -273,7 +273,7 @@ async def test_in_the_second_occurrence_of_the_autumn_hour_a_notification_is_def
         deferred_to.append(next_attempt_at)
         clock = max(clock, next_attempt_at)
         await sql(
-            database_url, "UPDATE nq_queue SET next_attempt_at = now() WHERE id = %s", (n["id"],)
+            database_url, "UPDATE nq_jobs SET next_attempt_at = now() WHERE id = %s", (n["id"],)
         )
     assert deferred_to == [utc("2027-10-31T01:30Z")]
     assert handed_out == [n["id"]]
@@ -358,5 +358,5 @@ async def test_a_notification_quiet_hours_hold_takes_no_place_in_the_recipients_
     status, attempts, _, error = await row(database_url, held["id"])
     assert (status, attempts) == ("PENDING", 0) and "quiet hours" in error
     # The critical notification holds the recipient's one slot; the held one took none.
-    slots = await sql(database_url, "SELECT notification_id::text FROM nq_rate_slots")
+    slots = await sql(database_url, "SELECT notification_id::text FROM nq_rate_window_entries")
     assert slots == [(critical["id"],)]

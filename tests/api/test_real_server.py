@@ -71,7 +71,7 @@ async def test_25_identical_requests_at_once_create_one_notification(
     statuses = sorted(r.status_code for r in responses)
     assert statuses == [200] * 24 + [201]
     assert len({r.json()["id"] for r in responses}) == 1
-    assert await sql(database_url, "SELECT count(*) FROM nq_notifications") == [(1,)]
+    assert await sql(database_url, "SELECT count(*) FROM nq_all_notifications") == [(1,)]
 
 
 @pytest.fixture
@@ -101,5 +101,5 @@ async def test_two_worker_processes_serve_one_queue_without_duplicates(
                 "/notifications", json=email(), headers={"Idempotency-Key": f"w-{i}"}
             )
             assert created.status_code == 201
-    assert await sql(database_url, "SELECT count(*) FROM nq_notifications") == [(21,)]
+    assert await sql(database_url, "SELECT count(*) FROM nq_all_notifications") == [(21,)]
     assert await eventually(api_processes) == 2

@@ -424,7 +424,7 @@ async def test_identical_user_targeted_requests_at_once_expand_once(
     assert sorted(r.status_code for r in responses) == [200] * 9 + [201]
     assert len({tuple(n["id"] for n in r.json()["notifications"]) for r in responses}) == 1
     rows = await sql(
-        database_url, "SELECT count(*) FROM nq_notifications WHERE recipient_id = 'u-13'"
+        database_url, "SELECT count(*) FROM nq_all_notifications WHERE recipient_id = 'u-13'"
     )
     assert rows == [(3,)]
 

@@ -1,7 +1,8 @@
 """GET /status and GET /metrics: the queue's figures read from the database (counts per status,
 due per priority, the oldest due age, webhook events), the same in both, and equal to what a
-direct SQL count says; the process's own figures on /metrics (creates by outcome, its database
-pool); and /healthz and /readyz.
+direct SQL count says; the database engine (plain PostgreSQL here, Citus in tests/citus); the
+process's own figures on /metrics (creates by outcome, its database pool); and /healthz and
+/readyz.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from notify_queue.embedded import EmbeddedPostgres
 from notify_queue.models import Status
 from notify_queue.repositories.schema import latest_version
 from tests.api.support import PROBLEM, api_client, email, sql
+from tests.support import set_status_sql
 
 
 async def fill_queue(client: httpx.AsyncClient, database_url: str) -> None:
@@ -34,31 +36,32 @@ async def fill_queue(client: httpx.AsyncClient, database_url: str) -> None:
     ):
         await sql(
             database_url,
-            "UPDATE nq_queue SET status = %s, finished_at = now() WHERE idempotency_key = %s",
-            [status, f"n-{i}"],
+            set_status_sql("idempotency_key = %(key)s"),
+            {"status": status, "key": f"n-{i}"},
         )
     for state, count in (("pending", 2), ("delivered", 5), ("failed", 1)):
         for _ in range(count):
             await sql(
                 database_url,
-                "INSERT INTO nq_webhook_events (id, notification_id, url, payload, state)"
-                " VALUES (%s, %s, 'http://hooks.example/x', '{}', %s)",
+                "WITH e AS (INSERT INTO nq_webhook_events (id, notification_id, url, payload,"
+                " state) VALUES (%s, %s, 'http://hooks.example/x', '{}', %s) RETURNING state)"
+                " SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') FROM e",
                 [uuid.uuid4(), uuid.uuid4(), state],
             )
 
 
 async def database_figures(database_url: str) -> dict[str, dict[str, float]]:
     counts = dict(
-        await sql(database_url, "SELECT status, count(*) FROM nq_notifications GROUP BY status")
+        await sql(database_url, "SELECT status, count(*) FROM nq_all_notifications GROUP BY status")
     )
     due = await sql(
         database_url,
-        "SELECT priority, count(*) FROM nq_notifications"
+        "SELECT priority, count(*) FROM nq_all_notifications"
         " WHERE status = 'PENDING' AND next_attempt_at <= now() GROUP BY priority",
     )
     ((oldest,),) = await sql(
         database_url,
-        "SELECT extract(epoch FROM now() - min(next_attempt_at))::float FROM nq_notifications"
+        "SELECT extract(epoch FROM now() - min(next_attempt_at))::float FROM nq_all_notifications"
         " WHERE status = 'PENDING' AND next_attempt_at <= now()",
     )
     hooks = dict(
@@ -88,7 +91,7 @@ async def test_status_reports_the_databases_counts(
     assert status["counts"] == expected["counts"]
     assert status["due"] == expected["due"] == {"HIGH": 7, "NORMAL": 8, "LOW": 8}
     assert status["oldestDueAgeSeconds"] == pytest.approx(expected["oldest"]["age"], abs=5)
-    assert status["database"] == "ok"
+    assert status["database"] == {"engine": "postgresql", "workerNodes": 0}
 
 
 async def test_an_empty_queue_has_zero_everywhere(client: httpx.AsyncClient) -> None:

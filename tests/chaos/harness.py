@@ -305,7 +305,7 @@ async def audit(
     rows = await read_rows(
         db,
         "SELECT id, status, attempt_count, max_attempts, provider_message_id, provider,"
-        " claim_token, lease_expires_at FROM nq_notifications WHERE id = ANY(%(ids)s::uuid[])",
+        " claim_token, lease_expires_at FROM nq_all_notifications WHERE id = ANY(%(ids)s::uuid[])",
         {"ids": wanted},
     )
     result = Audit(notifications=len(wanted))

@@ -173,14 +173,16 @@ async def _ok(http: aiohttp.ClientSession, url: str) -> bool:
 
 
 async def _sent_at_least(db: Database, n: int) -> bool:
-    rows = await read_rows(db, "SELECT count(*) AS n FROM nq_notifications WHERE status = 'SENT'")
+    rows = await read_rows(
+        db, "SELECT count(*) AS n FROM nq_all_notifications WHERE status = 'SENT'"
+    )
     return rows[0]["n"] >= n
 
 
 async def _final(db: Database, ids: list[uuid.UUID]) -> bool:
     rows = await read_rows(
         db,
-        "SELECT count(*) AS n FROM nq_notifications WHERE id = ANY(%(ids)s::uuid[])"
+        "SELECT count(*) AS n FROM nq_all_notifications WHERE id = ANY(%(ids)s::uuid[])"
         " AND status NOT IN ('PENDING', 'PROCESSING')",
         {"ids": ids},
     )

@@ -62,7 +62,7 @@ async def _row(db: Database, id_: uuid.UUID) -> dict[str, Any]:
     [row] = await read_rows(
         db,
         "SELECT status, provider, attempt_count, last_error, delivery_attempts"
-        " FROM nq_notifications WHERE id = %(id)s",
+        " FROM nq_all_notifications WHERE id = %(id)s",
         {"id": id_},
     )
     return row

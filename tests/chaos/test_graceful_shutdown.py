@@ -59,7 +59,7 @@ async def test_sigterm_under_load_hands_unsent_work_back_free_and_leaves_nothing
 
     rows = await read_rows(
         db,
-        "SELECT id, status, attempt_count, claim_token, lease_expires_at FROM nq_notifications",
+        "SELECT id, status, attempt_count, claim_token, lease_expires_at FROM nq_all_notifications",
     )
     leased = [
         r for r in rows if r["status"] == "PROCESSING" or r["claim_token"] or r["lease_expires_at"]
@@ -81,7 +81,7 @@ async def test_sigterm_under_load_hands_unsent_work_back_free_and_leaves_nothing
     await poll(lambda: all_final(db, NOTIFICATIONS), timeout=60, what="drained by a fresh worker")
     again = await read_rows(
         db,
-        "SELECT attempt_count FROM nq_notifications WHERE id = ANY(%(ids)s::uuid[])",
+        "SELECT attempt_count FROM nq_all_notifications WHERE id = ANY(%(ids)s::uuid[])",
         {"ids": [r["id"] for r in handed_back]},
     )
     result = await audit(db, ids, provider)
@@ -96,5 +96,7 @@ async def test_sigterm_under_load_hands_unsent_work_back_free_and_leaves_nothing
 
 
 async def _under_load(db: Database, provider: ChaosProvider) -> bool:
-    rows = await read_rows(db, "SELECT count(*) AS n FROM nq_notifications WHERE status = 'SENT'")
+    rows = await read_rows(
+        db, "SELECT count(*) AS n FROM nq_all_notifications WHERE status = 'SENT'"
+    )
     return rows[0]["n"] >= 300 and provider.stalled_now >= 20

@@ -238,7 +238,7 @@ async def test_hostile_requests_are_refused_without_memory_growth_or_a_stuck_api
         ) as r:
             assert r.status == 201
     await poll(lambda: _all_sent(db, 11), timeout=30, what="the worker delivered everything valid")
-    stored = await read_rows(db, "SELECT count(*) AS n FROM nq_notifications")
+    stored = await read_rows(db, "SELECT count(*) AS n FROM nq_all_notifications")
 
     everything = {name: statuses for name, statuses in answers.items()}
     record(
@@ -276,5 +276,7 @@ async def _ok(http: aiohttp.ClientSession, url: str) -> bool:
 
 
 async def _all_sent(db: Database, n: int) -> bool:
-    rows = await read_rows(db, "SELECT count(*) AS n FROM nq_notifications WHERE status = 'SENT'")
+    rows = await read_rows(
+        db, "SELECT count(*) AS n FROM nq_all_notifications WHERE status = 'SENT'"
+    )
     return rows[0]["n"] == n

@@ -100,7 +100,7 @@ async def peer() -> AsyncIterator[HostilePeer]:
 async def _stored(db: Database, id: uuid.UUID) -> dict[str, Any]:
     rows = await read_rows(
         db,
-        "SELECT status, attempt_count, last_error, provider_message_id FROM nq_notifications"
+        "SELECT status, attempt_count, last_error, provider_message_id FROM nq_all_notifications"
         " WHERE id = %(id)s",
         {"id": id},
     )
@@ -336,7 +336,9 @@ async def test_an_email_only_worker_sleeps_while_only_sms_work_is_due(
     # loaded 2-core machine, about 120 per interval. The bound sits a factor 3 to 6 from each.
     record("email-only worker, sms due", {"statements": issued, "poll_intervals": round(polls, 1)})
     assert issued <= 20 * polls, f"{issued} statements in {polls - 1:.1f} poll intervals"
-    rows = await read_rows(db, "SELECT count(*) AS n FROM nq_notifications WHERE status='PENDING'")
+    rows = await read_rows(
+        db, "SELECT count(*) AS n FROM nq_all_notifications WHERE status='PENDING'"
+    )
     assert rows[0]["n"] == 21
 
 

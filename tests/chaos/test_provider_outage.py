@@ -86,14 +86,14 @@ async def test_the_backlog_drains_after_an_outage_and_high_priority_is_not_delay
 
     latencies = await read_rows(
         db,
-        "SELECT extract(epoch FROM sent_at - created_at)::float8 AS seconds FROM nq_notifications"
-        " WHERE id = ANY(%(ids)s::uuid[])",
+        "SELECT extract(epoch FROM sent_at - created_at)::float8 AS seconds"
+        " FROM nq_all_notifications WHERE id = ANY(%(ids)s::uuid[])",
         {"ids": fresh_high},
     )
     backlog_done = await read_rows(
         db,
-        "SELECT extract(epoch FROM max(sent_at) - %(t)s)::float8 AS seconds FROM nq_notifications"
-        " WHERE priority > 0",
+        "SELECT extract(epoch FROM max(sent_at) - %(t)s)::float8 AS seconds"
+        " FROM nq_all_notifications WHERE priority > 0",
         {"t": recovered_at},
     )
     high_worst = max(r["seconds"] for r in latencies)
@@ -104,8 +104,8 @@ async def test_the_backlog_drains_after_an_outage_and_high_priority_is_not_delay
     # backlog drains, is the priority benchmark's).
     [order] = await read_rows(
         db,
-        "SELECT count(*) FILTER (WHERE sent_at > (SELECT max(sent_at) FROM nq_notifications"
-        " WHERE id = ANY(%(high)s::uuid[]))) AS after_high FROM nq_notifications"
+        "SELECT count(*) FILTER (WHERE sent_at > (SELECT max(sent_at) FROM nq_all_notifications"
+        " WHERE id = ANY(%(high)s::uuid[]))) AS after_high FROM nq_all_notifications"
         " WHERE priority > 0",
         {"high": fresh_high},
     )

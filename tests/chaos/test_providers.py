@@ -93,7 +93,7 @@ async def _final_rows(db: Database, ids: list[uuid.UUID]) -> list[dict[str, Any]
     rows = await read_rows(
         db,
         "SELECT id, status, provider, attempt_count, last_error, delivery_attempts"
-        " FROM nq_notifications WHERE id = ANY(%(ids)s)",
+        " FROM nq_all_notifications WHERE id = ANY(%(ids)s)",
         {"ids": ids},
     )
     return rows if all(Status(r["status"]).is_final for r in rows) else None
@@ -264,7 +264,7 @@ async def test_four_workers_keep_a_provider_under_its_rate_limit_in_every_second
         provider.wait(timeout=10)
     rows = await read_rows(
         db,
-        "SELECT status, attempt_count FROM nq_notifications WHERE id = ANY(%(ids)s)",
+        "SELECT status, attempt_count FROM nq_all_notifications WHERE id = ANY(%(ids)s)",
         {"ids": ids},
     )
     assert {r["status"] for r in rows} == {Status.SENT}
@@ -287,7 +287,8 @@ async def test_four_workers_keep_a_provider_under_its_rate_limit_in_every_second
 
 async def _unfinished_none(db: Database) -> bool:
     rows = await read_rows(
-        db, "SELECT count(*) AS n FROM nq_notifications WHERE status IN ('PENDING', 'PROCESSING')"
+        db,
+        "SELECT count(*) AS n FROM nq_all_notifications WHERE status IN ('PENDING', 'PROCESSING')",
     )
     return bool(rows[0]["n"] == 0)
 

@@ -160,7 +160,7 @@ async def test_no_secret_reaches_the_logs_of_a_worker_or_the_api_even_at_debug_l
     assert _leaks(logs) == []
     stored = await read_rows(
         db,
-        "SELECT last_error FROM nq_notifications WHERE last_error IS NOT NULL"
+        "SELECT last_error FROM nq_all_notifications WHERE last_error IS NOT NULL"
         " UNION ALL SELECT last_error FROM nq_webhook_events WHERE last_error IS NOT NULL",
     )
     assert stored and _leaks("\n".join(r["last_error"] for r in stored)) == []

@@ -60,7 +60,7 @@ async def test_a_late_result_from_a_worker_whose_lease_expired_is_rejected_and_t
     row = (
         await read_rows(
             db,
-            "SELECT status, attempt_count, provider_message_id FROM nq_notifications"
+            "SELECT status, attempt_count, provider_message_id FROM nq_all_notifications"
             " WHERE id = %(id)s",
             {"id": batch[0].id},
         )
@@ -87,7 +87,9 @@ async def test_a_late_result_from_a_worker_whose_lease_expired_is_rejected_and_t
 
 
 async def _sent(db: Database, id: object) -> bool:
-    rows = await read_rows(db, "SELECT status FROM nq_notifications WHERE id = %(id)s", {"id": id})
+    rows = await read_rows(
+        db, "SELECT status FROM nq_all_notifications WHERE id = %(id)s", {"id": id}
+    )
     return rows[0]["status"] == "SENT"
 
 

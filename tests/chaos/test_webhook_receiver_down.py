@@ -105,7 +105,7 @@ async def test_a_receiver_that_never_recovers_leaves_events_failed_and_notificat
     rows = await read_rows(
         db,
         "SELECT n.status, n.attempt_count, n.updated_at, e.created_at AS event_at, e.attempts"
-        " FROM nq_notifications n JOIN nq_webhook_events e ON e.notification_id = n.id",
+        " FROM nq_all_notifications n JOIN nq_webhook_events e ON e.notification_id = n.id",
     )
     async with aiohttp.ClientSession() as http:
         base = f"http://127.0.0.1:{port}"

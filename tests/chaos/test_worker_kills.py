@@ -44,7 +44,7 @@ STUCK_AFTER_SECONDS = 3.0
 async def _overdue_leases(db: Database) -> int:
     rows = await read_rows(
         db,
-        "SELECT count(*) AS n FROM nq_notifications WHERE status = 'PROCESSING'"
+        "SELECT count(*) AS n FROM nq_all_notifications WHERE status = 'PROCESSING'"
         " AND lease_expires_at < now() - make_interval(secs => %(slack)s)",
         {"slack": STUCK_AFTER_SECONDS},
     )

@@ -96,7 +96,7 @@ async def test_mirroring_and_status_write_back_survive_a_database_crash(
             rows = dict(
                 conn.execute(
                     "SELECT l.name, n.attempt_count FROM nq_kube_links l "
-                    "JOIN nq_notifications n ON n.id = l.notification_id "
+                    "JOIN nq_all_notifications n ON n.id = l.notification_id "
                     "WHERE l.namespace = %s AND n.status = 'SENT'",
                     (namespace,),
                 ).fetchall()

@@ -121,7 +121,7 @@ async def test_a_notification_for_a_recipient_becomes_one_rendered_row_per_chann
     rows = await sql(
         database_url,
         "SELECT channel, recipient, subject, body, template_name, template_version, category "
-        "FROM nq_notifications WHERE id = ANY(%s::uuid[]) ORDER BY channel",
+        "FROM nq_all_notifications WHERE id = ANY(%s::uuid[]) ORDER BY channel",
         (ids,),
     )
     assert rows == [
@@ -142,7 +142,9 @@ async def test_a_notification_for_a_recipient_becomes_one_rendered_row_per_chann
 
     async def cancelled() -> bool:
         found = await sql(
-            database_url, "SELECT status FROM nq_notifications WHERE id = ANY(%s::uuid[])", (ids,)
+            database_url,
+            "SELECT status FROM nq_all_notifications WHERE id = ANY(%s::uuid[])",
+            (ids,),
         )
         return found == [("CANCELLED",), ("CANCELLED",)]
 

@@ -47,7 +47,7 @@ class Raw:
 
     async def reset(self) -> None:
         await self.conn.execute(
-            "TRUNCATE nq_queue, nq_delivery_log, nq_idempotency_keys, nq_rate_slots,"
+            "TRUNCATE nq_jobs, nq_delivery_log, nq_idempotency_keys, nq_rate_windows, nq_counters,"
             " nq_webhook_events, nq_policies"
         )
 

@@ -62,7 +62,7 @@ async def test_a_claim_takes_exactly_the_rows_the_order_model_says_in_that_order
         created = now - timedelta(seconds=spec["created_seconds_ago"] + 60)  # type: ignore[operator]
         expires = now - timedelta(seconds=1) if spec["expired"] else None
         await raw.rows(
-            "UPDATE nq_queue SET next_attempt_at = %(due)s, created_at = %(created)s,"
+            "UPDATE nq_jobs SET next_attempt_at = %(due)s, created_at = %(created)s,"
             " expires_at = %(expires)s WHERE id = %(id)s",
             {"due": due, "created": created, "expires": expires, "id": n.id},
         )
@@ -92,6 +92,7 @@ async def test_a_claim_takes_exactly_the_rows_the_order_model_says_in_that_order
     expected = [m[3] for m in eligible[:limit]]
     assert [c.id for c in claimed] == expected
     untouched = await raw.rows(
-        "SELECT count(*) AS n FROM nq_notifications WHERE status = 'PENDING' AND attempt_count = 0"
+        "SELECT count(*) AS n FROM nq_all_notifications"
+        " WHERE status = 'PENDING' AND attempt_count = 0"
     )
     assert untouched[0]["n"] == len(rows) - len(expected)

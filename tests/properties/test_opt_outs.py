@@ -99,6 +99,6 @@ async def test_no_history_delivers_on_an_opted_out_channel_or_category(
             await delivery.complete([(c, DeliveryResult(Outcome.SENT)) for c in batch.claimed])
             delivered += len(batch.claimed)
     # Nothing is left behind unexamined: every notification ended SENT or SUPPRESSED.
-    rows = await raw.rows("SELECT status, count(*) AS n FROM nq_notifications GROUP BY status")
+    rows = await raw.rows("SELECT status, count(*) AS n FROM nq_all_notifications GROUP BY status")
     assert {r["status"] for r in rows} <= {"SENT", "SUPPRESSED"}
     assert sum(r["n"] for r in rows if r["status"] == "SENT") == delivered

@@ -68,13 +68,16 @@ async def test_a_claim_admits_exactly_what_the_window_allows_and_defers_the_rest
         for n, age in zip(rows[::2], recovered, strict=False):
             await _slot(raw, n.id, recipient, age)
 
-    before = await raw.rows("SELECT notification_id, recipient, taken_at FROM nq_rate_slots")
+    before = await raw.rows(
+        "SELECT notification_id, recipient, taken_at FROM nq_rate_window_entries"
+    )
     claiming = (await raw.rows("SELECT now() AS t"))[0]["t"]
     service = delivery_service(db, rate_limit=limit, rate_window_seconds=WINDOW)
     result = await service.claim(1000)
     claimed_ids = {c.id for c in result.claimed}
     taken = await raw.rows(
-        "SELECT max(taken_at) AS t FROM nq_rate_slots WHERE notification_id = ANY(%(ids)s::uuid[])",
+        "SELECT max(taken_at) AS t FROM nq_rate_window_entries"
+        " WHERE notification_id = ANY(%(ids)s::uuid[])",
         {"ids": list(claimed_ids)},
     )
     # The claim's own now(): the time of the slots it took; else (nothing admitted) about now.
@@ -85,7 +88,8 @@ async def test_a_claim_admits_exactly_what_the_window_allows_and_defers_the_rest
     for recipient in recipients:
         rows = await raw.rows(
             "SELECT n.id, n.status, n.attempt_count, n.next_attempt_at, s.taken_at AS slot_now"
-            " FROM nq_notifications n LEFT JOIN nq_rate_slots s ON s.notification_id = n.id"
+            " FROM nq_all_notifications n"
+            " LEFT JOIN nq_rate_window_entries s ON s.notification_id = n.id"
             " WHERE n.recipient = %(r)s ORDER BY n.send_at",
             {"r": recipient},
         )
@@ -119,9 +123,15 @@ async def test_a_claim_admits_exactly_what_the_window_allows_and_defers_the_rest
 
 
 async def _slot(raw: Raw, id: uuid.UUID, recipient: str, age: int) -> None:
+    """An entry in the recipient's window (nq_rate_windows, 0012), kept in time order."""
     await raw.rows(
-        "INSERT INTO nq_rate_slots (notification_id, recipient, taken_at)"
-        " VALUES (%(id)s, %(r)s, now() - make_interval(secs => %(age)s))",
+        "INSERT INTO nq_rate_windows AS w (bucket, recipient, ids, taken, last_taken_at)"
+        " SELECT nq_bucket(%(r)s), %(r)s, ARRAY[%(id)s::uuid], ARRAY[t], t"
+        " FROM (SELECT now() - make_interval(secs => %(age)s) AS t) x"
+        " ON CONFLICT (bucket, recipient) DO UPDATE SET"
+        " (ids, taken) = (SELECT array_agg(e.id ORDER BY e.t), array_agg(e.t ORDER BY e.t)"
+        "   FROM unnest(w.ids || excluded.ids, w.taken || excluded.taken) AS e(id, t)),"
+        " last_taken_at = GREATEST(w.last_taken_at, excluded.last_taken_at)",
         {"id": id, "r": recipient, "age": age},
     )
 
@@ -137,7 +147,7 @@ async def test_a_notification_recovered_from_a_crashed_worker_is_not_held_back_b
     crashed = delivery_service(db, rate_limit=1, lease_seconds=0.1)
     first = (await crashed.claim(10)).claimed
     assert len(first) == 1
-    await raw.rows("UPDATE nq_queue SET lease_expires_at = now() - interval '1 second'")
+    await raw.rows("UPDATE nq_jobs SET lease_expires_at = now() - interval '1 second'")
     recovered, _ = await _recover(crashed)
     assert recovered == 1
     again = await delivery_service(db, rate_limit=1).claim(10)
@@ -146,7 +156,7 @@ async def test_a_notification_recovered_from_a_crashed_worker_is_not_held_back_b
         [(again.claimed[0], DeliveryResult(Outcome.SENT))]
     )
     assert accepted == {created[0].id}
-    slots = await raw.rows("SELECT count(*) AS n FROM nq_rate_slots")
+    slots = await raw.rows("SELECT count(*) AS n FROM nq_rate_window_entries")
     assert slots[0]["n"] == 1
 
 

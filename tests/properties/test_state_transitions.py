@@ -139,7 +139,8 @@ async def test_no_sequence_of_operations_leaves_a_final_state_or_breaks_an_invar
     )
     ids = [c.notification.id for c in created]
     order = [
-        r["id"] for r in await raw.rows("SELECT id FROM nq_notifications ORDER BY created_at, id")
+        r["id"]
+        for r in await raw.rows("SELECT id FROM nq_all_notifications ORDER BY created_at, id")
     ]
     world = World(ids, order, {i: Model() for i in ids})
 
@@ -231,7 +232,7 @@ async def _apply(
     elif kind == "expire":
         id = world.ids[int(op[1])]  # type: ignore[call-overload]
         # The deadline passes wherever the row is: a finished one keeps it if it is retried.
-        for table in ("nq_queue", "nq_delivery_log"):
+        for table in ("nq_jobs", "nq_delivery_log"):
             await raw.rows(
                 f"UPDATE {table} SET expires_at = now() - interval '1 second'"  # noqa: S608
                 " WHERE id = %(id)s",
@@ -245,7 +246,7 @@ async def _apply(
     elif kind == "lease_expire":
         id = world.ids[int(op[1])]  # type: ignore[call-overload]
         await raw.rows(
-            "UPDATE nq_queue SET lease_expires_at = now() - interval '1 second'"
+            "UPDATE nq_jobs SET lease_expires_at = now() - interval '1 second'"
             " WHERE id = %(id)s AND status = 'PROCESSING'",
             {"id": id},
         )
@@ -259,7 +260,7 @@ async def _apply(
                 world.move(i, "EXPIRED")
     elif kind == "advance":
         await raw.rows(
-            "UPDATE nq_queue"
+            "UPDATE nq_jobs"
             " SET next_attempt_at = next_attempt_at - interval '2000 seconds'"
             " WHERE status = 'PENDING'"
         )
@@ -281,8 +282,8 @@ async def _snapshot(raw: Raw) -> dict[uuid.UUID, dict[str, object]]:
         "SELECT n.id, n.status, n.attempt_count, n.claim_token, n.lease_expires_at, n.finished_at,"
         " jsonb_array_length(n.retries) AS retries,"
         " (SELECT count(*) FROM nq_webhook_events e WHERE e.notification_id = n.id) AS events,"
-        " EXISTS (SELECT 1 FROM nq_rate_slots s WHERE s.notification_id = n.id) AS slot"
-        " FROM nq_notifications n"
+        " EXISTS (SELECT 1 FROM nq_rate_window_entries s WHERE s.notification_id = n.id) AS slot"
+        " FROM nq_all_notifications n"
     )
     return {r["id"]: r for r in rows}
 

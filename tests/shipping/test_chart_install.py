@@ -476,7 +476,7 @@ spec:
             with psycopg.connect(release.database_url) as conn:
                 statuses = dict(
                     conn.execute(
-                        "SELECT recipient, status FROM nq_notifications"
+                        "SELECT recipient, status FROM nq_all_notifications"
                         " WHERE recipient IN (%s, %s)",
                         ("+4915112345678", "later@example.com"),
                     ).fetchall()
@@ -716,7 +716,7 @@ async def test_helm_uninstall_releases_the_notifications_and_removes_the_release
     # The Pending one was cancelled: nobody would have served it.
     with psycopg.connect(release.database_url) as conn:
         row = conn.execute(
-            "SELECT status FROM nq_notifications WHERE id = %s", (waiting_id,)
+            "SELECT status FROM nq_all_notifications WHERE id = %s", (waiting_id,)
         ).fetchone()
     assert row == ("CANCELLED",)
     # No finalizer is left, so with no operator the objects (and so their namespace, which the

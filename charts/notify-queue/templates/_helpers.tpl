@@ -210,9 +210,55 @@ unless required. The chart-made Secret's keys are known: referenced only when gi
       {{- end }}
 {{- end }}
 {{- end }}
+{{- include "notify-queue.databaseEnv" (dict "root" $root "listens" .listens) }}
 {{- with .extraEnv }}
 {{ toYaml . }}
 {{- end }}
+{{- end -}}
+
+{{/*
+The database variables beyond the URL: PGPASSWORD from database.passwordFrom (libpq reads it for
+a URL without a password), and for a role that LISTENs (`.listens`: workers, the operator)
+NOTIFY_QUEUE_LISTEN_DATABASE_URL, the direct URL, from the first source that applies:
+database.listenUrlFrom, existingSecret's listen-database-url key (optional), database.listenUrl
+(the chart-made Secret). Arguments: .root, .listens.
+*/}}
+{{- define "notify-queue.databaseEnv" -}}
+{{- $root := .root -}}
+{{- $db := default dict $root.Values.database -}}
+{{- $password := default dict $db.passwordFrom -}}
+{{- if $password.secretName }}
+- name: PGPASSWORD
+  valueFrom:
+    secretKeyRef:
+      name: {{ $password.secretName }}
+      key: {{ default "password" $password.key }}
+{{- end }}
+{{- if .listens }}
+{{- with include "notify-queue.listenUrlRef" $root | fromYaml }}
+- name: NOTIFY_QUEUE_LISTEN_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      {{- toYaml . | nindent 6 }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Where the direct (listen) URL is read from, as a secretKeyRef; empty when none is set. */}}
+{{- define "notify-queue.listenUrlRef" -}}
+{{- $db := default dict .Values.database -}}
+{{- $from := default dict $db.listenUrlFrom -}}
+{{- if $from.secretName -}}
+name: {{ $from.secretName }}
+key: {{ default "uri" $from.key }}
+{{- else if .Values.existingSecret -}}
+name: {{ .Values.existingSecret }}
+key: listen-database-url
+optional: true
+{{- else if $db.listenUrl -}}
+name: {{ include "notify-queue.chartSecretName" . }}
+key: listen-database-url
+{{- end -}}
 {{- end -}}
 
 {{/* The chart-made Secret's value for `.key` (empty when unset): only what the values give.
@@ -220,7 +266,7 @@ Nothing random and no `lookup`: the same values render the same bytes, with or w
 cluster (helm template, Argo CD). A token nobody gives is made at run time (api-token-job.yaml). */}}
 {{- define "notify-queue.secretValue" -}}
 {{- $v := .root.Values -}}
-{{- $values := dict "database-url" $v.database.url "api-token" $v.secrets.apiToken "admin-token" $v.secrets.adminToken "webhook-secret" $v.secrets.webhookSecret "smtp-password" $v.secrets.smtpPassword -}}
+{{- $values := dict "database-url" $v.database.url "listen-database-url" (dig "listenUrl" "" (default dict $v.database)) "api-token" $v.secrets.apiToken "admin-token" $v.secrets.adminToken "webhook-secret" $v.secrets.webhookSecret "smtp-password" $v.secrets.smtpPassword -}}
 {{- get $values .key -}}
 {{- end -}}
 
@@ -231,7 +277,7 @@ cluster (helm template, Argo CD). A token nobody gives is made at run time (api-
 
 {{/* The keys of the chart-made Secret, in a fixed order. */}}
 {{- define "notify-queue.secretKeys" -}}
-database-url api-token admin-token webhook-secret smtp-password
+database-url listen-database-url api-token admin-token webhook-secret smtp-password
 {{- end -}}
 
 {{/* Fail with a clear message when the values cannot work, beyond what the schema can say. */}}

@@ -112,4 +112,5 @@ def open_database(settings: ApiSettings) -> Database:
         pool_size=settings.database_pool_size,
         name=f"notify-queue-api-{os.getpid()}",
         acquire_timeout_seconds=settings.database_timeout,
+        prepared_statements=settings.prepares_on_server,
     )

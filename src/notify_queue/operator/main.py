@@ -98,6 +98,8 @@ async def run_operator(
         settings.require_database_url(),
         pool_size=settings.database_pool_size,
         name="notify-queue-operator",
+        session_url=settings.listen_database_url,
+        prepared_statements=settings.prepares_on_server,
     )
     try:
         await db.open()

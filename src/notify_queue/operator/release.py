@@ -56,7 +56,9 @@ async def release(
 ) -> Released:
     """Stop the operator (if named), then release every object in `namespace` (None: all)."""
     kube = KubeApi(load_kube_configuration(kubeconfig))
-    db = Database(database_url, pool_size=2, name="notify-queue-release")
+    # Never prepared on the server: a one-off run gains nothing by it, and it then works through
+    # any pooler the operator's URL goes through.
+    db = Database(database_url, pool_size=2, name="notify-queue-release", prepared_statements=False)
     deadline = time.monotonic() + timeout_seconds
     try:
         await db.open()

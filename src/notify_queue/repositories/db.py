@@ -4,6 +4,12 @@
 fetch all, a transaction) plus LISTEN. Every driver error is translated here, once, into
 `DatabaseUnavailable`, so the layers above never see psycopg's exceptions. Statements are
 parameterised, always: queries come from `sql/*.sql` and values only ever travel as parameters.
+
+Two URLs. The pool may go through a transaction-mode pooler (PgBouncer), where each transaction
+may run on another server connection: nothing the pool runs may outlive its transaction. What
+needs one session for longer (LISTEN, a session-level advisory lock held across statements) runs
+on a connection of its own to `session_url`, which reaches PostgreSQL directly
+(docs/operations.md, "PgBouncer").
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, cast
 
@@ -65,8 +71,12 @@ class Database:
         pool_size: int = 8,
         name: str = "notify-queue",
         acquire_timeout_seconds: float = 10.0,
+        session_url: str | None = None,
+        prepared_statements: bool = True,
     ) -> None:
         self.url = url
+        self.session_url = session_url or url
+        self._name = name
         self._pool = AsyncConnectionPool(
             url,
             min_size=1,
@@ -81,6 +91,9 @@ class Database:
                 "autocommit": True,
                 "application_name": application_name(name),
                 "row_factory": dict_row,
+                # psycopg prepares a statement on the server after its fifth run on a connection
+                # (the default threshold); None never does, for poolers that cannot keep them.
+                **({} if prepared_statements else {"prepare_threshold": None}),
             },
             reconnect_timeout=float("inf"),
             name=name,
@@ -164,29 +177,61 @@ class Database:
         async with self.connection() as conn:
             return await conn.fetch_all(query, params)
 
-    async def listen(self, channel: str, stop: asyncio.Event) -> AsyncIterator[str]:
+    @asynccontextmanager
+    async def session(self) -> AsyncIterator[Connection]:
+        """A connection of its own to `session_url`, closed afterwards: for work that holds a
+        session-level lock across statements, which a transaction-mode pooler would spread over
+        several server connections (the lock taken on one, the unlock sent to another)."""
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                self.session_url,
+                autocommit=True,
+                application_name=application_name(f"{self._name}-session"),
+                row_factory=dict_row,
+            ) as conn:
+                yield Connection(conn)
+        except _UNAVAILABLE as exc:
+            raise _translate(exc) from None
+
+    async def listen(
+        self,
+        channel: str,
+        stop: asyncio.Event,
+        *,
+        on_state: Callable[[bool], None] | None = None,
+    ) -> AsyncIterator[str]:
         """Yield the payload of each NOTIFY on `channel` until `stop` is set; reconnects on loss.
 
-        Runs on its own connection outside the pool: a LISTEN ties up a session (so it does not
-        work through a transaction-mode PgBouncer; see docs/operations.md). After a reconnect it
-        yields an empty payload, because hints sent while it was away are lost and the caller
-        should look for work anyway.
+        Runs on its own connection to `session_url`, outside the pool: a LISTEN ties up a
+        session, which a transaction-mode pooler gives back after each transaction (the
+        notifications would then reach whichever client runs there next, or nobody). After a
+        reconnect it yields an empty payload, because hints sent while it was away are lost and
+        the caller should look for work anyway. `on_state(True)` is called once the LISTEN is in
+        place and `on_state(False)` when the connection is lost (or the listener ends): while it
+        is away the caller cannot rely on hints and polls instead.
         """
         delay = 0.1
         while not stop.is_set():
+            listening = False
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self.url,
+                    self.session_url,
                     autocommit=True,
                     application_name=application_name("notify-queue-listen"),
                 ) as conn:
                     await conn.execute(f"LISTEN {channel}")  # channel is a constant of ours
                     delay = 0.1
+                    listening = True
+                    if on_state is not None:
+                        on_state(True)
                     yield ""
                     while not stop.is_set():
                         async for notify in conn.notifies(timeout=1.0):
                             yield notify.payload
             except _UNAVAILABLE as exc:
+                if listening and on_state is not None:
+                    listening = False
+                    on_state(False)
                 log.warning(
                     "listen connection lost (%s); reconnecting in %.1fs", _translate(exc), delay
                 )

@@ -113,10 +113,14 @@ class DeliveryRepository:
             if locked is None or not locked["ids"]:
                 return ClaimedBatch([], [])
             quiet = _quiet_held(locked, quiet_hours)
-            rows = await conn.fetch_tuples(
+            # One token per claim: Citus refuses gen_random_uuid() in a distributed UPDATE, and
+            # completion matches (id, token), which a batch's token keeps unique per attempt.
+            claim_token = uuid.uuid4()
+            rows = await conn.fetch_all(
                 "claim_admit_candidates",
                 {
                     "ids": locked["ids"],
+                    "claim_token": claim_token,
                     "rate_limit": d.rate_limit,
                     "rate_window_seconds": d.rate_window_seconds,
                     "lease_seconds": d.lease_seconds,
@@ -128,7 +132,7 @@ class DeliveryRepository:
                     "quiet_ids": list(quiet),
                 },
             )
-            claimed = [_claimed(r) for r in rows if r[0]]
+            claimed = [_claimed(r, claim_token) for r in rows if r["id"] is not None]
             screened: list[Completion] = []
             if screen is not None:
                 kept = []
@@ -141,7 +145,7 @@ class DeliveryRepository:
                 if screened:
                     await self._complete(conn, screened)
                 claimed = kept
-        limited = [Channel(r[3]) for r in rows if not r[0]]
+        limited = [Channel(c) for c in rows[0]["deferred_channels"]] if rows else []
         return ClaimedBatch(claimed, limited, screened)
 
     async def deliveries_complete(self, *, completions: Sequence[Completion]) -> set[uuid.UUID]:
@@ -175,6 +179,7 @@ class DeliveryRepository:
                 "next_attempt_ats": [c.next_attempt_at for c in completions],
                 "addresses_gone": [c.address_gone for c in completions],
                 "bound_providers": [c.bound_provider for c in completions],
+                "waiting_reasons": [c.waits_for for c in completions],
                 "default_webhook_url": self._defaults.webhook_url,
             },
         )
@@ -219,14 +224,24 @@ class DeliveryRepository:
         assert row is not None
         return row["next_due_at"], row["now"]
 
-    async def rate_slots_prune(self, *, limit: int = 10_000) -> int:
+    async def rate_windows_prune(self, *, limit: int = 10_000) -> int:
         return await self._db.execute(
-            "prune_rate_slots",
+            "prune_rate_windows",
             {"default_window_seconds": self._defaults.rate_window_seconds, "limit": limit},
         )
 
-    def wakeups(self, stop: asyncio.Event) -> AsyncIterator[str]:
-        return self._db.listen(WAKEUP_CHANNEL, stop)
+    async def housekeeping_next_due_at(self) -> tuple[datetime | None, datetime]:
+        """When housekeeping next has work (the first lease to run out, the first PENDING row
+        to expire, whichever is earlier), and the database's now."""
+        row = await self._db.fetch_one("housekeeping_next_due_at")
+        assert row is not None
+        due = [t for t in (row["lease_ends_at"], row["expires_at"]) if t is not None]
+        return (min(due) if due else None), row["now"]
+
+    def wakeups(
+        self, stop: asyncio.Event, *, on_state: Callable[[bool], None] | None = None
+    ) -> AsyncIterator[str]:
+        return self._db.listen(WAKEUP_CHANNEL, stop, on_state=on_state)
 
 
 def _quiet_held(locked: dict[str, Any], quiet_hours: QuietHours | None) -> set[uuid.UUID]:
@@ -252,70 +267,43 @@ def _quiet_held(locked: dict[str, Any], quiet_hours: QuietHours | None) -> set[u
     }
 
 
-def _claimed(row: tuple[Any, ...]) -> ClaimedNotification:
-    """One admitted row of claim_admit_candidates, by position (the query's column order)."""
-    (
-        _admitted,
-        id_,
-        claim_token,
-        channel,
-        recipient,
-        subject,
-        body,
-        metadata,
-        attempt_count,
-        max_attempts,
-        priority,
-        backoff_base_seconds,
-        backoff_max_seconds,
-        failover,
-        providers,
-        category,
-        expires_at,
-        recipient_id,
-        recipient_exists,
-        timezone,
-        opt_out_all,
-        opt_out_channels,
-        opt_out_categories,
-        quiet_start,
-        quiet_end,
-        bound_provider,
-        sticky_provider,
-        send_at,
-    ) = row
+def _claimed(row: dict[str, Any], claim_token: uuid.UUID) -> ClaimedNotification:
+    """One admitted row of claim_admit_candidates."""
+    recipient_id = row["recipient_id"]
+    failover = row["failover"]
+    providers = row["providers"]
     return ClaimedNotification(
-        id=id_,
+        id=row["id"],
         claim_token=claim_token,
-        channel=Channel(channel),
-        recipient=recipient,
-        subject=subject,
-        body=body,
-        metadata=metadata,
-        attempt_count=attempt_count,
-        max_attempts=max_attempts,
-        backoff_base_seconds=backoff_base_seconds,
-        backoff_max_seconds=backoff_max_seconds,
-        priority=Priority.from_rank(priority),
+        channel=Channel(row["channel"]),
+        recipient=row["recipient"],
+        subject=row["subject"],
+        body=row["body"],
+        metadata=row["metadata"],
+        attempt_count=row["attempt_count"],
+        max_attempts=row["max_attempts"],
+        backoff_base_seconds=row["backoff_base_seconds"],
+        backoff_max_seconds=row["backoff_max_seconds"],
+        priority=Priority.from_rank(row["priority"]),
         failover=Failover(failover) if failover else None,
         providers=tuple(providers) if providers else None,
-        category=category,
-        expires_at=expires_at,
+        category=row["category"],
+        expires_at=row["expires_at"],
         recipient_id=recipient_id,
         preferences=(
             None
             if recipient_id is None
             else Preferences(
-                exists=recipient_exists,
-                opt_out_all=bool(opt_out_all),
-                opt_out_channels=frozenset(opt_out_channels or ()),
-                opt_out_categories=frozenset(opt_out_categories or ()),
-                timezone=timezone or "UTC",
-                quiet_start=quiet_start,
-                quiet_end=quiet_end,
+                exists=row["recipient_exists"],
+                opt_out_all=bool(row["opt_out_all"]),
+                opt_out_channels=frozenset(row["opt_out_channels"] or ()),
+                opt_out_categories=frozenset(row["opt_out_categories"] or ()),
+                timezone=row["timezone"] or "UTC",
+                quiet_start=row["quiet_start"],
+                quiet_end=row["quiet_end"],
             )
         ),
-        bound_provider=bound_provider,
-        sticky_provider=sticky_provider,
-        due_at=send_at,
+        bound_provider=row["bound_provider"],
+        sticky_provider=row["sticky_provider"],
+        due_at=row["send_at"],
     )

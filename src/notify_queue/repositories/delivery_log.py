@@ -35,9 +35,13 @@ class DeliveryLogRepository:
         self, *, retention_seconds: float, keys_per_chunk: int = 10_000
     ) -> list[Dropped]:
         """Drop every partition wholly older than the retention. Does nothing while another
-        process runs it."""
+        process runs it.
+
+        On a session connection (`Database.session`): the run holds a session-level lock across
+        its statements (DETACH ... CONCURRENTLY cannot run inside a transaction), which a
+        transaction-mode pooler would take on one server connection and leave held there."""
         dropped: list[Dropped] = []
-        async with self._db.connection() as conn:
+        async with self._db.session() as conn:
             locked = await conn.fetch_one("delivery_log_lock")
             if not locked or not locked["locked"]:
                 return dropped

@@ -1,8 +1,8 @@
 """The operator's side of the database: object links, the status outbox, the TTL sweep, lane depths.
 
-The status outbox is filled by a trigger on nq_queue (migrations 0003, 0008) for rows that belong
-to Notification objects, and drained here by one writer at a time, in batches, inside a
-transaction that holds an advisory lock (see `status_outbox_batch`).
+The status outbox is filled by the statements that change rows (nq_note_changes, 0012) for rows
+that belong to Notification objects, and drained here by one writer at a time, in batches, inside
+a transaction that holds an advisory lock (see `status_outbox_batch`).
 """
 
 from __future__ import annotations

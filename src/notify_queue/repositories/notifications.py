@@ -19,6 +19,7 @@ from notify_queue.models import (
     Template,
 )
 from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import (
     notification_from_row,
     recipient_from_row,
@@ -31,6 +32,8 @@ class NotificationRepository:
         self._db = db
         # For the event of a notification born SUPPRESSED (--webhook-url).
         self._default_webhook_url = default_webhook_url
+        # For /status: the engine, read at most once per TTL by this process.
+        self._engine = EngineRepository(db)
 
     @asynccontextmanager
     async def targeted_transaction(
@@ -77,16 +80,20 @@ class NotificationRepository:
             }
             for position, n in enumerate(notifications)
         ]
-        rows = await (conn or self._db).fetch_all(
-            "notification_insert_many",
-            {
-                # One JSON document for the whole batch (see the query).
-                "items": json.dumps(items, ensure_ascii=False),
-                "default_max_attempts": default_max_attempts,
-                "default_webhook_url": self._default_webhook_url,
-            },
-        )
-        return [notification_from_row(r) for r in rows]
+        params = {
+            # One JSON document for the whole batch (see the query).
+            "items": json.dumps(items, ensure_ascii=False),
+            "default_max_attempts": default_max_attempts,
+            "default_webhook_url": self._default_webhook_url,
+        }
+        born_final = any(n.status is not Status.PENDING for n in notifications)
+        if conn is None and not born_final:
+            rows = await self._db.fetch_all("notification_insert_many", params)
+            return [notification_from_row(r) for r in rows]
+        if conn is not None:
+            return await _insert(conn, params, born_final=born_final)
+        async with self._db.transaction() as own:
+            return await _insert(own, params, born_final=born_final)
 
     async def notifications_get_by_keys(
         self, *, idempotency_keys: Sequence[str], conn: Connection | None = None
@@ -131,12 +138,17 @@ class NotificationRepository:
 
     async def notification_cancel(self, *, id: uuid.UUID) -> Notification | None:
         """CANCELLED if it was PENDING; None when it was not (or does not exist)."""
-        row = await self._db.fetch_one("notification_cancel", {"id": id})
-        return None if row is None else notification_from_row(row)
+        async with self._db.transaction() as conn:
+            await conn.fetch_one("notification_log_ready")
+            cancelled = await conn.fetch_one(
+                "notification_cancel", {"id": id, "default_webhook_url": self._default_webhook_url}
+            )
+            return None if cancelled is None else await _get(conn, id)
 
     async def notification_retry(self, *, id: uuid.UUID) -> Notification | None:
-        row = await self._db.fetch_one("notification_retry", {"id": id})
-        return None if row is None else notification_from_row(row)
+        async with self._db.transaction() as conn:
+            retried = await conn.fetch_one("notification_retry", {"id": id})
+            return None if retried is None or retried["id"] is None else await _get(conn, id)
 
     async def notifications_retry_batch(self, *, status: Status, limit: int) -> tuple[int, int]:
         """Retry up to `limit` in `status`, oldest first; return (retried, remaining)."""
@@ -156,6 +168,7 @@ class NotificationRepository:
             hooks = await conn.fetch_all("queue_status_webhooks")
             circuits = await conn.fetch_all("provider_circuits_read")
             now = (await conn.fetch_one("database_now") or {})["now"]
+            engine = await self._engine.engine_get(conn=conn)
         oldest = min((r["oldest_due"] for r in due), default=None)
         by_priority = {
             Priority.from_rank(r["priority"]): max((now - r["oldest_due"]).total_seconds(), 0.0)
@@ -175,7 +188,23 @@ class NotificationRepository:
                 )
                 for r in circuits
             },
+            database=engine,
         )
+
+
+async def _insert(
+    conn: Connection, params: dict[str, object], *, born_final: bool
+) -> list[Notification]:
+    if born_final:
+        await conn.fetch_one("notification_log_ready")
+    rows = await conn.fetch_all("notification_insert_many", params)
+    return [notification_from_row(r) for r in rows]
+
+
+async def _get(conn: Connection, id: uuid.UUID) -> Notification | None:
+    """A statement of its own: it sees what the transaction's earlier statements moved."""
+    row = await conn.fetch_one("notification_get", {"id": id})
+    return None if row is None else notification_from_row(row)
 
 
 class TargetedTransaction:

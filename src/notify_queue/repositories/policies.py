@@ -33,7 +33,8 @@ class PolicyRepository:
 
     async def policy_release_held(self, *, name: str) -> int:
         """The policy is Ready again: its held notifications are due now. Returns how many."""
-        return await self._db.execute("policy_release_held", {"name": name})
+        row = await self._db.fetch_one("policy_release_held", {"name": name})
+        return int(row["released"]) if row else 0
 
     async def policy_refresh_statuses(self, *, namespace: str, name: str) -> int:
         """Queue status writes for the PENDING Notification objects naming the policy `name`."""

@@ -4,6 +4,11 @@ Each query is a block that starts with `-- name: <name>` followed by comment lin
 does and why it locks what it locks. Keeping SQL in `.sql` files lets it be read, reviewed and
 EXPLAINed as SQL; the repositories refer to queries by name.
 
+A block whose name starts with `_` is a fragment, not a query: `{{_name}}` in a query is replaced
+by its text. The column lists that several statements return are written once this way, and
+every statement names its columns (a `*` in a prepared statement breaks when a later release
+adds a column: docs/upgrading.md).
+
 Parameters are named: `%(name)s`, and `%(name)b` for arrays. psycopg sends a `b` parameter in
 binary; a text array it quotes element by element in Python (a regular expression per element),
 which cost a worker three times the client CPU of the binary form for the completion's arrays.
@@ -15,6 +20,7 @@ import re
 from importlib import resources
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_FRAGMENT = re.compile(r"\{\{(_\w+)\}\}")
 
 
 def _load() -> dict[str, str]:
@@ -27,7 +33,16 @@ def _load() -> dict[str, str]:
             if name in queries:
                 raise RuntimeError(f"query {name} is defined twice")
             queries[name] = text.strip()
-    return queries
+    fragments = {name: _without_comments(text) for name, text in queries.items() if name[0] == "_"}
+    return {
+        name: _FRAGMENT.sub(lambda m: fragments[m[1]], text)
+        for name, text in queries.items()
+        if name[0] != "_"
+    }
+
+
+def _without_comments(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))
 
 
 QUERIES = _load()

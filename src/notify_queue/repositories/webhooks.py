@@ -26,7 +26,12 @@ class WebhookRepository:
         came end failed instead (see the statement)."""
         rows = await self._db.fetch_all(
             "webhook_claim_due",
-            {"limit": limit, "lease_seconds": lease_seconds, "max_attempts": max_attempts},
+            {
+                "limit": limit,
+                "lease_seconds": lease_seconds,
+                "max_attempts": max_attempts,
+                "claim_token": uuid.uuid4(),
+            },
         )
         return [
             WebhookEvent(
@@ -40,6 +45,7 @@ class WebhookRepository:
                 claim_token=r["claim_token"],
             )
             for r in rows
+            if r["id"] is not None
         ]
 
     async def webhook_results_record(self, *, results: Sequence[WebhookResult]) -> int:

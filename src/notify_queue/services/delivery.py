@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from datetime import datetime
 
 from notify_queue.models import (
     Channel,
@@ -147,17 +148,28 @@ class DeliveryService:
         expired = await self._repository.notifications_expire_overdue()
         return recovered, dead, expired
 
-    async def prune_rate_slots(self) -> int:
-        return await self._repository.rate_slots_prune()
+    async def prune_rate_windows(self) -> int:
+        return await self._repository.rate_windows_prune()
 
     async def seconds_until_due(self, *, ceiling: float) -> float:
         """Seconds until this worker's lanes next have due work, at most `ceiling`."""
         next_due, now = await self._repository.next_due_at(
             priorities=self._priorities, channels=self._channels
         )
-        if next_due is None:
-            return ceiling
-        return min(max((next_due - now).total_seconds(), 0.0), ceiling)
+        return _seconds_until(next_due, now, ceiling)
 
-    def wakeups(self, stop: asyncio.Event) -> AsyncIterator[str]:
-        return self._repository.wakeups(stop)
+    async def seconds_until_housekeeping(self, *, ceiling: float) -> float:
+        """Seconds until a lease runs out or a notification expires, at most `ceiling`."""
+        due, now = await self._repository.housekeeping_next_due_at()
+        return _seconds_until(due, now, ceiling)
+
+    def wakeups(
+        self, stop: asyncio.Event, *, on_state: Callable[[bool], None] | None = None
+    ) -> AsyncIterator[str]:
+        return self._repository.wakeups(stop, on_state=on_state)
+
+
+def _seconds_until(due: datetime | None, now: datetime, ceiling: float) -> float:
+    if due is None:
+        return ceiling
+    return min(max((due - now).total_seconds(), 0.0), ceiling)

@@ -86,3 +86,80 @@ def waiting_result(skips: Sequence[Skip], sticky: str | None) -> DeliveryResult:
         retry_after_seconds=min((s.wait_seconds for s in skips), default=1.0),
         bound_provider=sticky,
     )
+
+
+# -- one attempt's walk along its chain, as decisions over what happened so far -----------------
+#
+# The router (worker/routing.py) does the I/O of each visit (the circuit, the binding, the send
+# slot, the call); these functions decide, from what its visits so far came to, which provider it
+# visits next, whether the row must be rebound first, whether a probe it took goes back, and what
+# the attempt's result is. No I/O, no clock: unit-tested over their inputs (tests/test_walk.py).
+
+
+@dataclass(frozen=True, slots=True)
+class Visit:
+    """One provider of the walk and what came of it: its answer when it was called, else why it
+    was skipped. `ends_walk`: a skip no other provider can help (the row could not be bound)."""
+
+    provider: str
+    result: DeliveryResult | None = None
+    skip: Skip | None = None
+    ends_walk: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NextVisit:
+    """The provider to visit next, and whether the row must be bound to it first (it names
+    another provider now: the claim bound it to its chain's head, or a visit rebound it)."""
+
+    provider: str
+    rebind: bool
+
+
+@dataclass(frozen=True, slots=True)
+class WalkEnd:
+    """What the attempt comes to. `provider` answered last and its answer is `result`; None when
+    nothing was called, and `result` is then the wait for the earliest probe or send slot.
+    `bound_provider` is the binding its completion records."""
+
+    provider: str | None
+    result: DeliveryResult
+    bound_provider: str | None
+
+
+def next_visit(
+    candidates: Sequence[str], failover: Failover, bound: str | None, visits: Sequence[Visit]
+) -> NextVisit | None:
+    """The next provider of `candidates` (`providers_to_try`) to visit, or None when the walk is
+    over: the last call ended it (sent, failed for good, or a temporary failure that may not move
+    on), a skip ended it, or every candidate was visited. `bound`: the row's binding now."""
+    if visits:
+        last = visits[-1]
+        if last.ends_walk:
+            return None
+        if last.result is not None and (
+            last.result.outcome is not Outcome.TEMPORARY_FAILURE
+            or not may_move_on(last.result, failover)
+        ):
+            return None
+    if len(visits) >= len(candidates):
+        return None
+    provider = candidates[len(visits)]
+    return NextVisit(provider, rebind=bound != provider)
+
+
+def probe_unused(visit: Visit, *, took_probe: bool) -> bool:
+    """A visit that took its circuit's half-open probe and then did not call (no binding, no send
+    slot) hands it back at once: otherwise nobody, on any worker, probes until it times out."""
+    return took_probe and visit.result is None
+
+
+def walk_end(visits: Sequence[Visit], sticky: str | None) -> WalkEnd:
+    """The attempt's result: the last call's answer (it ended the walk) with the binding that
+    stays (`binding_after`), or, when nothing was called, the wait (`waiting_result`)."""
+    calls = [(v.provider, v.result) for v in visits if v.result is not None]
+    if not calls:
+        skips = [v.skip for v in visits if v.skip is not None]
+        return WalkEnd(None, waiting_result(skips, sticky), sticky)
+    provider, result = calls[-1]
+    return WalkEnd(provider, result, binding_after(sticky, calls))

@@ -58,6 +58,7 @@ class WebhookDispatcher:
         trusted: WebhookSender,
         health: Health | None = None,
         concurrency: int = _CONCURRENCY,
+        look_seconds: float | None = None,
     ) -> None:
         self._settings = settings
         self._repository = repository
@@ -65,6 +66,10 @@ class WebhookDispatcher:
         self._trusted = trusted
         self._health = health or Health()
         self._concurrency = concurrency
+        # The longest an idle relay sleeps without a look. Alone (`relay`), nothing tells it of
+        # new events, so it looks every --poll-interval; inside a worker, that worker's results
+        # `poke` it and this is only the safety look for other workers' events.
+        self._look_seconds = max(look_seconds or settings.poll_interval, settings.poll_interval)
         self._claim_batch = max(1, int(concurrency * _CLAIM_BATCH_SHARE))
         self._wake = asyncio.Event()
         self._slot_free = asyncio.Event()
@@ -76,7 +81,7 @@ class WebhookDispatcher:
         self._record_lock = asyncio.Lock()
 
     def poke(self) -> None:
-        """New events were written by this process: look now instead of at the next poll."""
+        """New events were written by this process: look now instead of at the next look."""
         self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -123,7 +128,7 @@ class WebhookDispatcher:
                 if len(events) == free:
                     continue
                 next_due, now = await self._repository.webhook_next_due_at()
-                wait = s.poll_interval
+                wait = self._look_seconds
                 if next_due is not None:
                     wait = min(max((next_due - now).total_seconds(), 0.0), wait)
             except DatabaseUnavailable as exc:

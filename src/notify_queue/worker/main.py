@@ -25,7 +25,7 @@ from notify_queue.worker.dispatcher import WebhookDispatcher
 from notify_queue.worker.endpoints import start_endpoints
 from notify_queue.worker.metrics import DATABASE_POOL
 from notify_queue.worker.routing import Router
-from notify_queue.worker.runner import Worker
+from notify_queue.worker.runner import SAFETY_LOOK_SECONDS, Worker
 from notify_queue.worker.supervision import Health, supervise
 
 log = logging.getLogger(__name__)
@@ -44,13 +44,23 @@ def delivery_defaults(settings: WorkerSettings) -> DeliveryDefaults:
 
 @asynccontextmanager
 async def _process(
-    settings: RelaySettings, name: str, db: Database | None, health: Health
+    settings: RelaySettings,
+    name: str,
+    db: Database | None,
+    health: Health,
+    *,
+    session_url: str | None = None,
 ) -> AsyncIterator[Database]:
-    """The database pool and the --metrics-port endpoints of one worker or relay process."""
+    """The database pool and the --metrics-port endpoints of one worker or relay process;
+    `session_url` (a worker's --listen-database-url) for its LISTEN and retention lock."""
     own_db = db is None
     if db is None:
         db = Database(
-            settings.require_database_url(), pool_size=settings.database_pool_size, name=name
+            settings.require_database_url(),
+            pool_size=settings.database_pool_size,
+            name=name,
+            session_url=session_url,
+            prepared_statements=settings.prepares_on_server,
         )
         await db.open()
     endpoints = None
@@ -67,7 +77,7 @@ async def _process(
 
 
 def webhook_dispatcher(
-    settings: RelaySettings, db: Database, health: Health
+    settings: RelaySettings, db: Database, health: Health, *, look_seconds: float | None = None
 ) -> tuple[WebhookDispatcher, Callable[[], Awaitable[None]]]:
     """The outbox relay and the coroutine function that closes its HTTP clients."""
     guarded = guarded_poster(
@@ -80,6 +90,7 @@ def webhook_dispatcher(
         guarded=WebhookSender(guarded, timeout_seconds=settings.webhook_timeout),
         trusted=WebhookSender(trusted, timeout_seconds=settings.webhook_timeout),
         health=health,
+        look_seconds=look_seconds,
     )
 
     async def close() -> None:
@@ -95,13 +106,15 @@ async def run_worker(
     """Run one worker process until SIGTERM/SIGINT (or `stop`), then shut down gracefully."""
     health = Health()
     specs = specs_from_settings(settings)  # a bad providers file stops the start before any I/O
-    async with _process(settings, "notify-queue-worker", db, health) as db:
+    async with _process(
+        settings, "notify-queue-worker", db, health, session_url=settings.listen_database_url
+    ) as db:
         # Provider URLs are the operator's own endpoints: no outbound guard (docs/reliability.md).
         provider_session = trusted_session(timeout_seconds=settings.provider_timeout)
         providers = build_providers(specs, provider_session)
         router = Router(specs, providers, ProviderRepository(db), failover=settings.failover)
         dispatcher, close_dispatcher = (
-            webhook_dispatcher(settings, db, health)
+            webhook_dispatcher(settings, db, health, look_seconds=SAFETY_LOOK_SECONDS)
             if settings.webhook_dispatch is Switch.ON
             else (None, None)
         )
@@ -122,6 +135,7 @@ async def run_worker(
             delivery_log=DeliveryLogKeeper(
                 DeliveryLogRepository(db), retention_days=settings.retention
             ),
+            lease_seconds=settings.lease_seconds,
         )
         log.info(
             "worker started: lanes %s, channels %s, concurrency %d, batch %d, webhooks %s",

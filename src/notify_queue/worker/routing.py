@@ -25,6 +25,10 @@ provider was skipped (open or limited) nothing was tried: the result says so, an
 notification waits for the earliest probe or slot without using an attempt.
 
 Every call and every skip that led to another provider is recorded in the attempt's log.
+
+`deliver` is a loop of small steps: the pure `next_visit` (services/failover.py) names the next
+provider and whether to rebind, `_visit` does that provider's I/O, and the pure `walk_end` says
+what the attempt came to; the walk's decisions are made there, not here.
 """
 
 from __future__ import annotations
@@ -46,11 +50,14 @@ from notify_queue.repositories.delivery import ChainHeads
 from notify_queue.repositories.providers import CircuitRow, ProviderRepository
 from notify_queue.services.circuits import CircuitTally
 from notify_queue.services.failover import (
+    NextVisit,
     Skip,
-    binding_after,
-    may_move_on,
+    Visit,
+    WalkEnd,
+    next_visit,
+    probe_unused,
     providers_to_try,
-    waiting_result,
+    walk_end,
 )
 from notify_queue.worker.metrics import (
     CIRCUIT_STATE,
@@ -236,18 +243,16 @@ class Router:
         ]
 
     async def deliver(self, claimed: ClaimedNotification) -> DeliveryResult:
+        """Walk the notification's chain: each step visits the provider `next_visit` names, until
+        it names none; `walk_end` says what the attempt came to (services/failover.py decides,
+        this does the I/O)."""
         failover = claimed.failover or self._failover
         sticky = self._sticky(claimed)
+        candidates = providers_to_try(self.chain(claimed), failover, sticky)
         attempt = _Attempt(claimed, _request(claimed))
-        for name in providers_to_try(self.chain(claimed), failover, sticky):
-            result = await self._try(name, attempt)
-            if result is None:
-                if attempt.stopped:
-                    break
-                continue
-            if result.outcome is not Outcome.TEMPORARY_FAILURE or not may_move_on(result, failover):
-                break
-        return attempt.result(sticky)
+        while (step := next_visit(candidates, failover, attempt.bound, attempt.visits)) is not None:
+            await self._visit(step, attempt)
+        return attempt.result(walk_end(attempt.visits, sticky))
 
     def _sticky(self, claimed: ClaimedNotification) -> str | None:
         sticky = claimed.sticky_provider
@@ -258,45 +263,48 @@ class Router:
             return None
         return sticky
 
-    async def _try(self, name: str, attempt: _Attempt) -> DeliveryResult | None:
-        """Call `name` if its circuit, its send rate and the row's binding allow; None when it
-        was skipped (recorded in `attempt`)."""
-        channel = attempt.claimed.channel
+    async def _visit(self, step: NextVisit, attempt: _Attempt) -> None:
+        """One provider, in four steps: its circuit, the row's binding, its send slot, the call.
+        Bound before the slot: a statement between the slot and the call would eat into the
+        slack the rate limit leaves for that moment. A binding without a call is overwritten by
+        this attempt's completion (and costs a lost worker's row only a wait)."""
+        name, channel = step.provider, attempt.claimed.channel
         may_call, probe, wait = await self.circuits.gate(name)
         if not may_call:
-            attempt.skip(Skip(name, Outcome.CIRCUIT_OPEN, "circuit open", wait))
+            attempt.skipped(
+                Visit(name, skip=Skip(name, Outcome.CIRCUIT_OPEN, "circuit open", wait))
+            )
             self._count(channel, Outcome.CIRCUIT_OPEN, name)
-            return None
-        # Bound before the slot: a statement between the slot and the call would eat into the
-        # slack the rate limit leaves for that moment. A binding without a call is overwritten
-        # by this attempt's completion (and costs a lost worker's row only a wait).
-        if not await self._bind(name, attempt) or not await self._take_slot(name, attempt):
-            if probe is not None:  # nobody else could probe until the probe timed out
+            return
+        skipped = await self._bind(name, attempt) if step.rebind else None
+        if skipped is None:
+            skipped = await self._take_slot(name)
+            if skipped is not None:
+                self._count(channel, Outcome.PROVIDER_LIMITED, name)
+        if skipped is not None:
+            attempt.skipped(skipped)
+            if probe is not None and probe_unused(skipped, took_probe=True):
                 await self.circuits.give_back(name, probe)
-            return None
+            return
         result, seconds = await self._call(name, self._specs[name], attempt.request)
         self.circuits.observe(name, result.outcome, probe)
         attempt.called(name, result, seconds)
         self._count(channel, result.outcome, name, seconds)
-        return result
 
-    async def _take_slot(self, name: str, attempt: _Attempt) -> bool:
+    async def _take_slot(self, name: str) -> Visit | None:
+        """None once this delivery's send slot has come; a skip when none is free in time."""
         book = self._books.get(name)
-        if book is None:
-            return True
-        if await wait_for_slot(book):
-            return True
+        if book is None or await wait_for_slot(book):
+            return None
         per_second = self._specs[name].rate_limit.per_second  # type: ignore[union-attr]
         reason = f"rate limit {per_second:g}/s reached"
-        attempt.skip(Skip(name, Outcome.PROVIDER_LIMITED, reason, book.free_in_seconds))
-        self._count(attempt.claimed.channel, Outcome.PROVIDER_LIMITED, name)
-        return False
+        return Visit(name, skip=Skip(name, Outcome.PROVIDER_LIMITED, reason, book.free_in_seconds))
 
-    async def _bind(self, name: str, attempt: _Attempt) -> bool:
+    async def _bind(self, name: str, attempt: _Attempt) -> Visit | None:
         """The row names the provider it is about to call before the call (its `provider`
-        column): the claim bound it to its chain's head; calling another costs one statement."""
-        if attempt.bound == name:
-            return True
+        column): one statement. None once bound; a skip that ends the walk when it could not be
+        bound (no other provider either: binding one would fail the same way, and the
+        notification tries again shortly without using an attempt)."""
         claimed = attempt.claimed
         try:
             bound = await self._repository.notification_bind_provider(
@@ -307,12 +315,9 @@ class Router:
             bound, why = False, str(exc)
         if bound:
             attempt.bound = name
-            return True
-        # Not called, and no other provider either: binding one would fail the same way. The
-        # notification tries again shortly without using an attempt.
-        attempt.skip(Skip(name, Outcome.PROVIDER_LIMITED, f"not bound ({why})", 1.0))
-        attempt.stopped = True
-        return False
+            return None
+        skip = Skip(name, Outcome.PROVIDER_LIMITED, f"not bound ({why})", 1.0)
+        return Visit(name, skip=skip, ends_walk=True)
 
     async def _call(
         self, name: str, spec: ProviderSpec, request: DeliveryRequest
@@ -369,36 +374,35 @@ def _request(claimed: ClaimedNotification) -> DeliveryRequest:
 
 
 class _Attempt:
-    """One delivery attempt's record: its calls and skips, in order, and the provider its row is
-    bound to right now."""
+    """One delivery attempt's record: its visits in order, their log entries, and the provider its
+    row is bound to right now."""
 
-    __slots__ = ("_calls", "_entries", "_skips", "bound", "claimed", "request", "stopped")
+    __slots__ = ("_entries", "bound", "claimed", "request", "visits")
 
     def __init__(self, claimed: ClaimedNotification, request: DeliveryRequest) -> None:
         self.claimed = claimed
         self.request = request
         self.bound = claimed.bound_provider
-        self.stopped = False  # a skip that ends the walk (the row could not be bound)
+        self.visits: list[Visit] = []
         self._entries: list[dict[str, Any]] = []
-        self._skips: list[Skip] = []
-        self._calls: list[tuple[str, DeliveryResult]] = []
 
-    def skip(self, skip: Skip) -> None:
-        self._skips.append(skip)
-        self._entries.append(_entry(skip.provider, skip.outcome, skip.reason, None))
+    def skipped(self, visit: Visit) -> None:
+        self.visits.append(visit)
+        if visit.skip is not None:
+            skip = visit.skip
+            self._entries.append(_entry(skip.provider, skip.outcome, skip.reason, None))
 
     def called(self, name: str, result: DeliveryResult, seconds: float) -> None:
-        self._calls.append((name, result))
+        self.visits.append(Visit(name, result=result))
         self._entries.append(_entry(name, result.outcome, result.error, seconds))
 
-    def result(self, sticky: str | None) -> DeliveryResult:
-        """The attempt's result: the last call's answer (it ended the walk), or, when nothing was
-        called, the wait for the earliest probe or slot (skips are then not logged as attempts:
-        the notification gets its attempt back)."""
-        if not self._calls:
-            return waiting_result(self._skips, sticky)
-        name, result = self._calls[-1]
-        return _finish(result, name, self._entries, binding_after(sticky, self._calls))
+    def result(self, end: WalkEnd) -> DeliveryResult:
+        """The attempt's result as `walk_end` decided it; when something was called, with this
+        attempt's log (skips are not logged as attempts when nothing was called: the
+        notification gets its attempt back)."""
+        if end.provider is None:
+            return end.result
+        return _finish(end.result, end.provider, self._entries, end.bound_provider)
 
 
 def _finish(

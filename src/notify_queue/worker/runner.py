@@ -6,8 +6,11 @@ after a backoff. No task dies silently.
 
 - the claimer takes a batch (one claim transaction) whenever delivery slots are free, and
   otherwise sleeps until a wake-up (LISTEN/NOTIFY), the next due notification of its own lanes,
-  or the poll interval, whichever is first; it pauses while results cannot be recorded, so it
-  never takes work it could not report;
+  or the safety look (every 30 s), whichever is first; it pauses while results cannot be
+  recorded, so it never takes work it could not report;
+- the listener holds the LISTEN connection; while that connection is down, hints can be lost, so
+  the claimer and housekeeping look every --poll-interval instead, and the reconnect itself
+  triggers a look (docs/design.md "Wake-ups and scheduling": an idle worker costs nothing);
 - each claimed notification is delivered in a task of its own, bounded by --concurrency, with
   the worker's own deadline around the provider's (the provider's timeout fires first and says
   what happened; the deadline catches a provider that hangs anyway). No database connection or
@@ -15,8 +18,10 @@ after a backoff. No task dies silently.
 - the completer writes results as they arrive, as many as have accumulated per statement (status,
   webhook event and rate-limit slot together), so under load one round trip records hundreds;
   a result leaves memory only once its statement committed;
-- housekeeping recovers expired leases, expires overdue notifications and prunes old slots;
-- the webhook relay (`--webhook-dispatch on`) relays the outbox;
+- housekeeping recovers expired leases and expires overdue notifications when the first lease
+  runs out or the first notification expires (its own timer), and prunes old slots;
+- the webhook relay (`--webhook-dispatch on`) relays the outbox, woken by this worker's own
+  results and its events' next due time;
 - retention keeps the delivery log's partitions: the coming days', and none past --retention.
 
 On SIGTERM the claimer stops, deliveries in flight get --shutdown-grace-seconds to finish, and
@@ -48,6 +53,14 @@ log = logging.getLogger(__name__)
 _COMPLETE_CHUNK = 1000
 _RETRY_DB_SECONDS = 1.0
 RETENTION_INTERVAL_SECONDS = 3600.0
+# While the LISTEN connection is up, hints are not lost; the worker still looks this often for
+# work nobody announced (an API whose NOTIFY failed after its commit, rows written by SQL). An
+# idle worker's whole cost is about seven statements per look (docs/design.md).
+SAFETY_LOOK_SECONDS = 30.0
+# Old rate-limit slots count for nothing (the window ignores them): pruning is tidying, done
+# once a minute while this worker claims and hourly otherwise.
+_PRUNE_BUSY_SECONDS = 60.0
+_PRUNE_IDLE_SECONDS = 3600.0
 
 
 class Worker:
@@ -63,6 +76,8 @@ class Worker:
         shutdown_grace_seconds: float,
         health: Health | None = None,
         delivery_log: DeliveryLogKeeper | None = None,
+        lease_seconds: float | None = None,
+        safety_look_seconds: float = SAFETY_LOOK_SECONDS,
     ) -> None:
         self._service = service
         self._delivery_log = delivery_log
@@ -71,6 +86,14 @@ class Worker:
         self._concurrency = concurrency
         self._batch_size = batch_size
         self._poll_interval = poll_interval
+        # Never below --poll-interval: a larger poll interval asks for fewer looks, not more.
+        self._safety_look = max(safety_look_seconds, poll_interval)
+        # Housekeeping must see another worker's lease before it runs out: a lease lasts
+        # --lease-seconds, so reading the next lease end at least that often is always in time.
+        self._housekeeping_look = min(self._safety_look, lease_seconds or self._safety_look)
+        self._listening = False  # the LISTEN connection is up: hints arrive
+        self._housekeeping_wake = asyncio.Event()
+        self._claimed_since_prune = False
         self._grace = shutdown_grace_seconds
         self.health = health or Health()
         self._in_flight: dict[asyncio.Task[None], ClaimedNotification] = {}
@@ -173,15 +196,27 @@ class Worker:
             self.health.ok("claim")
             for claimed in batch.claimed:
                 self._start_delivery(claimed)
+            if batch.claimed:
+                self._claimed_since_prune = True
+            if batch.screened and self._dispatcher is not None:
+                self._dispatcher.poke()  # a suppressed or expired row may have its event
             if len(batch.claimed) + len(batch.rate_limited) >= limit:
                 continue  # more may be due right now
+            # Cleared before the look: a wake-up for a row committed after it wakes the next wait.
             self._wake.clear()
             try:
-                wait = await self._service.seconds_until_due(ceiling=self._poll_interval)
+                wait = await self._service.seconds_until_due(ceiling=self._look_ceiling())
             except DatabaseUnavailable:
                 wait = _RETRY_DB_SECONDS
             if wait > 0:
                 await wait_any(self._wake, self._claiming_stopped, timeout=wait)
+
+    def _look_ceiling(self, ceiling: float | None = None) -> float:
+        """The longest an idle task sleeps without a look: --poll-interval while hints can be
+        lost (no LISTEN connection), else the safety look (or `ceiling`)."""
+        if not self._listening:
+            return self._poll_interval
+        return self._safety_look if ceiling is None else ceiling
 
     def _start_delivery(self, claimed: ClaimedNotification) -> None:
         task = asyncio.create_task(self._deliver(claimed))
@@ -201,8 +236,20 @@ class Worker:
     async def _listen(self) -> None:
         # The listener reconnects by itself; a (re)start that gets here is a working listener.
         self.health.ok("listen")
-        async for _ in self._service.wakeups(self._stop):
+        try:
+            async for _ in self._service.wakeups(self._stop, on_state=self._listen_state):
+                # A hint, or the (re)connect itself: hints sent while away are lost, so look.
+                self._wake.set()
+                self._housekeeping_wake.set()
+        finally:
+            self._listen_state(False)
+
+    def _listen_state(self, listening: bool) -> None:
+        if self._listening and not listening:
+            # Hints can be lost from now on: the sleepers start polling at --poll-interval.
             self._wake.set()
+            self._housekeeping_wake.set()
+        self._listening = listening
 
     # -- delivering -------------------------------------------------------------------------
 
@@ -252,29 +299,58 @@ class Worker:
                 c.status is not Status.PENDING for c in completions
             ):
                 self._dispatcher.poke()
+            if any(c.status is Status.PENDING for c in completions):
+                # A retry later: the claimer's timer must know its new due time (no other
+                # process announces it).
+                self._wake.set()
 
     # -- housekeeping -----------------------------------------------------------------------
 
     async def _housekeeping_forever(self) -> None:
-        last_prune = 0.0
+        """Sweep leases and expiry when the first of them is due, not on a clock: read when
+        (one statement), sleep until then or until a wake-up (a new row may expire sooner), and
+        never more often than --poll-interval (under load, wake-ups come many times a second)."""
+        last_prune = time.monotonic()
         while not self._stop.is_set():
+            self._housekeeping_wake.clear()
+            round_started = time.monotonic()
+            wait = self._poll_interval
             try:
-                recovered, dead, expired = await self._service.housekeeping()
-                if recovered or expired:
-                    log.info(
-                        "recovered %d expired leases (%d dead-lettered), expired %d",
-                        recovered,
-                        dead,
-                        expired,
-                    )
-                    self._wake.set()
-                if time.monotonic() - last_prune > 60:
-                    await self._service.prune_rate_slots()
+                due_in = await self._service.seconds_until_housekeeping(
+                    ceiling=self._look_ceiling(self._housekeeping_look)
+                )
+                if due_in <= 0:
+                    await self._sweep()
+                else:
+                    wait = due_in
+                since_prune = time.monotonic() - last_prune
+                if since_prune > _PRUNE_IDLE_SECONDS or (
+                    self._claimed_since_prune and since_prune > _PRUNE_BUSY_SECONDS
+                ):
+                    self._claimed_since_prune = False
+                    await self._service.prune_rate_windows()
                     last_prune = time.monotonic()
                 self.health.ok("housekeeping")
             except DatabaseUnavailable as exc:
                 log.warning("housekeeping skipped: %s", exc)
-            await wait_any(self._stop, timeout=self._poll_interval)
+            await wait_any(self._housekeeping_wake, self._stop, timeout=wait)
+            # At most one round per poll interval, however often it is woken.
+            rest = round_started + self._poll_interval - time.monotonic()
+            if rest > 0:
+                await wait_any(self._stop, timeout=rest)
+
+    async def _sweep(self) -> None:
+        recovered, dead, expired = await self._service.housekeeping()
+        if recovered or expired:
+            log.info(
+                "recovered %d expired leases (%d dead-lettered), expired %d",
+                recovered,
+                dead,
+                expired,
+            )
+            self._wake.set()
+            if self._dispatcher is not None:
+                self._dispatcher.poke()  # dead-lettered and expired rows have their events
 
     async def _retention_forever(self, keeper: DeliveryLogKeeper) -> None:
         # At start, then hourly: partitions are daily and made a week ahead, so an hour is early

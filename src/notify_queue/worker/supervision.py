@@ -29,6 +29,7 @@ class TaskHealth:
     restarts: int = 0
     last_error: str | None = None
     failing_since: float | None = None  # time.monotonic() of the first failure in a row
+    rounds: int = 0  # rounds of real work so far (`Health.ok` calls)
 
 
 class Health:
@@ -43,7 +44,10 @@ class Health:
     def ok(self, name: str) -> None:
         """`name` just finished a round of real work: it is healthy (cheap; call it freely)."""
         task = self._tasks.get(name)
-        if task is not None and not task.healthy:
+        if task is None:
+            return
+        task.rounds += 1
+        if not task.healthy:
             log.info("%s recovered after %d restarts", name, task.restarts)
             task.healthy = True
             task.failing_since = None
@@ -55,6 +59,12 @@ class Health:
         if task.healthy:
             task.healthy = False
             task.failing_since = time.monotonic()
+
+    def has_worked(self, name: str) -> bool:
+        """`name` has finished at least one round of real work (a test waits for a settled
+        process with it)."""
+        task = self._tasks.get(name)
+        return task is not None and task.rounds > 0
 
     def is_healthy(self, name: str) -> bool:
         task = self._tasks.get(name)

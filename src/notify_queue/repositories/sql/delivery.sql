@@ -26,7 +26,7 @@ WITH candidates AS (
     FROM unnest(%(priorities)b::smallint[]) AS lane(priority)
     CROSS JOIN LATERAL (
         SELECT id, recipient, recipient_id, priority, category
-        FROM nq_queue
+        FROM nq_jobs
         WHERE status = 'PENDING'
           AND priority = lane.priority
           AND next_attempt_at <= now()
@@ -55,39 +55,37 @@ WHERE (SELECT count(*) FROM recipient_locks) >= 0
 
 -- name: claim_admit_candidates
 -- Step 2 of a claim: of the locked candidates, admit those within their recipient's rolling
--- window and mark them PROCESSING with a fresh claim token, a lease and one more attempt (an
--- attempt counts when claimed, so a notification that crashes every worker still runs out).
--- The others stay PENDING, due at the moment a slot frees (the matching oldest slot's time plus
--- the window), with no attempt used. Admitted rows take a slot now, in this transaction.
--- Rows quiet hours hold (quiet_ids, decided by the worker from step 1) are admitted without
--- a slot and outside the ranking: the send-time check defers them in this same transaction, so
+-- window and mark them PROCESSING with the worker's claim token, a lease and one more attempt
+-- (an attempt counts when claimed, so a notification that crashes every worker still runs out).
+-- The others stay PENDING, due at the moment a place in the window frees (the matching oldest
+-- entry's time plus the window), with no attempt used and `RecipientRateLimit` as the reason
+-- they wait. Admitted rows take their place in the window now, in this transaction.
+-- Rows quiet hours hold (quiet_ids, decided by the worker from step 1) are admitted without a
+-- place and outside the ranking: the send-time check defers them in this same transaction, so
 -- they must not take a place in the window from a sendable row of the same recipient.
 --
--- Admitted rows are bound to a provider in the same UPDATE: while a row is unfinished its
--- `provider` column is its binding (no column of its own: 0.1.0 reads this table with `*` in
--- prepared statements, which a new column breaks; docs/upgrading.md). A row already bound
--- keeps its provider (an earlier attempt there has an unknown outcome: the worker reads the old
--- value as `sticky_provider` and, under OnDefiniteFailure, calls no other); an unbound row is
--- bound to the head of its chain (its policy's first provider this worker knows, else the
--- channel's chain head, both passed by the worker), the provider the worker calls first unless
--- its circuit or its rate limit says no (then the worker writes the other one before calling).
+-- The claim token comes from the worker (%(claim_token)s, one per claim: a claim is one batch of
+-- one worker), not from gen_random_uuid(): Citus refuses volatile functions in a distributed
+-- UPDATE, and one token per batch costs nothing per row. Completion matches (id, token).
 --
--- Cost per row is what limits throughput, so: each row is found through the primary key
--- (`id = ANY(array)`, never a join the planner could turn into a scan of the whole table, which
--- would make a claim's cost grow with the table), the window's slots are counted once per
--- distinct recipient, and the moment a slot frees is looked up only for rows that must wait.
+-- Admitted rows are bound to a provider in the same UPDATE: while a row is unfinished its
+-- `provider` column is its binding. A row already bound keeps its provider (an earlier attempt
+-- there has an unknown outcome: the worker reads the old value as `sticky_provider` and, under
+-- OnDefiniteFailure, calls no other); an unbound row is bound to the head of its chain (its
+-- policy's first provider this worker knows, else the channel's chain head, both passed by the
+-- worker), the provider the worker calls first unless its circuit or its rate limit says no.
+--
+-- The window is one row per recipient (nq_rate_windows, 0012): its entries (notification, time)
+-- are counted per distinct recipient, read by primary key through a LATERAL (a nested loop per
+-- recipient, never a join the planner could turn into a scan), and rewritten once per recipient
+-- by an upsert in (bucket, recipient) order, the order every writer of windows locks them in.
+-- Rows are found through the primary key (`id = ANY(array)`), so a claim costs per row, never per
+-- table size, whatever the statistics say.
 WITH batch AS (
-    SELECT n.id, n.recipient, n.priority, n.next_attempt_at, n.created_at,
+    SELECT n.id, n.bucket, n.recipient, n.priority, n.next_attempt_at, n.created_at, n.source,
+           n.attempt_count,
            COALESCE(p.rate_limit, %(rate_limit)s) AS rate_limit,
            make_interval(secs => COALESCE(p.rate_window_seconds, %(rate_window_seconds)s)) AS win,
-           -- A row whose lease was recovered after a crash still holds the slot its lost attempt
-           -- took. That slot stands for the one delivery its key can make (the re-check goes out
-           -- with the same idempotency key), so the row is admitted on it (renewing it) and does
-           -- not compete for another: it must not wait a whole window behind its own slot.
-           EXISTS (SELECT 1 FROM nq_rate_slots s
-                   WHERE s.notification_id = n.id
-                     AND s.taken_at > now() - make_interval(
-                         secs => COALESCE(p.rate_window_seconds, %(rate_window_seconds)s))) AS holds_slot,
            -- Policies fail closed (migration 0006): a row whose NotificationPolicy exists but is
            -- not Ready is held, never sent under the defaults. No policy row: the defaults.
            COALESCE(NOT p.ready, false) AS held,
@@ -99,117 +97,156 @@ WITH batch AS (
                (SELECT c.head FROM unnest(%(chain_channels)b::text[], %(chain_heads)b::text[])
                     AS c(channel, head)
                 WHERE c.channel = n.channel)) AS chain_head
-    FROM nq_queue n
+    FROM nq_jobs n
     LEFT JOIN nq_policies p ON p.name = n.policy
     WHERE n.id = ANY(%(ids)b::uuid[])
-), recipients AS (
-    -- Slots in the window per recipient (and window: a policy may set its own).
-    SELECT r.recipient, r.win,
-           (SELECT count(*) FROM nq_rate_slots s
-            WHERE s.recipient = r.recipient AND s.taken_at > now() - r.win) AS used
-    FROM (SELECT DISTINCT recipient, win FROM batch) r
+), windows AS (
+    -- Per recipient and window length (a policy may set its own): the entries in the window.
+    SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
+           COALESCE(w.taken, '{}') AS taken,
+           (SELECT count(*) FROM unnest(w.taken) AS t WHERE t > now() - r.win) AS used
+    FROM (SELECT DISTINCT bucket, recipient, win FROM batch) r
+    LEFT JOIN LATERAL (
+        SELECT ids, taken FROM nq_rate_windows w
+        WHERE w.bucket = r.bucket AND w.recipient = r.recipient
+    ) w ON true
 ), decided AS (
-    SELECT b.id, b.recipient, b.win, u.used, b.rate_limit, b.holds_slot, b.held, b.quiet,
-           b.sticky_provider, b.chain_head,
-           -- Held and quiet rows rank apart, so they never take a place in the window from a
-           -- sendable row.
-           row_number() OVER (PARTITION BY b.recipient, b.holds_slot, b.held, b.quiet
+    SELECT b.id, b.bucket, b.recipient, b.win, w.used, w.taken, b.rate_limit, b.held, b.quiet,
+           b.source, b.attempt_count, b.sticky_provider, b.chain_head,
+           -- A row whose lease was recovered after a crash still holds the place its lost
+           -- attempt took. That place stands for the one delivery its key can make (the re-check
+           -- goes out with the same idempotency key), so the row is admitted on it (renewing it)
+           -- and does not compete for another: it must not wait a whole window behind itself.
+           EXISTS (SELECT 1 FROM unnest(w.ids, w.taken) AS e(id, t)
+                   WHERE e.id = b.id AND e.t > now() - b.win) AS holds_slot
+    FROM batch b JOIN windows w USING (bucket, recipient, win)
+), ranked AS (
+    SELECT d.*,
+           -- Held and quiet rows rank apart, so they never take a place from a sendable row.
+           row_number() OVER (PARTITION BY d.bucket, d.recipient, d.holds_slot, d.held, d.quiet
                               ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank
-    FROM batch b JOIN recipients u ON u.recipient = b.recipient AND u.win = b.win
+    FROM decided d JOIN batch b USING (id)
 ), admitted AS (
-    UPDATE nq_queue n
+    UPDATE nq_jobs n
     SET status = 'PROCESSING',
         attempt_count = n.attempt_count + 1,
-        claim_token = gen_random_uuid(),
+        claim_token = %(claim_token)s,
         lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
-        provider = COALESCE(n.provider, d.chain_head),
+        provider = COALESCE(n.provider, r.chain_head),
+        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
         updated_at = now()
-    FROM decided d
+    FROM ranked r
     -- These rows are locked by step 1 of this transaction, so they are still PENDING. Found
     -- through the primary key, then matched to their decision (as `deferred` below).
-    WHERE n.id = ANY(ARRAY(SELECT id FROM decided
+    WHERE n.id = ANY(ARRAY(SELECT id FROM ranked
                            WHERE NOT held AND (quiet OR holds_slot OR rank <= rate_limit - used)))
-      AND n.id = d.id
-    RETURNING n.id, n.claim_token, n.channel, n.recipient, n.subject, n.body, n.metadata,
-              n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at,
-              n.category, n.expires_at, n.recipient_id, n.provider AS bound_provider,
-              d.sticky_provider, n.send_at
+      AND n.id = r.id
+    RETURNING n.id, n.bucket, n.channel, n.recipient, n.subject, n.body, n.metadata,
+              n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
+              n.created_at, n.category, n.expires_at, n.recipient_id, n.source,
+              n.provider AS bound_provider, r.sticky_provider, r.quiet, n.send_at
 ), waiting AS (
-    -- The slot a waiting row waits for is the (used - limit + rank)-th oldest in the window;
-    -- when that slot is not taken yet (a burst within one batch), a full window from now.
-    SELECT d.id,
-           COALESCE((SELECT s.taken_at FROM nq_rate_slots s
-                     WHERE s.recipient = d.recipient AND s.taken_at > now() - d.win
-                     ORDER BY s.taken_at
-                     OFFSET GREATEST(d.used - d.rate_limit + d.rank - 1, 0) LIMIT 1),
-                    now()) + d.win AS slot_frees_at
-    FROM decided d
-    WHERE NOT d.held AND NOT d.quiet AND NOT d.holds_slot AND d.rank > d.rate_limit - d.used
+    -- The place a waiting row waits for is the (used - limit + rank)-th oldest entry in the
+    -- window; when that one is not taken yet (a burst within one batch), a full window from now.
+    SELECT r.id,
+           COALESCE((SELECT t FROM unnest(r.taken) AS t
+                     WHERE t > now() - r.win
+                     ORDER BY t
+                     OFFSET GREATEST(r.used - r.rate_limit + r.rank - 1, 0) LIMIT 1),
+                    now()) + r.win AS frees_at,
+           r.rate_limit, r.win
+    FROM ranked r
+    WHERE NOT r.held AND NOT r.quiet AND NOT r.holds_slot AND r.rank > r.rate_limit - r.used
 ), held_back AS (
     -- Held by a policy that is not Ready: look again in 30 s, no attempt used, nothing returned
     -- (not a rate-limit deferral). Moving it out of the claim index's head keeps claims cheap
     -- and the worker from waking for it; the operator shows it as Reconciling/PolicyNotReady.
-    UPDATE nq_queue n
-    SET next_attempt_at = now() + interval '30 seconds', updated_at = now()
-    WHERE n.id = ANY(ARRAY(SELECT id FROM decided WHERE held))
+    UPDATE nq_jobs n
+    SET next_attempt_at = now() + interval '30 seconds',
+        waiting_reason = 'PolicyNotReady', waiting_until = now() + interval '30 seconds',
+        waiting_detail = 'policy ' || n.policy || ' is not Ready; looked at again every 30 s',
+        updated_at = now()
+    WHERE n.id = ANY(ARRAY(SELECT id FROM ranked WHERE held))
+    RETURNING n.id, n.source
 ), deferred AS (
-    UPDATE nq_queue n
-    SET next_attempt_at = w.slot_frees_at, updated_at = now()
+    UPDATE nq_jobs n
+    SET next_attempt_at = w.frees_at, updated_at = now(),
+        waiting_reason = 'RecipientRateLimit', waiting_until = w.frees_at,
+        waiting_detail = 'recipient reached ' || w.rate_limit || ' per '
+                         || extract(epoch FROM w.win)::bigint || ' s'
     FROM waiting w
     WHERE n.id = ANY(ARRAY(SELECT id FROM waiting)) AND n.id = w.id
-    RETURNING n.id, n.channel
-), slots AS (
-    INSERT INTO nq_rate_slots (notification_id, recipient, taken_at)
-    SELECT a.id, a.recipient, now() FROM admitted a WHERE NOT a.id = ANY(%(quiet_ids)b::uuid[])
-    ON CONFLICT (notification_id) DO UPDATE SET recipient = excluded.recipient, taken_at = excluded.taken_at
+    RETURNING n.id, n.channel, n.source
+), windowed AS (
+    -- Admitted rows that send take their place (a row holding its place renews it); entries no
+    -- window in use counts any more are dropped on the way.
+    INSERT INTO nq_rate_windows AS w (bucket, recipient, ids, taken, last_taken_at)
+    SELECT a.bucket, a.recipient, array_agg(a.id), array_agg(now()), now()
+    FROM admitted a WHERE NOT a.quiet
+    GROUP BY a.bucket, a.recipient
+    ORDER BY a.bucket, a.recipient
+    ON CONFLICT (bucket, recipient) DO UPDATE
+    SET (ids, taken) = (
+            SELECT array_agg(e.id ORDER BY e.t, e.id), array_agg(e.t ORDER BY e.t, e.id)
+            FROM (SELECT o.id, o.t FROM unnest(w.ids, w.taken) AS o(id, t)
+                  WHERE o.t > now() - make_interval(secs => (
+                      SELECT GREATEST(%(rate_window_seconds)s, COALESCE(max(rate_window_seconds), 0))
+                      FROM nq_policies))
+                    AND o.id <> ALL(excluded.ids)
+                  UNION ALL
+                  SELECT x.id, x.t FROM unnest(excluded.ids, excluded.taken) AS x(id, t)) e),
+        last_taken_at = now()
+), noted AS (
+    -- Kubernetes rows only: their status writes (the counters do not change: nothing finished).
+    SELECT nq_note_changes(array_agg(c.id), array_agg(c.source), array_agg(c.old_status),
+                           array_agg(c.new_status)) AS n
+    FROM (SELECT id, source, 'PENDING' AS old_status, 'PROCESSING' AS new_status FROM admitted
+          UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM held_back
+          UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM deferred) c
+    WHERE c.source = 'kubernetes'
 )
--- The columns are read by position (repositories/delivery.py `_claimed`, binary, a tuple per
--- row); keep the two in step. Claim order, so the worker starts the most urgent deliveries first.
-SELECT admitted, id, claim_token, channel, recipient, subject, body, metadata, attempt_count,
-       max_attempts, priority, backoff_base_seconds, backoff_max_seconds, failover, providers,
-       category, expires_at, recipient_id, recipient_exists, timezone, opt_out_all,
-       opt_out_channels, opt_out_categories, quiet_start, quiet_end, bound_provider,
-       sticky_provider, send_at
-FROM (
-    SELECT true AS admitted, a.id, a.claim_token, a.channel, a.recipient, a.subject, a.body,
-           a.metadata, a.attempt_count, a.max_attempts, a.priority,
+-- Admitted rows in claim order, so the worker starts the most urgent deliveries first; each
+-- carries the channels the claim deferred (the same on every row; one row of NULLs and the
+-- channels when nothing was admitted). noted is read so that it runs.
+SELECT f.deferred_channels, a.*
+FROM (SELECT ARRAY(SELECT channel FROM deferred) AS deferred_channels,
+             (SELECT n FROM noted) AS noted) f
+LEFT JOIN (
+    SELECT a.id, a.channel, a.recipient, a.subject, a.body, a.metadata, a.attempt_count,
+           a.max_attempts, a.priority,
            COALESCE(p.backoff_base_seconds, %(backoff_base_seconds)s) AS backoff_base_seconds,
            COALESCE(p.backoff_max_seconds, %(backoff_max_seconds)s) AS backoff_max_seconds,
-           p.failover, p.providers,
-           a.next_attempt_at, a.created_at, a.category, a.expires_at, a.recipient_id,
+           p.failover, p.providers, a.category, a.expires_at, a.recipient_id,
            -- A user-targeted notification carries its recipient's preferences as of this claim,
            -- read in this transaction (a primary-key lookup), so the send-time check (services/
            -- preferences.py) never works from a stale copy. A deleted recipient reads as absent.
            r.id IS NOT NULL AS recipient_exists, r.timezone, r.opt_out_all, r.opt_out_channels,
            r.opt_out_categories, r.quiet_start, r.quiet_end, a.bound_provider, a.sticky_provider,
+           a.next_attempt_at, a.created_at,
            -- When it first became due: the worker's due-to-sent latency histogram starts here.
            a.send_at
     FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
     LEFT JOIN nq_recipients r ON r.id = a.recipient_id
-    UNION ALL
-    -- Waiting for a slot: the worker only counts these, by channel.
-    SELECT false, d.id, NULL, d.channel, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL
-    FROM deferred d
-) c
-ORDER BY priority, next_attempt_at, created_at
+) a ON true
+ORDER BY a.priority, a.next_attempt_at, a.created_at
 
 -- name: complete_deliveries
--- Record a batch of results in one statement: the status change, its webhook event (same
--- statement, same transaction: the outbox) and the rate-limit slot (kept when SENT, given back
--- otherwise, since nothing reached the recipient). A result is accepted only from the holder of
--- the current claim token of a PROCESSING row; a late result from a worker whose lease expired
--- matches nothing and is dropped (its id is absent from the result). The attempt's provider calls
--- are appended to delivery_attempts, keeping the last 20; when no provider was tried (all open or
--- rate-limited) the attempt the claim counted is given back.
--- The send-time preference check records here too, right after the claim and in its
--- transaction: SUPPRESSED, EXPIRED, or back to PENDING at the end of quiet hours (an absolute
--- next_attempt_at), each giving back the attempt the claim counted (give_back).
+-- Record a batch of results in one statement. A result is accepted only from the holder of the
+-- current claim token of a PROCESSING row (`held`, locked here: a late result from a worker whose
+-- lease expired matches nothing and is dropped; its id is absent from the answer).
+-- - A final result (SENT, FAILED, DEAD_LETTERED, SUPPRESSED, EXPIRED) moves the row to the log
+--   with nq_finish (0012): the DELETE, the log row, the counters, the operator's status write
+--   and the webhook event, all in this statement. No UPDATE of the queue row first: a row
+--   version and its index entries fewer per notification.
+-- - A retry (PENDING after a temporary failure, with its backoff; or at the end of quiet hours,
+--   an absolute next_attempt_at) updates the row, with the reason it waits.
+-- The place in the recipient's window is kept when SENT and given back otherwise (nothing reached
+-- the recipient). The attempt's provider calls are kept on the row (the last 20); when no
+-- provider was tried (all open or rate-limited) the attempt the claim counted is given back
+-- (give_back), as the send-time check does for what it suppresses, expires or defers.
 -- A provider's 410 (address_gone) removes that push token from the stored recipient.
 -- Each result says which provider the row stays bound to (kept in `provider`): the one whose
--- outcome is unknown, else NULL; a SENT row's `provider` is the one that sent it (the binding
--- then, since a row is bound before its call); the send-time check passes the binding the row had before its claim.
+-- outcome is unknown, else NULL; a SENT row's `provider` is the one that sent it.
 -- The attempts come as one JSON array of arrays, matched to the results by position: a jsonb[]
 -- parameter would be dumped element by element with every quote escaped, the costliest part of
 -- the statement's parameters on the worker's side.
@@ -219,136 +256,199 @@ WITH results AS (
         %(retry_in_seconds)b::float8[], %(last_errors)b::text[],
         %(provider_message_ids)b::text[], %(providers)b::text[],
         %(give_back)b::bool[], %(next_attempt_ats)b::timestamptz[], %(addresses_gone)b::bool[],
-        %(bound_providers)b::text[]
+        %(bound_providers)b::text[], %(waiting_reasons)b::text[]
     ) WITH ORDINALITY AS r(id, claim_token, status, retry_in_seconds, last_error,
                            provider_message_id, provider, give_back, next_attempt_at,
-                           address_gone, bound_provider, position)
+                           address_gone, bound_provider, waiting_reason, position)
     JOIN jsonb_array_elements(%(attempts)s::jsonb) WITH ORDINALITY AS a(attempts, position)
       USING (position)
-), updated AS (
-    UPDATE nq_queue n
-    SET status = r.status,
-        next_attempt_at = COALESCE(r.next_attempt_at,
-                                   now() + make_interval(secs => r.retry_in_seconds),
-                                   n.next_attempt_at),
-        last_error = r.last_error,
-        provider_message_id = COALESCE(r.provider_message_id, n.provider_message_id),
-        provider = CASE WHEN r.status = 'SENT' THEN r.provider ELSE r.bound_provider END,
-        delivery_attempts = CASE
-            WHEN jsonb_array_length(n.delivery_attempts) + jsonb_array_length(r.attempts) <= 20
-            THEN n.delivery_attempts || r.attempts
-            ELSE (SELECT jsonb_agg(a.value ORDER BY a.ordinality)
-                  FROM jsonb_array_elements(n.delivery_attempts || r.attempts) WITH ORDINALITY a
-                  WHERE a.ordinality > jsonb_array_length(n.delivery_attempts)
-                                       + jsonb_array_length(r.attempts) - 20)
-        END,
-        attempt_count = n.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END,
-        sent_at = CASE WHEN r.status = 'SENT' THEN now() ELSE n.sent_at END,
-        finished_at = CASE WHEN r.status = 'PENDING' THEN NULL ELSE now() END,
+), held AS (
+    -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
+    -- Locked, so what is read here is what nq_finish moves and `retried` updates.
+    SELECT n.id, n.claim_token, n.bucket, n.recipient, n.attempt_count, n.provider_message_id,
+           n.delivery_attempts, n.next_attempt_at, n.source
+    FROM nq_jobs n
+    WHERE n.id = ANY(%(ids)b::uuid[]) AND n.status = 'PROCESSING'
+    ORDER BY n.id
+    FOR UPDATE
+), accepted AS (
+    SELECT r.*, h.bucket, h.recipient, h.source,
+           h.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END AS final_attempt_count,
+           COALESCE(r.provider_message_id, h.provider_message_id) AS final_provider_message_id,
+           CASE WHEN r.status = 'SENT' THEN r.provider ELSE r.bound_provider END AS final_provider,
+           nq_attempts_append(h.delivery_attempts, r.attempts) AS final_delivery_attempts,
+           COALESCE(r.next_attempt_at, now() + make_interval(secs => r.retry_in_seconds),
+                    h.next_attempt_at) AS final_next_attempt_at
+    FROM results r JOIN held h ON h.id = r.id AND h.claim_token = r.claim_token
+), finished AS (
+    SELECT f.* FROM nq_finish(
+        ARRAY(SELECT id FROM accepted WHERE status <> 'PENDING' ORDER BY id),
+        ARRAY(SELECT status FROM accepted WHERE status <> 'PENDING' ORDER BY id),
+        ARRAY(SELECT last_error FROM accepted WHERE status <> 'PENDING' ORDER BY id),
+        ARRAY(SELECT final_attempt_count FROM accepted WHERE status <> 'PENDING' ORDER BY id),
+        ARRAY(SELECT final_provider_message_id FROM accepted WHERE status <> 'PENDING' ORDER BY id),
+        ARRAY(SELECT final_provider FROM accepted WHERE status <> 'PENDING' ORDER BY id),
+        ARRAY(SELECT final_delivery_attempts FROM accepted WHERE status <> 'PENDING' ORDER BY id),
+        %(default_webhook_url)s) AS f
+), retried AS (
+    UPDATE nq_jobs n
+    SET status = 'PENDING',
+        next_attempt_at = a.final_next_attempt_at,
+        last_error = a.last_error,
+        provider_message_id = a.final_provider_message_id,
+        provider = a.final_provider,
+        delivery_attempts = a.final_delivery_attempts,
+        attempt_count = a.final_attempt_count,
         claim_token = NULL,
         lease_expires_at = NULL,
+        waiting_reason = a.waiting_reason,
+        waiting_until = a.final_next_attempt_at,
+        waiting_detail = CASE a.waiting_reason
+            WHEN 'Backoff' THEN 'retry after attempt ' || a.final_attempt_count || ': '
+                                || left(a.last_error, 200)
+            WHEN 'QuietHours' THEN 'the recipient''s quiet hours'
+            ELSE left(a.last_error, 200) END,
         updated_at = now()
-    FROM results r
-    -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
-    WHERE n.id = ANY(%(ids)b::uuid[])
-      AND n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
-    RETURNING n.id, n.status, n.attempt_count, n.webhook_url, n.policy, r.provider,
-              r.address_gone, n.channel, n.recipient, n.recipient_id
+    FROM accepted a
+    WHERE n.id = ANY(ARRAY(SELECT id FROM accepted WHERE status = 'PENDING')) AND n.id = a.id
+    RETURNING n.id, n.source, n.bucket, n.recipient
+), noted AS (
+    SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
+                           array_agg('PENDING'::text)) AS n
+    FROM retried WHERE source = 'kubernetes'
 ), gone_tokens AS (
     -- One row per recipient (an UPDATE ... FROM applies one joined row per target row).
     UPDATE nq_recipients rc
     SET push_tokens = ARRAY(SELECT t FROM unnest(rc.push_tokens) t WHERE t <> ALL(g.tokens)),
         updated_at = now()
-    FROM (SELECT recipient_id, array_agg(recipient) AS tokens FROM updated
-          WHERE address_gone AND channel = 'push' AND recipient_id IS NOT NULL
+    FROM (SELECT recipient_id, array_agg(recipient) AS tokens FROM finished
+          WHERE status <> 'SENT' AND channel = 'push' AND recipient_id IS NOT NULL
+            AND id = ANY(ARRAY(SELECT id FROM accepted WHERE address_gone))
           GROUP BY recipient_id) g
     WHERE rc.id = g.recipient_id
-), events AS (
-    SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
-                                    array_agg(webhook_url), array_agg(policy),
-                                    %(default_webhook_url)s, array_agg(provider)) AS n
-    FROM updated
+), given_back AS (
+    -- Places in the window of attempts that sent nothing, by recipient, locked in the order every
+    -- writer of windows uses (claim_admit_candidates).
+    SELECT bucket, recipient, array_agg(id) AS ids
+    FROM (SELECT id, bucket, recipient FROM finished WHERE status <> 'SENT'
+          UNION ALL SELECT id, bucket, recipient FROM retried) g
+    GROUP BY bucket, recipient
+), windows_locked AS (
+    SELECT w.bucket, w.recipient FROM nq_rate_windows w
+    JOIN given_back g USING (bucket, recipient)
+    ORDER BY w.bucket, w.recipient
+    FOR UPDATE OF w
 ), released AS (
-    -- By primary key (`= ANY`): a join here could be planned as a scan of every slot.
-    DELETE FROM nq_rate_slots s
-    WHERE s.notification_id = ANY(ARRAY(SELECT id FROM updated WHERE status <> 'SENT'))
+    UPDATE nq_rate_windows w
+    SET (ids, taken) = (
+        SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
+               COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
+        FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
+    FROM given_back g
+    WHERE (w.bucket, w.recipient) IN (SELECT bucket, recipient FROM windows_locked)
+      AND w.bucket = g.bucket AND w.recipient = g.recipient
 )
--- events is read here (once, as an init plan) so that its insert runs: a plain SELECT in WITH
--- is evaluated only when referenced. One row: the ids accepted, as an array.
-SELECT ARRAY(SELECT id FROM updated) AS accepted, (SELECT n FROM events) AS events_written
+-- noted is read here (once, as an init plan) so that it runs. One row: the ids accepted.
+SELECT ARRAY(SELECT id FROM finished UNION ALL SELECT id FROM retried) AS accepted,
+       (SELECT n FROM noted) AS noted
 
 -- name: release_claims
 -- Graceful shutdown: hand claimed-but-unsent notifications back at once, giving back the attempt
--- the claim counted and the rate-limit slot it took (the notification was never tried).
+-- the claim counted and the place in the window it took (the notification was never tried).
 WITH released AS (
-    UPDATE nq_queue n
+    UPDATE nq_jobs n
     SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
         claim_token = NULL, lease_expires_at = NULL, updated_at = now()
     FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[]) AS r(id, claim_token)
-    WHERE n.id = r.id AND n.claim_token = r.claim_token AND n.status = 'PROCESSING'
-    RETURNING n.id
-), slots AS (
-    DELETE FROM nq_rate_slots s WHERE s.notification_id = ANY(ARRAY(SELECT id FROM released))
+    WHERE n.id = ANY(%(ids)b::uuid[]) AND n.id = r.id AND n.claim_token = r.claim_token
+      AND n.status = 'PROCESSING'
+    RETURNING n.id, n.source, n.bucket, n.recipient
+), noted AS (
+    SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
+                           array_agg('PENDING'::text)) AS n
+    FROM released WHERE source = 'kubernetes'
+), given_back AS (
+    SELECT bucket, recipient, array_agg(id) AS ids FROM released GROUP BY bucket, recipient
+), windows_locked AS (
+    SELECT w.bucket, w.recipient FROM nq_rate_windows w
+    JOIN given_back g USING (bucket, recipient)
+    ORDER BY w.bucket, w.recipient
+    FOR UPDATE OF w
+), windows AS (
+    UPDATE nq_rate_windows w
+    SET (ids, taken) = (
+        SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
+               COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
+        FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
+    FROM given_back g
+    WHERE (w.bucket, w.recipient) IN (SELECT bucket, recipient FROM windows_locked)
+      AND w.bucket = g.bucket AND w.recipient = g.recipient
 )
-SELECT count(*) AS released FROM released
+SELECT count(*) AS released, (SELECT n FROM noted) AS noted FROM released
 
 -- name: recover_expired_leases
 -- A lease that ran out means its worker died (or hangs): put the notification back to be tried
 -- again with the same idempotency key. The attempt stays counted. A crash on the last attempt
 -- gets one final re-check (attempt max+1, same key: a provider that already delivered it says so);
--- a crash during that re-check dead-letters it, so a poison notification never loops.
+-- a crash during that re-check dead-letters it (nq_finish), so a poison notification never loops.
 -- SKIP LOCKED: several workers may run this at once; each row is recovered once.
 WITH expired AS (
-    SELECT id FROM nq_queue
+    SELECT id, attempt_count, max_attempts, source FROM nq_jobs
     WHERE status = 'PROCESSING' AND lease_expires_at < now()
     ORDER BY lease_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), updated AS (
-    UPDATE nq_queue n
-    SET status = CASE WHEN n.attempt_count > n.max_attempts THEN 'DEAD_LETTERED' ELSE 'PENDING' END,
-        finished_at = CASE WHEN n.attempt_count > n.max_attempts THEN now() END,
+), dead AS (
+    SELECT f.* FROM nq_finish(
+        ARRAY(SELECT id FROM expired WHERE attempt_count > max_attempts),
+        ARRAY(SELECT 'DEAD_LETTERED' FROM expired WHERE attempt_count > max_attempts),
+        ARRAY(SELECT 'lease expired during attempt ' || attempt_count || ' (worker lost)'
+              FROM expired WHERE attempt_count > max_attempts),
+        NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+), recovered AS (
+    UPDATE nq_jobs n
+    SET status = 'PENDING',
         last_error = 'lease expired during attempt ' || n.attempt_count || ' (worker lost)',
         next_attempt_at = now(),
         claim_token = NULL,
         lease_expires_at = NULL,
         updated_at = now()
-    FROM expired e
-    WHERE n.id = e.id
-    RETURNING n.id, n.status, n.attempt_count, n.webhook_url, n.policy
-), events AS (
-    SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
-                                    array_agg(webhook_url), array_agg(policy),
-                                    %(default_webhook_url)s) AS n
-    FROM updated
+    WHERE n.id = ANY(ARRAY(SELECT id FROM expired WHERE attempt_count <= max_attempts))
+    RETURNING n.id, n.source
+), noted AS (
+    SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
+                           array_agg('PENDING'::text)) AS n
+    FROM recovered WHERE source = 'kubernetes'
 )
-SELECT count(*) AS recovered,
-       count(*) FILTER (WHERE u.status = 'DEAD_LETTERED') AS dead_lettered,
-       (SELECT n FROM events) AS events_written
-FROM updated u
+SELECT (SELECT count(*) FROM recovered) + (SELECT count(*) FROM dead) AS recovered,
+       (SELECT count(*) FROM dead) AS dead_lettered, (SELECT n FROM noted) AS noted
 
 -- name: expire_overdue
--- PENDING notifications whose expiresAt passed become EXPIRED, with their webhook event.
+-- PENDING notifications whose expiresAt passed become EXPIRED (nq_finish: the move to the log,
+-- the counters, the status write, the webhook event).
 WITH overdue AS (
-    SELECT id FROM nq_queue
+    SELECT id, last_error FROM nq_jobs
     WHERE status = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= now()
     ORDER BY expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-), updated AS (
-    UPDATE nq_queue n
-    SET status = 'EXPIRED', finished_at = now(), updated_at = now(),
-        last_error = COALESCE(n.last_error, 'expired before it could be sent')
-    FROM overdue o
-    WHERE n.id = o.id
-    RETURNING n.id, n.status, n.attempt_count, n.webhook_url, n.policy
-), events AS (
-    SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
-                                    array_agg(webhook_url), array_agg(policy),
-                                    %(default_webhook_url)s) AS n
-    FROM updated
 )
-SELECT count(*) AS expired, (SELECT n FROM events) AS events_written FROM updated u
+SELECT count(*) AS expired
+FROM nq_finish(
+    ARRAY(SELECT id FROM overdue),
+    ARRAY(SELECT 'EXPIRED' FROM overdue),
+    ARRAY(SELECT COALESCE(last_error, 'expired before it could be sent') FROM overdue),
+    NULL, NULL, NULL, NULL, %(default_webhook_url)s)
+
+-- name: housekeeping_next_due_at
+-- When the next lease runs out and the next PENDING notification expires, and the database's now
+-- (so the worker's clock never matters): an idle worker sleeps until its housekeeping has
+-- something to do instead of sweeping every second. Each is the first entry of its partial index
+-- (nq_jobs_lease, nq_jobs_expiry): two index probes, no scan, whatever the backlog.
+SELECT (SELECT min(lease_expires_at) FROM nq_jobs WHERE status = 'PROCESSING') AS lease_ends_at,
+       (SELECT min(expires_at) FROM nq_jobs
+        WHERE status = 'PENDING' AND expires_at IS NOT NULL) AS expires_at,
+       now() AS now
 
 -- name: next_due_at
 -- When this worker's lanes next have work it can claim: the first row of each priority's range of
@@ -361,7 +461,7 @@ SELECT count(*) AS expired, (SELECT n FROM events) AS events_written FROM update
 SELECT min(first_due) AS next_due_at, now() AS now
 FROM unnest(%(priorities)b::smallint[]) AS lane(priority)
 CROSS JOIN LATERAL (
-    SELECT next_attempt_at AS first_due FROM nq_queue
+    SELECT next_attempt_at AS first_due FROM nq_jobs
     WHERE status = 'PENDING' AND priority = lane.priority
       AND channel = ANY(%(channels)b::text[])
       AND (expires_at IS NULL OR expires_at > now())
@@ -369,14 +469,17 @@ CROSS JOIN LATERAL (
     LIMIT 1
 ) f
 
--- name: prune_rate_slots
--- Slots older than the longest window in use (the default's or any policy's) count for nothing;
--- delete them in bounded chunks so one run never holds many row locks.
-DELETE FROM nq_rate_slots
-WHERE notification_id IN (
-    SELECT notification_id FROM nq_rate_slots
-    WHERE taken_at < now() - make_interval(secs => GREATEST(
+-- name: prune_rate_windows
+-- A recipient's window whose newest entry is older than the longest window in use (the
+-- default's or any policy's) counts for nothing: delete it, in bounded chunks (the BRIN on
+-- last_taken_at finds them). SKIP LOCKED: a window a claim is writing is recent anyway, and this
+-- never waits on (or deadlocks with) a claim.
+DELETE FROM nq_rate_windows
+WHERE (bucket, recipient) IN (
+    SELECT bucket, recipient FROM nq_rate_windows
+    WHERE last_taken_at < now() - make_interval(secs => GREATEST(
         %(default_window_seconds)s,
         (SELECT COALESCE(max(rate_window_seconds), 0) FROM nq_policies)))
     LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
 )

@@ -1,57 +1,37 @@
 -- Queries of the API and the operator (enqueue, read, cancel, retry). Unfinished notifications
--- are in nq_queue, finished ones in nq_delivery_log, and nq_notifications is the view over both
--- (0008); reads go through the view, writes to the table the row is in.
+-- are in nq_jobs, finished ones in nq_delivery_log, and nq_all_notifications is the view over
+-- both (0012); reads go through the view, writes to the table the row is in.
 -- The worker's hot path (claim, complete, recover) is in delivery.sql.
 
+-- name: _notification_columns
+-- What a read of a notification returns (repositories/rows.py maps it by name), from a row `n`.
+n.id, n.idempotency_key, n.request_hash, n.channel, n.recipient, n.subject, n.body, n.priority,
+n.status, n.send_at, n.next_attempt_at, n.expires_at, n.attempt_count, n.max_attempts,
+n.last_error, n.sent_at, n.provider_message_id, n.retries, n.source, n.policy, n.webhook_url,
+n.metadata, n.created_at, n.updated_at, n.finished_at, n.recipient_id, n.category,
+n.template_name, n.template_version, n.provider, n.delivery_attempts, n.bucket, n.waiting_reason,
+n.waiting_until, n.waiting_detail, n.digest_id, n.escalation_id, n.traceparent
+
 -- name: notification_insert_many
--- Enqueue a batch in one statement. The idempotency keys are inserted first, ON CONFLICT DO
--- NOTHING: of two identical requests racing, the second waits for the first to commit and then
--- inserts no key, so no row; the caller reads the existing row with notification_get_by_keys
--- (a new statement, so it sees the winner) and compares request hashes to answer 200 or 409.
--- The keys table is unique across the queue and the log, wherever the first row is now.
--- max_attempts is fixed now, from the policy if it has one, so a later policy change does not
--- move notifications in flight. A row may be born final: SUPPRESSED (its recipient opted out of
--- every channel asked for); the move trigger puts it in the log at the end of this statement,
--- and its webhook event is written by this same statement, like every other status change.
-WITH request AS (
-    -- The batch is one JSON array of objects: one parameter, parsed by the server, instead of
-    -- twenty arrays whose elements the driver would quote and escape one by one (a jsonb[] of
-    -- metadata cost more than the rest of the statement).
-    SELECT * FROM json_to_recordset(%(items)s::json) AS r(
-        id uuid, idempotency_key text, request_hash text, channel text, recipient text,
-        subject text, body text, priority smallint, send_at timestamptz, expires_at timestamptz,
-        source text, policy text, webhook_url text, metadata jsonb, status text, last_error text,
-        category text, recipient_id text, template_name text, template_version integer,
-        position bigint)
-), keys AS (
-    INSERT INTO nq_idempotency_keys (key, notification_id, request_hash)
-    -- In batch order, so of a key repeated within one batch the first item is the one inserted
-    -- (the service answers the later ones 200 or 409).
-    SELECT idempotency_key, id, request_hash FROM request ORDER BY position
-    ON CONFLICT (key) DO NOTHING
-    RETURNING notification_id
-), inserted AS (
-    INSERT INTO nq_queue (
-        id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
-        send_at, next_attempt_at, expires_at, max_attempts, source, policy, webhook_url, metadata,
-        last_error, finished_at, category, recipient_id, template_name, template_version)
-    SELECT r.id, r.idempotency_key, r.request_hash, r.channel, r.recipient, r.subject, r.body,
-           r.priority, r.status, r.send_at, r.send_at, r.expires_at,
-           COALESCE(p.max_attempts, %(default_max_attempts)s), r.source, r.policy, r.webhook_url,
-           r.metadata, r.last_error, CASE WHEN r.status <> 'PENDING' THEN now() END, r.category,
-           r.recipient_id, r.template_name, r.template_version
-    FROM request r
-    JOIN keys k ON k.notification_id = r.id
-    LEFT JOIN nq_policies p ON p.name = r.policy
-    RETURNING *
-), events AS (
-    SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
-                                    array_agg(webhook_url), array_agg(policy),
-                                    %(default_webhook_url)s) AS n
-    FROM inserted WHERE status = 'SUPPRESSED'
-)
--- events is read (once, as an init plan) so that its insert runs.
-SELECT i.*, (SELECT n FROM events) AS events_written FROM inserted i
+-- Enqueue a batch in one statement: nq_insert_notifications (0016), the one insert path that
+-- notify_queue_enqueue, the SQL door, shares. The idempotency keys are inserted first, ON
+-- CONFLICT DO NOTHING: of two identical requests racing, the second waits for the first to
+-- commit and then inserts no key, so no row; the caller reads the existing row with
+-- notification_get_by_keys (a new statement, so it sees the winner) and compares request hashes
+-- to answer 200 or 409. The keys table is unique across the queue and the log, wherever the
+-- first row is now. max_attempts is fixed now, from the policy if it has one, so a later policy
+-- change does not move notifications in flight. A row may be born final: SUPPRESSED (its
+-- recipient opted out of every channel asked for). It goes straight into the log, counted, with
+-- its webhook event, written by this same statement like every other status change (the caller
+-- has made sure the log has today's partition: nq_delivery_log_ready). A row sent later waits
+-- `Scheduled`. The batch is one JSON array of objects: one parameter, parsed by the server,
+-- instead of twenty arrays whose elements the driver would quote and escape one by one.
+SELECT * FROM nq_insert_notifications(%(items)s::json, %(default_max_attempts)s,
+                                      %(default_webhook_url)s)
+
+-- name: notification_log_ready
+-- Before an insert of rows born final: the log has today's partition (0012).
+SELECT nq_delivery_log_ready() AS ready
 
 -- name: notification_lock_request_keys
 -- Serialise user-targeted requests per idempotency key for this transaction: the expansion reads
@@ -63,18 +43,18 @@ FROM (SELECT DISTINCT k FROM unnest(%(keys)b::text[]) AS k ORDER BY k) keys
 
 -- name: notification_get_by_keys
 -- Through the keys table: its primary key, then each row by id in the queue or the log.
-SELECT * FROM nq_notifications
+SELECT {{_notification_columns}} FROM nq_all_notifications n
 WHERE id = ANY(ARRAY(SELECT notification_id FROM nq_idempotency_keys
                      WHERE key = ANY(%(idempotency_keys)b::text[])))
 
 -- name: notification_get
-SELECT * FROM nq_notifications WHERE id = %(id)s
+SELECT {{_notification_columns}} FROM nq_all_notifications n WHERE id = %(id)s
 
 -- name: notification_list
 -- Keyset pagination, oldest first: (created_at, id) strictly after the cursor, so rows added
 -- while a client pages (always newer) never shift a page: no gaps, no repeats. Each filter
 -- has an index that starts with it and continues with (created_at, id).
-SELECT * FROM nq_notifications
+SELECT {{_notification_columns}} FROM nq_all_notifications n
 WHERE (%(status)s::text IS NULL OR status = %(status)s)
   AND (%(channel)s::text IS NULL OR channel = %(channel)s)
   AND (%(recipient)s::text IS NULL OR recipient = %(recipient)s)
@@ -85,18 +65,20 @@ ORDER BY created_at, id
 LIMIT %(limit)s
 
 -- name: notification_cancel
--- Cancel and claim race through this one conditional update: a claim holds the row lock, so this
--- waits for it and then re-checks status = 'PENDING' on the newest row version; whichever commits
--- first wins and the other changes nothing. The move trigger takes the row to the log.
-UPDATE nq_queue
-SET status = 'CANCELLED', finished_at = now(), updated_at = now()
-WHERE id = %(id)s AND status = 'PENDING'
-RETURNING *
+-- Cancel and claim race through the row lock: a claim holds it, so this waits for it and then
+-- re-checks status = 'PENDING' on the newest row version; whichever commits first wins and the
+-- other changes nothing. nq_finish moves the row to the log (the caller reads it back with
+-- notification_get, a statement of its own that sees the move).
+WITH pending AS (
+    SELECT id FROM nq_jobs WHERE id = %(id)s AND status = 'PENDING' FOR UPDATE
+)
+SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending), ARRAY(SELECT 'CANCELLED' FROM pending),
+                           NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
 
 -- name: notification_retry
--- Operator retry of one notification (nq_delivery_log_retry, 0008, 0011): only from FAILED or
--- DEAD_LETTERED, and only while its idempotency key is still its own; otherwise nothing.
-SELECT * FROM nq_delivery_log_retry(ARRAY[%(id)s::uuid])
+-- Operator retry of one notification (nq_retry, 0012): only from FAILED or DEAD_LETTERED, and
+-- only while its idempotency key is still its own; otherwise nothing. The caller reads it back.
+SELECT nq_retry(ARRAY[%(id)s::uuid]) AS id
 
 -- name: notification_retry_batch
 -- Operator retry of up to %(limit)s notifications in one status, oldest first (the log's status
@@ -113,10 +95,11 @@ WITH picked AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), retried AS (
-    SELECT id FROM nq_delivery_log_retry(ARRAY(SELECT id FROM picked))
+    SELECT id FROM nq_retry(ARRAY(SELECT id FROM picked)) AS r(id)
 )
+-- What remains: the counter of the status as this statement found it, less what it retried.
 SELECT (SELECT count(*) FROM retried) AS retried,
-       (SELECT count(*) FROM nq_delivery_log WHERE status = %(status)s)
+       (SELECT COALESCE(sum(n), 0) FROM nq_counters WHERE name = 'notifications:' || %(status)s)
          - (SELECT count(*) FROM retried) AS remaining
 
 -- name: notification_wake_workers
@@ -131,14 +114,14 @@ SELECT pg_notify('nq_wakeup', '')
 SELECT split_part(name, ':', 2) AS status, sum(n)::bigint AS n
 FROM nq_counters WHERE starts_with(name, 'notifications:') GROUP BY name
 UNION ALL
-SELECT 'PENDING', count(*) FROM nq_queue WHERE status = 'PENDING'
+SELECT 'PENDING', count(*) FROM nq_jobs WHERE status = 'PENDING'
 UNION ALL
-SELECT 'PROCESSING', count(*) FROM nq_queue WHERE status = 'PROCESSING'
+SELECT 'PROCESSING', count(*) FROM nq_jobs WHERE status = 'PROCESSING'
 
 -- name: queue_status_due
 -- PENDING and due now, per priority, with the oldest due time: reads only the claim index.
 SELECT priority, count(*) AS n, min(next_attempt_at) AS oldest_due
-FROM nq_queue
+FROM nq_jobs
 WHERE status = 'PENDING' AND next_attempt_at <= now()
 GROUP BY priority
 

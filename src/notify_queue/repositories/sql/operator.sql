@@ -25,7 +25,7 @@ WHERE l.uid = %(uid)s
 -- which finds the row in the log, final, where nothing changes it any more but a retry (which
 -- takes the same row lock to move it back).
 WITH queued_row AS (
-    SELECT id, status FROM nq_queue WHERE id = %(notification_id)s FOR SHARE
+    SELECT id, status FROM nq_jobs WHERE id = %(notification_id)s FOR SHARE
 ), logged_row AS (
     SELECT id, status FROM nq_delivery_log WHERE id = %(notification_id)s FOR SHARE
 ), target AS (
@@ -97,10 +97,10 @@ SELECT c.uid AS object_uid, c.namespace AS object_namespace, c.name AS object_na
            ORDER BY k.created_at, k.notification_id) END AS related_ids,
        -- A row held by a policy that is not Ready shows Reconciling/PolicyNotReady.
        COALESCE(p.ready, true) AS object_policy_ready,
-       n.*
+       {{_notification_columns}}
 FROM changed c
 LEFT JOIN nq_kube_links l ON l.uid = c.uid
-LEFT JOIN nq_notifications n ON n.id = c.notification_id
+LEFT JOIN nq_all_notifications n ON n.id = c.notification_id
 LEFT JOIN nq_policies p ON p.name = n.policy
 ORDER BY c.first_seq
 
@@ -123,7 +123,7 @@ WHERE %(namespace)s::text IS NULL OR namespace = %(namespace)s
 WITH due AS (
     SELECT l.uid
     FROM nq_kube_links l
-    JOIN nq_notifications n ON n.id = l.notification_id
+    JOIN nq_all_notifications n ON n.id = l.notification_id
     JOIN nq_policies p ON p.name = n.policy
     WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
       AND n.finished_at IS NOT NULL
@@ -144,7 +144,7 @@ RETURNING l.uid, l.namespace, l.name, l.notification_id, l.generation, 0::bigint
 SELECT EXTRACT(EPOCH FROM min(n.finished_at + make_interval(secs => p.ttl_seconds_after_finished))
                - now())::float8 AS seconds
 FROM nq_kube_links l
-JOIN nq_notifications n ON n.id = l.notification_id
+JOIN nq_all_notifications n ON n.id = l.notification_id
 JOIN nq_policies p ON p.name = n.policy
 WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
   AND n.finished_at IS NOT NULL
@@ -159,7 +159,7 @@ WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
 -- partial claim index (status = 'PENDING', next_attempt_at) is all this reads.
 SELECT priority, channel, count(*) AS depth,
        EXTRACT(EPOCH FROM now() - min(next_attempt_at))::float8 AS oldest_due_age_seconds
-FROM nq_queue
+FROM nq_jobs
 WHERE status = 'PENDING' AND next_attempt_at <= now()
   AND (expires_at IS NULL OR expires_at > now())
 GROUP BY priority, channel

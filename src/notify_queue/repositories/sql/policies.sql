@@ -41,7 +41,7 @@ WITH queued AS (
     INSERT INTO nq_status_outbox (uid, namespace, name, notification_id, old_status, new_status)
     SELECT l.uid, l.namespace, l.name, n.id, n.status, n.status
     FROM nq_kube_links l
-    JOIN nq_queue n ON n.id = l.notification_id
+    JOIN nq_jobs n ON n.id = l.notification_id
     WHERE l.namespace = %(namespace)s AND n.policy = %(name)s AND n.status = 'PENDING'
     RETURNING seq
 )
@@ -57,18 +57,28 @@ FROM queued
 -- A row with attempts made keeps its backoff. There is no index on policy: the claim index
 -- (partial, PENDING, by priority and next_attempt_at) narrows it to the next 31 s of each lane,
 -- which is where the claim puts held rows.
-UPDATE nq_queue
-SET next_attempt_at = now(), updated_at = now()
-WHERE id IN (
-    SELECT n.id
-    FROM unnest('{0,1,2}'::smallint[]) AS lane(priority)
-    CROSS JOIN LATERAL (
-        SELECT id, policy, attempt_count, send_at FROM nq_queue
-        WHERE status = 'PENDING' AND priority = lane.priority
-          AND next_attempt_at > now() AND next_attempt_at <= now() + interval '31 seconds'
-    ) n
-    WHERE n.policy = %(name)s AND n.attempt_count = 0 AND n.send_at <= now()
+WITH released AS (
+    UPDATE nq_jobs
+    SET next_attempt_at = now(), updated_at = now(),
+        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL
+    WHERE id IN (
+        SELECT n.id
+        FROM unnest('{0,1,2}'::smallint[]) AS lane(priority)
+        CROSS JOIN LATERAL (
+            SELECT id, policy, attempt_count, send_at FROM nq_jobs
+            WHERE status = 'PENDING' AND priority = lane.priority
+              AND next_attempt_at > now() AND next_attempt_at <= now() + interval '31 seconds'
+        ) n
+        WHERE n.policy = %(name)s AND n.attempt_count = 0 AND n.send_at <= now()
+    )
+    RETURNING id, source
 )
+-- The status writes of Notification objects among them (their due time changed).
+SELECT count(*) AS released,
+       (SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PENDING'::text),
+                               array_agg('PENDING'::text))
+        FROM released WHERE source = 'kubernetes') AS noted
+FROM released
 
 -- name: policy_delete
 DELETE FROM nq_policies WHERE name = %(name)s

@@ -118,7 +118,7 @@ RETURNING c.provider, d.old_state, c.state, c.open_until, clock_timestamp() AS c
 -- was open or rate-limited, or answered that nothing was sent), the row is bound to the one it
 -- is about to call, so a worker lost during that call leaves the right provider behind. Only
 -- the holder of the current claim may bind; no row back means the claim was lost: do not call.
-UPDATE nq_queue
+UPDATE nq_jobs
 SET provider = %(provider)s
 WHERE id = %(id)s AND claim_token = %(claim_token)s AND status = 'PROCESSING'
 RETURNING id

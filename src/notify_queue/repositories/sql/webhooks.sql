@@ -34,29 +34,45 @@ spent AS (
         last_error = 'attempt ' || e.attempts || ': no result recorded before its lease expired'
                      || COALESCE(' (before: ' || left(e.last_error, 200) || ')', '')
     WHERE e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts >= %(max_attempts)s))
+    RETURNING e.state
+), claimed AS (
+    -- The claim token comes from the dispatcher, one per batch: Citus refuses volatile functions
+    -- in a distributed UPDATE, and the token is matched with the event's id.
+    UPDATE nq_webhook_events e
+    SET attempts = e.attempts + 1,
+        claim_token = %(claim_token)s,
+        next_attempt_at = now() + make_interval(secs => %(lease_seconds)s)
+    WHERE e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts < %(max_attempts)s))
+    RETURNING e.id, e.notification_id, e.url, e.payload, e.attempts, e.claim_token, e.policy,
+              (SELECT p.webhook_secrets FROM nq_policies p WHERE p.name = e.policy)
+                  AS policy_secrets
+), counted AS (
+    SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') AS done FROM spent
 )
-UPDATE nq_webhook_events e
-SET attempts = e.attempts + 1,
-    claim_token = gen_random_uuid(),
-    next_attempt_at = now() + make_interval(secs => %(lease_seconds)s)
-WHERE e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts < %(max_attempts)s))
-RETURNING e.id, e.notification_id, e.url, e.payload, e.attempts, e.claim_token, e.policy,
-          (SELECT p.webhook_secrets FROM nq_policies p WHERE p.name = e.policy) AS policy_secrets
+-- One row of NULLs when nothing was claimed: counted is read (an init plan) so that it runs.
+SELECT c.* FROM (SELECT (SELECT done FROM counted) AS done) f LEFT JOIN claimed c ON true
 
 -- name: webhook_record_results
 -- Record a batch of dispatch results in one statement; only the current claim's result counts.
-UPDATE nq_webhook_events e
-SET state = r.state,
-    next_attempt_at = COALESCE(now() + make_interval(secs => r.retry_in_seconds), e.next_attempt_at),
-    last_error = r.last_error,
-    delivered_at = CASE WHEN r.state = 'delivered' THEN now() END,
-    claim_token = NULL
-FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[], %(states)b::text[],
-            %(retry_in_seconds)b::float8[], %(last_errors)b::text[])
-     AS r(id, claim_token, state, retry_in_seconds, last_error)
--- Through the primary key (`= ANY`), so the cost is per result, never per event in the table.
-WHERE e.id = ANY(%(ids)b::uuid[]) AND e.id = r.id AND e.claim_token = r.claim_token
-RETURNING e.id
+-- A delivered or failed event is counted (0004's counters) by this statement.
+WITH recorded AS (
+    UPDATE nq_webhook_events e
+    SET state = r.state,
+        next_attempt_at = COALESCE(now() + make_interval(secs => r.retry_in_seconds),
+                                   e.next_attempt_at),
+        last_error = r.last_error,
+        delivered_at = CASE WHEN r.state = 'delivered' THEN now() END,
+        claim_token = NULL
+    FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[], %(states)b::text[],
+                %(retry_in_seconds)b::float8[], %(last_errors)b::text[])
+         AS r(id, claim_token, state, retry_in_seconds, last_error)
+    -- Through the primary key (`= ANY`), so the cost is per result, never per event in the table.
+    WHERE e.id = ANY(%(ids)b::uuid[]) AND e.id = r.id AND e.claim_token = r.claim_token
+    RETURNING e.id, e.state
+), counted AS (
+    SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') AS done FROM recorded
+)
+SELECT r.id FROM (SELECT (SELECT done FROM counted) AS done) f JOIN recorded r ON true
 
 -- name: webhook_next_due_at
 SELECT min(next_attempt_at) AS next_due_at, now() AS now
