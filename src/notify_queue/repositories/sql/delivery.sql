@@ -207,8 +207,10 @@ WITH batch AS (
 )
 -- Admitted rows in claim order, so the worker starts the most urgent deliveries first; each
 -- carries the channels the claim deferred (the same on every row; one row of NULLs and the
--- channels when nothing was admitted). noted is read so that it runs.
-SELECT f.deferred_channels, a.*
+-- channels when nothing was admitted). noted is selected so that it runs: a column of `f` that
+-- the outer query does not select is removed by the planner, and with it the only reference to
+-- noted, which then never ran (no status write for a Kubernetes row's claim or deferral).
+SELECT f.deferred_channels, f.noted AS status_writes_noted, a.*
 FROM (SELECT ARRAY(SELECT channel FROM deferred) AS deferred_channels,
              (SELECT n FROM noted) AS noted) f
 LEFT JOIN (
