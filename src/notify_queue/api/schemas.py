@@ -397,11 +397,21 @@ class ProviderCircuit(_Wire):
     open_until: UtcTime | None
 
 
+class DatabaseStatus(_Wire):
+    engine: Literal["postgresql", "citus"] = Field(
+        description="citus: the extension is installed and at least one worker node is "
+        "registered; otherwise postgresql."
+    )
+    worker_nodes: int = Field(description="Registered Citus worker nodes; 0 for postgresql.")
+
+
 class QueueStatus(_Wire):
     counts: StatusCounts
     due: DueCounts = Field(description="PENDING and due now, per priority.")
     oldest_due_age_seconds: float
-    database: Literal["ok"]
+    database: DatabaseStatus = Field(
+        description="The engine behind the database URL (read at most every 30 s per process)."
+    )
     providers: dict[str, ProviderCircuit] = Field(
         description="The circuit of every provider with a breaker, as all workers share it."
     )
@@ -412,7 +422,9 @@ class QueueStatus(_Wire):
             counts=StatusCounts(**{k.value: v for k, v in s.counts.items()}),
             due=DueCounts(**{k.value: v for k, v in s.due.items()}),
             oldest_due_age_seconds=s.oldest_due_age_seconds,
-            database="ok",
+            database=DatabaseStatus(
+                engine=s.database.engine.value, worker_nodes=s.database.worker_nodes
+            ),
             providers={
                 name: ProviderCircuit(circuit=c.state, open_until=c.open_until)
                 for name, c in s.providers.items()

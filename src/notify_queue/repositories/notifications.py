@@ -21,6 +21,7 @@ from notify_queue.models import (
     WaitingReason,
 )
 from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import (
     notification_from_row,
     recipient_from_row,
@@ -33,6 +34,8 @@ class NotificationRepository:
         self._db = db
         # For the event of a notification born SUPPRESSED (--webhook-url).
         self._default_webhook_url = default_webhook_url
+        # For /status: the engine, read at most once per TTL by this process.
+        self._engine = EngineRepository(db)
 
     @asynccontextmanager
     async def targeted_transaction(
@@ -173,6 +176,7 @@ class NotificationRepository:
             circuits = await conn.fetch_all("provider_circuits_read")
             waits = await conn.fetch_all("queue_status_waiting") if waiting else []
             now = (await conn.fetch_one("database_now") or {})["now"]
+            engine = await self._engine.engine_get(conn=conn)
         oldest = min((r["oldest_due"] for r in due), default=None)
         return QueueStatus(
             counts={s: 0 for s in Status} | {Status(r["status"]): int(r["n"]) for r in counts},
@@ -187,6 +191,7 @@ class NotificationRepository:
                 )
                 for r in circuits
             },
+            database=engine,
             waiting={r: 0 for r in WaitingReason}
             | {WaitingReason(r["reason"]): int(r["n"]) for r in waits},
         )
