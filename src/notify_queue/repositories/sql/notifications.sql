@@ -66,7 +66,7 @@ LIMIT %(limit)s
 
 -- name: notification_list_waiting
 -- notification_list for `?waiting=R`: only a PENDING row can wait, so only the queue is read,
--- never the log. The partial index nq_jobs_waiting (0015: PENDING rows with a reason, by reason
+-- never the log. The partial index nq_jobs_waiting (0017: PENDING rows with a reason, by reason
 -- and until) finds the rows waiting for R now, as the API shows them (a row whose until has
 -- passed is due: models.current_waiting); they are few (the backlog's deferred part) and sorted
 -- here into the same keyset order as notification_list, with its other filters.
@@ -153,7 +153,7 @@ SELECT 'pending', count(*) FROM nq_webhook_events WHERE state = 'pending'
 
 -- name: queue_status_waiting
 -- PENDING rows per waiting reason, counting those whose reason still holds (until ahead, or not
--- known), as the API shows them. An index-only scan of the partial index nq_jobs_waiting (0015),
+-- known), as the API shows them. An index-only scan of the partial index nq_jobs_waiting (0017),
 -- which holds only deferred PENDING rows: the cost follows what waits, never the history or
 -- the due backlog.
 SELECT waiting_reason AS reason, count(*) AS n
