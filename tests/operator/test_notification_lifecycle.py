@@ -81,6 +81,7 @@ async def test_an_applied_notification_is_sent_and_its_status_says_so(
         "RECIPIENT",
         "PRIORITY",
         "ATTEMPTS",
+        "WAITING",
         "AGE",
     ]
     assert listing[1].split()[:6] == [

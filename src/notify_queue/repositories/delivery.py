@@ -180,6 +180,7 @@ class DeliveryRepository:
                 "addresses_gone": [c.address_gone for c in completions],
                 "bound_providers": [c.bound_provider for c in completions],
                 "waiting_reasons": [c.waits_for for c in completions],
+                "waiting_details": [c.waiting_detail for c in completions],
                 "default_webhook_url": self._defaults.webhook_url,
             },
         )

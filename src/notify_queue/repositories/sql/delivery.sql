@@ -207,8 +207,10 @@ WITH batch AS (
 )
 -- Admitted rows in claim order, so the worker starts the most urgent deliveries first; each
 -- carries the channels the claim deferred (the same on every row; one row of NULLs and the
--- channels when nothing was admitted). noted is read so that it runs.
-SELECT f.deferred_channels, a.*
+-- channels when nothing was admitted). noted is selected so that it runs: a column of `f` that
+-- the outer query does not select is removed by the planner, and with it the only reference to
+-- noted, which then never ran (no status write for a Kubernetes row's claim or deferral).
+SELECT f.deferred_channels, f.noted AS status_writes_noted, a.*
 FROM (SELECT ARRAY(SELECT channel FROM deferred) AS deferred_channels,
              (SELECT n FROM noted) AS noted) f
 LEFT JOIN (
@@ -256,10 +258,11 @@ WITH results AS (
         %(retry_in_seconds)b::float8[], %(last_errors)b::text[],
         %(provider_message_ids)b::text[], %(providers)b::text[],
         %(give_back)b::bool[], %(next_attempt_ats)b::timestamptz[], %(addresses_gone)b::bool[],
-        %(bound_providers)b::text[], %(waiting_reasons)b::text[]
+        %(bound_providers)b::text[], %(waiting_reasons)b::text[], %(waiting_details)b::text[]
     ) WITH ORDINALITY AS r(id, claim_token, status, retry_in_seconds, last_error,
                            provider_message_id, provider, give_back, next_attempt_at,
-                           address_gone, bound_provider, waiting_reason, position)
+                           address_gone, bound_provider, waiting_reason, waiting_detail,
+                           position)
     JOIN jsonb_array_elements(%(attempts)s::jsonb) WITH ORDINALITY AS a(attempts, position)
       USING (position)
 ), held AS (
@@ -303,11 +306,13 @@ WITH results AS (
         lease_expires_at = NULL,
         waiting_reason = a.waiting_reason,
         waiting_until = a.final_next_attempt_at,
-        waiting_detail = CASE a.waiting_reason
+        -- The worker words what only it knows (CircuitOpen, ProviderRateLimit: the providers it
+        -- skipped and why, services/failover.py); the others are worded here from the result.
+        waiting_detail = COALESCE(a.waiting_detail, CASE a.waiting_reason
             WHEN 'Backoff' THEN 'retry after attempt ' || a.final_attempt_count || ': '
                                 || left(a.last_error, 200)
             WHEN 'QuietHours' THEN 'the recipient''s quiet hours'
-            ELSE left(a.last_error, 200) END,
+            ELSE left(a.last_error, 200) END),
         updated_at = now()
     FROM accepted a
     WHERE n.id = ANY(ARRAY(SELECT id FROM accepted WHERE status = 'PENDING')) AND n.id = a.id
@@ -358,7 +363,10 @@ SELECT ARRAY(SELECT id FROM finished UNION ALL SELECT id FROM retried) AS accept
 WITH released AS (
     UPDATE nq_jobs n
     SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
-        claim_token = NULL, lease_expires_at = NULL, updated_at = now()
+        claim_token = NULL, lease_expires_at = NULL, updated_at = now(),
+        -- Due now: it waits for nothing but a worker. The claim cleared the reason already;
+        -- said again in this write so no path back to PENDING can carry a stale one.
+        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL
     FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[]) AS r(id, claim_token)
     WHERE n.id = ANY(%(ids)b::uuid[]) AND n.id = r.id AND n.claim_token = r.claim_token
       AND n.status = 'PROCESSING'
@@ -412,6 +420,8 @@ WITH expired AS (
         next_attempt_at = now(),
         claim_token = NULL,
         lease_expires_at = NULL,
+        -- Due now (see release_claims).
+        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
         updated_at = now()
     WHERE n.id = ANY(ARRAY(SELECT id FROM expired WHERE attempt_count <= max_attempts))
     RETURNING n.id, n.source
