@@ -78,7 +78,7 @@ WITH request AS (
 ), events AS (
     SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
                                     array_agg(webhook_url), array_agg(policy),
-                                    %(default_webhook_url)s) AS n
+                                    %(default_webhook_url)s, NULL, array_agg(bucket)) AS n
     FROM logged
 ), counted AS (
     SELECT nq_note_changes(array_agg(id), array_agg(source), NULL, array_agg(status)) AS n
