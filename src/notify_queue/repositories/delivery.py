@@ -116,8 +116,13 @@ class DeliveryRepository:
         if engine.engine is not Engine.CITUS:
             async with self._db.transaction() as conn:
                 return await self._claim_in(
-                    conn, "claim_lock_candidates", "claim_admit_candidates", lock_params,
-                    screen, quiet_hours, chain_heads,
+                    conn,
+                    "claim_lock_candidates",
+                    "claim_admit_candidates",
+                    lock_params,
+                    screen,
+                    quiet_hours,
+                    chain_heads,
                 )
         # Citus: the buckets of the most urgent due rows, without locks, then one router claim
         # per bucket in that order, each in its own transaction, until the batch is full.
@@ -128,11 +133,19 @@ class DeliveryRepository:
             left = limit - len(batch.claimed) - len(batch.screened or [])
             if left <= 0:
                 break
-            params = {**lock_params, "limit": left, "bucket": row["bucket"]}
+            # As many rows as the bucket has among the most urgent: HIGH rows of the next bucket
+            # come before this bucket's NORMAL ones.
+            take = min(left, int(row["n"]))
+            params = {**lock_params, "limit": take, "bucket": row["bucket"]}
             async with self._db.transaction() as conn:
                 part = await self._claim_in(
-                    conn, "claim_lock_candidates_bucket", "claim_admit_candidates_bucket",
-                    params, screen, quiet_hours, chain_heads,
+                    conn,
+                    "claim_lock_candidates_bucket",
+                    "claim_admit_candidates_bucket",
+                    params,
+                    screen,
+                    quiet_hours,
+                    chain_heads,
                 )
             batch = ClaimedBatch(
                 batch.claimed + part.claimed,

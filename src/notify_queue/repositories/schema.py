@@ -205,9 +205,7 @@ async def _lay_out(conn: Connection) -> None:
 
 @functools.cache
 def _read_layout() -> str:
-    return (
-        resources.files("notify_queue.repositories").joinpath(CITUS_LAYOUT).read_text("utf-8")
-    )
+    return resources.files("notify_queue.repositories").joinpath(CITUS_LAYOUT).read_text("utf-8")
 
 
 async def _record(conn: Connection, migration: Migration) -> None:

@@ -233,11 +233,12 @@ ORDER BY a.priority, a.next_attempt_at, a.created_at
 -- names one bucket (one shard), so a claim first looks, without locks, at the most urgent due
 -- rows across every shard (Citus pushes the ORDER BY ... LIMIT down to each shard, one probe of
 -- each shard's claim index, and merges), and answers their buckets in urgency order: the bucket
--- of the most urgent row first. The worker then claims bucket by bucket
+-- of the most urgent row first, with how many of those rows each holds. The worker then claims
+-- that many rows bucket by bucket
 -- (claim_lock_candidates_bucket, claim_admit_candidates_bucket) until its batch is full. The
 -- filters are claim_lock_candidates'. On plain PostgreSQL the one-statement claim is kept (no
 -- extra round trip per bucket).
-SELECT bucket, min(priority) AS priority, min(next_attempt_at) AS due
+SELECT bucket, count(*) AS n, min(priority) AS priority, min(next_attempt_at) AS due
 FROM (SELECT bucket, priority, next_attempt_at FROM nq_jobs
       WHERE status = 'PENDING' AND priority = ANY(%(priorities)b::smallint[])
         AND next_attempt_at <= now() AND channel = ANY(%(channels)b::text[])
