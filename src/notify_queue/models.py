@@ -139,6 +139,7 @@ class Failover(enum.StrEnum):
 class Source(enum.StrEnum):
     API = "api"
     KUBERNETES = "kubernetes"
+    SQL = "sql"  # notify_queue_enqueue, in the caller's own transaction (docs/enqueue.md)
 
 
 class Outcome(enum.StrEnum):

@@ -9,6 +9,7 @@ after the send time). `tests/api/test_openapi.py` keeps the two field lists equa
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -21,8 +22,13 @@ from notify_queue.models import Channel, Priority, Source, Status
 from notify_queue.services import validation as rules
 
 
+@functools.lru_cache(maxsize=256)
 def rfc3339(moment: datetime) -> str:
-    """`2026-09-24T12:00:00.123456Z`: UTC, always with the `Z` (never `+00:00`)."""
+    """`2026-09-24T12:00:00.123456Z`: UTC, always with the `Z` (never `+00:00`).
+
+    Remembered: the rows of one statement share their `createdAt` and `updatedAt` (the
+    transaction's `now()`) and a batch's items their `sendAt`, so a batch's answer formats a few
+    moments, not four thousand. Equal datetimes are equal instants, so the text is the same."""
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
