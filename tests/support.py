@@ -299,7 +299,9 @@ async def running_api(
             return False
 
     try:
-        await eventually(ready, timeout=30)
+        # A deadline, not a speed: each API worker process imports the application on its own,
+        # which takes seconds each on a busy 2-core machine (two took over 30 s beside a suite).
+        await eventually(ready, timeout=120)
         yield base_url
     finally:
         process.send_signal(signal.SIGTERM)
