@@ -180,6 +180,8 @@ class NewNotification:
     # SUPPRESSED when the recipient opted out of every channel at creation; `last_error` the reason.
     status: Status = Status.PENDING
     last_error: str | None = None
+    # The W3C traceparent of the span that created it (tracing off: None); workers continue it.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,6 +276,8 @@ class ClaimedNotification:
     # so under OnDefiniteFailure no other provider may be called (services/failover.py).
     bound_provider: str | None = None
     sticky_provider: str | None = None
+    # The creator's trace context (the row's `traceparent`): the delivery span's parent.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -305,4 +305,5 @@ def _claimed(row: dict[str, Any], claim_token: uuid.UUID) -> ClaimedNotification
         ),
         bound_provider=row["bound_provider"],
         sticky_provider=row["sticky_provider"],
+        traceparent=row["traceparent"],
     )
