@@ -47,6 +47,46 @@ STATUS = "notify_queue.status"
 BATCH_SIZE = "notify_queue.batch.size"
 WEBHOOK_EVENT_ID = "notify_queue.webhook.event_id"
 
+# The OTEL_* variables the program reads (through the SDK, its OTLP/HTTP exporter and the
+# FastAPI instrumentation), and what each does: the chart's `tracing.env` accepts exactly these
+# (scripts/gen-chart-schema.py), docs/operations.md "Traces" explains them.
+VARIABLES: dict[str, str] = {
+    "OTEL_SDK_DISABLED": "true: tracing off whatever else is set.",
+    "OTEL_TRACES_EXPORTER": "otlp, console or none (comma-separated). Unset: otlp when an OTLP "
+    "endpoint is set, else off.",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "The collector's OTLP/HTTP base URL (http://collector:4318); "
+    "setting it turns tracing on.",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "The full traces URL (http://collector:4318/v1/traces), "
+    "instead of the base URL; setting it turns tracing on.",
+    "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf, the only protocol this build exports.",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf, for traces only.",
+    "OTEL_EXPORTER_OTLP_HEADERS": "Headers of every export (key=value,...); a token belongs in a "
+    "role's extraEnv from a Secret.",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "Headers of trace exports only.",
+    "OTEL_EXPORTER_OTLP_TIMEOUT": "Milliseconds an export may take [10000].",
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT": "Milliseconds a trace export may take.",
+    "OTEL_EXPORTER_OTLP_COMPRESSION": "gzip or none [none].",
+    "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION": "gzip or none, for traces only.",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE": "A CA bundle file to verify the collector's TLS with.",
+    "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE": "The same, for traces only.",
+    "OTEL_SERVICE_NAME": "The service name [notify-queue-<role>: -api, -worker, -operator].",
+    "OTEL_RESOURCE_ATTRIBUTES": "More resource attributes (key=value,...), such as "
+    "deployment.environment.name=prod.",
+    "OTEL_TRACES_SAMPLER": "always_on, always_off, traceidratio, parentbased_always_on [default], "
+    "parentbased_always_off or parentbased_traceidratio.",
+    "OTEL_TRACES_SAMPLER_ARG": "The ratio of the traceidratio samplers (0.1: one trace in ten).",
+    "OTEL_PROPAGATORS": "How context travels in HTTP headers [tracecontext,baggage]; the "
+    "stored context is always W3C traceparent.",
+    "OTEL_BSP_SCHEDULE_DELAY": "Milliseconds between exports [5000].",
+    "OTEL_BSP_MAX_QUEUE_SIZE": "Spans buffered before new ones are dropped [2048].",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "Spans per export [512].",
+    "OTEL_BSP_EXPORT_TIMEOUT": "Milliseconds an export of a batch may take [30000].",
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "Attributes kept per span [128].",
+    "OTEL_SPAN_LINK_COUNT_LIMIT": "Links kept per span [128].",
+    "OTEL_PYTHON_FASTAPI_EXCLUDED_URLS": "API paths that make no span "
+    "[healthz,readyz,metrics].",
+}
+
 # Paths whose requests make no span: probes and scrapes arrive every few seconds and say nothing
 # about a notification. OTEL_PYTHON_FASTAPI_EXCLUDED_URLS replaces this list.
 _EXCLUDED_URLS = "healthz,readyz,metrics"
