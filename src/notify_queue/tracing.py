@@ -83,8 +83,10 @@ VARIABLES: dict[str, str] = {
     "OTEL_BSP_EXPORT_TIMEOUT": "Milliseconds an export of a batch may take [30000].",
     "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "Attributes kept per span [128].",
     "OTEL_SPAN_LINK_COUNT_LIMIT": "Links kept per span [128].",
-    "OTEL_PYTHON_FASTAPI_EXCLUDED_URLS": "API paths that make no span "
-    "[healthz,readyz,metrics].",
+    "OTEL_PYTHON_FASTAPI_EXCLUDED_URLS": "API paths that make no span [healthz,readyz,metrics].",
+    "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "Instrumentations to leave out: psycopg (a span "
+    "per statement), aiohttp-client (the HTTP provider's request spans; traceparent still "
+    "reaches the provider from the call span), fastapi.",
 }
 
 # Paths whose requests make no span: probes and scrapes arrive every few seconds and say nothing
@@ -93,6 +95,7 @@ _EXCLUDED_URLS = "healthz,readyz,metrics"
 _EXPORTERS = ("otlp", "console")
 
 _tracer: Tracer | None = None
+_aiohttp_instrumented = False
 _NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
@@ -127,7 +130,7 @@ def configure(role: str, environ: Mapping[str, str] = os.environ) -> bool:
     """Turn tracing on for this process when the environment names an exporter; True if on.
     Call once, before any database pool or HTTP session is made (the instrumentations patch
     their constructors)."""
-    global _tracer
+    global _tracer, _aiohttp_instrumented
     exporters = exporters_from_environment(environ)
     if not exporters or _tracer is not None:
         return _tracer is not None
@@ -166,8 +169,11 @@ def configure(role: str, environ: Mapping[str, str] = os.environ) -> bool:
             exporter = ConsoleSpanExporter()
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    PsycopgInstrumentor().instrument(tracer_provider=provider)
-    AioHttpClientInstrumentor().instrument(tracer_provider=provider)
+    if _instrumented("psycopg", environ):
+        PsycopgInstrumentor().instrument(tracer_provider=provider)
+    if _instrumented("aiohttp-client", environ):
+        AioHttpClientInstrumentor().instrument(tracer_provider=provider)
+        _aiohttp_instrumented = True
     _tracer = provider.get_tracer("notify_queue", __version__)
     log.info(
         "tracing on: %s, service %s",
@@ -175,6 +181,13 @@ def configure(role: str, environ: Mapping[str, str] = os.environ) -> bool:
         provider.resource.attributes.get(SERVICE_NAME),
     )
     return True
+
+
+def _instrumented(name: str, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether an instrumentation is wanted: OTEL_PYTHON_DISABLED_INSTRUMENTATIONS (the
+    variable opentelemetry-instrument reads) lists those that are not."""
+    disabled = environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "")
+    return name not in {d.strip() for d in disabled.split(",")}
 
 
 def shutdown() -> None:
@@ -191,7 +204,7 @@ def shutdown() -> None:
 
 def instrument_app(app: Any) -> None:
     """FastAPI's server spans (and the incoming `traceparent` of a traced client) for one app."""
-    if _tracer is None:
+    if _tracer is None or not _instrumented("fastapi"):
         return
     from opentelemetry import trace
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
@@ -300,6 +313,15 @@ def record_span(
         start_time=start_time_ns,
     )
     started.end()
+
+
+def aiohttp_headers() -> dict[str, str]:
+    """For a request through aiohttp: the current context's headers when aiohttp's
+    instrumentation does not add them itself (left out by OTEL_PYTHON_DISABLED_INSTRUMENTATIONS);
+    else (and when off) none."""
+    if _tracer is None or _aiohttp_instrumented:
+        return {}
+    return propagation_headers(current_traceparent())
 
 
 def propagation_headers(traceparent: str | None) -> dict[str, str]:
