@@ -96,6 +96,35 @@ _EXPORTERS = ("otlp", "console")
 
 _tracer: Tracer | None = None
 _aiohttp_instrumented = False
+
+
+class _Sdk:
+    """What the hot paths use of OpenTelemetry, looked up once when tracing is turned on (an
+    import statement in a function costs a lookup on every call)."""
+
+    def __init__(self) -> None:
+        from opentelemetry.context import Context
+        from opentelemetry.trace import (
+            Link,
+            NonRecordingSpan,
+            SpanContext,
+            SpanKind,
+            TraceFlags,
+            get_current_span,
+            set_span_in_context,
+        )
+
+        self.Context = Context
+        self.Link = Link
+        self.NonRecordingSpan = NonRecordingSpan
+        self.SpanContext = SpanContext
+        self.TraceFlags = TraceFlags
+        self.get_current_span = get_current_span
+        self.set_span_in_context = set_span_in_context
+        self.kinds = {k.name.lower(): k for k in SpanKind}
+
+
+_sdk: Any = None  # an _Sdk once tracing is on
 _NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
@@ -130,7 +159,7 @@ def configure(role: str, environ: Mapping[str, str] = os.environ) -> bool:
     """Turn tracing on for this process when the environment names an exporter; True if on.
     Call once, before any database pool or HTTP session is made (the instrumentations patch
     their constructors)."""
-    global _tracer, _aiohttp_instrumented
+    global _tracer, _aiohttp_instrumented, _sdk
     exporters = exporters_from_environment(environ)
     if not exporters or _tracer is not None:
         return _tracer is not None
@@ -174,6 +203,7 @@ def configure(role: str, environ: Mapping[str, str] = os.environ) -> bool:
     if _instrumented("aiohttp-client", environ):
         AioHttpClientInstrumentor().instrument(tracer_provider=provider)
         _aiohttp_instrumented = True
+    _sdk = _Sdk()
     _tracer = provider.get_tracer("notify_queue", __version__)
     log.info(
         "tracing on: %s, service %s",
@@ -219,9 +249,7 @@ def current_traceparent() -> str | None:
     """The W3C `traceparent` of the span running now; None when off or outside any span."""
     if _tracer is None:
         return None
-    from opentelemetry import trace
-
-    context = trace.get_current_span().get_span_context()
+    context = _sdk.get_current_span().get_span_context()
     return _format(context) if context.is_valid else None
 
 
@@ -236,21 +264,39 @@ def _format(context: Any) -> str:
     return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
 
 
+def _span_context(traceparent: str) -> Any:
+    """The span context a W3C `traceparent` names; None when it is not one. Parsed here rather
+    than by the propagator (a regular expression and two context copies): it runs per delivery,
+    and a stored traceparent is one this program wrote."""
+    parts = traceparent.split("-")
+    if len(parts) < 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) < 2:
+        return None
+    try:
+        trace_id, span_id = int(parts[1], 16), int(parts[2], 16)
+        flags = int(parts[3][:2], 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id:
+        return None
+    return _sdk.SpanContext(trace_id, span_id, True, _sdk.TraceFlags(flags))
+
+
 def _context_of(traceparent: str | None) -> Any:
-    """An OpenTelemetry context whose parent is the stored `traceparent` (None: a new trace)."""
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    if not traceparent:
-        from opentelemetry.context import Context
-
-        return Context()  # a root span, not a child of whatever runs now
-    return TraceContextTextMapPropagator().extract({"traceparent": traceparent})
+    """An OpenTelemetry context whose parent is the stored `traceparent`; without one (or an
+    invalid one), an empty context: a new trace, not a child of whatever runs now."""
+    parent = _span_context(traceparent) if traceparent else None
+    if parent is None:
+        return _sdk.Context()
+    return _sdk.set_span_in_context(_sdk.NonRecordingSpan(parent), _sdk.Context())
 
 
 def link_to(traceparent: str | None) -> Any:
-    from opentelemetry.trace import Link, get_current_span
-
-    return Link(get_current_span(_context_of(traceparent)).get_span_context())
+    """A link to the span `traceparent` names (None when off or without one); build it once and
+    pass it to every span that links there."""
+    if _tracer is None or not traceparent:
+        return None
+    parent = _span_context(traceparent)
+    return None if parent is None else _sdk.Link(parent)
 
 
 def span(
@@ -260,7 +306,7 @@ def span(
     parent: str | None = None,
     root: bool = False,
     kind: str = "internal",
-    links: Sequence[str | None] = (),
+    links: Sequence[Any] = (),
     start_time_ns: int | None = None,
 ) -> contextlib.AbstractContextManager[Span | None]:
     """A span as a context manager yielding it (None when off: callers check before setting
@@ -278,19 +324,17 @@ def _span(
     parent: str | None,
     root: bool,
     kind: str,
-    links: Sequence[str | None],
+    links: Sequence[Any],
     start_time_ns: int | None,
 ) -> Iterator[Span | None]:
-    from opentelemetry.trace import SpanKind
-
     assert _tracer is not None
     context = _context_of(parent) if parent is not None or root else None
     with _tracer.start_as_current_span(
         name,
         context=context,
-        kind=SpanKind[kind.upper()],
-        attributes=dict(attributes) if attributes else None,
-        links=[link_to(t) for t in links if t],
+        kind=_sdk.kinds[kind],
+        attributes=attributes,
+        links=[link_to(t) if isinstance(t, str) else t for t in links if t] or None,
         start_time=start_time_ns,
     ) as current:
         yield current
@@ -307,10 +351,7 @@ def record_span(
     if _tracer is None:
         return
     started = _tracer.start_span(
-        name,
-        context=_context_of(parent),
-        attributes=dict(attributes) if attributes else None,
-        start_time=start_time_ns,
+        name, context=_context_of(parent), attributes=attributes, start_time=start_time_ns
     )
     started.end()
 

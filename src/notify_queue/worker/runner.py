@@ -106,7 +106,7 @@ class Worker:
         self._stop = asyncio.Event()
         # Tracing on only: the claim that took the deliveries starting now (their spans link
         # to it), and when each result arrived with its delivery span (its completion span).
-        self._claim_span: str | None = None
+        self._claim_link: object = None
         self._arrived: dict[uuid.UUID, tuple[int, str | None]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -194,7 +194,7 @@ class Worker:
                     batch = await self._service.claim(limit, chain_heads=self._router.chain_heads)
                     if span is not None:
                         span.set_attribute(tracing.BATCH_SIZE, len(batch.claimed))
-                        self._claim_span = tracing.traceparent_of(span)
+                        self._claim_link = tracing.link_to(tracing.traceparent_of(span))
             except DatabaseUnavailable as exc:
                 log.warning("claim failed: %s; retrying", exc)
                 await wait_any(self._claiming_stopped, timeout=_RETRY_DB_SECONDS)
@@ -277,7 +277,7 @@ class Worker:
             parent=claimed.traceparent,
             root=claimed.traceparent is None,
             kind="consumer",
-            links=[self._claim_span],
+            links=(self._claim_link,),
             attributes={
                 tracing.NOTIFICATION_ID: str(claimed.id),
                 tracing.CHANNEL: claimed.channel.value,
