@@ -313,3 +313,27 @@ def test_the_cli_refuses_an_unsupported_otlp_protocol_in_one_line() -> None:
     assert done.returncode == 2
     assert done.stderr.strip().count("\n") == 0
     assert "grpc is not supported" in done.stderr
+
+
+def test_a_malformed_stored_traceparent_starts_a_new_trace_instead_of_failing() -> None:
+    # Rows may carry a context written by someone else (a caller of the SQL function, later).
+    code = """
+from notify_queue import tracing
+assert tracing.configure("worker")
+good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+for bad in ["", "garbage", "00-xyz-00f067aa0ba902b7-01", "00-" + "0" * 32 + "-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7"]:
+    assert tracing.link_to(bad) is None, bad
+    with tracing.span("x", parent=bad, root=True) as span:
+        assert span is not None and span.parent is None, bad
+        assert tracing.traceparent_of(span) != bad
+with tracing.span("x", parent=good, links=[tracing.link_to(good)]) as span:
+    assert span is not None and span.parent is not None
+    assert tracing.traceparent_of(span).split("-")[1] == good.split("-")[1]
+    assert tracing.current_traceparent() == tracing.traceparent_of(span)
+    headers = tracing.propagation_headers(tracing.traceparent_of(span))
+    assert headers["traceparent"] == tracing.traceparent_of(span), headers
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(OTEL_TRACES_EXPORTER="console", OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="psycopg")
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, stdout=subprocess.DEVNULL)
