@@ -155,6 +155,12 @@ def enabled() -> bool:
     return _tracer is not None
 
 
+def recording() -> bool:
+    """Whether the span running now records (on, and its trace sampled): spans under one that
+    does not would not be recorded either, so callers skip making them."""
+    return _tracer is not None and bool(_sdk.get_current_span().is_recording())
+
+
 def configure(role: str, environ: Mapping[str, str] = os.environ) -> bool:
     """Turn tracing on for this process when the environment names an exporter; True if on.
     Call once, before any database pool or HTTP session is made (the instrumentations patch

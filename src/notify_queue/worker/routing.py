@@ -287,7 +287,7 @@ class Router:
             if probe is not None and probe_unused(skipped, took_probe=True):
                 await self.circuits.give_back(name, probe)
             return
-        if tracing.enabled():
+        if tracing.recording():
             result, seconds = await self._call_traced(name, attempt)
         else:
             result, seconds = await self._call(name, self._specs[name], attempt.request)

@@ -286,7 +286,7 @@ class Worker:
             },
         ) as span:
             result = await self._router.deliver(claimed)
-            if span is not None:
+            if span is not None and span.is_recording():  # not sampled: no completion span
                 span.set_attribute(tracing.OUTCOME, result.outcome.value)
                 if result.provider is not None:
                     span.set_attribute(tracing.PROVIDER, result.provider)
