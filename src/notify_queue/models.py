@@ -139,6 +139,7 @@ class Failover(enum.StrEnum):
 class Source(enum.StrEnum):
     API = "api"
     KUBERNETES = "kubernetes"
+    SQL = "sql"  # notify_queue_enqueue, in the caller's own transaction (docs/enqueue.md)
 
 
 class Outcome(enum.StrEnum):
@@ -445,6 +446,19 @@ class ProviderCircuit:
     open_until: datetime | None
 
 
+class Engine(enum.StrEnum):
+    """The database engine behind the coordinator's URL (CONTRACT section 11)."""
+
+    POSTGRESQL = "postgresql"
+    CITUS = "citus"
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseEngine:
+    engine: Engine
+    worker_nodes: int  # 0 for plain PostgreSQL
+
+
 @dataclass(frozen=True, slots=True)
 class QueueStatus:
     counts: dict[Status, int]
@@ -452,3 +466,4 @@ class QueueStatus:
     oldest_due_age_seconds: float
     webhook_events: dict[str, int]
     providers: dict[str, ProviderCircuit] = field(default_factory=dict)
+    database: DatabaseEngine = DatabaseEngine(Engine.POSTGRESQL, 0)

@@ -133,3 +133,37 @@ async def test_tokens_never_reach_the_log(
     await protected.get("/status", headers=bearer("guess"))
     await protected.post(f"/notifications/{GONE}/cancel", headers=bearer(API))
     assert API not in caplog.text and "guess" not in caplog.text
+
+
+@pytest.mark.parametrize(("method", "path", "kwargs", "allowed"), CLIENT_ROUTES + ADMIN_ROUTES)
+async def test_the_token_header_works_like_the_bearer_token_for_the_kubernetes_proxy(
+    protected: httpx.AsyncClient, method: str, path: str, kwargs: dict, allowed: tuple[int, ...]
+) -> None:
+    """The API server's service proxy drops Authorization, so `kubectl notify` sends the token
+    in X-Notify-Queue-Token: the same checks, the same answers."""
+    admin_route = (method, path, kwargs, allowed) in ADMIN_ROUTES
+    for token in ("", "wrong", API + "x"):
+        denied = await protected.request(
+            method, path, headers={"X-Notify-Queue-Token": token}, **kwargs
+        )
+        assert denied.status_code == 401, token
+    with_api = await protected.request(
+        method, path, headers={"X-Notify-Queue-Token": API}, **kwargs
+    )
+    if admin_route:
+        assert with_api.status_code == 403
+    else:
+        assert with_api.status_code in allowed
+    with_admin = await protected.request(
+        method, path, headers={"X-Notify-Queue-Token": ADMIN}, **kwargs
+    )
+    assert with_admin.status_code in allowed
+
+
+async def test_a_bearer_token_is_the_one_checked_when_both_are_sent(
+    protected: httpx.AsyncClient,
+) -> None:
+    both = {"Authorization": "Bearer wrong", "X-Notify-Queue-Token": API}
+    assert (await protected.get("/status", headers=both)).status_code == 401
+    both = {"Authorization": f"Bearer {API}", "X-Notify-Queue-Token": "wrong"}
+    assert (await protected.get("/status", headers=both)).status_code == 200

@@ -115,6 +115,19 @@ def test_the_idempotency_key_header_is_documented_on_create() -> None:
     }
 
 
+def test_post_notifications_is_registered_once_and_that_route_is_the_documented_one() -> None:
+    app = create_app(api_settings("postgresql:///unused"))
+    creates = [
+        route
+        for route in app.routes
+        if getattr(route, "path", None) == "/notifications"
+        and "POST" in (getattr(route, "methods", None) or ())
+    ]
+    assert len(creates) == 1
+    assert getattr(creates[0], "include_in_schema", False) is True
+    assert getattr(creates[0], "operation_id", None) == "createNotification"
+
+
 def test_without_tokens_no_security_is_declared() -> None:
     doc = document()
     assert "securitySchemes" not in doc.get("components", {})

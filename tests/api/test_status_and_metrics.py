@@ -1,6 +1,7 @@
 """GET /status and GET /metrics: the queue's figures read from the database (counts per status,
 due per priority, the oldest due age, webhook events), the same in both, and equal to what a
-direct SQL count says; and /healthz and /readyz.
+direct SQL count says; the database engine (plain PostgreSQL here, Citus in tests/citus); and
+/healthz and /readyz.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ async def test_status_reports_the_databases_counts(
     assert status["counts"] == expected["counts"]
     assert status["due"] == expected["due"] == {"HIGH": 7, "NORMAL": 8, "LOW": 8}
     assert status["oldestDueAgeSeconds"] == pytest.approx(expected["oldest"]["age"], abs=5)
-    assert status["database"] == "ok"
+    assert status["database"] == {"engine": "postgresql", "workerNodes": 0}
 
 
 async def test_an_empty_queue_has_zero_everywhere(client: httpx.AsyncClient) -> None:

@@ -2,6 +2,8 @@
 //
 //	riverburn seed <database-url> <jobs>
 //	riverburn work <database-url> <jobs>
+//	riverburn migrate <database-url>
+//	riverburn insert <database-url> <jobs>
 //	riverburn version
 //
 // It does what `river bench -n N` does (the River CLI's benchmark, which the Go module proxy does
@@ -17,7 +19,9 @@
 // after the last completion was committed. finalized_at is not used as the end because River
 // writes it from the worker's clock when the job returns, up to 250 ms before its completer
 // flushes the batch; the finalized_at span is reported alongside for comparison. `work` prints
-// a human line and then one JSON line on stdout, which the Python side parses.
+// a human line and then one JSON line on stdout, which the Python side parses. `migrate` and
+// `insert` are `seed` in two steps, for the cost scenario (benchmarks/scenarios/cost.py), which
+// counts what the inserts cost the database apart from installing the schema.
 package main
 
 import (
@@ -82,8 +86,17 @@ func main() {
 		fmt.Println(string(out))
 		return
 	}
+	if len(os.Args) == 3 && os.Args[1] == "migrate" {
+		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		defer stop()
+		if err := migrate(ctx, os.Args[2]); err != nil {
+			fmt.Fprintf(os.Stderr, "riverburn migrate: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if len(os.Args) != 4 {
-		fmt.Fprintln(os.Stderr, "usage: riverburn seed|work <database-url> <jobs> | riverburn version")
+		fmt.Fprintln(os.Stderr, "usage: riverburn seed|work|insert <database-url> <jobs> | riverburn migrate <database-url> | riverburn version")
 		os.Exit(2)
 	}
 	jobs, err := strconv.Atoi(os.Args[3])
@@ -97,7 +110,11 @@ func main() {
 
 	switch os.Args[1] {
 	case "seed":
-		err = seed(ctx, os.Args[2], jobs)
+		if err = migrate(ctx, os.Args[2]); err == nil {
+			err = insert(ctx, os.Args[2], jobs)
+		}
+	case "insert":
+		err = insert(ctx, os.Args[2], jobs)
 	case "work":
 		err = work(ctx, os.Args[2], jobs)
 	default:
@@ -137,21 +154,29 @@ func logger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 }
 
-func seed(ctx context.Context, url string, jobs int) error {
+func migrate(ctx context.Context, url string) error {
 	pool, err := openPool(ctx, url)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	driver := riverpgxv5.New(pool)
-
-	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: logger()})
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), &rivermigrate.Config{Logger: logger()})
 	if err != nil {
 		return err
 	}
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
 		return fmt.Errorf("migrating: %w", err)
 	}
+	return nil
+}
+
+func insert(ctx context.Context, url string, jobs int) error {
+	pool, err := openPool(ctx, url)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	driver := riverpgxv5.New(pool)
 
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &NoopWorker{})

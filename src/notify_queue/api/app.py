@@ -92,6 +92,10 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
         openapi_url="/openapi.json",
         docs_url=None,
         redoc_url=None,
+        # FastAPI's OpenTelemetry hooks: this program exports no traces or metrics that way
+        # (its metrics are /metrics), and asking whether a provider is configured cost a few
+        # per cent of every request.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     install_problem_handlers(app)
     # Added to the app's own router (not included from another), so routing, 405 and the

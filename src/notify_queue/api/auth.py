@@ -5,6 +5,11 @@ Two optional tokens: with `--api-token`, every `/notifications*` and `/status` c
 client token). The admin token is also accepted wherever the client token is. Without tokens the
 routes are open and the OpenAPI document declares no security. Tokens are compared in constant
 time and never logged or echoed.
+
+The token may also come in `X-Notify-Queue-Token` (the same token, wherever the bearer token is
+accepted): the Kubernetes API server deletes the `Authorization` header of every request it
+authenticates, so through its service proxy (`kubectl notify`, docs/kubectl-notify.md) a bearer
+token never arrives. A bearer token, when present, is the one checked.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated
 
 from fastapi import Request, Security
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
 
 _bearer = HTTPBearer(
@@ -22,7 +27,17 @@ _bearer = HTTPBearer(
     scheme_name="bearerToken",
     description="`Authorization: Bearer <token>`: the API token, or the admin token where needed.",
 )
+# The kubectl plugin sends the same name (notify_queue.kubectl.api.TOKEN_HEADER).
+TOKEN_HEADER = "X-Notify-Queue-Token"  # noqa: S105 - a header's name, not a token
+_header = APIKeyHeader(
+    name=TOKEN_HEADER,
+    auto_error=False,
+    scheme_name="tokenHeader",
+    description="The same token as `Authorization: Bearer`, for clients behind a proxy that "
+    "removes that header (the Kubernetes API server's service proxy).",
+)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)]
+HeaderToken = Annotated[str | None, Security(_header)]
 Dependency = Callable[..., Awaitable[None]]
 
 
@@ -64,8 +79,8 @@ class Auth:
         if not self.client_protected:
             return _open
 
-        async def require_client(credentials: Credentials) -> None:
-            self._check_client(credentials)
+        async def require_client(credentials: Credentials, header: HeaderToken) -> None:
+            self._check_client(_given(credentials, header))
 
         return require_client
 
@@ -73,10 +88,9 @@ class Auth:
         """The client dependency's check, for a route that is a plain Starlette endpoint (the
         create's fast lane, `routes_notifications`): the same header parsing, the same answers."""
         if self.client_protected:
-            self._check_client(await _bearer(request))
+            self._check_client(_given(await _bearer(request), await _header(request)))
 
-    def _check_client(self, credentials: HTTPAuthorizationCredentials | None) -> None:
-        given = credentials.credentials if credentials else None
+    def _check_client(self, given: str | None) -> None:
         if given is None:
             raise _unauthorized("a bearer token is required")
         if not (_matches(given, self._api_token) or _matches(given, self._admin_token)):
@@ -87,8 +101,8 @@ class Auth:
         if not self.admin_protected:
             return _open
 
-        async def require_admin(credentials: Credentials) -> None:
-            given = credentials.credentials if credentials else None
+        async def require_admin(credentials: Credentials, header: HeaderToken) -> None:
+            given = _given(credentials, header)
             if given is None:
                 raise _unauthorized("a bearer token is required")
             if self._admin_token is None:
@@ -102,6 +116,13 @@ class Auth:
             raise _unauthorized("the bearer token is not valid")
 
         return require_admin
+
+
+def _given(credentials: HTTPAuthorizationCredentials | None, header: str | None) -> str | None:
+    """The token the request carries: the bearer token, else the header's."""
+    if credentials is not None:
+        return credentials.credentials
+    return header or None
 
 
 async def _open() -> None:

@@ -5,7 +5,8 @@ two reasons: the idempotency hash is taken over the request *as sent* (CONTRACT 
 bad field, header and body alike, must be named in one 400. Parsing is strict: `NaN`,
 `Infinity` and numbers that overflow a double are not JSON (RFC 8259), and PostgreSQL cannot
 store NUL characters or unpaired surrogates, so those are named as bad fields here instead of
-failing later in the driver. The size of the body was already bounded by `limits`.
+failing later in the driver. The size of the body was already bounded by `limits`. orjson parses
+what it can read exactly, the standard library the rest (`notify_queue.jsontext`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from fastapi import Request
 from starlette.exceptions import HTTPException
 
+from notify_queue import jsontext
 from notify_queue.errors import FieldError, ValidationFailed
 
 MAX_JSON_DEPTH = 32  # arrays and objects inside each other; metadata deeper than this is not data
@@ -70,9 +72,7 @@ async def read_json(request: Request, *, required: bool) -> Any:
     if not raw:
         raise ValidationFailed([FieldError("$", "a JSON body is required")])
     try:
-        return json.loads(
-            raw.decode("utf-8"), parse_constant=_reject_constant, parse_float=_finite_float
-        )
+        return jsontext.loads(raw, fallback=_strict_loads)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
         message = (
             exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc) or "too deeply nested"
@@ -83,6 +83,12 @@ async def read_json(request: Request, *, required: bool) -> Any:
             else ""
         )
         raise ValidationFailed([FieldError("$", f"malformed JSON: {message}{where}")]) from None
+
+
+def _strict_loads(text: str) -> Any:
+    """The standard library's parse, strict: the judge of every body orjson cannot read exactly
+    (`jsontext`), so malformed JSON is named with the same message as it always was."""
+    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def _unsupported(request: Request) -> HTTPException:
@@ -98,6 +104,8 @@ def storable_errors(value: Any, path: str = "") -> list[FieldError]:
 
 
 def _walk(value: Any, path: str, depth: int, errors: list[FieldError]) -> None:
+    # A child's path is built only when it is named or descended into: most values are strings
+    # that are fine, and building "a.b" for each of them cost more than checking it.
     if len(errors) >= _MAX_REPORTED:
         return
     if isinstance(value, str):
@@ -110,19 +118,30 @@ def _walk(value: Any, path: str, depth: int, errors: list[FieldError]) -> None:
             return
         if isinstance(value, dict):
             for key, item in value.items():
-                child = f"{path}.{key}" if path else key
                 problem = _text_problem(key)
                 if problem:
-                    errors.append(FieldError(child, f"the key {problem}"))
-                _walk(item, child, depth + 1, errors)
+                    errors.append(FieldError(_child(path, key), f"the key {problem}"))
+                if type(item) is str:
+                    problem = _text_problem(item)
+                    if problem and len(errors) < _MAX_REPORTED:
+                        errors.append(FieldError(_child(path, key), problem))
+                elif isinstance(item, dict | list | str):
+                    _walk(item, _child(path, key), depth + 1, errors)
         else:
             for index, item in enumerate(value):
-                _walk(item, f"{path}[{index}]", depth + 1, errors)
+                if isinstance(item, dict | list | str):
+                    _walk(item, f"{path}[{index}]", depth + 1, errors)
+
+
+def _child(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
 
 
 def _text_problem(text: str) -> str | None:
     if "\x00" in text:
         return "must not contain NUL characters"
+    if text.isascii():
+        return None  # no surrogates in ASCII; most text is, and this is cheaper than encoding
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

@@ -22,6 +22,8 @@ def _declared(dependant: Dependant) -> set[str]:
 
 
 async def reject_unknown_query_parameters(request: Request) -> None:
+    if not request.scope.get("query_string"):
+        return  # nothing to judge; the common case, and parsing an empty query is not free
     route = request.scope.get("route")
     known = _declared(route.dependant) if isinstance(route, APIRoute) else set()
     unknown = [name for name in dict.fromkeys(request.query_params) if name not in known]

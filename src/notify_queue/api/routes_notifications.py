@@ -11,19 +11,23 @@ valid ones with one `enqueue_many` call: two statements for up to 1,000 items.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
 from pydantic import ValidationError
 from starlette.convertors import Convertor, register_url_convertor
+from starlette.types import Receive, Scope, Send
 
 from notify_queue.api.auth import Auth
 from notify_queue.api.body import Absent, read_json, storable_errors
 from notify_queue.api.openapi import json_request, ok, problems
 from notify_queue.api.problems import domain_problem
 from notify_queue.api.query import reject_unknown_query_parameters
+from notify_queue.api.responses import JsonResponse
 from notify_queue.api.runtime import ApiRuntime, Runtime
 from notify_queue.api.schemas import RetryBatchRequest, RetryBatchResult, notification_json
 from notify_queue.errors import Conflict, FieldError, ValidationFailed
@@ -81,6 +85,28 @@ _ONE = "/notifications/{id:notification_id}"
 _LOCATION = {"Location": {"schema": {"type": "string"}, "description": "`/notifications/{id}`"}}
 
 
+class _ServedDirectly(APIRoute):
+    """A route documented from its declaration like any other, whose endpoint (Request in,
+    Response out) is called directly, without FastAPI's per-request machinery: solving
+    dependencies, two exit stacks and the route's own exception wrapper cost more per single
+    create than everything the create itself does (docs/performance.md, "The API path").
+
+    Its declared `dependencies` therefore document the route (the security scheme) but do not
+    run: the endpoint makes the same checks itself. Exceptions go to the app's exception
+    middleware, which answers them with the same problem documents as on any other route.
+    """
+
+    def __init__(self, path: str, endpoint: Callable[..., Any], **kwargs: Any) -> None:
+        super().__init__(path, endpoint, **kwargs)
+        handler = cast(Callable[[Request], Awaitable[Response]], endpoint)
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            response = await handler(Request(scope, receive, send))
+            await response(scope, receive, send)
+
+        self.app = app
+
+
 def add_notification_routes(router: APIRouter, auth: Auth) -> None:
     # Authentication first, so nothing about the request is judged before the caller is known.
     client = [Depends(auth.client()), Depends(reject_unknown_query_parameters)]
@@ -89,9 +115,8 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
     admin_denied = auth.admin_denials
 
     async def create_notification(request: Request) -> Response:
-        # Runs as a plain Starlette endpoint (the fast lane below): FastAPI's dependency
-        # machinery cost more per create than everything the create itself does. It makes the
-        # same checks in the same order: the caller first, then unknown query parameters.
+        # Served as a plain endpoint (`_ServedDirectly`), so it makes the declared dependencies'
+        # checks itself, in the same order: the caller first, then unknown query parameters.
         await auth.check_client(request)
         await reject_unknown_query_parameters(request)
         runtime: ApiRuntime = request.app.state.runtime
@@ -106,22 +131,20 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             raise _key_conflict(new.idempotency_key, result.notification.id)
         status = 201 if result.created else 200
         if new.request.recipient_id is not None:
-            return JSONResponse(_created_json(result), status_code=status)
+            return JsonResponse(_created_json(result), status_code=status)
         body = notification_json(result.notification)
         if result.created:
             location = f"/notifications/{result.notification.id}"
-            return JSONResponse(body, status_code=201, headers={"Location": location})
-        return JSONResponse(body, status_code=200)
+            return JsonResponse(body, status_code=201, headers={"Location": location})
+        return JsonResponse(body, status_code=200)
 
-    # The fast lane: a Starlette route ahead of the documented one below, so `POST
-    # /notifications` skips FastAPI's per-request dependency solving. The app's middleware and
-    # exception handlers (problem+json, 413, 500) apply to it as to every route.
-    router.add_route(
-        "/notifications", create_notification, methods=["POST"], include_in_schema=False
-    )
-
-    @router.post(
+    # The one registration of `POST /notifications`: documented from this declaration like every
+    # route, served without FastAPI's per-request dependency solving (see `_ServedDirectly`).
+    router.add_api_route(
         "/notifications",
+        create_notification,
+        methods=["POST"],
+        route_class_override=_ServedDirectly,
         tags=["notifications"],
         operation_id="createNotification",
         summary="Enqueue one notification (idempotent)",
@@ -137,10 +160,6 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             **problems(400, *client_denied, 409, 413, 415, 503),
         },
     )
-    async def documented_create_notification(request: Request) -> Response:
-        # The create as the OpenAPI document describes it (no docstring: it would become the
-        # operation's description); requests are served by the fast lane, which matches first.
-        return await create_notification(request)
 
     @router.post(
         "/notifications/batch",
@@ -154,7 +173,7 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             **problems(400, *client_denied, 413, 415, 503),
         },
     )
-    async def create_notification_batch(request: Request, runtime: Runtime) -> JSONResponse:
+    async def create_notification_batch(request: Request, runtime: Runtime) -> JsonResponse:
         items = _batch_items(await read_json(request, required=True))
         now = datetime.now(UTC)
         results: list[dict[str, Any]] = [{} for _ in items]
@@ -182,7 +201,7 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
                         "status": 201 if result.created else 200,
                         "notification": notification_json(result.notification),
                     }
-        return JSONResponse({"results": results})
+        return JsonResponse({"results": results})
 
     @router.get(
         _ONE,
@@ -195,8 +214,8 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             **problems(400, *client_denied, 404, 503),
         },
     )
-    async def get_notification(id: uuid.UUID, runtime: Runtime) -> JSONResponse:
-        return JSONResponse(notification_json(await runtime.service.get(id)))
+    async def get_notification(id: uuid.UUID, runtime: Runtime) -> JsonResponse:
+        return JsonResponse(notification_json(await runtime.service.get(id)))
 
     @router.get(
         "/notifications",
@@ -229,7 +248,7 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             # cursor, as the document says (minLength 1), rather than read as "first page".
             Query(min_length=1, max_length=512, description="`nextCursor` of the previous page."),
         ] = None,
-    ) -> JSONResponse:
+    ) -> JsonResponse:
         if recipient is not None and (errors := storable_errors(recipient, "recipient")):
             raise ValidationFailed(errors)
         if recipient_id is not None and (errors := storable_errors(recipient_id, "recipientId")):
@@ -242,7 +261,7 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             cursor=cursor,
             limit=limit,
         )
-        return JSONResponse(
+        return JsonResponse(
             {"items": [notification_json(n) for n in items], "nextCursor": next_cursor}
         )
 
@@ -257,8 +276,8 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             **problems(400, *admin_denied, 404, 409, 503),
         },
     )
-    async def cancel_notification(id: uuid.UUID, runtime: Runtime) -> JSONResponse:
-        return JSONResponse(notification_json(await runtime.service.cancel(id)))
+    async def cancel_notification(id: uuid.UUID, runtime: Runtime) -> JsonResponse:
+        return JsonResponse(notification_json(await runtime.service.cancel(id)))
 
     @router.post(
         _ONE + "/retry",
@@ -271,8 +290,8 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             **problems(400, *admin_denied, 404, 409, 503),
         },
     )
-    async def retry_notification(id: uuid.UUID, runtime: Runtime) -> JSONResponse:
-        return JSONResponse(notification_json(await runtime.service.retry(id)))
+    async def retry_notification(id: uuid.UUID, runtime: Runtime) -> JsonResponse:
+        return JsonResponse(notification_json(await runtime.service.retry(id)))
 
     @router.post(
         "/notifications/retry",
@@ -286,7 +305,7 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             **problems(400, *admin_denied, 413, 415, 503),
         },
     )
-    async def retry_notifications(request: Request, runtime: Runtime) -> JSONResponse:
+    async def retry_notifications(request: Request, runtime: Runtime) -> JsonResponse:
         data = await read_json(request, required=False)
         try:
             wanted = RetryBatchRequest.model_validate(
@@ -298,7 +317,7 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             status=Status(wanted.status), limit=wanted.limit
         )
         result = RetryBatchResult(retried=retried, remaining=remaining)
-        return JSONResponse(result.model_dump(by_alias=True))
+        return JsonResponse(result.model_dump(by_alias=True))
 
 
 def _created_json(result: CreateResult) -> dict[str, Any]:

@@ -9,6 +9,7 @@ after the send time). `tests/api/test_openapi.py` keeps the two field lists equa
 
 from __future__ import annotations
 
+import functools
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -21,8 +22,13 @@ from notify_queue.models import Channel, Priority, Source, Status
 from notify_queue.services import validation as rules
 
 
+@functools.lru_cache(maxsize=256)
 def rfc3339(moment: datetime) -> str:
-    """`2026-09-24T12:00:00.123456Z`: UTC, always with the `Z` (never `+00:00`)."""
+    """`2026-09-24T12:00:00.123456Z`: UTC, always with the `Z` (never `+00:00`).
+
+    Remembered: the rows of one statement share their `createdAt` and `updatedAt` (the
+    transaction's `now()`) and a batch's items their `sendAt`, so a batch's answer formats a few
+    moments, not four thousand. Equal datetimes are equal instants, so the text is the same."""
     return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
@@ -372,11 +378,21 @@ class ProviderCircuit(_Wire):
     open_until: UtcTime | None
 
 
+class DatabaseStatus(_Wire):
+    engine: Literal["postgresql", "citus"] = Field(
+        description="citus: the extension is installed and at least one worker node is "
+        "registered; otherwise postgresql."
+    )
+    worker_nodes: int = Field(description="Registered Citus worker nodes; 0 for postgresql.")
+
+
 class QueueStatus(_Wire):
     counts: StatusCounts
     due: DueCounts = Field(description="PENDING and due now, per priority.")
     oldest_due_age_seconds: float
-    database: Literal["ok"]
+    database: DatabaseStatus = Field(
+        description="The engine behind the database URL (read at most every 30 s per process)."
+    )
     providers: dict[str, ProviderCircuit] = Field(
         description="The circuit of every provider with a breaker, as all workers share it."
     )
@@ -387,7 +403,9 @@ class QueueStatus(_Wire):
             counts=StatusCounts(**{k.value: v for k, v in s.counts.items()}),
             due=DueCounts(**{k.value: v for k, v in s.due.items()}),
             oldest_due_age_seconds=s.oldest_due_age_seconds,
-            database="ok",
+            database=DatabaseStatus(
+                engine=s.database.engine.value, worker_nodes=s.database.worker_nodes
+            ),
             providers={
                 name: ProviderCircuit(circuit=c.state, open_until=c.open_until)
                 for name, c in s.providers.items()

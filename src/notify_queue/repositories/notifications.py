@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 
+from notify_queue import jsontext
 from notify_queue.models import (
     NewNotification,
     Notification,
@@ -19,6 +19,7 @@ from notify_queue.models import (
     Template,
 )
 from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import (
     notification_from_row,
     recipient_from_row,
@@ -31,6 +32,8 @@ class NotificationRepository:
         self._db = db
         # For the event of a notification born SUPPRESSED (--webhook-url).
         self._default_webhook_url = default_webhook_url
+        # For /status: the engine, read at most once per TTL by this process.
+        self._engine = EngineRepository(db)
 
     @asynccontextmanager
     async def targeted_transaction(
@@ -62,8 +65,9 @@ class NotificationRepository:
                 "subject": n.subject,
                 "body": n.body,
                 "priority": n.priority.rank,
-                "send_at": n.send_at.isoformat(),
-                "expires_at": n.expires_at.isoformat() if n.expires_at else None,
+                # Written as RFC 3339 by the JSON encoder (orjson: far cheaper than isoformat).
+                "send_at": n.send_at,
+                "expires_at": n.expires_at,
                 "source": n.source.value,
                 "policy": n.policy,
                 "webhook_url": n.webhook_url,
@@ -80,13 +84,14 @@ class NotificationRepository:
         ]
         params = {
             # One JSON document for the whole batch (see the query).
-            "items": json.dumps(items, ensure_ascii=False),
+            "items": jsontext.dumps_text(items),
             "default_max_attempts": default_max_attempts,
             "default_webhook_url": self._default_webhook_url,
         }
         born_final = any(n.status is not Status.PENDING for n in notifications)
         if conn is None and not born_final:
-            rows = await self._db.fetch_all("notification_insert_many", params)
+            # Read in binary: 1,000 whole rows decode cheaper than their text (times, uuids).
+            rows = await self._db.fetch_all("notification_insert_many", params, binary=True)
             return [notification_from_row(r) for r in rows]
         if conn is not None:
             return await _insert(conn, params, born_final=born_final)
@@ -166,6 +171,7 @@ class NotificationRepository:
             hooks = await conn.fetch_all("queue_status_webhooks")
             circuits = await conn.fetch_all("provider_circuits_read")
             now = (await conn.fetch_one("database_now") or {})["now"]
+            engine = await self._engine.engine_get(conn=conn)
         oldest = min((r["oldest_due"] for r in due), default=None)
         return QueueStatus(
             counts={s: 0 for s in Status} | {Status(r["status"]): int(r["n"]) for r in counts},
@@ -180,6 +186,7 @@ class NotificationRepository:
                 )
                 for r in circuits
             },
+            database=engine,
         )
 
 
@@ -188,7 +195,7 @@ async def _insert(
 ) -> list[Notification]:
     if born_final:
         await conn.fetch_one("notification_log_ready")
-    rows = await conn.fetch_all("notification_insert_many", params)
+    rows = await conn.fetch_all("notification_insert_many", params, binary=True)
     return [notification_from_row(r) for r in rows]
 
 

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
 
+import psycopg
+
 from notify_queue import __version__
 from notify_queue.errors import OlderReleaseRunning
 from notify_queue.repositories.db import Connection, Database
@@ -170,6 +172,7 @@ async def migrate(
                     migration.phase,
                 )
                 applied_now.append(migration.version)
+            await _enqueue_role(conn)
             waiting = [m for m in pending if m.version not in applied_now]
             if waiting:
                 log.warning(
@@ -181,6 +184,37 @@ async def migrate(
         finally:
             await conn.execute("migration_unlock", {"key": _MIGRATION_LOCK_KEY})
     return applied_now
+
+
+ENQUEUE_ROLE = "notify_queue_enqueue"
+
+
+async def _enqueue_role(conn: Connection) -> None:
+    """The role `notify_queue_enqueue` (NOLOGIN), allowed to execute notify_queue_enqueue and
+    nothing else of the schema (docs/enqueue.md). Created when missing if this user may create
+    roles; otherwise migrate says so in one line and goes on: the schema is complete without it,
+    and an administrator can create it (`CREATE ROLE notify_queue_enqueue NOLOGIN`) and migrate
+    again, or grant EXECUTE on the function to a role of their own."""
+    state = await conn.fetch_one("migration_enqueue_role_state")
+    if state is None or not state["function_present"]:
+        return
+    if not state["present"]:
+        if not state["can_create"]:
+            log.warning(
+                "role %s not created: the migrating user lacks CREATEROLE (create it as an "
+                "administrator: CREATE ROLE %s NOLOGIN, then run migrate again)",
+                ENQUEUE_ROLE,
+                ENQUEUE_ROLE,
+            )
+            return
+        try:
+            async with conn.transaction():
+                await conn.execute("migration_enqueue_role_create")
+        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+            pass  # a migrator of another database on this server created it just now
+        log.info("created role %s", ENQUEUE_ROLE)
+    async with conn.transaction():
+        await conn.execute("migration_enqueue_role_grant")
 
 
 async def _record(conn: Connection, migration: Migration) -> None:

@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from notify_queue import tracing
+from notify_queue import jsontext, tracing
 from notify_queue.errors import FieldError, ValidationFailed
 from notify_queue.models import (
     DEFAULT_CATEGORY,
@@ -268,8 +268,8 @@ _REQUIRED = {
 def request_hash(data: dict[str, Any]) -> str:
     """A digest of the request as sent, without its idempotency key, independent of key order."""
     sent = {k: v for k, v in data.items() if k != "idempotencyKey"}
-    canonical = json.dumps(sent, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8", errors="surrogatepass")).hexdigest()
+    # Sorted keys, compact, UTF-8: the same bytes in every release (stored hashes must match).
+    return hashlib.sha256(jsontext.canonical(sent)).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

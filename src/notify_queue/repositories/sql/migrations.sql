@@ -60,3 +60,25 @@ WHERE datname = current_database()
   AND application_name LIKE 'notify-queue%%'
 GROUP BY application_name
 ORDER BY application_name
+
+-- name: migration_enqueue_role_state
+-- Whether the role that may call notify_queue_enqueue exists, whether this user could create it
+-- (CREATEROLE or superuser), and whether the function exists yet (0016).
+SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'notify_queue_enqueue') AS present,
+       (SELECT rolcreaterole OR rolsuper FROM pg_roles WHERE rolname = current_user) AS can_create,
+       to_regprocedure('notify_queue_enqueue(jsonb,text)') IS NOT NULL AS function_present
+
+-- name: migration_enqueue_role_create
+-- Roles belong to the server, not the database: NOLOGIN, so it is only ever granted to the
+-- application's login users (docs/enqueue.md).
+CREATE ROLE notify_queue_enqueue NOLOGIN
+
+-- name: migration_enqueue_role_grant
+-- The role may execute the function (SECURITY DEFINER: it runs as its owner) and use the schema
+-- it lives in, nothing else: no table privilege. Granting USAGE on a schema this user does not
+-- own only warns; PostgreSQL 15+ lets PUBLIC use `public` anyway.
+DO $$
+BEGIN
+    EXECUTE 'GRANT EXECUTE ON FUNCTION notify_queue_enqueue(jsonb, text) TO notify_queue_enqueue';
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO notify_queue_enqueue', current_schema());
+END $$

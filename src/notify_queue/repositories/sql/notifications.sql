@@ -12,81 +12,22 @@ n.metadata, n.created_at, n.updated_at, n.finished_at, n.recipient_id, n.categor
 n.template_name, n.template_version, n.provider, n.delivery_attempts, n.bucket, n.waiting_reason,
 n.waiting_until, n.waiting_detail, n.digest_id, n.escalation_id, n.traceparent
 
--- name: _inserted_columns
--- The columns of notification_insert_many's two inserts: the queue's and the log's rows.
-id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status, send_at,
-next_attempt_at, expires_at, max_attempts, source, policy, webhook_url, metadata, last_error,
-finished_at, category, recipient_id, template_name, template_version, bucket, traceparent
-
 -- name: notification_insert_many
--- Enqueue a batch in one statement. The idempotency keys are inserted first, ON CONFLICT DO
--- NOTHING: of two identical requests racing, the second waits for the first to commit and then
--- inserts no key, so no row; the caller reads the existing row with notification_get_by_keys
--- (a new statement, so it sees the winner) and compares request hashes to answer 200 or 409.
--- The keys table is unique across the queue and the log, wherever the first row is now.
--- max_attempts is fixed now, from the policy if it has one, so a later policy change does not
--- move notifications in flight. A row may be born final: SUPPRESSED (its recipient opted out of
--- every channel asked for). It goes straight into the log, counted, with its webhook event,
--- written by this same statement like every other status change (the caller has made sure the
--- log has today's partition: nq_delivery_log_ready). A row sent later waits `Scheduled`.
-WITH request AS (
-    -- The batch is one JSON array of objects: one parameter, parsed by the server, instead of
-    -- twenty arrays whose elements the driver would quote and escape one by one (a jsonb[] of
-    -- metadata cost more than the rest of the statement).
-    SELECT * FROM json_to_recordset(%(items)s::json) AS r(
-        id uuid, idempotency_key text, request_hash text, channel text, recipient text,
-        subject text, body text, priority smallint, send_at timestamptz, expires_at timestamptz,
-        source text, policy text, webhook_url text, metadata jsonb, status text, last_error text,
-        category text, recipient_id text, template_name text, template_version integer,
-        traceparent text, position bigint)
-), keys AS (
-    INSERT INTO nq_idempotency_keys (key, notification_id, request_hash)
-    -- In batch order, so of a key repeated within one batch the first item is the one inserted
-    -- (the service answers the later ones 200 or 409).
-    SELECT idempotency_key, id, request_hash FROM request ORDER BY position
-    ON CONFLICT (key) DO NOTHING
-    RETURNING notification_id
-), accepted AS (
-    SELECT r.id, r.idempotency_key, r.request_hash, r.channel, r.recipient, r.subject, r.body,
-           r.priority, r.status, r.send_at, r.send_at AS next_attempt_at, r.expires_at,
-           COALESCE(p.max_attempts, %(default_max_attempts)s) AS max_attempts, r.source,
-           r.policy, r.webhook_url, r.metadata, r.last_error,
-           CASE WHEN r.status <> 'PENDING' THEN now() END AS finished_at, r.category,
-           r.recipient_id, r.template_name, r.template_version,
-           nq_bucket(COALESCE(r.recipient_id, r.recipient)) AS bucket, r.traceparent
-    FROM request r
-    JOIN keys k ON k.notification_id = r.id
-    LEFT JOIN nq_policies p ON p.name = r.policy
-), queued AS (
-    INSERT INTO nq_jobs AS n ({{_inserted_columns}}, waiting_reason, waiting_until, waiting_detail)
-    SELECT {{_inserted_columns}},
-           CASE WHEN send_at > now() THEN 'Scheduled' END,
-           CASE WHEN send_at > now() THEN send_at END,
-           CASE WHEN send_at > now() THEN 'sendAt is in the future' END
-    FROM accepted WHERE status = 'PENDING'
-    RETURNING {{_notification_columns}}
-), logged AS (
-    INSERT INTO nq_delivery_log ({{_inserted_columns}})
-    SELECT {{_inserted_columns}} FROM accepted WHERE status <> 'PENDING'
-    RETURNING id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
-              status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
-              last_error, sent_at, provider_message_id, retries, source, policy, webhook_url,
-              metadata, created_at, updated_at, finished_at, recipient_id, category,
-              template_name, template_version, provider, delivery_attempts, bucket,
-              NULL::text AS waiting_reason, NULL::timestamptz AS waiting_until,
-              NULL::text AS waiting_detail, digest_id, escalation_id, traceparent
-), events AS (
-    SELECT nq_insert_webhook_events(array_agg(id), array_agg(status), array_agg(attempt_count),
-                                    array_agg(webhook_url), array_agg(policy),
-                                    %(default_webhook_url)s) AS n
-    FROM logged
-), counted AS (
-    SELECT nq_note_changes(array_agg(id), array_agg(source), NULL, array_agg(status)) AS n
-    FROM logged
-)
--- events and counted are read (once, as init plans) so that they run.
-SELECT i.*, (SELECT n FROM events) AS events_written, (SELECT n FROM counted) AS noted
-FROM (SELECT * FROM queued UNION ALL SELECT * FROM logged) i
+-- Enqueue a batch in one statement: nq_insert_notifications (0016), the one insert path that
+-- notify_queue_enqueue, the SQL door, shares. The idempotency keys are inserted first, ON
+-- CONFLICT DO NOTHING: of two identical requests racing, the second waits for the first to
+-- commit and then inserts no key, so no row; the caller reads the existing row with
+-- notification_get_by_keys (a new statement, so it sees the winner) and compares request hashes
+-- to answer 200 or 409. The keys table is unique across the queue and the log, wherever the
+-- first row is now. max_attempts is fixed now, from the policy if it has one, so a later policy
+-- change does not move notifications in flight. A row may be born final: SUPPRESSED (its
+-- recipient opted out of every channel asked for). It goes straight into the log, counted, with
+-- its webhook event, written by this same statement like every other status change (the caller
+-- has made sure the log has today's partition: nq_delivery_log_ready). A row sent later waits
+-- `Scheduled`. The batch is one JSON array of objects: one parameter, parsed by the server,
+-- instead of twenty arrays whose elements the driver would quote and escape one by one.
+SELECT * FROM nq_insert_notifications(%(items)s::json, %(default_max_attempts)s,
+                                      %(default_webhook_url)s)
 
 -- name: notification_log_ready
 -- Before an insert of rows born final: the log has today's partition (0012).

@@ -1,0 +1,465 @@
+"""9. The database cost of a notification (issue 20), counted the way a user pays it, beside River
+and pg-boss in the same run.
+
+Notify Queue is driven only through its CLI and HTTP API: a fresh database, `notify-queue
+migrate`, one `notify-queue api` process, N notifications through `POST /notifications/batch`
+(batches of 500, every one with its own recipient and key, the default rate limit on, no webhook
+target), the API stopped, then two `notify-queue worker` processes with default flags until
+every notification is SENT. No SQL seeding and no ANALYZE: a burst that arrives through the API
+is planned on whatever statistics autovacuum has gathered by then, as a user's is. The same
+backlog is measured again with a manual `VACUUM (ANALYZE)` between ingest and drain (the
+analysed/not-analysed pair); then one worker is watched idle, and 64 clients send single `POST
+/notifications` for a fixed time (the client runs on the same 2 cores as the server: its CPU is
+reported, and it takes from what the API and PostgreSQL get).
+
+River and pg-boss insert the same number of jobs with their own client APIs (River `InsertMany`
+in chunks of 5,000, pg-boss `insert` in chunks of 1,000) into their own fresh databases, without
+ANALYZE either, and drain them: River as `river bench` does (one client, 2,000 workers), pg-boss
+with two `work()` processes at batchSize 100 (the claim size of our default worker). Their schema
+installation is not counted, as our `migrate` is not.
+
+Every figure comes from `benchmarks.dbcost` (how each is counted is written there) and is divided
+by the notifications (jobs) the phase handled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+import uuid
+from typing import Any
+
+from benchmarks import dbcost, peers, queue
+from benchmarks.burn import start_workers
+from benchmarks.context import Context
+from benchmarks.env import LoadWatch
+from benchmarks.httpload import request_bytes, run_load
+from benchmarks.procs import Proc, stop_all
+from benchmarks.progress import Progress, say
+from benchmarks.scenarios.ingest import SINGLE_CLIENTS, _item, _tree, start_api
+
+BATCH_ITEMS = 500
+BATCH_CLIENTS = 2
+WORKERS = 2
+PGBOSS_BATCH_SIZE = 100
+
+
+def run(ctx: Context) -> None:
+    n = ctx.sizes.cost_notifications
+    admin = ctx.pg.url()
+    server = dbcost.prepare_server(admin)
+    ctx.notes.append(f"cost: server {server}")
+    try:
+        ours(ctx, n, analysed=False, idle_seconds=ctx.sizes.cost_idle_seconds)
+        ours(ctx, n, analysed=True)
+        single_creates(ctx, ctx.sizes.cost_single_seconds)
+        if ctx.mode == "smoke" and not (peers.NODE.exists() and peers.river_built()):
+            ctx.notes.append("cost: peers skipped in smoke mode (not installed)")
+            return
+        peers.ensure_installed()
+        if peers.river_built():
+            river(ctx, n)
+        else:
+            ctx.notes.append("cost: River skipped (no Go toolchain to build peers/river)")
+        pgboss(ctx, n)
+    finally:
+        dbcost.release_server(admin)
+
+
+class _Database:
+    """A fresh database with every statement tracked, and the observer on it."""
+
+    def __init__(self, ctx: Context, prefix: str) -> None:
+        self.ctx = ctx
+        self.name = ctx.pg.database(prefix)
+        self.url = ctx.pg.url(self.name)
+        dbcost.prepare_database(ctx.pg.url(), self.name)
+        self.observer: dbcost.Observer | None = None
+
+    def observe(self) -> dbcost.Observer:
+        pid = self.ctx.pg.server.pid
+        assert pid is not None
+        self.observer = dbcost.Observer(self.url, pid)
+        return self.observer
+
+    def close(self) -> None:
+        if self.observer is not None:
+            self.observer.close()
+        self.ctx.pg.drop(self.name)
+
+
+def _phases(
+    ctx: Context, obs: dbcost.Observer, phases: list[tuple[dbcost.Phase, int]]
+) -> dict[str, Any]:
+    """Each phase per unit, and the phases together as `total`."""
+    out: dict[str, Any] = {}
+    for phase, units in phases:
+        if ctx.pg.server.pid is not None and phase.start_lsn != phase.end_lsn:
+            try:
+                dbcost.read_wal(ctx.pg.url(), obs, phase)
+            except Exception as exc:  # the counters stand without the breakdown
+                ctx.notes.append(f"cost: WAL not read back for {phase.name}: {exc}")
+        out[phase.name] = dbcost.per_unit(phase, units)
+    if len(phases) > 1:
+        total = dbcost.combine("total", [p for p, _ in phases])
+        out["total"] = dbcost.per_unit(total, max(u for _, u in phases))
+    return out
+
+
+def _batches(n: int, tag: str) -> list[bytes]:
+    out = []
+    for first in range(0, n, BATCH_ITEMS):
+        items = []
+        for _ in range(first, min(first + BATCH_ITEMS, n)):
+            key = f"{tag}-{uuid.uuid4().hex}"
+            items.append(_item(key) | {"idempotencyKey": key})
+        body = json.dumps({"notifications": items}).encode()
+        out.append(request_bytes("POST", "/notifications/batch", body))
+    return out
+
+
+def _drain(obs: dbcost.Observer, procs: list[Proc], total: int, label: str) -> None:
+    """Until nothing is PENDING or PROCESSING (the observer's own reads are not counted)."""
+    bar = Progress(label, total)
+    deadline = time.monotonic() + max(120.0, total / 100)
+    obs.conn.execute("SET enable_seqscan = off")
+    try:
+        while queue.any_unfinished(obs.conn):
+            dead = [p for p in procs if not p.alive()]
+            if dead:
+                raise RuntimeError(f"{dead[0].name} exited:\n{dead[0].log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{label}: not drained in time")
+            time.sleep(0.25)
+        bar.update(total)
+    finally:
+        obs.conn.execute("RESET enable_seqscan")
+        bar.close()
+
+
+def ours(ctx: Context, n: int, *, analysed: bool, idle_seconds: float = 0.0) -> None:
+    variant = "after VACUUM (ANALYZE)" if analysed else "not analysed"
+    say(f"[cost] notify-queue, {n:,} notifications through the API, {variant}")
+    db = _Database(ctx, "cost")
+    load = LoadWatch()
+    try:
+        queue.migrate(db.url)
+        requests = _batches(n, "a" if analysed else "d")
+        api, port = start_api(ctx, db.url, 1)
+        obs = db.observe()
+        try:
+            s0 = obs.snapshot()
+            result = asyncio.run(
+                run_load("127.0.0.1", port, requests, clients=BATCH_CLIENTS, keep_bodies=True)
+            )
+        finally:
+            api.stop()
+        accepted = sum(
+            sum(1 for x in json.loads(b)["results"] if x["status"] == 201) for b in result.bodies
+        )
+        if accepted != n:
+            raise RuntimeError(f"{accepted} of {n} accepted; statuses {result.statuses}")
+        obs.wait_for_backends_gone()
+        s1 = drain_from = obs.snapshot()
+        if analysed:
+            # Not counted in either phase: what the figure compares is the drain's plans.
+            obs.conn.execute("VACUUM (ANALYZE)")
+            drain_from = obs.snapshot()
+        planner_rows = _planner_rows(obs)
+        procs = start_workers(ctx, db.url, WORKERS, webhooks=False, tag="cost-worker")
+        try:
+            _drain(obs, procs, n, f"notify-queue W={WORKERS} {variant}")
+        finally:
+            stop_all(procs)
+        obs.wait_for_backends_gone()
+        s2 = obs.snapshot()
+        row = obs.conn.execute(
+            "SELECT count(*) FILTER (WHERE status = 'SENT'), count(*) FROM nq_all_notifications"
+        ).fetchone()
+        assert row is not None
+        sent, stored = int(row[0]), int(row[1])
+        idle = _idle(ctx, db, obs, idle_seconds) if idle_seconds else None
+        ingest_phase = obs.diff("ingest", s0, s1)
+        drain_phase = obs.diff("drain", drain_from, s2)
+        metrics = _phases(ctx, obs, [(ingest_phase, accepted), (drain_phase, sent)])
+        metrics |= {
+            "system": "notify-queue",
+            "variant": variant,
+            "notifications": n,
+            "sent": sent,
+            "stored": stored,
+            "batch_items_per_second": round(accepted / result.seconds, 1),
+            # What the planner believed when the drain started: -1 is never analysed nor
+            # vacuumed. Autovacuum may have analysed the queue during a slow ingest (a loaded
+            # machine): then "not analysed" is not, and the pair compares little.
+            "planner_rows_at_drain_start": planner_rows,
+            "headline": _headline(metrics),
+        }
+        if idle is not None:
+            metrics["idle"] = idle
+        ctx.record(
+            "cost",
+            f"notify-queue, {variant}",
+            metrics,
+            load=load,
+            params={
+                "batch_items": BATCH_ITEMS,
+                "batch_clients": BATCH_CLIENTS,
+                "workers": WORKERS,
+                "worker_flags": ctx.worker_args or "defaults, no webhook target",
+                "api_workers": 1,
+            },
+        )
+    finally:
+        db.close()
+
+
+def _planner_rows(obs: dbcost.Observer) -> dict[str, float]:
+    rows = obs.conn.execute(
+        "SELECT relname, reltuples FROM pg_class WHERE relkind IN ('r', 'p')"
+        " AND relnamespace = 'public'::regnamespace AND relname LIKE 'nq\\_%%'"
+        " AND NOT relispartition"
+    ).fetchall()
+    return {r[0]: float(r[1]) for r in rows}
+
+
+def _idle(ctx: Context, db: _Database, obs: dbcost.Observer, seconds: float) -> dict[str, Any]:
+    """One worker with nothing to do: statements per second and which ones."""
+    say(f"[cost] one idle worker, {seconds:.0f} s")
+    procs = start_workers(ctx, db.url, 1, webhooks=False, tag="cost-idle")
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            row = obs.conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND application_name LIKE 'notify-queue-listen%%' AND query LIKE 'LISTEN%%'"
+            ).fetchone()
+            if row and row[0] >= 1:
+                break
+            if time.monotonic() > deadline or not procs[0].alive():
+                raise RuntimeError(f"the idle worker did not start:\n{procs[0].log_tail()}")
+            time.sleep(0.1)
+        # Past start-up: its first polls and timers have run.
+        time.sleep(2.0)
+        a = obs.snapshot()
+        time.sleep(seconds)
+        b = obs.snapshot()
+    finally:
+        stop_all(procs)
+    phase = obs.diff("idle", a, b)
+    calls = sum(
+        s["calls"] for s in phase.statements if s["toplevel"] and not dbcost.is_foreign_key_check(s)
+    )
+    return {
+        "seconds": round(phase.seconds, 1),
+        "statements": calls,
+        "statements_per_second": round(calls / phase.seconds, 3),
+        "postgres_cpu_ms_per_second": round(phase.cpu_seconds * 1000 / phase.seconds, 2),
+        "wal_bytes": phase.wal_bytes,
+        "which": [
+            {
+                "query": s["query"],
+                "toplevel": s["toplevel"],
+                "calls": s["calls"],
+                "per_second": round(s["calls"] / phase.seconds, 3),
+            }
+            for s in sorted(phase.statements, key=lambda s: -s["calls"])
+        ],
+    }
+
+
+def single_creates(ctx: Context, seconds: float) -> None:
+    """64 clients, single POST /notifications, for `seconds`."""
+    say(f"[cost] single POST /notifications, {SINGLE_CLIENTS} clients, {seconds:.0f} s")
+    db = _Database(ctx, "cost_single")
+    load = LoadWatch()
+    try:
+        queue.migrate(db.url)
+        # More requests than can be sent in the time; each with its own key and recipient.
+        total = int(seconds * 6000) + 500
+        requests = []
+        for _ in range(total):
+            key = uuid.uuid4().hex
+            body = json.dumps(_item(key)).encode()
+            requests.append(request_bytes("POST", "/notifications", body, {"Idempotency-Key": key}))
+        api, port = start_api(ctx, db.url, 1)
+        obs = db.observe()
+        try:
+            api_pids = _tree(api.pid)
+            api_cpu0 = sum(dbcost._cpu(p, children=False) for p in api_pids)
+            s0 = obs.snapshot()
+            result = asyncio.run(
+                run_load(
+                    "127.0.0.1",
+                    port,
+                    requests,
+                    clients=SINGLE_CLIENTS,
+                    stop_after_seconds=seconds,
+                )
+            )
+            api_cpu = sum(dbcost._cpu(p, children=False) for p in api_pids) - api_cpu0
+        finally:
+            api.stop()
+        obs.wait_for_backends_gone()
+        s1 = obs.snapshot()
+        created = result.statuses.get(201, 0)
+        phase = obs.diff("single", s0, s1)
+        metrics = _phases(ctx, obs, [(phase, created)])
+        metrics |= {
+            "system": "notify-queue",
+            "variant": "single POST /notifications",
+            "created": created,
+            "errors": {str(s): c for s, c in result.statuses.items() if s != 201},
+            "creates_per_second": round(created / result.seconds, 1),
+            "api_cpu_us_per_create": round(api_cpu / created * 1e6, 1) if created else None,
+            "client_cpu_us_per_create": round(result.client_cpu_seconds / created * 1e6, 1)
+            if created
+            else None,
+            "client": "benchmarks.httpload on the same machine",
+        }
+        ctx.record(
+            "cost",
+            "notify-queue, single POST /notifications",
+            metrics,
+            load=load,
+            params={"clients": SINGLE_CLIENTS, "seconds": seconds, "api_workers": 1},
+        )
+    finally:
+        db.close()
+
+
+def _run(command: list[str], peer: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, cwd=peers.PEERS, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"{peer} {command[1:3]} failed: {done.stderr[-2000:]}")
+
+
+def river(ctx: Context, n: int) -> None:
+    say(f"[cost] River, {n:,} jobs (InsertMany, then one client of 2,000 workers)")
+    db = _Database(ctx, "river_cost")
+    load = LoadWatch()
+    try:
+        _run([str(peers.RIVER), "migrate", db.url], "river")
+        obs = db.observe()
+        s0 = obs.snapshot()
+        _run([str(peers.RIVER), "insert", db.url, str(n)], "river")
+        obs.wait_for_backends_gone()
+        s1 = obs.snapshot()
+        proc = Proc(
+            f"river-cost-{time.time_ns()}", [str(peers.RIVER), "work", db.url, str(n)], ctx.logdir
+        )
+        try:
+            proc.popen.wait(max(120.0, n / 100))
+        finally:
+            stop_all([proc])
+        obs.wait_for_backends_gone()
+        s2 = obs.snapshot()
+        row = obs.conn.execute(
+            "SELECT count(*) FILTER (WHERE state = 'completed') FROM river_job"
+        ).fetchone()
+        done = int(row[0]) if row else 0
+        metrics = _phases(
+            ctx, obs, [(obs.diff("ingest", s0, s1), n), (obs.diff("drain", s1, s2), done)]
+        )
+        metrics |= {"system": "river", "variant": "", "jobs": n, "completed": done}
+        metrics["headline"] = _headline(metrics)
+        ctx.record(
+            "cost",
+            "River",
+            metrics,
+            load=load,
+            params={"insert": "InsertMany, 5,000 per call", "clients": 1, "max_workers": 2000},
+        )
+    finally:
+        db.close()
+
+
+def pgboss(ctx: Context, n: int) -> None:
+    say(f"[cost] pg-boss, {n:,} jobs (insert, then {WORKERS} work() processes)")
+    db = _Database(ctx, "pgboss_cost")
+    load = LoadWatch()
+    node = [str(peers.NODE), str(peers.PGBOSS_SCRIPT)]
+    try:
+        _run([*node, "migrate", ctx.pg.socket_dir, db.name], "pg-boss")
+        obs = db.observe()
+        s0 = obs.snapshot()
+        _run([*node, "insert", ctx.pg.socket_dir, db.name, str(n)], "pg-boss")
+        obs.wait_for_backends_gone()
+        s1 = obs.snapshot()
+        procs = [
+            Proc(
+                f"pgboss-cost-{i}-{time.time_ns()}",
+                [*node, "work", ctx.pg.socket_dir, db.name, str(PGBOSS_BATCH_SIZE), "1"],
+                ctx.logdir,
+                cwd=peers.PEERS,
+            )
+            for i in range(WORKERS)
+        ]
+        bar = Progress(f"pg-boss W={WORKERS} batchSize={PGBOSS_BATCH_SIZE}", n)
+        try:
+            deadline = time.monotonic() + max(120.0, n / 100)
+            while True:
+                row = obs.conn.execute(
+                    "SELECT EXISTS (SELECT 1 FROM pgboss.job WHERE name = 'bench'"
+                    " AND state <> 'completed')"
+                ).fetchone()
+                if not (row and row[0]):
+                    break
+                dead = [p for p in procs if not p.alive()]
+                if dead:
+                    raise RuntimeError(f"{dead[0].name} exited:\n{dead[0].log_tail()}")
+                if time.monotonic() > deadline:
+                    raise RuntimeError("pg-boss: not drained in time")
+                time.sleep(0.25)
+            bar.update(n)
+        finally:
+            bar.close()
+            stop_all(procs)
+        obs.wait_for_backends_gone()
+        s2 = obs.snapshot()
+        row = obs.conn.execute(
+            "SELECT count(*) FILTER (WHERE state = 'completed') FROM pgboss.job"
+            " WHERE name = 'bench'"
+        ).fetchone()
+        done = int(row[0]) if row else 0
+        metrics = _phases(
+            ctx, obs, [(obs.diff("ingest", s0, s1), n), (obs.diff("drain", s1, s2), done)]
+        )
+        metrics |= {"system": "pg-boss", "variant": "", "jobs": n, "completed": done}
+        metrics["headline"] = _headline(metrics)
+        ctx.record(
+            "cost",
+            "pg-boss",
+            metrics,
+            load=load,
+            params={
+                "insert": "boss.insert, 1,000 per call",
+                "workers": WORKERS,
+                "batch_size": PGBOSS_BATCH_SIZE,
+            },
+        )
+    finally:
+        db.close()
+
+
+def _headline(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The figures the summary table compares, ingest + drain per notification."""
+    total = metrics.get("total", {})
+    rows = total.get("row_versions", {})
+    return {
+        "postgres_cpu_us": total.get("postgres_cpu_us"),
+        "ingest_postgres_cpu_us": metrics.get("ingest", {}).get("postgres_cpu_us"),
+        "drain_postgres_cpu_us": metrics.get("drain", {}).get("postgres_cpu_us"),
+        "wal_bytes": total.get("wal_bytes"),
+        "wal_fpi": total.get("wal_fpi"),
+        "statements": total.get("statements"),
+        "nested_statements": total.get("nested_statements"),
+        "foreign_key_checks": total.get("foreign_key_checks"),
+        "inserts": rows.get("ins"),
+        "updates": rows.get("upd"),
+        "hot_updates": rows.get("hot_upd"),
+        "deletes": rows.get("del"),
+        "index_entries": total.get("index_entries"),
+    }

@@ -1,0 +1,173 @@
+"""The API's answers as TypedDicts, camelCase as on the wire (CONTRACT §4, §9, §10).
+
+Written from the OpenAPI document's components of the same name; tests/enqueue/test_client.py
+fails when a component gains, loses or renames a property that its TypedDict does not. Times
+are RFC 3339 strings, as the API sends them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, TypedDict
+
+
+class TemplateRef(TypedDict):
+    name: str
+    version: int
+
+
+class Retry(TypedDict):
+    at: str
+    fromStatus: str
+
+
+class DeliveryAttempt(TypedDict):
+    at: str
+    provider: str
+    outcome: str
+    error: str | None
+    durationMs: float | None
+
+
+class Notification(TypedDict):
+    id: str
+    idempotencyKey: str
+    channel: str
+    recipient: str
+    subject: str | None
+    body: str
+    priority: Literal["HIGH", "NORMAL", "LOW"]
+    status: str
+    sendAt: str
+    nextAttemptAt: str
+    expiresAt: str | None
+    attemptCount: int
+    maxAttempts: int
+    lastError: str | None
+    sentAt: str | None
+    providerMessageId: str | None
+    provider: str | None
+    deliveryAttempts: list[DeliveryAttempt]
+    retries: list[Retry]
+    source: str
+    metadata: dict[str, Any]
+    createdAt: str
+    updatedAt: str
+    category: str
+    recipientId: str | None
+    template: TemplateRef | None
+
+
+class NotificationList(TypedDict):
+    notifications: list[Notification]
+
+
+class NotificationPage(TypedDict):
+    items: list[Notification]
+    nextCursor: str | None
+
+
+class Problem(TypedDict, total=False):
+    type: str
+    title: str
+    status: int
+    detail: str
+    errors: list[dict[str, str]] | None
+    existingId: str | None
+
+
+class BatchResult(TypedDict, total=False):
+    status: int
+    notification: Notification | None
+    notifications: list[Notification] | None
+    error: Problem | None
+
+
+class BatchResponse(TypedDict):
+    results: list[BatchResult]
+
+
+class RetryBatchResult(TypedDict):
+    retried: int
+    remaining: int
+
+
+class ProviderCircuit(TypedDict):
+    circuit: str
+    openUntil: str | None
+
+
+class QueueStatus(TypedDict):
+    counts: dict[str, int]
+    due: dict[str, int]
+    oldestDueAgeSeconds: float
+    database: Any
+    providers: dict[str, ProviderCircuit]
+
+
+class OptOut(TypedDict):
+    channels: list[str]
+    categories: list[str]
+    all: bool
+
+
+class QuietHours(TypedDict):
+    start: str
+    end: str
+
+
+class RecipientPreferences(TypedDict):
+    optOut: OptOut
+    quietHours: QuietHours | None
+
+
+class Recipient(TypedDict):
+    id: str
+    email: str | None
+    phone: str | None
+    pushTokens: list[str]
+    timezone: str
+    preferences: RecipientPreferences
+    createdAt: str
+    updatedAt: str
+
+
+class Template(TypedDict):
+    name: str
+    channels: dict[str, dict[str, str]]
+    version: int
+    source: str
+    createdAt: str
+    updatedAt: str
+
+
+class Escalation(TypedDict):
+    """CONTRACT §10 (its endpoints land with the escalation work; until then they answer 404)."""
+
+    id: str
+    state: Literal["active", "acknowledged", "exhausted"]
+    acknowledgedAt: str | None
+    acknowledgedBy: str | None
+    notifications: list[Notification]
+
+
+# The components these are checked against, by name (tests/enqueue/test_client.py).
+CHECKED: dict[str, type] = {
+    "TemplateRef": TemplateRef,
+    "Retry": Retry,
+    "DeliveryAttempt": DeliveryAttempt,
+    "Notification": Notification,
+    "NotificationList": NotificationList,
+    "NotificationPage": NotificationPage,
+    "Problem": Problem,
+    "BatchResult": BatchResult,
+    "BatchResponse": BatchResponse,
+    "RetryBatchResult": RetryBatchResult,
+    "ProviderCircuit": ProviderCircuit,
+    "QueueStatus": QueueStatus,
+    "OptOut": OptOut,
+    "QuietHours": QuietHours,
+    "RecipientPreferences": RecipientPreferences,
+    "Recipient": Recipient,
+    "Template": Template,
+    "Escalation": Escalation,
+}

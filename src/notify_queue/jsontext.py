@@ -1,0 +1,85 @@
+"""JSON text in and out of the create path, by orjson, with the standard library's exact answers.
+
+The API's create path parsed and wrote JSON with the standard library: on a batch of 1,000 that
+was a quarter of the API's CPU (docs/performance.md, "The API path"). orjson does both in C, several
+times faster, and is what FastAPI and Starlette users reach for; it is used where it gives the
+same result, and the standard library decides everything else:
+
+- `loads`: orjson reads integers beyond 64 bits as floats (the standard library keeps them whole,
+  and a request's hash and stored metadata depend on it) and refuses a few things the standard
+  library takes (an escaped unpaired surrogate, which the API names as a bad field; nesting
+  deeper than orjson's limit). A body with a run of 19 digits, or one orjson refuses, is parsed by
+  the standard library, so every answer, error message included, is the one it always was.
+- `canonical`: the text a request's hash is taken over, byte for byte what
+  `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` gives (hashes
+  stored by earlier releases must still match). orjson writes the same bytes for everything but
+  floats (`1e+16` against `1e16`), so a value holding a float goes to the standard library.
+- `dumps`: the compact text Starlette's `JSONResponse` writes (no spaces, UTF-8 unescaped).
+  orjson refuses a few values (an unpaired surrogate, which a batch item's unknown field name can
+  carry into its error; an integer beyond 64 bits); those go through the standard library with
+  ASCII escapes, which is valid JSON whatever the strings hold.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+# An integer of 19 digits or more may not fit 64 bits: orjson would read it as a float.
+_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+
+
+def loads(raw: bytes, *, fallback: Callable[[str], Any]) -> Any:
+    """The JSON value of `raw` (UTF-8); `fallback(text)` decides when orjson cannot be exact."""
+    if not _LONG_NUMBER.search(raw):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass  # the standard library decides, with its own message
+    return fallback(raw.decode("utf-8"))
+
+
+def canonical(value: Any) -> bytes:
+    """Sorted keys, no spaces, UTF-8 unescaped: the standard library's exact bytes."""
+    if _floatless(value):
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        except (orjson.JSONEncodeError, TypeError):
+            pass  # an unpaired surrogate, an integer beyond 64 bits
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text.encode("utf-8", errors="surrogatepass")
+
+
+def _floatless(value: Any) -> bool:
+    kind = type(value)
+    if kind is dict:
+        return all(_floatless(v) for v in value.values())
+    if kind is list:
+        return all(_floatless(v) for v in value)
+    return kind is not float
+
+
+def dumps(value: Any) -> bytes:
+    """Compact UTF-8 JSON text, as `json.dumps(value, separators=(",", ":"))` means it; an aware
+    datetime is written as RFC 3339 (`datetime.isoformat()`)."""
+    try:
+        return orjson.dumps(value)
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(value, allow_nan=False, separators=(",", ":"), default=_iso).encode()
+
+
+def _iso(value: Any) -> str:
+    # orjson writes an aware datetime as RFC 3339 itself; the fallback must write it the same way.
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+def dumps_text(value: Any) -> str:
+    """`dumps` as a str, for a driver parameter."""
+    return dumps(value).decode()

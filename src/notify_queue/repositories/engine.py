@@ -1,0 +1,62 @@
+"""Which engine the database is: plain PostgreSQL, or a Citus coordinator with worker nodes.
+
+Citus counts when its extension is installed in this database and at least one worker node is
+registered (CONTRACT section 11); a coordinator with no worker node keeps every table on itself
+and behaves as plain PostgreSQL. `/status` reports the answer, and the schema and the claim
+shape will follow it (issue 21).
+
+The answer changes only by an operator's action (adding or removing a node), so each process
+reads it at most once per `ttl_seconds` instead of on every `/status` or scrape.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from notify_queue.models import DatabaseEngine, Engine
+from notify_queue.repositories.db import Connection, Database
+
+# Long enough that a scrape every few seconds costs no query, short enough that `/status` shows a
+# node added or removed within half a minute.
+ENGINE_TTL_SECONDS = 30.0
+
+
+async def database_engine_read(conn: Connection) -> DatabaseEngine:
+    """Read the engine now (two statements on `conn`; no cache)."""
+    row = await conn.fetch_one("database_engine_citus_installed")
+    if row is None or not row["installed"]:
+        return DatabaseEngine(Engine.POSTGRESQL, 0)
+    nodes = await conn.fetch_one("database_engine_citus_worker_nodes")
+    workers = int(nodes["n"]) if nodes is not None else 0
+    return DatabaseEngine(Engine.CITUS if workers else Engine.POSTGRESQL, workers)
+
+
+class EngineRepository:
+    """The database's engine, cached for `ttl_seconds` (per instance: one per process)."""
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        ttl_seconds: float = ENGINE_TTL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._db = db
+        self._ttl_seconds = ttl_seconds
+        self._clock = clock
+        self._cached: tuple[float, DatabaseEngine] | None = None
+
+    async def engine_get(self, *, conn: Connection | None = None) -> DatabaseEngine:
+        """The cached answer while it is younger than the TTL, else a fresh read (on `conn` when
+        given, so a caller already holding a connection takes no second one from the pool)."""
+        now = self._clock()
+        if self._cached is not None and now - self._cached[0] < self._ttl_seconds:
+            return self._cached[1]
+        if conn is None:
+            async with self._db.connection() as own:
+                engine = await database_engine_read(own)
+        else:
+            engine = await database_engine_read(conn)
+        self._cached = (now, engine)
+        return engine

@@ -1,0 +1,137 @@
+"""The validation cases the API and notify_queue_enqueue must answer alike (one table, both doors).
+
+Each case is a create body and the key the caller passes (the API's Idempotency-Key header, the
+function's idempotency_key argument; None: none passed). A case is valid when the API answers 201.
+The two doors name the key's own input differently (`Idempotency-Key` / `idempotency_key`), so
+the comparison maps those two fields' names and messages (KEY_FIELD, KEY_MESSAGES); every other
+field and message must be equal, in order.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+E = {"channel": "email", "recipient": "a@example.com", "body": "hello"}
+
+KEY_FIELD = {"Idempotency-Key": "idempotency_key"}
+KEY_MESSAGES = {
+    "is required: send the header or idempotencyKey in the body": (
+        "is required: pass idempotency_key or idempotencyKey in the request"
+    ),
+    "differs from the Idempotency-Key header": "differs from the idempotency_key argument",
+}
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+CASES: list[tuple[str, dict[str, Any] | Any, str | None]] = [
+    ("valid email", E, "k"),
+    ("valid sms", {"channel": "sms", "recipient": "+4915112345678", "body": "x"}, "k"),
+    (
+        "valid push with everything",
+        {
+            **E,
+            "channel": "push",
+            "recipient": "tok",
+            "subject": "s",
+            "priority": "HIGH",
+            "delaySeconds": 60,
+            "expiresAt": "2999-01-01T00:00:00Z",
+            "webhookUrl": "https://example.com/h",
+            "policy": "ns/name",
+            "metadata": {"a": [1, 2]},
+            "category": "billing",
+        },
+        "k",
+    ),
+    ("valid key in the body", {**E, "idempotencyKey": "body-key"}, None),
+    ("valid with sendAt and offset", {**E, "sendAt": "2999-01-01T00:00:00.123456789+02:00"}, "k"),
+    ("not an object", ["x"], "k"),
+    ("empty object", {}, "k"),
+    ("no key at all", E, None),
+    ("bad key", E, "has space"),
+    ("body key differs", {**E, "idempotencyKey": "other"}, "k"),
+    ("body key bad", {**E, "idempotencyKey": ""}, None),
+    ("unknown fields", {**E, "zz": 1, "recipient_id": "x"}, "k"),
+    ("channel unknown", {**E, "channel": "fax"}, "k"),
+    ("channel not a string", {**E, "channel": 3}, "k"),
+    ("recipient not a string", {**E, "recipient": 5}, "k"),
+    ("recipient empty", {**E, "recipient": ""}, "k"),
+    ("recipient blank", {**E, "recipient": "   "}, "k"),
+    ("recipient too long", {**E, "recipient": "a@b." + "c" * 400}, "k"),
+    ("email malformed", {**E, "recipient": "not-an-address"}, "k"),
+    ("sms malformed", {**E, "channel": "sms", "recipient": "0151"}, "k"),
+    ("subject too long", {**E, "subject": "s" * 999}, "k"),
+    ("body empty", {**E, "body": ""}, "k"),
+    ("body not a string", {**E, "body": ["x"]}, "k"),
+    ("body too large in bytes", {**E, "body": "é" * 40000}, "k"),
+    ("priority unknown", {**E, "priority": "URGENT"}, "k"),
+    ("priority null", {**E, "priority": None}, "k"),
+    ("sendAt without offset", {**E, "sendAt": "2026-01-01T00:00:00"}, "k"),
+    ("sendAt impossible date", {**E, "sendAt": "2026-02-30T00:00:00Z"}, "k"),
+    ("sendAt hour 24", {**E, "sendAt": "2026-01-01T24:00:00Z"}, "k"),
+    ("sendAt not a string", {**E, "sendAt": 12}, "k"),
+    ("sendAt and delaySeconds", {**E, "sendAt": "2999-01-01T00:00:00Z", "delaySeconds": 5}, "k"),
+    ("delaySeconds negative", {**E, "delaySeconds": -1}, "k"),
+    ("delaySeconds too large", {**E, "delaySeconds": 31536001}, "k"),
+    ("delaySeconds a float", {**E, "delaySeconds": 1.5}, "k"),
+    ("delaySeconds a boolean", {**E, "delaySeconds": True}, "k"),
+    (
+        "expiresAt before sendAt",
+        {**E, "sendAt": "2999-01-02T00:00:00Z", "expiresAt": "2999-01-01T00:00:00Z"},
+        "k",
+    ),
+    ("expiresAt in the past", {**E, "expiresAt": "2001-01-01T00:00:00Z"}, "k"),
+    ("webhookUrl not http", {**E, "webhookUrl": "ftp://x"}, "k"),
+    ("policy malformed", {**E, "policy": "Bad Policy"}, "k"),
+    ("metadata not an object", {**E, "metadata": [1]}, "k"),
+    ("metadata null", {**E, "metadata": None}, "k"),
+    ("metadata too large", {**E, "metadata": {"x": "y" * 17000}}, "k"),
+    ("metadata nested too deep", {**E, "metadata": _deep(40)}, "k"),
+    ("recipient and recipientId", {**E, "recipientId": "u1"}, "k"),
+    ("recipientId and channel", {"recipientId": "u1", "channel": "email", "body": "b"}, "k"),
+    ("recipientId malformed", {"recipientId": "has space", "body": "b"}, "k"),
+    ("channels without recipientId", {**E, "channels": ["email"]}, "k"),
+    ("strategy without recipientId", {**E, "strategy": "first"}, "k"),
+    ("channels empty", {"recipientId": "u1", "body": "b", "channels": []}, "k"),
+    (
+        "channels too many",
+        {"recipientId": "u1", "body": "b", "channels": ["email", "sms", "push", "sms"]},
+        "k",
+    ),
+    ("channels twice", {"recipientId": "u1", "body": "b", "channels": ["sms", "sms"]}, "k"),
+    ("channels bad item", {"recipientId": "u1", "body": "b", "channels": ["sms", "fax"]}, "k"),
+    ("channels not a list", {"recipientId": "u1", "body": "b", "channels": "sms"}, "k"),
+    ("strategy unknown", {"recipientId": "u1", "body": "b", "strategy": "some"}, "k"),
+    ("category malformed", {**E, "category": "Bad!"}, "k"),
+    ("template and body", {**E, "template": "t1"}, "k"),
+    (
+        "template malformed",
+        {"channel": "email", "recipient": "a@example.com", "template": "Bad Name"},
+        "k",
+    ),
+    ("data without template", {**E, "data": {"a": 1}}, "k"),
+    (
+        "data not an object",
+        {"channel": "email", "recipient": "a@example.com", "template": "t", "data": 5},
+        "k",
+    ),
+    (
+        "many bad fields at once",
+        {
+            "channel": "fax",
+            "recipient": 1,
+            "body": "",
+            "priority": "X",
+            "delaySeconds": -5,
+            "metadata": "m",
+            "extra": True,
+        },
+        "k",
+    ),
+]
