@@ -85,8 +85,8 @@ VARIABLES: dict[str, str] = {
     "OTEL_SPAN_LINK_COUNT_LIMIT": "Links kept per span [128].",
     "OTEL_PYTHON_FASTAPI_EXCLUDED_URLS": "API paths that make no span [healthz,readyz,metrics].",
     "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "Instrumentations to leave out: psycopg (a span "
-    "per statement), aiohttp-client (the HTTP provider's request spans; traceparent still "
-    "reaches the provider from the call span), fastapi.",
+    "per statement), aiohttp-client (the HTTP provider's request spans; the provider still gets "
+    "traceparent), fastapi (the API's request spans).",
 }
 
 # Paths whose requests make no span: probes and scrapes arrive every few seconds and say nothing
