@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-fast lint format typecheck layers k8s-binaries test-packages citus docs fuzz soak bench clean
+.PHONY: help run test test-fast lint format typecheck layers k8s-binaries test-packages citus prometheus docs fuzz soak bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -20,7 +20,7 @@ run: $(STAMP) ## run the whole system locally: embedded PostgreSQL, API on :8080
 	$(BIN)/notify-queue up
 
 # What CI runs (.ci/run): the static checks first, so layering and types are held by CI too.
-test: $(STAMP) k8s-binaries test-packages citus lint typecheck layers ## ruff, mypy, import-linter, then every test
+test: $(STAMP) k8s-binaries test-packages citus prometheus lint typecheck layers ## ruff, mypy, import-linter, then every test
 	$(BIN)/pytest -q
 
 test-fast: $(STAMP) test-packages ## the tests that need no Kubernetes binaries
@@ -36,6 +36,9 @@ citus: $(STAMP) ## build Citus from ../shared/vendor/citus against the wheel's P
 
 test-packages: ## apt-install the Debian packages tests run as processes (pgbouncer), when missing
 	scripts/install-test-packages.sh
+
+prometheus: ## install Debian's prometheus when missing (the dashboard test runs it)
+	scripts/install-prometheus.sh
 
 # The migrations `migrate` runs while the previous release serves: 0009 on. 0001-0008 are history
 # that every installation has applied (0.1.0, the baseline; docs/upgrading.md).
@@ -57,10 +60,11 @@ typecheck: $(STAMP) ## mypy strict
 layers: $(STAMP) ## check the layering with import-linter
 	$(BIN)/lint-imports
 
-docs: $(STAMP) ## regenerate what is generated from the code: references, chart schema, chart CRDs
+docs: $(STAMP) ## regenerate what is generated: references, chart schema, chart CRDs, dashboard copy
 	$(BIN)/python scripts/gen-config-docs.py
 	$(BIN)/python scripts/gen-api-docs.py
 	$(BIN)/python scripts/gen-chart-schema.py
+	$(BIN)/python scripts/gen-dashboard-docs.py
 	scripts/sync-chart-crds.sh
 
 fuzz: $(STAMP) ## the long schemathesis run over the OpenAPI document

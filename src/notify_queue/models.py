@@ -277,6 +277,8 @@ class ClaimedNotification:
     # so under OnDefiniteFailure no other provider may be called (services/failover.py).
     bound_provider: str | None = None
     sticky_provider: str | None = None
+    # When it first became due (its send time): the due-to-sent latency histogram starts here.
+    due_at: datetime | None = None
     # The creator's trace context (the row's `traceparent`): the delivery span's parent.
     traceparent: str | None = None
 
@@ -467,3 +469,20 @@ class QueueStatus:
     webhook_events: dict[str, int]
     providers: dict[str, ProviderCircuit] = field(default_factory=dict)
     database: DatabaseEngine = DatabaseEngine(Engine.POSTGRESQL, 0)
+    # The oldest due age per lane (0: none due in it); `oldest_due_age_seconds` is their maximum.
+    oldest_due_age_by_priority: dict[Priority, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStats:
+    """One process's database pool as psycopg_pool counts it (the pool's `get_stats()`): gauges
+    of now, and counters since the pool opened."""
+
+    max_connections: int
+    connections: int  # open now, in use or idle
+    idle: int
+    waiting: int  # callers waiting for a connection now
+    acquires_total: int
+    acquire_wait_seconds_total: float
+    acquire_errors_total: int  # timeouts: the caller got DatabaseUnavailable
+    connections_lost_total: int

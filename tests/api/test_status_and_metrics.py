@@ -1,7 +1,8 @@
 """GET /status and GET /metrics: the queue's figures read from the database (counts per status,
 due per priority, the oldest due age, webhook events), the same in both, and equal to what a
-direct SQL count says; the database engine (plain PostgreSQL here, Citus in tests/citus); and
-/healthz and /readyz.
+direct SQL count says; the database engine (plain PostgreSQL here, Citus in tests/citus); the
+process's own figures on /metrics (creates by outcome, its database pool); and /healthz and
+/readyz.
 """
 
 from __future__ import annotations
@@ -128,6 +129,45 @@ async def test_metrics_equal_the_databases_figures(
         expected["oldest"]["age"], abs=5
     )
     assert expected["oldest"]["age"] > 1000  # sendAt 2020: the figure is real, not a default
+    lanes = {
+        priority: found[("notify_queue_queue_oldest_due_age_seconds", (("priority", priority),))]
+        for priority in ("HIGH", "NORMAL", "LOW")
+    }
+    # Every lane has notifications due since 2020; the global figure is the lanes' maximum.
+    assert min(lanes.values()) > 1000
+    assert max(lanes.values()) == found[("notify_queue_oldest_due_age_seconds", ())]
+
+
+async def test_metrics_count_creates_by_outcome(client: httpx.AsyncClient) -> None:
+    one = email(idempotencyKey="c-1")
+    assert (await client.post("/notifications", json=one)).status_code == 201
+    assert (await client.post("/notifications", json=one)).status_code == 200
+    other = email(idempotencyKey="c-1", body="another")
+    assert (await client.post("/notifications", json=other)).status_code == 409
+    assert (await client.post("/notifications", json={"channel": "fax"})).status_code == 400
+    batch = [email(idempotencyKey="c-2"), email(idempotencyKey="c-1"), {"channel": "fax"}]
+    answer = await client.post("/notifications/batch", json={"notifications": batch})
+    assert [r["status"] for r in answer.json()["results"]] == [201, 200, 400]
+
+    found = samples((await client.get("/metrics")).text)
+
+    counted = {
+        outcome: found[("notify_queue_creates_total", (("outcome", outcome),))]
+        for outcome in ("created", "existing", "conflict", "invalid")
+    }
+    assert counted == {"created": 2, "existing": 2, "conflict": 1, "invalid": 2}
+
+
+async def test_metrics_report_the_processs_database_pool(client: httpx.AsyncClient) -> None:
+    found = samples((await client.get("/metrics")).text)
+
+    in_use = found[("notify_queue_database_pool_connections", (("state", "in_use"),))]
+    idle = found[("notify_queue_database_pool_connections", (("state", "idle"),))]
+    limit = found[("notify_queue_database_pool_max_connections", ())]
+    assert 0 <= in_use + idle <= limit and limit >= 1
+    assert found[("notify_queue_database_pool_acquires_total", ())] >= 1  # this scrape's status
+    assert found[("notify_queue_database_pool_waiting", ())] >= 0
+    assert ("notify_queue_database_pool_acquire_wait_seconds_total", ()) in found
 
 
 async def test_metrics_include_the_standard_process_metrics(client: httpx.AsyncClient) -> None:

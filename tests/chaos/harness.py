@@ -27,10 +27,9 @@ from psycopg.rows import dict_row
 
 from notify_queue.models import Channel, NewNotification, Priority, Source
 from notify_queue.repositories.db import Database
-from notify_queue.repositories.notifications import NotificationRepository
-from notify_queue.services.notifications import NotificationService
 from tests.chaos.peers import ChaosProvider, SignedWebhookReceiver
 from tests.support import eventually as poll
+from tests.support import notification_service
 
 WEBHOOK_SECRET = "whsec_" + "Y2hhb3MtdGVzdHMtd2ViaG9vay1zZWNyZXQtMzJi"  # base64 of 30 bytes
 REPORT_ENV = "NOTIFY_QUEUE_CHAOS_REPORT"
@@ -229,8 +228,9 @@ def new_notifications(
 
 
 async def enqueue(db: Database, notifications: list[NewNotification]) -> list[uuid.UUID]:
-    """Enqueue through the same service the API uses, in batches of at most 1,000."""
-    service = NotificationService(NotificationRepository(db), default_max_attempts=6)
+    """Enqueue through the same service the API uses, in batches of at most 1,000, with the
+    NOTIFY the API sends (idle workers wait for it: they do not poll)."""
+    service = notification_service(db)
     ids: list[uuid.UUID] = []
     for start in range(0, len(notifications), 1000):
         results = await service.enqueue_many(notifications[start : start + 1000])

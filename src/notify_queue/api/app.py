@@ -58,6 +58,7 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
         database = db if db is not None else open_database(settings)
         if db is None:
             await database.open(wait=False)
+        metrics.watch_pool(database.pool_stats)
         repository = NotificationRepository(database, default_webhook_url=settings.webhook_url)
         waker = DebouncedWaker(repository.workers_wake)
         # Templates render in worker processes, never on this event loop (services.rendering).

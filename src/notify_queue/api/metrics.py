@@ -6,20 +6,25 @@ database is reached asynchronously, so a scrape first awaits one `QueueStatus` s
 renders the registry with it synchronously, without an await in between: concurrent scrapes on
 one event loop cannot see each other's snapshot. The registry is this app's own (never the
 global default), with the standard process and platform collectors beside the queue's.
+
+Two kinds of figure are this process's own rather than the database's: the creates it answered,
+by outcome (`notify_queue_creates_total`), and its database pool (services/pool_metrics.py).
+Dashboards sum those over the API's pods and take max() of the global ones.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from notify_queue.models import QueueStatus
+from notify_queue.models import PoolStats, QueueStatus
+from notify_queue.services.pool_metrics import PoolCollector
 
 _CIRCUIT_CODES = {"closed": 0, "half-open": 1, "open": 2}
 
@@ -44,6 +49,13 @@ class QueueCollector(Collector):
         )
         for priority, count in status.due.items():
             depth.add_metric([priority.value], count)
+        lane_oldest = GaugeMetricFamily(
+            "notify_queue_queue_oldest_due_age_seconds",
+            "Seconds the oldest due PENDING notification of each priority has waited (0: none).",
+            labels=["priority"],
+        )
+        for priority, age in status.oldest_due_age_by_priority.items():
+            lane_oldest.add_metric([priority.value], age)
         oldest = GaugeMetricFamily(
             "notify_queue_oldest_due_age_seconds",
             "Seconds the oldest due PENDING notification has been waiting (0: none due).",
@@ -61,7 +73,11 @@ class QueueCollector(Collector):
         )
         for name, circuit in status.providers.items():
             circuits.add_metric([name], _CIRCUIT_CODES[circuit.state])
-        yield from (notifications, depth, oldest, hooks, circuits)
+        yield from (notifications, depth, lane_oldest, oldest, hooks, circuits)
+
+
+# What a create (one `POST /notifications`, or one item of a batch) came to.
+CREATE_OUTCOMES = ("created", "existing", "conflict", "invalid")
 
 
 class QueueMetrics:
@@ -69,8 +85,24 @@ class QueueMetrics:
         self.registry = CollectorRegistry()
         self._queue = QueueCollector()
         self.registry.register(self._queue)
+        self._pool = PoolCollector()
+        self.registry.register(self._pool)
+        creates = Counter(
+            "notify_queue_creates",
+            "Creates this API process answered (each item of a batch counts), by outcome: "
+            "created (201), existing (200, the same key and request again), conflict (409), "
+            "invalid (400).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        # Every series from the start, so a rate() is 0 rather than absent before the first.
+        self.creates = {outcome: creates.labels(outcome) for outcome in CREATE_OUTCOMES}
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
+
+    def watch_pool(self, stats: Callable[[], PoolStats]) -> None:
+        """Report this pool's figures from now on (the app's lifespan opens the pool)."""
+        self._pool.stats = stats
 
     def render(self, status: QueueStatus, *, accept: str | None) -> tuple[bytes, str]:
         """The exposition of this snapshot in the format `accept` asks for (Prometheus text

@@ -82,6 +82,8 @@ class _NotificationId(Convertor[str]):
 
 register_url_convertor("notification_id", _NotificationId())
 _ONE = "/notifications/{id:notification_id}"
+# A batch item's status -> the outcome it counts as in notify_queue_creates_total.
+_BATCH_OUTCOMES = {201: "created", 200: "existing", 409: "conflict", 400: "invalid"}
 _LOCATION = {"Location": {"schema": {"type": "string"}, "description": "`/notifications/{id}`"}}
 
 
@@ -120,15 +122,22 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
         await auth.check_client(request)
         await reject_unknown_query_parameters(request)
         runtime: ApiRuntime = request.app.state.runtime
-        data = await read_json(request, required=True)
-        new = _one_request(
-            data, header_key=request.headers.get("idempotency-key"), now=datetime.now(UTC)
-        )
-        result = await runtime.service.create(new)
-        if isinstance(result, ValidationFailed):
-            raise result
+        creates = runtime.metrics.creates
+        try:
+            data = await read_json(request, required=True)
+            new = _one_request(
+                data, header_key=request.headers.get("idempotency-key"), now=datetime.now(UTC)
+            )
+            result = await runtime.service.create(new)
+            if isinstance(result, ValidationFailed):
+                raise result
+        except ValidationFailed:
+            creates["invalid"].inc()
+            raise
         if result.conflict:
+            creates["conflict"].inc()
             raise _key_conflict(new.idempotency_key, result.notification.id)
+        creates["created" if result.created else "existing"].inc()
         status = 201 if result.created else 200
         if new.request.recipient_id is not None:
             return JsonResponse(_created_json(result), status_code=status)
@@ -201,6 +210,8 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
                         "status": 201 if result.created else 200,
                         "notification": notification_json(result.notification),
                     }
+        for item_result in results:
+            runtime.metrics.creates[_BATCH_OUTCOMES[item_result["status"]]].inc()
         return JsonResponse({"results": results})
 
     @router.get(

@@ -31,6 +31,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from notify_queue import __version__, jsontext
 from notify_queue.errors import DatabaseUnavailable
+from notify_queue.models import PoolStats
 from notify_queue.repositories.queries import QUERIES
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,21 @@ class Database:
 
     async def close(self) -> None:
         await self._pool.close()
+
+    def pool_stats(self) -> PoolStats:
+        """The pool now (synchronous and cheap: psycopg_pool keeps these counts itself), for the
+        roles' `notify_queue_database_pool_*` metrics."""
+        stats = self._pool.get_stats()
+        return PoolStats(
+            max_connections=stats.get("pool_max", self._pool.max_size),
+            connections=stats.get("pool_size", 0),
+            idle=stats.get("pool_available", 0),
+            waiting=stats.get("requests_waiting", 0),
+            acquires_total=stats.get("requests_num", 0),
+            acquire_wait_seconds_total=stats.get("requests_wait_ms", 0) / 1000,
+            acquire_errors_total=stats.get("requests_errors", 0),
+            connections_lost_total=stats.get("connections_lost", 0),
+        )
 
     async def __aenter__(self) -> Database:
         await self.open()

@@ -173,11 +173,16 @@ class NotificationRepository:
             now = (await conn.fetch_one("database_now") or {})["now"]
             engine = await self._engine.engine_get(conn=conn)
         oldest = min((r["oldest_due"] for r in due), default=None)
+        by_priority = {
+            Priority.from_rank(r["priority"]): max((now - r["oldest_due"]).total_seconds(), 0.0)
+            for r in due
+        }
         return QueueStatus(
             counts={s: 0 for s in Status} | {Status(r["status"]): int(r["n"]) for r in counts},
             due={p: 0 for p in Priority}
             | {Priority.from_rank(r["priority"]): int(r["n"]) for r in due},
             oldest_due_age_seconds=max((now - oldest).total_seconds(), 0.0) if oldest else 0.0,
+            oldest_due_age_by_priority={p: 0.0 for p in Priority} | by_priority,
             webhook_events={"pending": 0, "delivered": 0, "failed": 0}
             | {r["state"]: int(r["n"]) for r in hooks},
             providers={

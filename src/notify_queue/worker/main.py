@@ -23,6 +23,7 @@ from notify_queue.services.retention import DeliveryLogKeeper
 from notify_queue.settings import RelaySettings, Switch, WorkerSettings
 from notify_queue.worker.dispatcher import WebhookDispatcher
 from notify_queue.worker.endpoints import start_endpoints
+from notify_queue.worker.metrics import DATABASE_POOL
 from notify_queue.worker.routing import Router
 from notify_queue.worker.runner import SAFETY_LOOK_SECONDS, Worker
 from notify_queue.worker.supervision import Health, supervise
@@ -63,6 +64,7 @@ async def _process(
         )
         await db.open()
     endpoints = None
+    DATABASE_POOL.stats = db.pool_stats
     try:
         if settings.metrics_port is not None:
             endpoints = await start_endpoints(settings.host, settings.metrics_port, health)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+
+from notify_queue.services.pool_metrics import PoolCollector
 
 DELIVERIES = Counter(
     "notify_queue_deliveries",
@@ -35,3 +37,14 @@ WEBHOOK_POSTS = Counter(
     "Webhook POSTs by result.",
     ["result"],
 )
+DUE_TO_SENT = Histogram(
+    "notify_queue_due_to_sent_seconds",
+    "Seconds from a notification's send time (when it first became due) to the provider's "
+    "acceptance: queueing, retries and waits included, what a recipient feels as lateness.",
+    ["channel", "priority"],
+    # From a sub-second claim to hours of backoff and rate-limit waits.
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 14400),
+)
+# This process's database pool; the worker's wiring points it at its pool (worker/main.py).
+DATABASE_POOL = PoolCollector()
+REGISTRY.register(DATABASE_POOL)

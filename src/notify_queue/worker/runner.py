@@ -36,6 +36,8 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from notify_queue import tracing
 from notify_queue.errors import DatabaseUnavailable
@@ -43,7 +45,7 @@ from notify_queue.models import ClaimedNotification, Completion, DeliveryResult,
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.retention import DeliveryLogKeeper
 from notify_queue.worker.dispatcher import WebhookDispatcher
-from notify_queue.worker.metrics import DELIVERIES, STALE_RESULTS
+from notify_queue.worker.metrics import DELIVERIES, DUE_TO_SENT, STALE_RESULTS
 from notify_queue.worker.routing import Router
 from notify_queue.worker.supervision import Health, supervise
 from notify_queue.worker.waiting import wait_any
@@ -266,6 +268,8 @@ class Worker:
             result = await self._deliver_traced(claimed)
         else:
             result = await self._router.deliver(claimed)
+        if result.outcome is Outcome.SENT and claimed.due_at is not None:
+            _observe_due_to_sent(claimed)
         self._results.append((claimed, result))
         self._results_ready.set()
 
@@ -426,3 +430,16 @@ class Worker:
             except DatabaseUnavailable as exc:
                 log.warning("delivery log retention skipped: %s", exc)
             await wait_any(self._stop, timeout=RETENTION_INTERVAL_SECONDS)
+
+
+# Label lookups cost more than the observation: one child per (channel, priority), made once.
+_DUE_TO_SENT_CHILDREN: dict[tuple[str, str], Any] = {}
+
+
+def _observe_due_to_sent(claimed: ClaimedNotification) -> None:
+    assert claimed.due_at is not None
+    key = (claimed.channel.value, claimed.priority.value)
+    child = _DUE_TO_SENT_CHILDREN.get(key)
+    if child is None:
+        child = _DUE_TO_SENT_CHILDREN[key] = DUE_TO_SENT.labels(*key)
+    child.observe(max((datetime.now(UTC) - claimed.due_at).total_seconds(), 0.0))
