@@ -21,6 +21,7 @@ def test_the_routed_result_keeps_every_field_of_the_answer() -> None:
         retry_after_seconds=2.5,
         nothing_sent=True,
         address_gone=True,
+        waiting_detail="provider sms-b's circuit is open",
     )
     attempts = [{"provider": "sms-b", "outcome": "TEMPORARY_FAILURE"}]
     routed = _finish(answer, "sms-b", attempts, "sms-b")

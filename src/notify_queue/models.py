@@ -157,6 +157,49 @@ class Outcome(enum.StrEnum):
         return self not in (Outcome.PROVIDER_LIMITED, Outcome.CIRCUIT_OPEN, Outcome.RATE_LIMITED)
 
 
+class WaitingReason(enum.StrEnum):
+    """Why a PENDING notification is not due yet (CONTRACT section 10; docs/design.md "Why a
+    notification waits"). Each is written by the statement that defers the row, in that write."""
+
+    SCHEDULED = "Scheduled"  # its send time is ahead (the create)
+    BACKOFF = "Backoff"  # a retry after a temporary failure (the completion)
+    RECIPIENT_RATE_LIMIT = "RecipientRateLimit"  # the recipient's window is full (the claim)
+    PROVIDER_RATE_LIMIT = "ProviderRateLimit"  # every provider it may use is at its rate
+    CIRCUIT_OPEN = "CircuitOpen"  # every provider it may use has its circuit open
+    QUIET_HOURS = "QuietHours"  # the recipient's quiet hours (the send-time check)
+    POLICY_NOT_READY = "PolicyNotReady"  # its NotificationPolicy is not Ready (the claim)
+    DIGEST_WINDOW = "DigestWindow"  # its digest is still open (the digest feature writes it)
+    ESCALATION_STEP = "EscalationStep"  # a later escalation step (the escalation feature)
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """What a PENDING notification waits for: `until` when it is due again (None: not known)."""
+
+    reason: WaitingReason
+    until: datetime | None
+    detail: str
+
+
+def current_waiting(
+    status: Status,
+    reason: str | None,
+    until: datetime | None,
+    detail: str | None,
+    *,
+    now: datetime,
+) -> Waiting | None:
+    """The `waiting` a reader sees: None unless the row is PENDING with a reason whose `until`
+    is still ahead. The stored reason is written once, when the row is deferred, and cleared
+    only by the next write of the row (the claim); a row whose `until` has passed is due and
+    waits for a worker only, so its old reason is not shown (CONTRACT: null when due)."""
+    if status is not Status.PENDING or reason is None:
+        return None
+    if until is not None and until <= now:
+        return None
+    return Waiting(WaitingReason(reason), until, detail or reason)
+
+
 @dataclass(frozen=True, slots=True)
 class NewNotification:
     """A validated request to enqueue, with its send time already resolved."""
@@ -232,6 +275,8 @@ class Notification:
     # The provider that sent it (else None), and the last 20 provider calls and skips.
     provider: str | None = None
     delivery_attempts: list[dict[str, Any]] = field(default_factory=list)
+    # Why it is not due yet (`current_waiting`); None when final, processing, or due.
+    waiting: Waiting | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +397,9 @@ class DeliveryResult:
     # The provider the notification stays bound to after this attempt (set by the routing): the
     # one whose outcome is unknown, else None (services/failover.py `binding_after`).
     bound_provider: str | None = None
+    # When nothing was called (CIRCUIT_OPEN, PROVIDER_LIMITED): one sentence naming the
+    # provider(s) it waits for, stored as the row's waiting detail (`failover.waiting_result`).
+    waiting_detail: str | None = None
 
     def __post_init__(self) -> None:
         if self.provider_message_id is not None:
@@ -386,6 +434,9 @@ class Completion:
     # Why a PENDING result waits (CONTRACT section 10); None: `QuietHours` for an absolute
     # next due time, else `Backoff`.
     waiting_reason: str | None = None
+    # The one sentence stored with the reason; None: complete_deliveries words it from the
+    # reason and the error (Backoff, QuietHours).
+    waiting_detail: str | None = None
 
     @property
     def waits_for(self) -> str | None:
@@ -393,7 +444,7 @@ class Completion:
         if self.status is not Status.PENDING:
             return None
         if self.waiting_reason is not None:
-            return self.waiting_reason
+            return str(self.waiting_reason)  # a WaitingReason is sent as its plain value
         return "QuietHours" if self.next_attempt_at is not None else "Backoff"
 
 
@@ -471,6 +522,9 @@ class QueueStatus:
     database: DatabaseEngine = DatabaseEngine(Engine.POSTGRESQL, 0)
     # The oldest due age per lane (0: none due in it); `oldest_due_age_seconds` is their maximum.
     oldest_due_age_by_priority: dict[Priority, float] = field(default_factory=dict)
+    # PENDING notifications per reason they wait now (every reason, 0 when none); read for
+    # /metrics only (`queue_status(waiting=True)`).
+    waiting: dict[WaitingReason, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """The hand-built answer of a notification (`schemas.notification_json`) is exactly what the
 documented pydantic model (`schemas.Notification`) serialises to: the same keys in the same
-order and the same values, for a fresh notification and for one with every optional part set."""
+order and the same values, for a fresh notification and for one with every optional part set
+(`waiting` included)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from notify_queue.models import (
     Source,
     Status,
     TemplateRef,
+    Waiting,
+    WaitingReason,
 )
 from notify_queue.models import Notification as Stored
 
@@ -96,6 +99,9 @@ def _everything_set() -> Stored:
                 "durationMs": 3.5,
             },
         ],
+        waiting=Waiting(
+            WaitingReason.CIRCUIT_OPEN, _NOW.astimezone(other_zone), "provider a's circuit is open"
+        ),
     )
 
 

@@ -254,6 +254,7 @@ def test_kubectl_get_shows_the_contract_columns(
         "RECIPIENT",
         "PRIORITY",
         "ATTEMPTS",
+        "WAITING",
         "AGE",
     ]
     assert npols[0].split() == ["NAME", "RATE", "WINDOW", "MAX-ATTEMPTS", "READY", "AGE"]

@@ -11,6 +11,7 @@ import pytest
 
 from notify_queue.devcluster import LocalControlPlane
 from notify_queue.repositories.db import Database
+from notify_queue.repositories.notifications import NotificationRepository
 from tests.operator.conftest import StartOperator
 from tests.operator.support import (
     Kube,
@@ -81,6 +82,7 @@ async def test_an_applied_notification_is_sent_and_its_status_says_so(
         "RECIPIENT",
         "PRIORITY",
         "ATTEMPTS",
+        "WAITING",
         "AGE",
     ]
     assert listing[1].split()[:6] == [
@@ -120,7 +122,8 @@ async def test_deleting_a_notification_whose_row_is_final_or_missing_is_not_held
     final_row = await _row(db, f"k8s:{final['metadata']['uid']}")
     missing_row = await _row(db, f"k8s:{missing['metadata']['uid']}")
     assert final_row is not None and missing_row is not None
-    await db.fetch_one("notification_cancel", {"id": final_row["id"]})  # final before the delete
+    # Final before the delete: cancelled as the API cancels (NotificationRepository).
+    await NotificationRepository(db).notification_cancel(id=final_row["id"])
     await db.execute("kube_link_delete", {"uid": missing["metadata"]["uid"]})  # link lost
 
     await kube.delete("Notification", namespace, "final")

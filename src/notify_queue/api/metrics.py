@@ -73,7 +73,15 @@ class QueueCollector(Collector):
         )
         for name, circuit in status.providers.items():
             circuits.add_metric([name], _CIRCUIT_CODES[circuit.state])
-        yield from (notifications, depth, lane_oldest, oldest, hooks, circuits)
+        waiting = GaugeMetricFamily(
+            "notify_queue_waiting",
+            "PENDING notifications not due yet, by the reason they wait (every reason, 0 when "
+            "none).",
+            labels=["reason"],
+        )
+        for reason, count in status.waiting.items():
+            waiting.add_metric([reason.value], count)
+        yield from (notifications, depth, lane_oldest, oldest, hooks, circuits, waiting)
 
 
 # What a create (one `POST /notifications`, or one item of a batch) came to.

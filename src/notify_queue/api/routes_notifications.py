@@ -31,7 +31,7 @@ from notify_queue.api.responses import JsonResponse
 from notify_queue.api.runtime import ApiRuntime, Runtime
 from notify_queue.api.schemas import RetryBatchRequest, RetryBatchResult, notification_json
 from notify_queue.errors import Conflict, FieldError, ValidationFailed
-from notify_queue.models import Channel, CreateResult, Status
+from notify_queue.models import Channel, CreateResult, Status, WaitingReason
 from notify_queue.services.notifications import MAX_BATCH, MAX_PAGE
 from notify_queue.services.validation import (
     MAX_RECIPIENT_CHARS,
@@ -252,6 +252,13 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
                 description="A stored recipient's id: its user-targeted notifications.",
             ),
         ] = None,
+        waiting: Annotated[
+            WaitingReason | None,
+            Query(
+                description="Only PENDING notifications waiting for this reason now "
+                '(docs/design.md "Why a notification waits").'
+            ),
+        ] = None,
         limit: Annotated[int, Query(ge=1, le=MAX_PAGE)] = 100,
         cursor: Annotated[
             str | None,
@@ -271,6 +278,7 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             recipient_id=recipient_id,
             cursor=cursor,
             limit=limit,
+            waiting=waiting,
         )
         return JsonResponse(
             {"items": [notification_json(n) for n in items], "nextCursor": next_cursor}

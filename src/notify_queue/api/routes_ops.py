@@ -51,7 +51,7 @@ def add_ops_routes(router: APIRouter, auth: Auth) -> None:
         },
     )
     async def metrics(request: Request, runtime: Runtime) -> Response:
-        snapshot = await runtime.service.status()
+        snapshot = await runtime.service.status(waiting=True)
         text, media_type = runtime.metrics.render(snapshot, accept=request.headers.get("accept"))
         return Response(text, media_type=media_type)
 

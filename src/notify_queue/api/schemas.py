@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSche
 from pydantic.alias_generators import to_camel
 
 from notify_queue import models as domain
-from notify_queue.models import Channel, Priority, Source, Status
+from notify_queue.models import Channel, Priority, Source, Status, WaitingReason
 from notify_queue.services import validation as rules
 
 
@@ -187,6 +187,14 @@ class DeliveryAttempt(_Wire):
     duration_ms: float | None
 
 
+class Waiting(_Wire):
+    """Why a PENDING notification is not due yet (docs/design.md "Why a notification waits")."""
+
+    reason: WaitingReason
+    until: UtcTime | None = Field(description="When it becomes due again, where known.")
+    detail: str = Field(description="One sentence: what it waits for.")
+
+
 class Notification(_Wire):
     id: uuid.UUID
     idempotency_key: str
@@ -198,6 +206,9 @@ class Notification(_Wire):
     status: Status
     send_at: UtcTime
     next_attempt_at: UtcTime
+    waiting: Waiting | None = Field(
+        description="null when it is final, processing, or due and waiting only for a worker."
+    )
     expires_at: UtcTime | None
     attempt_count: int
     max_attempts: int
@@ -230,6 +241,9 @@ class Notification(_Wire):
             status=n.status,
             send_at=n.send_at,
             next_attempt_at=n.next_attempt_at,
+            waiting=None
+            if n.waiting is None
+            else Waiting(reason=n.waiting.reason, until=n.waiting.until, detail=n.waiting.detail),
             expires_at=n.expires_at,
             attempt_count=n.attempt_count,
             max_attempts=n.max_attempts,
@@ -261,6 +275,7 @@ def notification_json(n: domain.Notification) -> dict[str, Any]:
     through their model, which also normalises their times and numbers.
     """
     template = n.template
+    waiting = n.waiting
     return {
         "id": str(n.id),
         "idempotencyKey": n.idempotency_key,
@@ -272,6 +287,7 @@ def notification_json(n: domain.Notification) -> dict[str, Any]:
         "status": n.status.value,
         "sendAt": rfc3339(n.send_at),
         "nextAttemptAt": rfc3339(n.next_attempt_at),
+        "waiting": None if waiting is None else waiting_json(waiting),
         "expiresAt": None if n.expires_at is None else rfc3339(n.expires_at),
         "attemptCount": n.attempt_count,
         "maxAttempts": n.max_attempts,
@@ -293,6 +309,15 @@ def notification_json(n: domain.Notification) -> dict[str, Any]:
         "template": None
         if template is None
         else {"name": template.name, "version": template.version},
+    }
+
+
+def waiting_json(w: domain.Waiting) -> dict[str, Any]:
+    """A `Waiting` on the wire; also `status.waiting` of a Notification object (the same shape)."""
+    return {
+        "reason": w.reason.value,
+        "until": None if w.until is None else rfc3339(w.until),
+        "detail": w.detail,
     }
 
 

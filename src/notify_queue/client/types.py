@@ -28,6 +28,22 @@ class DeliveryAttempt(TypedDict):
     durationMs: float | None
 
 
+class Waiting(TypedDict):
+    reason: Literal[
+        "Scheduled",
+        "Backoff",
+        "RecipientRateLimit",
+        "ProviderRateLimit",
+        "CircuitOpen",
+        "QuietHours",
+        "PolicyNotReady",
+        "DigestWindow",
+        "EscalationStep",
+    ]
+    until: str | None
+    detail: str
+
+
 class Notification(TypedDict):
     id: str
     idempotencyKey: str
@@ -39,6 +55,7 @@ class Notification(TypedDict):
     status: str
     sendAt: str
     nextAttemptAt: str
+    waiting: Waiting | None
     expiresAt: str | None
     attemptCount: int
     maxAttempts: int

@@ -16,11 +16,13 @@ from notify_queue.models import (
     Channel,
     ClaimedNotification,
     Completion,
+    Engine,
     Failover,
     Preferences,
     Priority,
 )
 from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.engine import EngineRepository
 
 WAKEUP_CHANNEL = "nq_wakeup"
 
@@ -81,9 +83,14 @@ class DeliveryDefaults:
 
 
 class DeliveryRepository:
-    def __init__(self, db: Database, defaults: DeliveryDefaults) -> None:
+    def __init__(
+        self, db: Database, defaults: DeliveryDefaults, engine: EngineRepository | None = None
+    ) -> None:
         self._db = db
         self._defaults = defaults
+        # The claim's shape follows the engine (docs/scaling.md): one statement pair over the
+        # whole queue on plain PostgreSQL, bucket by bucket on Citus.
+        self._engine = engine or EngineRepository(db)
 
     async def notifications_claim(
         self,
@@ -100,51 +107,103 @@ class DeliveryRepository:
         suppresses or defers commits, or fails, as one. `quiet_hours` says, between the two
         statements, which candidates quiet hours hold: they are admitted without a slot, for
         `screen` to defer, and never push a sendable row of their recipient out of its window."""
+        lock_params: dict[str, Any] = {
+            "priorities": sorted(p.rank for p in priorities),
+            "channels": [c.value for c in channels],
+            "limit": limit,
+        }
+        engine = await self._engine.engine_get()
+        if engine.engine is not Engine.CITUS:
+            async with self._db.transaction() as conn:
+                return await self._claim_in(
+                    conn,
+                    "claim_lock_candidates",
+                    "claim_admit_candidates",
+                    lock_params,
+                    screen,
+                    quiet_hours,
+                    chain_heads,
+                )
+        # Citus: the buckets of the most urgent due rows, without locks, then one router claim
+        # per bucket in that order, each in its own transaction, until the batch is full.
+        async with self._db.connection() as conn:
+            due = await conn.fetch_all("claim_due_buckets", lock_params)
+        batch = ClaimedBatch([], [], [])
+        for row in due:
+            left = limit - len(batch.claimed) - len(batch.screened or [])
+            if left <= 0:
+                break
+            # As many rows as the bucket has among the most urgent: HIGH rows of the next bucket
+            # come before this bucket's NORMAL ones.
+            take = min(left, int(row["n"]))
+            params = {**lock_params, "limit": take, "bucket": row["bucket"]}
+            async with self._db.transaction() as conn:
+                part = await self._claim_in(
+                    conn,
+                    "claim_lock_candidates_bucket",
+                    "claim_admit_candidates_bucket",
+                    params,
+                    screen,
+                    quiet_hours,
+                    chain_heads,
+                )
+            batch = ClaimedBatch(
+                batch.claimed + part.claimed,
+                batch.rate_limited + part.rate_limited,
+                (batch.screened or []) + (part.screened or []),
+            )
+        return batch
+
+    async def _claim_in(
+        self,
+        conn: Connection,
+        lock_query: str,
+        admit_query: str,
+        lock_params: dict[str, Any],
+        screen: Screen | None,
+        quiet_hours: QuietHours | None,
+        chain_heads: ChainHeads,
+    ) -> ClaimedBatch:
+        """One claim in `conn`'s transaction: lock the candidates, admit them, screen them."""
         d = self._defaults
-        async with self._db.transaction() as conn:
-            locked = await conn.fetch_one(
-                "claim_lock_candidates",
-                {
-                    "priorities": sorted(p.rank for p in priorities),
-                    "channels": [c.value for c in channels],
-                    "limit": limit,
-                },
-            )
-            if locked is None or not locked["ids"]:
-                return ClaimedBatch([], [])
-            quiet = _quiet_held(locked, quiet_hours)
-            # One token per claim: Citus refuses gen_random_uuid() in a distributed UPDATE, and
-            # completion matches (id, token), which a batch's token keeps unique per attempt.
-            claim_token = uuid.uuid4()
-            rows = await conn.fetch_all(
-                "claim_admit_candidates",
-                {
-                    "ids": locked["ids"],
-                    "claim_token": claim_token,
-                    "rate_limit": d.rate_limit,
-                    "rate_window_seconds": d.rate_window_seconds,
-                    "lease_seconds": d.lease_seconds,
-                    "backoff_base_seconds": d.backoff_base_seconds,
-                    "backoff_max_seconds": d.backoff_max_seconds,
-                    "chain_channels": [c.value for c in chain_heads.channels],
-                    "chain_heads": list(chain_heads.channels.values()),
-                    "known_providers": list(chain_heads.known),
-                    "quiet_ids": list(quiet),
-                },
-            )
-            claimed = [_claimed(r, claim_token) for r in rows if r["id"] is not None]
-            screened: list[Completion] = []
-            if screen is not None:
-                kept = []
-                for c in claimed:
-                    decision = screen(c, c.id in quiet)
-                    if decision is None:
-                        kept.append(c)
-                    else:
-                        screened.append(decision)
-                if screened:
-                    await self._complete(conn, screened)
-                claimed = kept
+        bucket = {"bucket": lock_params["bucket"]} if "bucket" in lock_params else {}
+        locked = await conn.fetch_one(lock_query, lock_params)
+        if locked is None or not locked["ids"]:
+            return ClaimedBatch([], [])
+        quiet = _quiet_held(locked, quiet_hours)
+        # One token per claim: Citus refuses gen_random_uuid() in a distributed UPDATE, and
+        # completion matches (id, token), which a batch's token keeps unique per attempt.
+        claim_token = uuid.uuid4()
+        rows = await conn.fetch_all(
+            admit_query,
+            {
+                **bucket,
+                "ids": locked["ids"],
+                "claim_token": claim_token,
+                "rate_limit": d.rate_limit,
+                "rate_window_seconds": d.rate_window_seconds,
+                "lease_seconds": d.lease_seconds,
+                "backoff_base_seconds": d.backoff_base_seconds,
+                "backoff_max_seconds": d.backoff_max_seconds,
+                "chain_channels": [c.value for c in chain_heads.channels],
+                "chain_heads": list(chain_heads.channels.values()),
+                "known_providers": list(chain_heads.known),
+                "quiet_ids": list(quiet),
+            },
+        )
+        claimed = [_claimed(r, claim_token) for r in rows if r["id"] is not None]
+        screened: list[Completion] = []
+        if screen is not None:
+            kept = []
+            for c in claimed:
+                decision = screen(c, c.id in quiet)
+                if decision is None:
+                    kept.append(c)
+                else:
+                    screened.append(decision)
+            if screened:
+                await self._complete(conn, screened)
+            claimed = kept
         limited = [Channel(c) for c in rows[0]["deferred_channels"]] if rows else []
         return ClaimedBatch(claimed, limited, screened)
 
@@ -180,6 +239,7 @@ class DeliveryRepository:
                 "addresses_gone": [c.address_gone for c in completions],
                 "bound_providers": [c.bound_provider for c in completions],
                 "waiting_reasons": [c.waits_for for c in completions],
+                "waiting_details": [c.waiting_detail for c in completions],
                 "default_webhook_url": self._defaults.webhook_url,
             },
         )

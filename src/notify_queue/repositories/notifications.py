@@ -6,6 +6,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
+from typing import Any
 
 from notify_queue import jsontext
 from notify_queue.models import (
@@ -17,6 +18,7 @@ from notify_queue.models import (
     Recipient,
     Status,
     Template,
+    WaitingReason,
 )
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import EngineRepository
@@ -124,10 +126,15 @@ class NotificationRepository:
         after: tuple[datetime, uuid.UUID] | None,
         limit: int,
         recipient_id: str | None = None,
+        waiting: WaitingReason | None = None,
     ) -> list[Notification]:
+        """A page in (created_at, id) order; with `waiting`, only rows waiting for that reason
+        now (a query of its own over the queue: only PENDING rows wait)."""
+        params: dict[str, Any] = {"waiting": waiting.value} if waiting is not None else {}
         rows = await self._db.fetch_all(
-            "notification_list",
-            {
+            "notification_list" if waiting is None else "notification_list_waiting",
+            params
+            | {
                 "status": status.value if status else None,
                 "channel": channel,
                 "recipient": recipient,
@@ -164,12 +171,13 @@ class NotificationRepository:
     async def workers_wake(self) -> None:
         await self._db.execute("notification_wake_workers")
 
-    async def queue_status(self) -> QueueStatus:
+    async def queue_status(self, *, waiting: bool = False) -> QueueStatus:
         async with self._db.connection() as conn:
             counts = await conn.fetch_all("queue_status_counts")
             due = await conn.fetch_all("queue_status_due")
             hooks = await conn.fetch_all("queue_status_webhooks")
             circuits = await conn.fetch_all("provider_circuits_read")
+            waits = await conn.fetch_all("queue_status_waiting") if waiting else []
             now = (await conn.fetch_one("database_now") or {})["now"]
             engine = await self._engine.engine_get(conn=conn)
         oldest = min((r["oldest_due"] for r in due), default=None)
@@ -192,6 +200,8 @@ class NotificationRepository:
                 for r in circuits
             },
             database=engine,
+            waiting={r: 0 for r in WaitingReason}
+            | {WaitingReason(r["reason"]): int(r["n"]) for r in waits},
         )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from notify_queue.models import (
@@ -16,10 +16,12 @@ from notify_queue.models import (
     Status,
     Template,
     TemplateRef,
+    current_waiting,
 )
 
 
 def notification_from_row(row: dict[str, Any]) -> Notification:
+    status = Status(row["status"])
     return Notification(
         id=row["id"],
         idempotency_key=row["idempotency_key"],
@@ -28,7 +30,7 @@ def notification_from_row(row: dict[str, Any]) -> Notification:
         subject=row["subject"],
         body=row["body"],
         priority=Priority.from_rank(row["priority"]),
-        status=Status(row["status"]),
+        status=status,
         send_at=row["send_at"],
         next_attempt_at=row["next_attempt_at"],
         expires_at=row["expires_at"],
@@ -56,6 +58,16 @@ def notification_from_row(row: dict[str, Any]) -> Notification:
             TemplateRef(row["template_name"], row["template_version"])
             if row["template_name"] is not None
             else None
+        ),
+        # Shown only while it holds: a row whose `until` has passed is due (models.py), judged
+        # on this process's clock at the moment of reading (the row's times are the database's;
+        # the clocks of one installation agree to far less than any wait it shows).
+        waiting=current_waiting(
+            status,
+            row.get("waiting_reason"),
+            row.get("waiting_until"),
+            row.get("waiting_detail"),
+            now=datetime.now(UTC),
         ),
     )
 

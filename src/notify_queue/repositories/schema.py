@@ -30,11 +30,15 @@ import psycopg
 
 from notify_queue import __version__
 from notify_queue.errors import OlderReleaseRunning
+from notify_queue.models import Engine
 from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.engine import database_engine_read
 
 log = logging.getLogger(__name__)
 
 MIGRATIONS_PACKAGE = "notify_queue.repositories.migrations"
+# The distributed layout, run after the migrations on a Citus coordinator with worker nodes.
+CITUS_LAYOUT = "citus_layout.sql"
 # 0.1.0's last migration: the versions recorded where 0.1.0 looks (see the module docstring).
 BASELINE_VERSION = 8
 # An arbitrary constant that identifies "Notify Queue is migrating" among advisory locks.
@@ -174,6 +178,8 @@ async def migrate(
                 applied_now.append(migration.version)
             await _enqueue_role(conn)
             waiting = [m for m in pending if m.version not in applied_now]
+            if not waiting and target is None:
+                await _lay_out(conn)
             if waiting:
                 log.warning(
                     "%d contract step(s) wait for `notify-queue migrate --contract` once the "
@@ -184,6 +190,25 @@ async def migrate(
         finally:
             await conn.execute("migration_unlock", {"key": _MIGRATION_LOCK_KEY})
     return applied_now
+
+
+async def _lay_out(conn: Connection) -> None:
+    """On a Citus coordinator with worker nodes, distribute what is not distributed yet
+    (`citus_layout.sql`: each table is skipped once pg_dist_partition has it, so a second
+    `migrate` changes nothing). Runs once no step waits: the contract steps drop the triggers
+    Citus refuses on distributed tables. On plain PostgreSQL, nothing."""
+    engine = await database_engine_read(conn)
+    if engine.engine is not Engine.CITUS:
+        return
+    script = _read_layout()
+    async with conn.transaction():
+        await conn.execute_script(script)
+    log.info("distributed layout checked on Citus (%d worker nodes)", engine.worker_nodes)
+
+
+@functools.cache
+def _read_layout() -> str:
+    return resources.files("notify_queue.repositories").joinpath(CITUS_LAYOUT).read_text("utf-8")
 
 
 ENQUEUE_ROLE = "notify_queue_enqueue"

@@ -26,6 +26,7 @@ from notify_queue.models import (
     Outcome,
     Priority,
     Status,
+    WaitingReason,
 )
 from notify_queue.repositories.delivery import (
     NO_CHAIN_HEADS,
@@ -41,6 +42,13 @@ from notify_queue.services.preferences import (
     system_clock,
 )
 
+# Why a notification no provider was asked for waits (CONTRACT section 10).
+_NOT_TRIED_REASONS = {
+    Outcome.CIRCUIT_OPEN: WaitingReason.CIRCUIT_OPEN,
+    Outcome.PROVIDER_LIMITED: WaitingReason.PROVIDER_RATE_LIMIT,
+    Outcome.RATE_LIMITED: WaitingReason.RECIPIENT_RATE_LIMIT,
+}
+
 
 def decide_completion(
     claimed: ClaimedNotification, result: DeliveryResult, *, rng: random.Random | None = None
@@ -48,7 +56,11 @@ def decide_completion(
     error = result.error  # already made safe and capped (models.external_text)
 
     def completion(
-        status: Status, retry_in_seconds: float | None, *, give_back_attempt: bool = False
+        status: Status,
+        retry_in_seconds: float | None,
+        *,
+        give_back_attempt: bool = False,
+        waiting_reason: WaitingReason | None = None,
     ) -> Completion:
         return Completion(
             claimed.id,
@@ -62,6 +74,8 @@ def decide_completion(
             give_back_attempt=give_back_attempt,
             address_gone=result.address_gone and status is Status.FAILED,
             bound_provider=result.bound_provider,
+            waiting_reason=waiting_reason,
+            waiting_detail=result.waiting_detail if waiting_reason is not None else None,
         )
 
     if result.outcome is Outcome.SENT:
@@ -71,9 +85,14 @@ def decide_completion(
     if not result.outcome.uses_attempt:
         # Every provider of the chain was open or rate-limited: nothing was tried. The
         # notification waits for the earliest probe or free slot and gets its attempt back,
-        # exactly like the recipient's rate limit.
+        # exactly like the recipient's rate limit; the reason it waits names the provider(s).
         wait = result.retry_after_seconds if result.retry_after_seconds is not None else 1.0
-        return completion(Status.PENDING, max(wait, 0.0), give_back_attempt=True)
+        return completion(
+            Status.PENDING,
+            max(wait, 0.0),
+            give_back_attempt=True,
+            waiting_reason=_NOT_TRIED_REASONS[result.outcome],
+        )
     if claimed.attempt_count >= claimed.max_attempts:
         return completion(Status.DEAD_LETTERED, None)
     if result.retry_after_seconds is not None:

@@ -71,8 +71,10 @@ def binding_after(sticky: str | None, calls: Sequence[tuple[str, DeliveryResult]
 
 def waiting_result(skips: Sequence[Skip], sticky: str | None) -> DeliveryResult:
     """Nothing was called: every provider it may use was skipped. The notification waits for the
-    earliest probe or send slot without using an attempt; its `lastError` says why. The one place
-    such a deferral is decided (a `waiting` field with its reason belongs here)."""
+    earliest probe or send slot without using an attempt; its `lastError` says why, and its
+    `waiting` (reason `CircuitOpen` when every skip was an open circuit, else
+    `ProviderRateLimit`; services/delivery.py) carries `waiting_detail`, one sentence naming the
+    provider(s). The one place such a deferral is decided."""
     all_open = all(s.outcome is Outcome.CIRCUIT_OPEN for s in skips)
     error = "; ".join(s.error for s in skips) or "no provider for this channel"
     if sticky is not None:
@@ -85,7 +87,31 @@ def waiting_result(skips: Sequence[Skip], sticky: str | None) -> DeliveryResult:
         error=error,
         retry_after_seconds=min((s.wait_seconds for s in skips), default=1.0),
         bound_provider=sticky,
+        waiting_detail=waiting_detail(skips, sticky),
     )
+
+
+def waiting_detail(skips: Sequence[Skip], sticky: str | None) -> str:
+    """One sentence naming the provider(s) a notification waits for and why each was skipped:
+    `provider sms-main's circuit is open`, `providers a (circuit open) and b (rate limit 50/s
+    reached) cannot take it now`."""
+    if not skips:
+        return "no provider this worker knows serves its channel"
+    if len(skips) == 1:
+        skip = skips[0]
+        if skip.outcome is Outcome.CIRCUIT_OPEN:
+            sentence = f"provider {skip.provider}'s circuit is open"
+        else:
+            sentence = f"provider {skip.provider} cannot take it now ({skip.reason})"
+    else:
+        named = [f"{s.provider} ({s.reason})" for s in skips]
+        sentence = f"providers {', '.join(named[:-1])} and {named[-1]} cannot take it now"
+    if sticky is not None:
+        sentence += (
+            f"; it waits for {sticky}, where an earlier attempt's outcome is unknown, so no other"
+            " provider is tried"
+        )
+    return sentence
 
 
 # -- one attempt's walk along its chain, as decisions over what happened so far -----------------

@@ -37,7 +37,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from notify_queue.models import Notification, Status
+from notify_queue.models import Notification, Status, Waiting
 from notify_queue.services.kube import PHASES, REJECTED
 
 # Final phases that count as done (see the module docstring): Ready=True, not Stalled.
@@ -89,15 +89,27 @@ def condition(
     return result
 
 
+def _waiting(w: Waiting | None) -> dict[str, Any] | None:
+    """`status.waiting`: the API's `waiting` field (CONTRACT section 10), or None (cleared)."""
+    if w is None:
+        return None
+    return {"reason": w.reason.value, "until": _precise_time(w.until), "detail": w.detail}
+
+
 def _attempts(n: Notification) -> str:
     return f"{n.attempt_count} attempt{'s' if n.attempt_count != 1 else ''}"
 
 
 def _progress(n: Notification, *, policy_ready: bool) -> tuple[str, str]:
-    """(reason, message) of a notification still in progress (Reconciling=True)."""
+    """(reason, message) of a notification still in progress (Reconciling=True). While it waits
+    (CONTRACT section 10) the reason is why it waits and the message its one-sentence detail;
+    due and waiting only for a worker, `Waiting` (never tried) or `RetryScheduled`."""
     due = kube_time(n.next_attempt_at)
     if n.status is Status.PROCESSING:
         return "Delivering", f"attempt {n.attempt_count} in progress"
+    if n.waiting is not None:
+        until = "" if n.waiting.until is None else f" (until {kube_time(n.waiting.until)})"
+        return n.waiting.reason.value, f"{n.waiting.detail}{until}"
     if not policy_ready:
         return POLICY_NOT_READY, (
             f"held until NotificationPolicy {n.policy} is Ready (it is not sent under the "
@@ -179,6 +191,8 @@ def notification_status(
         "lastError": n.last_error,
         "sentAt": _precise_time(n.sent_at),
         "nextAttemptAt": _precise_time(n.next_attempt_at) if n.status is Status.PENDING else None,
+        # The API's `waiting`, the same shape; None clears it in the merge patch once it is due.
+        "waiting": _waiting(n.waiting),
         "observedGeneration": generation,
         "conditions": [
             cond("Accepted", "True", "Enqueued", f"enqueued as notification {n.id}", n.created_at),

@@ -29,6 +29,7 @@ from notify_queue.models import (
     Status,
     Template,
     TemplateRef,
+    WaitingReason,
 )
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.services.coalescing import CreateCoalescer
@@ -274,6 +275,7 @@ class NotificationService:
         cursor: str | None = None,
         limit: int = 100,
         recipient_id: str | None = None,
+        waiting: WaitingReason | None = None,
     ) -> tuple[list[Notification], str | None]:
         """A page oldest first, and the cursor of the next page (None: this is the last)."""
         if not 1 <= limit <= MAX_PAGE:
@@ -286,6 +288,7 @@ class NotificationService:
             recipient_id=recipient_id,
             after=after,
             limit=limit + 1,
+            waiting=waiting,
         )
         if len(items) <= limit:
             return items, None
@@ -342,8 +345,9 @@ class NotificationService:
             await self._waker.poke()
         return retried, remaining
 
-    async def status(self) -> QueueStatus:
-        return await self._repository.queue_status()
+    async def status(self, *, waiting: bool = False) -> QueueStatus:
+        """The queue now; with `waiting`, also the count per waiting reason (for /metrics)."""
+        return await self._repository.queue_status(waiting=waiting)
 
 
 def _keys_of(request_key: str) -> list[str]:

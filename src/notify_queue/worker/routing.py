@@ -443,4 +443,5 @@ def _finish(
         provider=name,
         attempts_json=json.dumps(attempts, ensure_ascii=False),
         bound_provider=bound_provider,
+        waiting_detail=result.waiting_detail,
     )

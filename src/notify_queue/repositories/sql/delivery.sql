@@ -208,8 +208,10 @@ WITH batch AS (
 )
 -- Admitted rows in claim order, so the worker starts the most urgent deliveries first; each
 -- carries the channels the claim deferred (the same on every row; one row of NULLs and the
--- channels when nothing was admitted). noted is read so that it runs.
-SELECT f.deferred_channels, a.*
+-- channels when nothing was admitted). noted is selected so that it runs: a column of `f` that
+-- the outer query does not select is removed by the planner, and with it the only reference to
+-- noted, which then never ran (no status write for a Kubernetes row's claim or deferral).
+SELECT f.deferred_channels, f.noted AS status_writes_noted, a.*
 FROM (SELECT ARRAY(SELECT channel FROM deferred) AS deferred_channels,
              (SELECT n FROM noted) AS noted) f
 LEFT JOIN (
@@ -228,6 +230,217 @@ LEFT JOIN (
            a.send_at,
            -- The creator's trace context: the worker's delivery span continues that trace.
            a.traceparent
+    FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
+    LEFT JOIN nq_recipients r ON r.id = a.recipient_id
+) a ON true
+ORDER BY a.priority, a.next_attempt_at, a.created_at
+
+-- name: claim_due_buckets
+-- Citus only (docs/scaling.md "The claim"): FOR UPDATE SKIP LOCKED runs only in a query that
+-- names one bucket (one shard), so a claim first looks, without locks, at the most urgent due
+-- rows across every shard (Citus pushes the ORDER BY ... LIMIT down to each shard, one probe of
+-- each shard's claim index, and merges), and answers their buckets in urgency order: the bucket
+-- of the most urgent row first, with how many of those rows each holds. The worker then claims
+-- that many rows bucket by bucket
+-- (claim_lock_candidates_bucket, claim_admit_candidates_bucket) until its batch is full. The
+-- filters are claim_lock_candidates'. On plain PostgreSQL the one-statement claim is kept (no
+-- extra round trip per bucket).
+SELECT bucket, count(*) AS n, min(priority) AS priority, min(next_attempt_at) AS due
+FROM (SELECT bucket, priority, next_attempt_at FROM nq_jobs
+      WHERE status = 'PENDING' AND priority = ANY(%(priorities)b::smallint[])
+        AND next_attempt_at <= now() AND channel = ANY(%(channels)b::text[])
+        AND (expires_at IS NULL OR expires_at > now())
+      ORDER BY priority, next_attempt_at LIMIT %(limit)s) d
+GROUP BY bucket
+ORDER BY min(priority), min(next_attempt_at)
+
+-- name: claim_lock_candidates_bucket
+-- Citus only: claim_lock_candidates within one bucket (every table it touches is named with the
+-- bucket, so Citus routes it to the one shard). The lanes' LATERAL over unnest(priorities) is
+-- refused by Citus and not needed here: within one bucket the index (priority, next_attempt_at,
+-- created_at) gives the order HIGH before NORMAL before LOW directly. The recipients' advisory
+-- locks are taken on the worker node that holds the bucket, where every claim of that recipient
+-- runs.
+WITH candidates AS (
+    SELECT id, recipient, recipient_id, priority, category
+    FROM nq_jobs
+    WHERE bucket = %(bucket)s AND status = 'PENDING'
+      AND priority = ANY(%(priorities)b::smallint[])
+      AND next_attempt_at <= now()
+      AND channel = ANY(%(channels)b::text[])
+      AND (expires_at IS NULL OR expires_at > now())
+    ORDER BY priority, next_attempt_at, created_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), recipient_locks AS (
+    SELECT pg_advisory_xact_lock(key)
+    FROM (SELECT DISTINCT hashtextextended(recipient, 0) AS key FROM candidates ORDER BY key) k
+), quiet AS (
+    SELECT array_agg(c.id) AS ids, array_agg(c.priority) AS priorities,
+           array_agg(c.category) AS categories, array_agg(r.timezone) AS timezones,
+           array_agg(r.quiet_start) AS starts, array_agg(r.quiet_end) AS ends
+    FROM candidates c JOIN nq_recipients r ON r.id = c.recipient_id
+    WHERE r.quiet_start IS NOT NULL AND r.quiet_end IS NOT NULL
+)
+SELECT ARRAY(SELECT c.id FROM candidates c) AS ids, q.ids AS quiet_ids,
+       q.priorities AS quiet_priorities, q.categories AS quiet_categories,
+       q.timezones AS quiet_timezones, q.starts AS quiet_starts, q.ends AS quiet_ends
+FROM quiet q
+WHERE (SELECT count(*) FROM recipient_locks) >= 0
+
+-- name: claim_admit_candidates_bucket
+-- Citus only: claim_admit_candidates within one bucket. Two differences, both for Citus: every
+-- nq_jobs and nq_rate_windows reference names `bucket = %(bucket)s` (router query), and the
+-- window is read FOR UPDATE and its new entries merged in the INSERT's SELECT (Citus refuses a
+-- stable function, such as a timestamp minus an interval, in DO UPDATE SET).
+WITH batch AS (
+    SELECT n.id, n.bucket, n.recipient, n.priority, n.next_attempt_at, n.created_at, n.source,
+           n.attempt_count,
+           COALESCE(p.rate_limit, %(rate_limit)s) AS rate_limit,
+           make_interval(secs => COALESCE(p.rate_window_seconds, %(rate_window_seconds)s)) AS win,
+           -- Policies fail closed (migration 0006): a row whose NotificationPolicy exists but is
+           -- not Ready is held, never sent under the defaults. No policy row: the defaults.
+           COALESCE(NOT p.ready, false) AS held,
+           n.id = ANY(%(quiet_ids)b::uuid[]) AS quiet,
+           n.provider AS sticky_provider,
+           COALESCE(
+               (SELECT u.name FROM unnest(p.providers) WITH ORDINALITY AS u(name, position)
+                WHERE u.name = ANY(%(known_providers)b::text[]) ORDER BY u.position LIMIT 1),
+               (SELECT c.head FROM unnest(%(chain_channels)b::text[], %(chain_heads)b::text[])
+                    AS c(channel, head)
+                WHERE c.channel = n.channel)) AS chain_head
+    FROM nq_jobs n
+    LEFT JOIN nq_policies p ON p.name = n.policy
+    WHERE n.bucket = %(bucket)s AND n.id = ANY(%(ids)b::uuid[])
+), windows AS (
+    -- Per recipient and window length (a policy may set its own): the entries in the window.
+    SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
+           COALESCE(w.taken, '{}') AS taken,
+           (SELECT count(*) FROM unnest(w.taken) AS t WHERE t > now() - r.win) AS used
+    FROM (SELECT DISTINCT bucket, recipient, win FROM batch) r
+    LEFT JOIN LATERAL (
+        SELECT ids, taken FROM nq_rate_windows w
+        WHERE w.bucket = %(bucket)s AND w.recipient = r.recipient
+        FOR UPDATE
+    ) w ON true
+), decided AS (
+    SELECT b.id, b.bucket, b.recipient, b.win, w.used, w.taken, b.rate_limit, b.held, b.quiet,
+           b.source, b.attempt_count, b.sticky_provider, b.chain_head,
+           -- A row whose lease was recovered after a crash still holds the place its lost
+           -- attempt took. That place stands for the one delivery its key can make (the re-check
+           -- goes out with the same idempotency key), so the row is admitted on it (renewing it)
+           -- and does not compete for another: it must not wait a whole window behind itself.
+           EXISTS (SELECT 1 FROM unnest(w.ids, w.taken) AS e(id, t)
+                   WHERE e.id = b.id AND e.t > now() - b.win) AS holds_slot
+    FROM batch b JOIN windows w USING (bucket, recipient, win)
+), ranked AS (
+    SELECT d.*,
+           -- Held and quiet rows rank apart, so they never take a place from a sendable row.
+           row_number() OVER (PARTITION BY d.bucket, d.recipient, d.holds_slot, d.held, d.quiet
+                              ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank
+    FROM decided d JOIN batch b USING (id)
+), admitted AS (
+    UPDATE nq_jobs n
+    SET status = 'PROCESSING',
+        attempt_count = n.attempt_count + 1,
+        claim_token = %(claim_token)s,
+        lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),
+        provider = COALESCE(n.provider, r.chain_head),
+        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
+        updated_at = now()
+    FROM ranked r
+    -- These rows are locked by step 1 of this transaction, so they are still PENDING. Found
+    -- through the primary key, then matched to their decision (as `deferred` below).
+    WHERE n.bucket = %(bucket)s AND n.id = ANY(ARRAY(SELECT id FROM ranked
+                           WHERE NOT held AND (quiet OR holds_slot OR rank <= rate_limit - used)))
+      AND n.id = r.id
+    RETURNING n.id, n.bucket, n.channel, n.recipient, n.subject, n.body, n.metadata,
+              n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
+              n.created_at, n.category, n.expires_at, n.recipient_id, n.source,
+              n.provider AS bound_provider, r.sticky_provider, r.quiet
+), waiting AS (
+    -- The place a waiting row waits for is the (used - limit + rank)-th oldest entry in the
+    -- window; when that one is not taken yet (a burst within one batch), a full window from now.
+    SELECT r.id,
+           COALESCE((SELECT t FROM unnest(r.taken) AS t
+                     WHERE t > now() - r.win
+                     ORDER BY t
+                     OFFSET GREATEST(r.used - r.rate_limit + r.rank - 1, 0) LIMIT 1),
+                    now()) + r.win AS frees_at,
+           r.rate_limit, r.win
+    FROM ranked r
+    WHERE NOT r.held AND NOT r.quiet AND NOT r.holds_slot AND r.rank > r.rate_limit - r.used
+), held_back AS (
+    -- Held by a policy that is not Ready: look again in 30 s, no attempt used, nothing returned
+    -- (not a rate-limit deferral). Moving it out of the claim index's head keeps claims cheap
+    -- and the worker from waking for it; the operator shows it as Reconciling/PolicyNotReady.
+    UPDATE nq_jobs n
+    SET next_attempt_at = now() + interval '30 seconds',
+        waiting_reason = 'PolicyNotReady', waiting_until = now() + interval '30 seconds',
+        waiting_detail = 'policy ' || n.policy || ' is not Ready; looked at again every 30 s',
+        updated_at = now()
+    WHERE n.bucket = %(bucket)s AND n.id = ANY(ARRAY(SELECT id FROM ranked WHERE held))
+    RETURNING n.id, n.source
+), deferred AS (
+    UPDATE nq_jobs n
+    SET next_attempt_at = w.frees_at, updated_at = now(),
+        waiting_reason = 'RecipientRateLimit', waiting_until = w.frees_at,
+        waiting_detail = 'recipient reached ' || w.rate_limit || ' per '
+                         || extract(epoch FROM w.win)::bigint || ' s'
+    FROM waiting w
+    WHERE n.bucket = %(bucket)s AND n.id = ANY(ARRAY(SELECT id FROM waiting)) AND n.id = w.id
+    RETURNING n.id, n.channel, n.source
+), windowed AS (
+    -- Admitted rows that send take their place (a row holding its place renews it); entries no
+    -- window in use counts any more are dropped on the way. Citus allows only immutable
+    -- functions in DO UPDATE SET (a timestamp minus an interval is stable), so the new entries
+    -- are merged here from the window `windows` read and locked, and the upsert writes them.
+    INSERT INTO nq_rate_windows AS w (bucket, recipient, ids, taken, last_taken_at)
+    SELECT a.bucket, a.recipient, m.ids, m.taken, now()
+    FROM (SELECT bucket, recipient, array_agg(id) AS ids FROM admitted WHERE NOT quiet
+          GROUP BY bucket, recipient) a
+    CROSS JOIN LATERAL (
+        SELECT array_agg(e.id ORDER BY e.t, e.id) AS ids, array_agg(e.t ORDER BY e.t, e.id) AS taken
+        FROM (SELECT o.id, o.t
+              FROM (SELECT v.ids, v.taken FROM windows v
+                    WHERE v.bucket = a.bucket AND v.recipient = a.recipient LIMIT 1) v,
+                   unnest(v.ids, v.taken) AS o(id, t)
+              WHERE o.t > now() - make_interval(secs => (
+                      SELECT GREATEST(%(rate_window_seconds)s, COALESCE(max(rate_window_seconds), 0))
+                      FROM nq_policies))
+                AND o.id <> ALL(a.ids)
+              UNION ALL
+              SELECT x.id, now() FROM unnest(a.ids) AS x(id)) e) m
+    ORDER BY a.bucket, a.recipient
+    ON CONFLICT (bucket, recipient) DO UPDATE
+    SET ids = excluded.ids, taken = excluded.taken, last_taken_at = excluded.last_taken_at
+), noted AS (
+    -- Kubernetes rows only: their status writes (the counters do not change: nothing finished).
+    SELECT nq_note_changes(array_agg(c.id), array_agg(c.source), array_agg(c.old_status),
+                           array_agg(c.new_status)) AS n
+    FROM (SELECT id, source, 'PENDING' AS old_status, 'PROCESSING' AS new_status FROM admitted
+          UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM held_back
+          UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM deferred) c
+    WHERE c.source = 'kubernetes'
+)
+-- Admitted rows in claim order, so the worker starts the most urgent deliveries first; each
+-- carries the channels the claim deferred (the same on every row; one row of NULLs and the
+-- channels when nothing was admitted). noted is read so that it runs.
+SELECT f.deferred_channels, a.*
+FROM (SELECT ARRAY(SELECT channel FROM deferred) AS deferred_channels,
+             (SELECT n FROM noted) AS noted) f
+LEFT JOIN (
+    SELECT a.id, a.channel, a.recipient, a.subject, a.body, a.metadata, a.attempt_count,
+           a.max_attempts, a.priority,
+           COALESCE(p.backoff_base_seconds, %(backoff_base_seconds)s) AS backoff_base_seconds,
+           COALESCE(p.backoff_max_seconds, %(backoff_max_seconds)s) AS backoff_max_seconds,
+           p.failover, p.providers, a.category, a.expires_at, a.recipient_id,
+           -- A user-targeted notification carries its recipient's preferences as of this claim,
+           -- read in this transaction (a primary-key lookup), so the send-time check (services/
+           -- preferences.py) never works from a stale copy. A deleted recipient reads as absent.
+           r.id IS NOT NULL AS recipient_exists, r.timezone, r.opt_out_all, r.opt_out_channels,
+           r.opt_out_categories, r.quiet_start, r.quiet_end, a.bound_provider, a.sticky_provider,
+           a.next_attempt_at, a.created_at
     FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
     LEFT JOIN nq_recipients r ON r.id = a.recipient_id
 ) a ON true
@@ -259,10 +472,11 @@ WITH results AS (
         %(retry_in_seconds)b::float8[], %(last_errors)b::text[],
         %(provider_message_ids)b::text[], %(providers)b::text[],
         %(give_back)b::bool[], %(next_attempt_ats)b::timestamptz[], %(addresses_gone)b::bool[],
-        %(bound_providers)b::text[], %(waiting_reasons)b::text[]
+        %(bound_providers)b::text[], %(waiting_reasons)b::text[], %(waiting_details)b::text[]
     ) WITH ORDINALITY AS r(id, claim_token, status, retry_in_seconds, last_error,
                            provider_message_id, provider, give_back, next_attempt_at,
-                           address_gone, bound_provider, waiting_reason, position)
+                           address_gone, bound_provider, waiting_reason, waiting_detail,
+                           position)
     JOIN jsonb_array_elements(%(attempts)s::jsonb) WITH ORDINALITY AS a(attempts, position)
       USING (position)
 ), held AS (
@@ -306,11 +520,13 @@ WITH results AS (
         lease_expires_at = NULL,
         waiting_reason = a.waiting_reason,
         waiting_until = a.final_next_attempt_at,
-        waiting_detail = CASE a.waiting_reason
+        -- The worker words what only it knows (CircuitOpen, ProviderRateLimit: the providers it
+        -- skipped and why, services/failover.py); the others are worded here from the result.
+        waiting_detail = COALESCE(a.waiting_detail, CASE a.waiting_reason
             WHEN 'Backoff' THEN 'retry after attempt ' || a.final_attempt_count || ': '
                                 || left(a.last_error, 200)
             WHEN 'QuietHours' THEN 'the recipient''s quiet hours'
-            ELSE left(a.last_error, 200) END,
+            ELSE left(a.last_error, 200) END),
         updated_at = now()
     FROM accepted a
     WHERE n.id = ANY(ARRAY(SELECT id FROM accepted WHERE status = 'PENDING')) AND n.id = a.id
@@ -361,7 +577,10 @@ SELECT ARRAY(SELECT id FROM finished UNION ALL SELECT id FROM retried) AS accept
 WITH released AS (
     UPDATE nq_jobs n
     SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
-        claim_token = NULL, lease_expires_at = NULL, updated_at = now()
+        claim_token = NULL, lease_expires_at = NULL, updated_at = now(),
+        -- Due now: it waits for nothing but a worker. The claim cleared the reason already;
+        -- said again in this write so no path back to PENDING can carry a stale one.
+        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL
     FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[]) AS r(id, claim_token)
     WHERE n.id = ANY(%(ids)b::uuid[]) AND n.id = r.id AND n.claim_token = r.claim_token
       AND n.status = 'PROCESSING'
@@ -415,6 +634,8 @@ WITH expired AS (
         next_attempt_at = now(),
         claim_token = NULL,
         lease_expires_at = NULL,
+        -- Due now (see release_claims).
+        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
         updated_at = now()
     WHERE n.id = ANY(ARRAY(SELECT id FROM expired WHERE attempt_count <= max_attempts))
     RETURNING n.id, n.source

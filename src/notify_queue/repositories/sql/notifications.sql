@@ -64,6 +64,25 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s)
 ORDER BY created_at, id
 LIMIT %(limit)s
 
+-- name: notification_list_waiting
+-- notification_list for `?waiting=R`: only a PENDING row can wait, so only the queue is read,
+-- never the log. The partial index nq_jobs_waiting (0017: PENDING rows with a reason, by reason
+-- and until) finds the rows waiting for R now, as the API shows them (a row whose until has
+-- passed is due: models.current_waiting); they are few (the backlog's deferred part) and sorted
+-- here into the same keyset order as notification_list, with its other filters.
+SELECT {{_notification_columns}} FROM nq_jobs n
+WHERE n.status = 'PENDING'
+  AND n.waiting_reason = %(waiting)s
+  AND (n.waiting_until IS NULL OR n.waiting_until > now())
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(channel)s::text IS NULL OR channel = %(channel)s)
+  AND (%(recipient)s::text IS NULL OR recipient = %(recipient)s)
+  AND (%(recipient_id)s::text IS NULL OR recipient_id = %(recipient_id)s)
+  AND (%(after_created_at)s::timestamptz IS NULL
+       OR (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
+ORDER BY created_at, id
+LIMIT %(limit)s
+
 -- name: notification_cancel
 -- Cancel and claim race through the row lock: a claim holds it, so this waits for it and then
 -- re-checks status = 'PENDING' on the newest row version; whichever commits first wins and the
@@ -131,6 +150,17 @@ SELECT split_part(name, ':', 2) AS state, sum(n)::bigint AS n
 FROM nq_counters WHERE starts_with(name, 'webhooks:') GROUP BY name
 UNION ALL
 SELECT 'pending', count(*) FROM nq_webhook_events WHERE state = 'pending'
+
+-- name: queue_status_waiting
+-- PENDING rows per waiting reason, counting those whose reason still holds (until ahead, or not
+-- known), as the API shows them. An index-only scan of the partial index nq_jobs_waiting (0017),
+-- which holds only deferred PENDING rows: the cost follows what waits, never the history or
+-- the due backlog.
+SELECT waiting_reason AS reason, count(*) AS n
+FROM nq_jobs
+WHERE status = 'PENDING' AND waiting_reason IS NOT NULL
+  AND (waiting_until IS NULL OR waiting_until > now())
+GROUP BY waiting_reason
 
 -- name: database_now
 SELECT now() AS now

@@ -49,8 +49,11 @@ spent AS (
 ), counted AS (
     SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') AS done FROM spent
 )
--- One row of NULLs when nothing was claimed: counted is read (an init plan) so that it runs.
-SELECT c.* FROM (SELECT (SELECT done FROM counted) AS done) f LEFT JOIN claimed c ON true
+-- One row of NULLs when nothing was claimed. `counted` is read in the select list (an init plan)
+-- so that it runs: a column of a subquery that the outer query does not select is dropped by the
+-- planner, and a CTE read only there would never run.
+SELECT c.*, (SELECT done FROM counted) IS NULL AS counted
+FROM (SELECT 1) f LEFT JOIN claimed c ON true
 
 -- name: webhook_record_results
 -- Record a batch of dispatch results in one statement; only the current claim's result counts.
@@ -72,7 +75,8 @@ WITH recorded AS (
 ), counted AS (
     SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') AS done FROM recorded
 )
-SELECT r.id FROM (SELECT (SELECT done FROM counted) AS done) f JOIN recorded r ON true
+-- `counted` is read in the select list so that it runs (see webhook_claim_due).
+SELECT r.id, (SELECT done FROM counted) IS NULL AS counted FROM recorded r
 
 -- name: webhook_next_due_at
 SELECT min(next_attempt_at) AS next_due_at, now() AS now

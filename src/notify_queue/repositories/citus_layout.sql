@@ -1,0 +1,104 @@
+-- The distributed layout on a Citus coordinator with worker nodes (issue 21, CONTRACT section 11,
+-- docs/scaling.md "Citus: the layout"). Not a numbered migration: `notify-queue migrate` runs it
+-- after the migrations whenever the engine is Citus (repositories/schema.py), and every part of
+-- it skips what pg_dist_partition already has, so running it again changes nothing. On plain
+-- PostgreSQL it never runs: the schema there stays the migrations' alone.
+--
+-- - The tables that grow with the notifications are hash-distributed by `bucket` (nq_bucket of
+--   the recipient, 0012) and co-located: the queue, the log, the rate windows and the webhook
+--   events of one recipient live on one shard, so a claim, a completion, a rate-limit window and
+--   the relay's claim each name one bucket and route to one node.
+-- - The idempotency keys are distributed by key: their uniqueness is the key's own, and a
+--   constraint on a distributed table must include its distribution column.
+-- - The counters are distributed by their shard column (a connection's own row: writes spread,
+--   the reader sums every shard).
+-- - The small tables every delivery reads (policies, recipients, templates, providers) and the
+--   operator's (Kubernetes links, status outbox) are reference tables: a copy on every node, so a
+--   router statement on any shard can join them.
+--
+-- Shard count 16 for every distributed table: 64 buckets over 16 shards (4 buckets a shard on
+-- average), room for up to 16 worker nodes after a rebalance; the log has one distributed table
+-- per daily partition, so 16 shards keeps 74 partitions at 1,184 shards where Citus's default (32)
+-- made 2,368 (docs/scaling.md).
+DO $layout$
+DECLARE
+    shards CONSTANT integer := 16;
+    t text;
+BEGIN
+    -- Citus refuses triggers on distributed tables: the contract steps that drop 0.1.0's must be
+    -- applied first (a fresh database gets them with the rest).
+    IF EXISTS (SELECT FROM pg_trigger
+               WHERE tgrelid IN ('nq_jobs'::regclass, 'nq_delivery_log'::regclass,
+                                 'nq_webhook_events'::regclass)
+                 AND NOT tgisinternal) THEN
+        RAISE EXCEPTION 'the distributed layout needs the contract steps first: run '
+                        '`notify-queue migrate --contract`';
+    END IF;
+
+    -- Webhook events get their notification's bucket (0018) while every table is still local
+    -- (Citus plans no such join between a distributed and a local table).
+    IF NOT EXISTS (SELECT FROM pg_dist_partition
+                   WHERE logicalrelid = 'nq_webhook_events'::regclass) THEN
+        UPDATE nq_webhook_events e SET bucket = COALESCE(
+            (SELECT a.bucket FROM nq_all_notifications a WHERE a.id = e.notification_id LIMIT 1),
+            nq_bucket(e.notification_id::text))
+        WHERE e.bucket IS NULL;
+    END IF;
+
+    -- The queue: primary key (bucket, id) (a distributed table's keys include its distribution
+    -- column), and an index on id for the reads that know only the id (one probe per shard).
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'nq_jobs'::regclass) THEN
+        UPDATE nq_jobs SET bucket = nq_bucket(COALESCE(recipient_id, recipient))
+        WHERE bucket IS NULL;
+        ALTER TABLE nq_jobs ALTER COLUMN bucket SET NOT NULL;
+        ALTER TABLE nq_jobs DROP CONSTRAINT nq_jobs_pkey;
+        ALTER TABLE nq_jobs ADD PRIMARY KEY (bucket, id);
+        CREATE INDEX IF NOT EXISTS nq_jobs_id ON nq_jobs (id);
+        PERFORM create_distributed_table('nq_jobs', 'bucket', shard_count => shards,
+                                         colocate_with => 'none');
+    END IF;
+
+    -- The log (partitioned by day, no primary key): rows moved in before the move onto Citus get
+    -- their bucket again (0012 kept none for the log's old rows).
+    IF NOT EXISTS (SELECT FROM pg_dist_partition
+                   WHERE logicalrelid = 'nq_delivery_log'::regclass) THEN
+        UPDATE nq_delivery_log SET bucket = nq_bucket(COALESCE(recipient_id, recipient))
+        WHERE bucket IS NULL;
+        PERFORM create_distributed_table('nq_delivery_log', 'bucket', colocate_with => 'nq_jobs');
+    END IF;
+
+    IF NOT EXISTS (SELECT FROM pg_dist_partition
+                   WHERE logicalrelid = 'nq_rate_windows'::regclass) THEN
+        PERFORM create_distributed_table('nq_rate_windows', 'bucket', colocate_with => 'nq_jobs');
+    END IF;
+
+    -- Webhook events: the bucket of their notification (0018), the key (bucket, id).
+    IF NOT EXISTS (SELECT FROM pg_dist_partition
+                   WHERE logicalrelid = 'nq_webhook_events'::regclass) THEN
+        ALTER TABLE nq_webhook_events ALTER COLUMN bucket SET NOT NULL;
+        ALTER TABLE nq_webhook_events DROP CONSTRAINT nq_webhook_events_pkey;
+        ALTER TABLE nq_webhook_events ADD PRIMARY KEY (bucket, id);
+        PERFORM create_distributed_table('nq_webhook_events', 'bucket',
+                                         colocate_with => 'nq_jobs');
+    END IF;
+
+    IF NOT EXISTS (SELECT FROM pg_dist_partition
+                   WHERE logicalrelid = 'nq_idempotency_keys'::regclass) THEN
+        PERFORM create_distributed_table('nq_idempotency_keys', 'key', shard_count => shards,
+                                         colocate_with => 'none');
+    END IF;
+
+    IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'nq_counters'::regclass) THEN
+        PERFORM create_distributed_table('nq_counters', 'shard', shard_count => shards,
+                                         colocate_with => 'none');
+    END IF;
+
+    FOREACH t IN ARRAY ARRAY['nq_policies', 'nq_templates', 'nq_recipients',
+                             'nq_provider_schedule', 'nq_provider_circuits', 'nq_kube_links',
+                             'nq_status_outbox'] LOOP
+        IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN
+            PERFORM create_reference_table(t);
+        END IF;
+    END LOOP;
+END
+$layout$;

@@ -1,0 +1,43 @@
+-- Why a notification waits (CONTRACT section 10, docs/design.md "Why a notification waits"): the
+-- deferred PENDING rows by reason and until, for the gauge notify_queue_waiting{reason} (an
+-- index-only count per reason on every scrape: queue_status_waiting) and `GET
+-- /notifications?waiting=R` (notification_list_waiting). Partial: a row enters it only while it
+-- waits for a reason, so due rows, claims and completions that finish a row never touch it, and
+-- the index is as small as the deferred part of the backlog.
+-- An expand step: 0.1.0 never reads or writes these columns.
+
+-- Why: CONCURRENTLY cannot run inside a transaction, and the migrator runs each file in one
+-- (with its ledger record, so a failed step leaves nothing behind). nq_jobs holds only the
+-- unfinished notifications (0013/0014: finished ones are in nq_delivery_log), so the build reads
+-- the backlog, not the history; its SHARE lock holds creates and claims back for that read only,
+-- during the pre-upgrade migrate. A backlog of millions is the case to schedule migrate for.
+-- squawk-ignore require-concurrent-index-creation
+CREATE INDEX nq_jobs_waiting ON nq_jobs (waiting_reason, waiting_until)
+    WHERE status = 'PENDING' AND waiting_reason IS NOT NULL;
+
+-- The enqueue function answers a notification as the API does (0016), so with `waiting`: the same
+-- rule as models.current_waiting (PENDING, a reason, until ahead or unknown), on the database's
+-- clock. Same name, argument and result: callers of 0016 keep working.
+CREATE OR REPLACE FUNCTION nq_notification_json(n nq_all_notifications) RETURNS jsonb
+LANGUAGE sql STABLE
+RETURN jsonb_build_object(
+    'id', n.id, 'idempotencyKey', n.idempotency_key, 'channel', n.channel,
+    'recipient', n.recipient, 'subject', n.subject, 'body', n.body,
+    'priority', (ARRAY['HIGH', 'NORMAL', 'LOW'])[n.priority + 1], 'status', n.status,
+    'sendAt', nq_rfc3339(n.send_at), 'nextAttemptAt', nq_rfc3339(n.next_attempt_at),
+    'waiting', CASE WHEN n.status = 'PENDING' AND n.waiting_reason IS NOT NULL
+                         AND (n.waiting_until IS NULL OR n.waiting_until > now())
+                    THEN jsonb_build_object('reason', n.waiting_reason,
+                                            'until', nq_rfc3339(n.waiting_until),
+                                            'detail', COALESCE(n.waiting_detail, n.waiting_reason))
+               END,
+    'expiresAt', nq_rfc3339(n.expires_at), 'attemptCount', n.attempt_count,
+    'maxAttempts', n.max_attempts, 'lastError', n.last_error, 'sentAt', nq_rfc3339(n.sent_at),
+    'providerMessageId', n.provider_message_id, 'provider', n.provider,
+    'deliveryAttempts', n.delivery_attempts, 'retries', n.retries, 'source', n.source,
+    'metadata', n.metadata, 'createdAt', nq_rfc3339(n.created_at),
+    'updatedAt', nq_rfc3339(n.updated_at), 'category', n.category,
+    'recipientId', n.recipient_id,
+    'template', CASE WHEN n.template_name IS NULL THEN NULL
+                     ELSE jsonb_build_object('name', n.template_name,
+                                             'version', n.template_version) END);

@@ -1,0 +1,161 @@
+"""`notify-queue migrate` on a Citus coordinator lays the schema out distributed (CONTRACT section
+11, docs/scaling.md "Citus: the layout"), and the claim routes bucket by bucket there.
+
+Real parts: the cluster of tests/citus/cluster.py, `notify-queue migrate` and `notify-queue api`
+as processes, the worker's repository against the coordinator."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from notify_queue.models import Channel, Priority
+from notify_queue.repositories.db import Database
+from notify_queue.repositories.delivery import DeliveryRepository
+from tests.citus.cluster import CitusCluster
+from tests.citus.test_cluster import rows_per_worker
+from tests.support import defaults, running_api
+
+pytestmark = pytest.mark.citus
+
+DISTRIBUTED = {
+    "nq_jobs": "bucket",
+    "nq_delivery_log": "bucket",
+    "nq_rate_windows": "bucket",
+    "nq_webhook_events": "bucket",
+    "nq_idempotency_keys": "key",
+    "nq_counters": "shard",
+}
+REFERENCE = {
+    "nq_policies",
+    "nq_templates",
+    "nq_recipients",
+    "nq_provider_schedule",
+    "nq_provider_circuits",
+    "nq_kube_links",
+    "nq_status_outbox",
+}
+CO_LOCATED = ["nq_jobs", "nq_delivery_log", "nq_rate_windows", "nq_webhook_events"]
+
+
+def migrate(url: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "notify_queue", "migrate", "--database-url", url],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def layout(url: str) -> dict[str, tuple[str, str | None, int]]:
+    """Table -> (method, distribution column, co-location group), partitions of the log aside."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            """
+            SELECT logicalrelid::text, partmethod,
+                   column_to_column_name(logicalrelid, partkey), colocationid
+            FROM pg_dist_partition
+            WHERE logicalrelid::text NOT LIKE 'nq\\_delivery\\_log\\_%'
+            """
+        ).fetchall()
+    return {t: (m, c, g) for t, m, c, g in rows}
+
+
+def test_migrate_twice_distributes_the_schema_once(citus_database: str) -> None:
+    migrate(citus_database)
+    first = layout(citus_database)
+    assert "0 migrations applied" in migrate(citus_database)
+    assert layout(citus_database) == first
+
+    for table, column in DISTRIBUTED.items():
+        assert first[table][:2] == ("h", column), table
+    assert {t for t, (m, _, _) in first.items() if m == "n"} == REFERENCE
+    assert len({first[t][2] for t in CO_LOCATED}) == 1
+    with psycopg.connect(citus_database) as conn:
+        keys = conn.execute(
+            """
+            SELECT conrelid::regclass::text, array_agg(a.attname ORDER BY k.n)
+            FROM pg_constraint c, unnest(c.conkey) WITH ORDINALITY AS k(attnum, n)
+            JOIN pg_attribute a ON a.attnum = k.attnum
+            WHERE c.contype = 'p' AND a.attrelid = c.conrelid
+              AND c.conrelid IN ('nq_jobs'::regclass, 'nq_webhook_events'::regclass)
+            GROUP BY 1
+            """
+        ).fetchall()
+        shards = conn.execute(
+            "SELECT count(DISTINCT shardid) FROM pg_dist_shard"
+            " WHERE logicalrelid = 'nq_jobs'::regclass"
+        ).fetchone()
+    assert dict(keys) == {"nq_jobs": ["bucket", "id"], "nq_webhook_events": ["bucket", "id"]}
+    assert shards == (16,)
+
+
+async def test_creates_spread_over_both_workers_and_claims_route_per_bucket(
+    citus_cluster: CitusCluster, citus_database: str, tmp_path: Path
+) -> None:
+    migrate(citus_database)
+    headers = {"Authorization": "Bearer t"}
+    async with running_api(citus_database, tmp_path / "api.log", "--api-token", "t") as base:
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as http:
+            for i in range(20):
+                response = await http.post(
+                    "/notifications",
+                    json={
+                        "channel": "email",
+                        "recipient": f"user-{i}@example.com",
+                        "body": "hello",
+                        "idempotencyKey": f"single-{i}",
+                        "priority": "HIGH" if i % 5 == 0 else "NORMAL",
+                    },
+                )
+                assert response.status_code == 201, response.text
+            batch = await http.post(
+                "/notifications/batch",
+                json={
+                    "notifications": [
+                        {
+                            "channel": "email",
+                            "recipient": f"batch-{i}@example.com",
+                            "body": "hello",
+                            "idempotencyKey": f"batch-{i}",
+                        }
+                        for i in range(20)
+                    ]
+                },
+            )
+            assert batch.status_code in (200, 201, 207), batch.text
+            assert [r["status"] for r in batch.json()["results"]] == [201] * 20
+            status = (await http.get("/status")).json()
+    assert status["database"] == {"engine": "citus", "workerNodes": 2}
+    per_worker = rows_per_worker(citus_cluster, citus_database, "nq_jobs")
+    assert sorted(per_worker) == sorted(w.port for w in citus_cluster.workers)
+    assert sum(per_worker.values()) == 40
+
+    async with Database(citus_database, pool_size=2) as db:
+        repository = DeliveryRepository(db, defaults())
+        first = await repository.notifications_claim(
+            priorities=list(Priority), channels=list(Channel), limit=4
+        )
+        # The four HIGH rows are the most urgent anywhere: the claim visits their buckets first.
+        assert [c.priority for c in first.claimed] == [Priority.HIGH] * 4
+        claimed = list(first.claimed)
+        while True:
+            more = await repository.notifications_claim(
+                priorities=list(Priority), channels=list(Channel), limit=7
+            )
+            if not more.claimed:
+                break
+            claimed += more.claimed
+    assert len(claimed) == len({c.id for c in claimed}) == 40
+    with psycopg.connect(citus_database) as conn:
+        assert conn.execute("SELECT status, count(*) FROM nq_jobs GROUP BY 1").fetchall() == [
+            ("PROCESSING", 40)
+        ]
