@@ -101,10 +101,28 @@ def config_schema(roles: tuple[str, ...]) -> dict[str, Any]:
     }
 
 
+def tracing_schema() -> dict[str, Any]:
+    """`tracing.env`: the OTEL_* variables the program reads (notify_queue.tracing.VARIABLES)."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from notify_queue.tracing import VARIABLES
+
+    return {
+        "type": "object",
+        "description": "OpenTelemetry's standard variables, set on the API, the workers and the "
+        "operator (docs/operations.md, Traces). Empty: tracing off.",
+        "additionalProperties": False,
+        "properties": {
+            name: {"type": ["string", "number", "boolean"], "description": text}
+            for name, text in sorted(VARIABLES.items())
+        },
+    }
+
+
 def render() -> str:
     document = json.loads(SCHEMA.read_text())
     for name, roles in DEFINITIONS.items():
         document["definitions"][name] = config_schema(roles)
+    document["definitions"]["tracingEnv"] = tracing_schema()
     return json.dumps(document, indent=2) + "\n"
 
 

@@ -224,6 +224,8 @@ class NewNotification:
     # SUPPRESSED when the recipient opted out of every channel at creation; `last_error` the reason.
     status: Status = Status.PENDING
     last_error: str | None = None
+    # The W3C traceparent of the span that created it (tracing off: None); workers continue it.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,6 +324,8 @@ class ClaimedNotification:
     sticky_provider: str | None = None
     # When it first became due (its send time): the due-to-sent latency histogram starts here.
     due_at: datetime | None = None
+    # The creator's trace context (the row's `traceparent`): the delivery span's parent.
+    traceparent: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,7 @@ def test_helm_lint_strict_passes(tools: Tools, values: list[Path]) -> None:
         ("unknownTopLevel=1", "additional properties 'unknownTopLevel' not allowed"),
         ("auth.existingSecret=Not_A_Secret", "at '/auth/existingSecret'"),
         ("auth.apiToken=t", "additional properties 'apiToken' not allowed"),
+        ("tracing.env.OTEL_EXPORTER_OTLP_ENDPONT=x", "'OTEL_EXPORTER_OTLP_ENDPONT' not allowed"),
     ],
 )
 def test_the_values_schema_rejects_a_bad_value_and_names_it(
@@ -165,6 +166,33 @@ def test_the_default_render_has_every_component(default_objects: list[dict[str, 
         ("Secret", "nq-notify-queue-secrets"),
     ]:
         assert expected in kinds
+
+
+def test_tracing_variables_reach_the_api_the_workers_and_the_operator_only_when_set(
+    default_objects: list[dict[str, Any]], full_objects: list[dict[str, Any]]
+) -> None:
+    def otel(objects: list[dict[str, Any]]) -> dict[str, tuple[str, dict[str, str]]]:
+        """Per container that runs a role: (the role, its OTEL_* variables)."""
+        return {
+            f"{name}/{c['name']}": (
+                (c.get("args") or ["?"])[0],
+                {v["name"]: v["value"] for v in c["env"] if v["name"].startswith("OTEL_")},
+            )
+            for name, spec in pod_specs(objects)
+            for c in spec["containers"]
+            if "env" in c
+        }
+
+    assert not any(env for _, env in otel(default_objects).values())  # off: not one variable
+    wanted = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://otel-collector.observability:4318",
+        "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
+        "OTEL_TRACES_SAMPLER_ARG": "0.25",
+    }
+    roles = otel(full_objects)
+    assert {role for role, _ in roles.values()} >= {"api", "worker", "operator"}
+    for container, (role, env) in roles.items():
+        assert env == (wanted if role in ("api", "worker", "operator") else {}), container
 
 
 def test_the_operator_runs_alone_and_is_replaced_not_rolled(

@@ -355,3 +355,15 @@ database-url listen-database-url api-token admin-token webhook-secret smtp-passw
 {{- with .Values.outboundAllow }}{{ $_ := set $env "outbound-allow" . }}{{ end }}
 {{- toYaml $env -}}
 {{- end -}}
+
+{{/*
+The OTEL_* variables of tracing.env (docs/operations.md, "Traces"), in name order; nothing when
+tracing is off. Argument: the root context.
+*/}}
+{{- define "notify-queue.tracingEnv" -}}
+{{- $env := .Values.tracing.env -}}
+{{- range $name := keys $env | sortAlpha }}
+- name: {{ $name }}
+  value: {{ get $env $name | toString | quote }}
+{{- end }}
+{{- end -}}

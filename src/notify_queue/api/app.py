@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from notify_queue import __version__
+from notify_queue import __version__, tracing
 from notify_queue.api.auth import Auth
 from notify_queue.api.limits import BodySizeLimit
 from notify_queue.api.metrics import QueueMetrics
@@ -106,6 +106,9 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
     add_ops_routes(app.router, auth)
     app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
     app.openapi = functools.partial(build_openapi, app)  # type: ignore[method-assign]
+    # Server spans, continuing a traced client's `traceparent`; the creates store their span's
+    # context (services.validation). Nothing when tracing is off.
+    tracing.instrument_app(app)
     return app
 
 

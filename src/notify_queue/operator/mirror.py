@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from notify_queue import tracing
 from notify_queue.errors import Conflict, NotFound, ValidationFailed
 from notify_queue.models import Policy, Source
 from notify_queue.operator import metrics
@@ -54,7 +55,23 @@ class NotificationMirror:
     async def created(
         self, *, namespace: str, name: str, uid: str, generation: int, spec: Mapping[str, Any]
     ) -> str:
-        """Mirror a Notification (idempotent); return the outcome (a metrics label)."""
+        """Mirror a Notification (idempotent); return the outcome (a metrics label). Traced, the
+        mirror is the span that starts the notification's trace (its row stores it)."""
+        with tracing.span(
+            "notify_queue.mirror",
+            root=True,
+            attributes={"k8s.namespace.name": namespace, "notify_queue.resource.name": name},
+        ) as span:
+            outcome = await self._created(
+                namespace=namespace, name=name, uid=uid, generation=generation, spec=spec
+            )
+            if span is not None:
+                span.set_attribute(tracing.OUTCOME, outcome)
+            return outcome
+
+    async def _created(
+        self, *, namespace: str, name: str, uid: str, generation: int, spec: Mapping[str, Any]
+    ) -> str:
         involved = rules.object_reference(
             kind="Notification", namespace=namespace, name=name, uid=uid
         )

@@ -23,6 +23,7 @@ from email.utils import parsedate_to_datetime
 
 import aiohttp
 
+from notify_queue import tracing
 from notify_queue.models import DeliveryResult, Outcome
 from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.outbound import describe_failed_response, read_body_capped
@@ -56,6 +57,7 @@ class HttpProvider:
             ensure_ascii=False,
         ).encode()
         headers = {
+            **tracing.aiohttp_headers(),
             "Content-Type": "application/json",
             "Idempotency-Key": request.idempotency_key,
         }

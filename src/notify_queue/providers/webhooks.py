@@ -18,6 +18,7 @@ through a `trusted_poster`.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
 
@@ -47,11 +48,20 @@ class WebhookSender:
         self._timeout_seconds = timeout_seconds
 
     async def post(
-        self, *, event_id: str, url: str, payload: str, secrets: tuple[str, ...]
+        self,
+        *,
+        event_id: str,
+        url: str,
+        payload: str,
+        secrets: tuple[str, ...],
+        trace_headers: Mapping[str, str] | None = None,
     ) -> str | None:
-        """POST one event; None when the receiver answered 2xx, else why it was not delivered."""
+        """POST one event; None when the receiver answered 2xx, else why it was not delivered.
+        `trace_headers` (`traceparent`, notify_queue.tracing) travel with it, unsigned: the
+        signature covers the id, the timestamp and the body."""
         timestamp_seconds = int(time.time())
         headers = {
+            **(trace_headers or {}),
             "Content-Type": "application/json",
             "webhook-id": event_id,
             "webhook-timestamp": str(timestamp_seconds),

@@ -366,4 +366,5 @@ def _claimed(row: dict[str, Any], claim_token: uuid.UUID) -> ClaimedNotification
         bound_provider=row["bound_provider"],
         sticky_provider=row["sticky_provider"],
         due_at=row["send_at"],
+        traceparent=row["traceparent"],
     )

@@ -80,6 +80,7 @@ class NotificationRepository:
                 "recipient_id": n.recipient_id,
                 "template_name": n.template.name if n.template else None,
                 "template_version": n.template.version if n.template else None,
+                "traceparent": n.traceparent,
             }
             for position, n in enumerate(notifications)
         ]

@@ -70,6 +70,13 @@ class WebhookRepository:
         )
         return len(rows)
 
+    async def webhook_traceparents(
+        self, *, notification_ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, str]:
+        """The stored trace context of each notification that has one."""
+        rows = await self._db.fetch_all("webhook_traceparents", {"ids": list(notification_ids)})
+        return {r["id"]: r["traceparent"] for r in rows}
+
     async def webhook_next_due_at(self) -> tuple[datetime | None, datetime]:
         row = await self._db.fetch_one("webhook_next_due_at")
         assert row is not None

@@ -21,6 +21,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 
+from notify_queue import tracing
 from notify_queue.errors import DatabaseUnavailable, ValidationFailed
 from notify_queue.models import CreateResult
 from notify_queue.services.validation import PreparedRequest
@@ -56,8 +57,18 @@ class CreateCoalescer:
         task.add_done_callback(self._tasks.discard)
 
     async def _send(self, batch: list[tuple[PreparedRequest, asyncio.Future[Outcome]]]) -> None:
+        # Traced, the statement is a span of its own, linked to each create's request: it serves
+        # many requests' traces, and this task would otherwise run in whichever request's
+        # context started it. Each notification stores its own request's context (validation).
+        links = [r.traceparent for r, _ in batch] if tracing.enabled() else ()
         try:
-            await self._settle(batch)
+            with tracing.span(
+                "notify_queue.create",
+                root=True,
+                links=links,
+                attributes={tracing.BATCH_SIZE: len(batch)},
+            ):
+                await self._settle(batch)
         finally:
             self._in_flight -= 1
             if self._waiting:

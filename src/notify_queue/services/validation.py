@@ -27,7 +27,7 @@ from pydantic import (
     model_validator,
 )
 
-from notify_queue import jsontext
+from notify_queue import jsontext, tracing
 from notify_queue.errors import FieldError, ValidationFailed
 from notify_queue.models import (
     DEFAULT_CATEGORY,
@@ -288,6 +288,8 @@ class PreparedRequest:
     expires_at: datetime | None
     source: Source
     field_prefix: str
+    # The trace context of the request that asked for it (notify_queue.tracing; None when off).
+    traceparent: str | None = None
 
     @property
     def category(self) -> str:
@@ -325,6 +327,7 @@ class PreparedRequest:
             category=self.category,
             recipient_id=r.recipient_id,
             template=template,
+            traceparent=self.traceparent,
         )
 
 
@@ -355,6 +358,9 @@ def prepare_request(
         expires_at=expires_at,
         source=source,
         field_prefix=field_prefix,
+        # Read here, in the request's own task: the service may write it from another (its
+        # creates are coalesced), where the current span is someone else's.
+        traceparent=tracing.current_traceparent(),
     )
 
 

@@ -21,8 +21,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from urllib.parse import urlsplit
 
+from notify_queue import tracing
 from notify_queue.errors import DatabaseUnavailable
 from notify_queue.models import WebhookEvent, WebhookResult
 from notify_queue.providers.webhooks import WebhookSender
@@ -120,8 +122,9 @@ class WebhookDispatcher:
                     max_attempts=s.webhook_max_attempts,
                     default_secrets=s.webhook_secrets,
                 )
+                traces = await self._traceparents(events) if tracing.enabled() else {}
                 for event in events:
-                    task = asyncio.create_task(self._post(event))
+                    task = asyncio.create_task(self._post(event, traces.get(event.notification_id)))
                     self._in_flight.add(task)
                     task.add_done_callback(self._post_done)
                 self._health.ok(_HEALTH_NAME)
@@ -143,11 +146,44 @@ class WebhookDispatcher:
         if not task.cancelled() and task.exception() is not None:
             log.error("webhook POST task failed", exc_info=task.exception())
 
-    async def _post(self, event: WebhookEvent) -> None:
+    async def _traceparents(self, events: list[WebhookEvent]) -> dict[uuid.UUID, str]:
+        """The notifications' trace contexts (tracing on only); none when they cannot be read:
+        the events go out all the same, each in a trace of its own."""
+        if not events:
+            return {}
+        try:
+            return await self._repository.webhook_traceparents(
+                notification_ids=[e.notification_id for e in events]
+            )
+        except DatabaseUnavailable as exc:
+            log.warning("reading the trace context of webhook events failed: %s", exc)
+            return {}
+
+    async def _post(self, event: WebhookEvent, traceparent: str | None = None) -> None:
+        with tracing.span(
+            "notify_queue.webhook.relay",
+            parent=traceparent,
+            root=traceparent is None,
+            kind="client",
+            attributes={
+                tracing.NOTIFICATION_ID: str(event.notification_id),
+                tracing.WEBHOOK_EVENT_ID: str(event.id),
+                tracing.ATTEMPT: event.attempts,
+            },
+        ) as span:
+            delivered = await self._post_event(event, tracing.traceparent_of(span))
+            if span is not None:
+                span.set_attribute(tracing.OUTCOME, "delivered" if delivered else "error")
+
+    async def _post_event(self, event: WebhookEvent, traceparent: str | None) -> bool:
         sender = self._trusted if event.url == self._settings.webhook_url else self._guarded
         try:
             error = await sender.post(
-                event_id=str(event.id), url=event.url, payload=event.payload, secrets=event.secrets
+                event_id=str(event.id),
+                url=event.url,
+                payload=event.payload,
+                secrets=event.secrets,
+                trace_headers=tracing.propagation_headers(traceparent),
             )
         except Exception as exc:
             # A fault of ours, not an answer: still a failed attempt, recorded now rather than
@@ -173,6 +209,7 @@ class WebhookDispatcher:
             )
         self._results.append(result)
         self._results_ready.set()
+        return result.delivered
 
     async def _record_forever(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from notify_queue import tracing
 from notify_queue.errors import DatabaseUnavailable
 from notify_queue.models import Channel, ClaimedNotification, DeliveryResult, Failover, Outcome
 from notify_queue.provider_specs import ProviderSpec, ProviderSpecs
@@ -286,7 +287,10 @@ class Router:
             if probe is not None and probe_unused(skipped, took_probe=True):
                 await self.circuits.give_back(name, probe)
             return
-        result, seconds = await self._call(name, self._specs[name], attempt.request)
+        if tracing.recording():
+            result, seconds = await self._call_traced(name, attempt)
+        else:
+            result, seconds = await self._call(name, self._specs[name], attempt.request)
         self.circuits.observe(name, result.outcome, probe)
         attempt.called(name, result, seconds)
         self._count(channel, result.outcome, name, seconds)
@@ -318,6 +322,26 @@ class Router:
             return None
         skip = Skip(name, Outcome.PROVIDER_LIMITED, f"not bound ({why})", 1.0)
         return Visit(name, skip=skip, ends_walk=True)
+
+    async def _call_traced(self, name: str, attempt: _Attempt) -> tuple[DeliveryResult, float]:
+        """The call as a span in the delivery's trace; an HTTP provider's request is a child
+        span that carries `traceparent` to the provider (aiohttp's instrumentation)."""
+        with tracing.span(
+            "notify_queue.provider.call",
+            kind="client",
+            attributes={
+                tracing.NOTIFICATION_ID: str(attempt.claimed.id),
+                tracing.CHANNEL: attempt.claimed.channel.value,
+                tracing.PROVIDER: name,
+                tracing.ATTEMPT: attempt.claimed.attempt_count,
+            },
+        ) as span:
+            result, seconds = await self._call(name, self._specs[name], attempt.request)
+            if span is not None:
+                span.set_attribute(tracing.OUTCOME, result.outcome.value)
+                if result.error is not None:
+                    span.set_attribute("error.type", result.outcome.value)
+        return result, seconds
 
     async def _call(
         self, name: str, spec: ProviderSpec, request: DeliveryRequest

@@ -34,12 +34,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from notify_queue import tracing
 from notify_queue.errors import DatabaseUnavailable
-from notify_queue.models import ClaimedNotification, DeliveryResult, Outcome, Status
+from notify_queue.models import ClaimedNotification, Completion, DeliveryResult, Outcome, Status
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.retention import DeliveryLogKeeper
 from notify_queue.worker.dispatcher import WebhookDispatcher
@@ -104,6 +106,10 @@ class Worker:
         self._wake = asyncio.Event()
         self._claiming_stopped = asyncio.Event()
         self._stop = asyncio.Event()
+        # Tracing on only: the claim that took the deliveries starting now (their spans link
+        # to it), and when each result arrived with its delivery span (its completion span).
+        self._claim_link: object = None
+        self._arrived: dict[uuid.UUID, tuple[int, str | None]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -185,8 +191,12 @@ class Worker:
                 continue
             limit = min(self._batch_size, free)
             try:
-                await self._router.circuits.refresh()
-                batch = await self._service.claim(limit, chain_heads=self._router.chain_heads)
+                with tracing.span("notify_queue.claim", root=True) as span:
+                    await self._router.circuits.refresh()
+                    batch = await self._service.claim(limit, chain_heads=self._router.chain_heads)
+                    if span is not None:
+                        span.set_attribute(tracing.BATCH_SIZE, len(batch.claimed))
+                        self._claim_link = tracing.link_to(tracing.traceparent_of(span))
             except DatabaseUnavailable as exc:
                 log.warning("claim failed: %s; retrying", exc)
                 await wait_any(self._claiming_stopped, timeout=_RETRY_DB_SECONDS)
@@ -254,11 +264,38 @@ class Worker:
     # -- delivering -------------------------------------------------------------------------
 
     async def _deliver(self, claimed: ClaimedNotification) -> None:
-        result = await self._router.deliver(claimed)
+        if tracing.enabled():
+            result = await self._deliver_traced(claimed)
+        else:
+            result = await self._router.deliver(claimed)
         if result.outcome is Outcome.SENT and claimed.due_at is not None:
             _observe_due_to_sent(claimed)
         self._results.append((claimed, result))
         self._results_ready.set()
+
+    async def _deliver_traced(self, claimed: ClaimedNotification) -> DeliveryResult:
+        """The delivery as a span continuing the creator's trace (the stored traceparent),
+        linked to the claim that took it."""
+        with tracing.span(
+            "notify_queue.deliver",
+            parent=claimed.traceparent,
+            root=claimed.traceparent is None,
+            kind="consumer",
+            links=(self._claim_link,),
+            attributes={
+                tracing.NOTIFICATION_ID: str(claimed.id),
+                tracing.CHANNEL: claimed.channel.value,
+                tracing.ATTEMPT: claimed.attempt_count,
+                tracing.PRIORITY: claimed.priority.value,
+            },
+        ) as span:
+            result = await self._router.deliver(claimed)
+            if span is not None and span.is_recording():  # not sampled: no completion span
+                span.set_attribute(tracing.OUTCOME, result.outcome.value)
+                if result.provider is not None:
+                    span.set_attribute(tracing.PROVIDER, result.provider)
+                self._arrived[claimed.id] = (time.time_ns(), tracing.traceparent_of(span))
+        return result
 
     # -- completing -------------------------------------------------------------------------
 
@@ -282,7 +319,10 @@ class Worker:
             # (the supervisor restarts this task) loses no result.
             chunk = self._results[:_COMPLETE_CHUNK]
             try:
-                completions, accepted = await self._service.complete(chunk)
+                with tracing.span("notify_queue.complete", root=True) as span:
+                    if span is not None:
+                        span.set_attribute(tracing.BATCH_SIZE, len(chunk))
+                    completions, accepted = await self._service.complete(chunk)
             except DatabaseUnavailable as exc:
                 # Results are kept and written once the database is back; the leases are
                 # long enough that nobody else takes these notifications meanwhile.
@@ -290,6 +330,8 @@ class Worker:
                 await asyncio.sleep(_RETRY_DB_SECONDS)
                 continue
             del self._results[: len(chunk)]
+            if self._arrived:
+                self._trace_completions(chunk, completions, accepted)
             await self._router.circuits.flush()
             stale = len(chunk) - len(accepted)
             if stale:
@@ -303,6 +345,32 @@ class Worker:
                 # A retry later: the claimer's timer must know its new due time (no other
                 # process announces it).
                 self._wake.set()
+
+    def _trace_completions(
+        self,
+        chunk: list[tuple[ClaimedNotification, DeliveryResult]],
+        completions: Sequence[Completion],
+        accepted: set[uuid.UUID],
+    ) -> None:
+        """Each result's wait for its statement and the statement, as a span in its own
+        notification's trace (the statement itself is one span of the batch, `complete`)."""
+        status = {c.id: c.status.value for c in completions}
+        for claimed, result in chunk:
+            arrived = self._arrived.pop(claimed.id, None)
+            if arrived is None:
+                continue
+            started_ns, delivery = arrived
+            tracing.record_span(
+                "notify_queue.completion",
+                parent=delivery,
+                start_time_ns=started_ns,
+                attributes={
+                    tracing.NOTIFICATION_ID: str(claimed.id),
+                    tracing.OUTCOME: result.outcome.value,
+                    # A result that came after its lease ran out is dropped: "stale".
+                    tracing.STATUS: status[claimed.id] if claimed.id in accepted else "stale",
+                },
+            )
 
     # -- housekeeping -----------------------------------------------------------------------
 

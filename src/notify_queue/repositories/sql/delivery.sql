@@ -144,7 +144,8 @@ WITH batch AS (
     RETURNING n.id, n.bucket, n.channel, n.recipient, n.subject, n.body, n.metadata,
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
               n.created_at, n.category, n.expires_at, n.recipient_id, n.source,
-              n.provider AS bound_provider, r.sticky_provider, r.quiet, n.send_at
+              n.provider AS bound_provider, r.sticky_provider, r.quiet, n.send_at,
+              n.traceparent
 ), waiting AS (
     -- The place a waiting row waits for is the (used - limit + rank)-th oldest entry in the
     -- window; when that one is not taken yet (a burst within one batch), a full window from now.
@@ -226,7 +227,9 @@ LEFT JOIN (
            r.opt_out_categories, r.quiet_start, r.quiet_end, a.bound_provider, a.sticky_provider,
            a.next_attempt_at, a.created_at,
            -- When it first became due: the worker's due-to-sent latency histogram starts here.
-           a.send_at
+           a.send_at,
+           -- The creator's trace context: the worker's delivery span continues that trace.
+           a.traceparent
     FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
     LEFT JOIN nq_recipients r ON r.id = a.recipient_id
 ) a ON true
@@ -354,7 +357,8 @@ WITH batch AS (
     RETURNING n.id, n.bucket, n.channel, n.recipient, n.subject, n.body, n.metadata,
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
               n.created_at, n.category, n.expires_at, n.recipient_id, n.source,
-              n.provider AS bound_provider, r.sticky_provider, r.quiet
+              n.provider AS bound_provider, r.sticky_provider, r.quiet, n.send_at,
+              n.traceparent
 ), waiting AS (
     -- The place a waiting row waits for is the (used - limit + rank)-th oldest entry in the
     -- window; when that one is not taken yet (a burst within one batch), a full window from now.
@@ -437,7 +441,7 @@ LEFT JOIN (
            -- preferences.py) never works from a stale copy. A deleted recipient reads as absent.
            r.id IS NOT NULL AS recipient_exists, r.timezone, r.opt_out_all, r.opt_out_channels,
            r.opt_out_categories, r.quiet_start, r.quiet_end, a.bound_provider, a.sticky_provider,
-           a.next_attempt_at, a.created_at
+           a.next_attempt_at, a.created_at, a.send_at, a.traceparent
     FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
     LEFT JOIN nq_recipients r ON r.id = a.recipient_id
 ) a ON true

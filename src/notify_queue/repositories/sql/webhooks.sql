@@ -85,3 +85,11 @@ FROM nq_webhook_events WHERE state = 'pending'
 -- name: webhook_events_for_notification
 SELECT id, notification_id, url, payload, state, attempts, last_error, created_at, delivered_at
 FROM nq_webhook_events WHERE notification_id = %(notification_id)s ORDER BY created_at
+
+-- name: webhook_traceparents
+-- The trace context of each claimed event's notification, read only while tracing is on (one
+-- statement per claim, none when off): the relay's POST continues the notification's trace.
+-- A notification with an event is final, so in the log (unless a retry moved it back to the
+-- queue); the view reads both, each through its index on id.
+SELECT id, traceparent FROM nq_all_notifications
+WHERE id = ANY(%(ids)b::uuid[]) AND traceparent IS NOT NULL
