@@ -17,6 +17,8 @@ from tests.api.support import PROBLEM, api_client, email, fields_named, key, sql
 # In the order of the contract's example.
 CONTRACT_FIELDS = (
     "id idempotencyKey channel recipient subject body priority status sendAt nextAttemptAt "
+    # CONTRACT §10: why it waits (issue 22).
+    "waiting "
     "expiresAt attemptCount maxAttempts lastError sentAt providerMessageId "
     # CONTRACT §9: which provider sent it and the attempts log (issue 11).
     "provider deliveryAttempts "
