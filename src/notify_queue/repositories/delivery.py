@@ -117,8 +117,6 @@ class DeliveryRepository:
             async with self._db.transaction() as conn:
                 return await self._claim_in(
                     conn,
-                    "claim_lock_candidates",
-                    "claim_admit_candidates",
                     lock_params,
                     screen,
                     quiet_hours,
@@ -140,8 +138,6 @@ class DeliveryRepository:
             async with self._db.transaction() as conn:
                 part = await self._claim_in(
                     conn,
-                    "claim_lock_candidates_bucket",
-                    "claim_admit_candidates_bucket",
                     params,
                     screen,
                     quiet_hours,
@@ -157,40 +153,45 @@ class DeliveryRepository:
     async def _claim_in(
         self,
         conn: Connection,
-        lock_query: str,
-        admit_query: str,
         lock_params: dict[str, Any],
         screen: Screen | None,
         quiet_hours: QuietHours | None,
         chain_heads: ChainHeads,
     ) -> ClaimedBatch:
-        """One claim in `conn`'s transaction: lock the candidates, admit them, screen them."""
+        """One claim in `conn`'s transaction: lock the candidates, admit them, screen them. With a
+        `bucket` among the parameters, the claim of that bucket alone (Citus: one shard)."""
         d = self._defaults
-        bucket = {"bucket": lock_params["bucket"]} if "bucket" in lock_params else {}
-        locked = await conn.fetch_one(lock_query, lock_params)
+        routed = "bucket" in lock_params
+        bucket = {"bucket": lock_params["bucket"]} if routed else {}
+        # Each statement named at its call (the security test reads the names from the code).
+        if routed:
+            locked = await conn.fetch_one("claim_lock_candidates_bucket", lock_params)
+        else:
+            locked = await conn.fetch_one("claim_lock_candidates", lock_params)
         if locked is None or not locked["ids"]:
             return ClaimedBatch([], [])
         quiet = _quiet_held(locked, quiet_hours)
         # One token per claim: Citus refuses gen_random_uuid() in a distributed UPDATE, and
         # completion matches (id, token), which a batch's token keeps unique per attempt.
         claim_token = uuid.uuid4()
-        rows = await conn.fetch_all(
-            admit_query,
-            {
-                **bucket,
-                "ids": locked["ids"],
-                "claim_token": claim_token,
-                "rate_limit": d.rate_limit,
-                "rate_window_seconds": d.rate_window_seconds,
-                "lease_seconds": d.lease_seconds,
-                "backoff_base_seconds": d.backoff_base_seconds,
-                "backoff_max_seconds": d.backoff_max_seconds,
-                "chain_channels": [c.value for c in chain_heads.channels],
-                "chain_heads": list(chain_heads.channels.values()),
-                "known_providers": list(chain_heads.known),
-                "quiet_ids": list(quiet),
-            },
-        )
+        admit_params = {
+            **bucket,
+            "ids": locked["ids"],
+            "claim_token": claim_token,
+            "rate_limit": d.rate_limit,
+            "rate_window_seconds": d.rate_window_seconds,
+            "lease_seconds": d.lease_seconds,
+            "backoff_base_seconds": d.backoff_base_seconds,
+            "backoff_max_seconds": d.backoff_max_seconds,
+            "chain_channels": [c.value for c in chain_heads.channels],
+            "chain_heads": list(chain_heads.channels.values()),
+            "known_providers": list(chain_heads.known),
+            "quiet_ids": list(quiet),
+        }
+        if routed:
+            rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
+        else:
+            rows = await conn.fetch_all("claim_admit_candidates", admit_params)
         claimed = [_claimed(r, claim_token) for r in rows if r["id"] is not None]
         screened: list[Completion] = []
         if screen is not None:

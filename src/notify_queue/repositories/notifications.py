@@ -130,20 +130,22 @@ class NotificationRepository:
     ) -> list[Notification]:
         """A page in (created_at, id) order; with `waiting`, only rows waiting for that reason
         now (a query of its own over the queue: only PENDING rows wait)."""
-        params: dict[str, Any] = {"waiting": waiting.value} if waiting is not None else {}
-        rows = await self._db.fetch_all(
-            "notification_list" if waiting is None else "notification_list_waiting",
-            params
-            | {
-                "status": status.value if status else None,
-                "channel": channel,
-                "recipient": recipient,
-                "recipient_id": recipient_id,
-                "after_created_at": after[0] if after else None,
-                "after_id": after[1] if after else None,
-                "limit": limit,
-            },
-        )
+        params: dict[str, Any] = {
+            "status": status.value if status else None,
+            "channel": channel,
+            "recipient": recipient,
+            "recipient_id": recipient_id,
+            "after_created_at": after[0] if after else None,
+            "after_id": after[1] if after else None,
+            "limit": limit,
+        }
+        # Each statement named at its call (the security test reads the names from the code).
+        if waiting is None:
+            rows = await self._db.fetch_all("notification_list", params)
+        else:
+            rows = await self._db.fetch_all(
+                "notification_list_waiting", params | {"waiting": waiting.value}
+            )
         return [notification_from_row(r) for r in rows]
 
     async def notification_cancel(self, *, id: uuid.UUID) -> Notification | None:

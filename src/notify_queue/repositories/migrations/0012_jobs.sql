@@ -24,7 +24,7 @@
 -- address. 64 buckets: twice Citus's default shard count, few enough for a worker to visit.
 CREATE FUNCTION nq_bucket(p_recipient text) RETURNS smallint
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN (abs(hashtextextended(p_recipient, 0)) % 64)::smallint;
+RETURN mod(abs(hashtextextended(p_recipient, 0)), 64)::smallint;
 
 -- True in a session of 0.2.0 or later (application_name `<role>@<release>`, repositories/db.py):
 -- such a session writes the consequences of its changes itself, so the triggers kept for 0.1.0

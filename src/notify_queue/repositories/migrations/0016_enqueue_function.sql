@@ -662,8 +662,9 @@ BEGIN
         WHERE n.id = (SELECT k.notification_id FROM nq_idempotency_keys k WHERE k.key = v_key);
         IF stored.request_hash <> v_hash THEN
             RAISE EXCEPTION USING ERRCODE = 'unique_violation',
-                MESSAGE = format('idempotency key %L was already used with a different request, '
-                                 'by notification %s', v_key, stored.id);
+                MESSAGE = 'idempotency key ' || quote_literal(v_key)
+                          || ' was already used with a different request, by notification '
+                          || stored.id;
         END IF;
         RETURN nq_notification_json(stored);
     END IF;
@@ -680,8 +681,9 @@ BEGIN
         IF (SELECT bool_or(n.request_hash <> v_hash OR n.idempotency_key = v_key)
             FROM nq_all_notifications n WHERE n.id = ANY(ids)) THEN
             RAISE EXCEPTION USING ERRCODE = 'unique_violation',
-                MESSAGE = format('idempotency key %L was already used with a different request, '
-                                 'by notification %s', v_key, ids[1]);
+                MESSAGE = 'idempotency key ' || quote_literal(v_key)
+                          || ' was already used with a different request, by notification '
+                          || ids[1];
         END IF;
         RETURN jsonb_build_object('notifications', (
             SELECT jsonb_agg(nq_notification_json(n) ORDER BY array_position(ids, n.id))
@@ -755,6 +757,6 @@ END $$;
 REVOKE EXECUTE ON FUNCTION notify_queue_enqueue(jsonb, text) FROM PUBLIC;
 DO $$
 BEGIN
-    EXECUTE format('ALTER FUNCTION notify_queue_enqueue(jsonb, text) SET search_path = %I, pg_temp',
-                   current_schema());
+    EXECUTE 'ALTER FUNCTION notify_queue_enqueue(jsonb, text) SET search_path = '
+            || quote_ident(current_schema()) || ', pg_temp';
 END $$;

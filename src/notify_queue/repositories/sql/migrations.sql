@@ -80,5 +80,5 @@ CREATE ROLE notify_queue_enqueue NOLOGIN
 DO $$
 BEGIN
     EXECUTE 'GRANT EXECUTE ON FUNCTION notify_queue_enqueue(jsonb, text) TO notify_queue_enqueue';
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO notify_queue_enqueue', current_schema());
+    EXECUTE 'GRANT USAGE ON SCHEMA ' || quote_ident(current_schema()) || ' TO notify_queue_enqueue';
 END $$
