@@ -46,6 +46,7 @@ from notify_queue.repositories.schema import missing_steps
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.recipients import RecipientService
 from notify_queue.services.rendering import RenderPool
+from notify_queue.services.wakeups import DebouncedWaker
 from notify_queue.settings import OperatorSettings
 
 log = logging.getLogger(__name__)
@@ -145,9 +146,13 @@ async def _run(
     links = KubeRepository(db)
     # A Notification's template renders in worker processes, off kopf's event loop.
     renderer = RenderPool()
+    repository = NotificationRepository(db, default_webhook_url=settings.webhook_url)
+    # Idle workers wait for this NOTIFY (they do not poll), as for the API's creates.
+    waker = DebouncedWaker(repository.workers_wake)
     notifications = NotificationService(
-        NotificationRepository(db, default_webhook_url=settings.webhook_url),
+        repository,
         default_max_attempts=settings.max_attempts,
+        waker=waker,
         renderer=renderer,
     )
     registry = kopf.OperatorRegistry()
@@ -218,6 +223,7 @@ async def _run(
         await asyncio.gather(*tasks, return_exceptions=True)
         if health is not None:
             await health.cleanup()
+        await waker.close()
         await renderer.close()
         log.info("operator stopped")
 

@@ -590,8 +590,6 @@ RETURN jsonb_build_object(
 -- [6] and notify_queue.webhook_url (docs/enqueue.md: `ALTER DATABASE ... SET`).
 CREATE FUNCTION notify_queue_enqueue(request jsonb, idempotency_key text) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
--- 0.1.0's triggers stay silent in this function, which writes their work itself (0012).
-SET nq.explicit = 'on'
 AS $$
 DECLARE
     errs jsonb;
@@ -618,6 +616,10 @@ DECLARE
     ids uuid[];
     answer jsonb;
 BEGIN
+    -- 0.1.0's triggers stay silent for the rest of this transaction: this function writes their
+    -- work itself (0012). Set here, not as the function's SET clause, which a migrating user who
+    -- is not a superuser may not attach for a custom parameter.
+    PERFORM set_config('nq.explicit', 'on', true);
     errs := nq_enqueue_errors(request, idempotency_key);
     IF jsonb_array_length(errs) > 0 THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',

@@ -73,11 +73,13 @@ WITH released AS (
     )
     RETURNING id, source
 )
--- The status writes of Notification objects among them (their due time changed).
+-- The status writes of Notification objects among them (their due time changed), and a wake-up
+-- for the workers (delivered at commit): an idle worker waits for it, it does not poll.
 SELECT count(*) AS released,
        (SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PENDING'::text),
                                array_agg('PENDING'::text))
-        FROM released WHERE source = 'kubernetes') AS noted
+        FROM released WHERE source = 'kubernetes') AS noted,
+       CASE WHEN count(*) > 0 THEN pg_notify('nq_wakeup', '') END AS woken
 FROM released
 
 -- name: policy_delete
