@@ -44,6 +44,7 @@ from tests.support import (
     notification_service,
     single_provider_router,
 )
+from tests.receivers import WebhookReceiver
 
 TASKS = ("claim", "listen", "complete", "housekeeping", "retention", "webhooks")
 # Long enough that only the path under test can deliver within a test's deadline.
@@ -78,11 +79,12 @@ def counted_server() -> Iterator[EmbeddedPostgres]:
 
 @contextlib.asynccontextmanager
 async def idle_worker(
-    url: str, *, safety_look_seconds: float = SAFETY_LOOK_SECONDS
+    url: str, *, safety_look_seconds: float = SAFETY_LOOK_SECONDS, **overrides: object
 ) -> AsyncIterator[Worker]:
     """A worker with every task of the `worker` role (claimer, listener, completer, housekeeping,
-    retention, webhook relay) and the default settings, once every task has done a round."""
-    settings = WorkerSettings(database_url=url)
+    retention, webhook relay) and the default settings (but `overrides`), once every task has
+    done a round."""
+    settings = WorkerSettings(**{"database_url": url, **overrides})
     health = Health()
     provider = SimulatedProvider(0.0, 0.0, 1.0)
     async with Database(url, pool_size=4, name="test-worker") as db:
@@ -211,3 +213,30 @@ async def test_a_hint_lost_with_the_listen_connection_is_recovered_by_the_reconn
             timeout=60,
             what="SENT after the listen connection was lost and regained",
         )
+
+
+async def test_a_webhook_retry_is_posted_at_its_time_not_at_the_end_of_the_lease(
+    db: Database, database_url: str
+) -> None:
+    # The relay chooses its sleep while the event's first POST is in flight, when the event is
+    # due at its lease's end (--webhook-timeout x 2 + 5 s: 125 s here). The failed POST's retry
+    # is due 0.1 s later: recording it must wake the relay, or the retry (and, in a busy relay,
+    # everything behind the sleep) waits for the lease. Before that wake-up this failed.
+    receiver = await WebhookReceiver(fail_first=2).start()
+    try:
+        async with idle_worker(
+            database_url,
+            safety_look_seconds=AN_HOUR,
+            webhook_url=receiver.url,
+            webhook_timeout=60.0,
+            webhook_backoff_base=0.1,
+            webhook_backoff_max=0.2,
+        ):
+            await notification_service(db).enqueue(new())
+
+            async def third_post() -> bool:
+                return len(receiver.received) >= 3
+
+            await eventually(third_post, timeout=60, what="the event posted a third time")
+    finally:
+        await receiver.stop()

@@ -216,21 +216,28 @@ class WebhookDispatcher:
             # Record first: after a restart, results of the failed round are still waiting.
             self._results_ready.clear()
             try:
-                await self._record()
+                retried = await self._record()
             except DatabaseUnavailable as exc:
                 log.warning("recording webhook results failed: %s; retrying", exc)
                 await wait_any(stop, timeout=_RETRY_DB_SECONDS)
                 continue
+            if retried:
+                # The claimer chose its sleep while these events were leased (due at the lease's
+                # end); their retries are due sooner, so it must look again now.
+                self._wake.set()
             await self._results_ready.wait()
 
-    async def _record(self) -> None:
+    async def _record(self) -> bool:
         """Write the results that have arrived; each leaves the buffer once its statement
-        committed."""
+        committed. True when one of them scheduled a retry."""
+        retried = False
         async with self._record_lock:
             while self._results:
                 chunk = self._results[:1000]
                 await self._repository.webhook_results_record(results=chunk)
                 del self._results[: len(chunk)]
+                retried = retried or any(r.retry_in_seconds is not None for r in chunk)
+        return retried
 
 
 def _origin(url: str) -> str:
