@@ -10,6 +10,7 @@ from typing import Any
 
 from notify_queue import jsontext
 from notify_queue.models import (
+    Engine,
     NewNotification,
     Notification,
     Priority,
@@ -104,9 +105,11 @@ class NotificationRepository:
         self, *, idempotency_keys: Sequence[str], conn: Connection | None = None
     ) -> dict[str, tuple[Notification, str]]:
         """Existing rows by idempotency key, each with the hash of the request that created it."""
-        rows = await (conn or self._db).fetch_all(
-            "notification_get_by_keys", {"idempotency_keys": list(idempotency_keys)}
-        )
+        params = {"idempotency_keys": list(idempotency_keys)}
+        if (await self._engine.engine_get(conn=conn)).engine is Engine.CITUS:
+            rows = await (conn or self._db).fetch_all("notification_get_by_keys_citus", params)
+        else:
+            rows = await (conn or self._db).fetch_all("notification_get_by_keys", params)
         return {r["idempotency_key"]: (notification_from_row(r), r["request_hash"]) for r in rows}
 
     async def templates_get(self, *, names: Sequence[str]) -> dict[str, Template]:
@@ -150,11 +153,21 @@ class NotificationRepository:
 
     async def notification_cancel(self, *, id: uuid.UUID) -> Notification | None:
         """CANCELLED if it was PENDING; None when it was not (or does not exist)."""
+        params: dict[str, Any] = {"id": id, "default_webhook_url": self._default_webhook_url}
+        citus = (await self._engine.engine_get()).engine is Engine.CITUS
         async with self._db.transaction() as conn:
             await conn.fetch_one("notification_log_ready")
-            cancelled = await conn.fetch_one(
-                "notification_cancel", {"id": id, "default_webhook_url": self._default_webhook_url}
-            )
+            if not citus:
+                cancelled = await conn.fetch_one("notification_cancel", params)
+            else:
+                # The row's bucket first (lock-free), so the cancel's lock routes; none: it is
+                # not in the queue (finished, or no such id).
+                found = await conn.fetch_all("citus_job_buckets", {"ids": [id]})
+                if not found:
+                    return None
+                cancelled = await conn.fetch_one(
+                    "notification_cancel_bucket", {**params, "bucket": found[0]["bucket"]}
+                )
             return None if cancelled is None else await _get(conn, id)
 
     async def notification_retry(self, *, id: uuid.UUID) -> Notification | None:
