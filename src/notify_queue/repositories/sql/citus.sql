@@ -358,3 +358,77 @@ WITH pending AS (
 )
 SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending), ARRAY(SELECT 'CANCELLED' FROM pending),
                            NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+
+-- name: delivery_log_forget_keys_unlocked
+-- Retention on Citus: delivery_log_forget_keys without the lock on the partition's rows (0021).
+SELECT nq_delivery_log_forget_keys_unlocked(%(partition)s, %(after)s, %(limit)s) AS last_id
+
+-- name: delivery_log_detach_citus
+-- Retention on Citus, which refuses DETACH ... CONCURRENTLY: a plain DETACH. It takes an ACCESS
+-- EXCLUSIVE lock on the log (and on each shard of it) for the moment it runs, so completions and
+-- reads of the log wait that moment once a day.
+ALTER TABLE nq_delivery_log DETACH PARTITION {partition}
+
+-- name: notification_retry_lock_bucket
+-- Retry on Citus, step 1 of 3 (nq_retry, 0012, in steps Citus can route): lock the rows to
+-- retry in their bucket of the log, only from FAILED or DEAD_LETTERED.
+SELECT l.id, l.idempotency_key FROM nq_delivery_log l
+WHERE l.bucket = %(bucket)s AND l.id = ANY(%(ids)b::uuid[])
+  AND l.status IN ('FAILED', 'DEAD_LETTERED')
+ORDER BY l.id
+FOR UPDATE
+
+-- name: notification_retry_lock_key
+-- Step 2: the row's key, still its own (retention has not forgotten it), held against retention
+-- for this transaction (a router statement: the keys are distributed by key). No row: not
+-- retried.
+SELECT k.notification_id AS id FROM nq_idempotency_keys k
+WHERE k.key = %(key)s AND k.notification_id = %(id)s
+FOR KEY SHARE
+
+-- name: notification_retry_move_bucket
+-- Step 3: the locked rows move from the log back to the queue, PENDING with a fresh set of
+-- attempts and the retry recorded (as nq_retry); the DELETE names the bucket (router), the
+-- INSERT reads its rows through the coordinator.
+WITH moved AS (
+    DELETE FROM nq_delivery_log
+    WHERE bucket = %(bucket)s AND id = ANY(%(ids)b::uuid[]) AND status IN ('FAILED', 'DEAD_LETTERED')
+    RETURNING id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
+              status, send_at, expires_at, max_attempts, sent_at, provider_message_id, retries,
+              source, policy, webhook_url, metadata, created_at, recipient_id, category,
+              template_name, template_version, provider, delivery_attempts, bucket, digest_id,
+              escalation_id, traceparent
+), queued AS (
+    INSERT INTO nq_jobs (
+        id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
+        status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
+        last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
+        source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
+        recipient_id, category, template_name, template_version, provider,
+        delivery_attempts, bucket, digest_id, escalation_id, traceparent)
+    SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
+           'PENDING', send_at, now(), expires_at, 0, max_attempts, NULL, sent_at,
+           provider_message_id, NULL, NULL,
+           retries || jsonb_build_array(jsonb_build_object(
+               'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'fromStatus', status)),
+           source, policy, webhook_url, metadata, created_at, now(), NULL, recipient_id,
+           category, template_name, template_version, provider, delivery_attempts,
+           bucket, digest_id, escalation_id, traceparent
+    FROM moved
+    RETURNING id
+), noted AS (
+    SELECT nq_note_changes(array_agg(m.id), array_agg(m.source), array_agg(m.status),
+                           array_fill('PENDING'::text, ARRAY[count(*)::integer])) AS n
+    FROM moved m
+)
+SELECT q.id FROM queued q WHERE (SELECT n FROM noted) IS NOT DISTINCT FROM (SELECT n FROM noted)
+
+-- name: notification_retry_pick
+-- The operator's batch retry on Citus: the oldest rows in %(status)s, without locks (the lock is
+-- taken per row by the steps above, and a row another retry moved first is skipped there).
+SELECT id FROM nq_delivery_log WHERE status = %(status)s ORDER BY created_at, id LIMIT %(limit)s
+
+-- name: notification_status_count
+-- How many notifications are in a final status (the counters, as notification_retry_batch).
+SELECT COALESCE(sum(n), 0) AS n FROM nq_counters WHERE name = 'notifications:' || %(status)s
