@@ -82,7 +82,8 @@ def workers(url: str, tmp_path: Path, provider: str, hooks: str) -> Iterator[Non
         command = [sys.executable, "-m", "notify_queue", "worker", "--database-url", url]
         command += ["--provider", "http", "--provider-url", provider, "--webhook-url", hooks]
         command += ["--rate-limit", str(RATE_LIMIT), "--rate-limit-window", "3600"]
-        command += ["--poll-interval", "0.5", "--backoff-base", "0.2", "--log-level", "WARNING"]
+        command += ["--poll-interval", "0.5", "--backoff-base", "0.2", "--lease-seconds", "60"]
+        command += ["--log-level", "WARNING"]
         log = (tmp_path / f"worker-{i}.log").open("wb")
         processes.append(
             (subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT), log)

@@ -135,14 +135,22 @@ class DeliveryRepository:
             # come before this bucket's NORMAL ones.
             take = min(left, int(row["n"]))
             params = {**lock_params, "limit": take, "bucket": row["bucket"]}
-            async with self._db.transaction() as conn:
-                part = await self._claim_in(
-                    conn,
-                    params,
-                    screen,
-                    quiet_hours,
-                    chain_heads,
-                )
+            try:
+                async with self._db.transaction() as conn:
+                    part = await self._claim_in(
+                        conn,
+                        params,
+                        screen,
+                        quiet_hours,
+                        chain_heads,
+                    )
+            except Exception:
+                # Each bucket's claim commits on its own: rows already claimed must reach the
+                # worker, or they would wait PROCESSING for their lease to run out. The error
+                # comes back at the next claim.
+                if batch.claimed or batch.screened:
+                    return batch
+                raise
             batch = ClaimedBatch(
                 batch.claimed + part.claimed,
                 batch.rate_limited + part.rate_limited,
