@@ -53,6 +53,25 @@ class _Wire(BaseModel):
 _KEY_PATTERN = "^[!-~]{1,255}$"  # 1-255 printable ASCII characters, no space
 
 
+class EscalationStepCreate(_Wire):
+    model_config = ConfigDict(extra="forbid")
+
+    channel: Channel
+    after_seconds: int | None = Field(
+        None,
+        ge=0,
+        le=rules.MAX_DELAY_SECONDS,
+        description="Seconds after the creation; not less than the step before's [the step "
+        "before's; 0 for the first].",
+    )
+
+
+class EscalationCreate(_Wire):
+    model_config = ConfigDict(extra="forbid")
+
+    steps: list[EscalationStepCreate] = Field(min_length=1, max_length=rules.MAX_ESCALATION_STEPS)
+
+
 class NotificationCreate(_Wire):
     """A notification to enqueue. The idempotency key comes in the `Idempotency-Key` header or
     in `idempotencyKey` (one of them is required; both present must be equal). It goes to an
@@ -93,8 +112,8 @@ class NotificationCreate(_Wire):
     channels: list[Channel] | None = Field(
         None,
         min_length=1,
-        max_length=3,
-        description="With recipientId: the channels in order of preference [all three].",
+        max_length=len(Channel),
+        description="With recipientId: the channels in order of preference [email, sms, push].",
     )
     strategy: Literal["all", "first"] | None = Field(
         None, description="With recipientId: every allowed channel, or only the first [all]."
@@ -135,6 +154,12 @@ class NotificationCreate(_Wire):
         default_factory=dict, description=f"Any JSON object up to {rules.MAX_METADATA_BYTES} bytes."
     )
     idempotency_key: str | None = Field(None, pattern=_KEY_PATTERN)
+    escalation: EscalationCreate | None = Field(
+        None,
+        description="With recipientId (not channels, strategy, sendAt or delaySeconds): one "
+        "notification per step until acknowledged; the answer is `{escalation, notifications}` "
+        "(docs/escalation.md). Not in a batch.",
+    )
 
 
 class BatchNotificationCreate(NotificationCreate):
@@ -486,6 +511,11 @@ class RecipientPut(_Wire):
 
     email: str | None = Field(None, max_length=rules.MAX_RECIPIENT_CHARS)
     phone: str | None = Field(None, pattern=rules.SMS_PATTERN.pattern, description="E.164.")
+    voice: str | None = Field(
+        None,
+        pattern=rules.SMS_PATTERN.pattern,
+        description="E.164: where a voice call goes; absent: phone.",
+    )
     push_tokens: list[str] = Field(
         default_factory=list, max_length=20, description="A push goes to the first."
     )
@@ -499,6 +529,7 @@ class Recipient(_Wire):
     id: str
     email: str | None
     phone: str | None
+    voice: str | None
     push_tokens: list[str]
     timezone: str
     preferences: RecipientPreferences
@@ -517,6 +548,7 @@ class Recipient(_Wire):
             id=r.id,
             email=r.email,
             phone=r.phone,
+            voice=r.voice,
             push_tokens=r.push_tokens,
             timezone=p.timezone,
             preferences=RecipientPreferences(
@@ -583,7 +615,54 @@ def template_json(t: domain.Template) -> dict[str, Any]:
     return Template.of(t).model_dump(mode="json", by_alias=True)
 
 
+class EscalationRef(_Wire):
+    id: str
+    state: Literal["active", "acknowledged", "exhausted"]
+
+
+class EscalationCreated(_Wire):
+    """A create with `escalation`: the escalation and one notification per step, in order."""
+
+    escalation: EscalationRef
+    notifications: list[Notification]
+
+
+class Escalation(_Wire):
+    id: str
+    state: Literal["active", "acknowledged", "exhausted"] = Field(
+        description="acknowledged once acknowledged; exhausted when every step is final "
+        "without an acknowledgement; else active."
+    )
+    acknowledged_at: UtcTime | None
+    acknowledged_by: str | None
+    notifications: list[Notification] = Field(description="The steps, in step order.")
+
+
+class AcknowledgeRequest(_Wire):
+    model_config = ConfigDict(extra="forbid")
+
+    by: str | None = Field(None, min_length=1, max_length=255, description="Who acknowledged.")
+
+
+def escalation_created_json(e: domain.Escalation) -> dict[str, Any]:
+    return {
+        "escalation": {"id": str(e.id), "state": e.state.value},
+        "notifications": [notification_json(n) for n in e.notifications],
+    }
+
+
+def escalation_json(e: domain.Escalation) -> dict[str, Any]:
+    return {
+        "id": str(e.id),
+        "state": e.state.value,
+        "acknowledgedAt": None if e.acknowledged_at is None else rfc3339(e.acknowledged_at),
+        "acknowledgedBy": e.acknowledged_by,
+        "notifications": [notification_json(n) for n in e.notifications],
+    }
+
+
 REQUEST_MODELS: list[type[BaseModel]] = [
+    AcknowledgeRequest,
     NotificationCreate,
     BatchCreate,
     RetryBatchRequest,
@@ -593,6 +672,9 @@ REQUEST_MODELS: list[type[BaseModel]] = [
 ]
 RESPONSE_MODELS: list[type[BaseModel]] = [
     Notification,
+    Escalation,
+    EscalationCreated,
+    EscalationRef,
     NotificationList,
     Recipient,
     Template,

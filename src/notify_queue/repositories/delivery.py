@@ -195,6 +195,9 @@ class DeliveryRepository:
             "chain_heads": list(chain_heads.channels.values()),
             "known_providers": list(chain_heads.known),
             "quiet_ids": list(quiet),
+            # For nq_finish when the claim cancels acknowledged escalation steps (no event:
+            # CANCELLED has none; passed so the call is nq_finish's usual one).
+            "webhook_url": d.webhook_url,
         }
         if routed:
             rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
