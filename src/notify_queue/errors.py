@@ -48,6 +48,11 @@ class DatabaseUnavailable(NotifyQueueError):
     """PostgreSQL cannot be reached or stopped answering; the caller may retry later."""
 
 
+class DatabaseBusy(DatabaseUnavailable):
+    """A transaction lost to concurrent ones (a deadlock, a serialisation failure, a lock wait
+    past `lock_timeout`) and was rolled back; running it again may succeed."""
+
+
 class SchemaNotCurrent(NotifyQueueError):
     """The database schema is older than this program; run `notify-queue migrate`."""
 

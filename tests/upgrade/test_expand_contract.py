@@ -2,15 +2,20 @@
 package with a contract step (tests/upgrade/contract_migrations): the baseline stays where 0.1.0
 reads it, plain `migrate` applies expand steps only, `migrate --contract` refuses while a process
 of an older release is connected, a fresh database gets every step at once, and readiness asks
-for the steps this release needs and no more."""
+for the steps this release needs and no more; a step that cannot get its locks from the running
+processes' transactions is run again, not failed."""
 
 from __future__ import annotations
+
+import asyncio
+import logging
 
 import psycopg
 import pytest
 
 from notify_queue import __version__
-from notify_queue.errors import OlderReleaseRunning
+from notify_queue.errors import DatabaseBusy, OlderReleaseRunning
+from notify_queue.repositories import schema
 from notify_queue.repositories.db import Database, application_name
 from notify_queue.repositories.schema import (
     BASELINE_VERSION,
@@ -20,6 +25,7 @@ from notify_queue.repositories.schema import (
     missing_steps,
     release_of,
 )
+from tests.support import eventually
 
 DEMO = "tests.upgrade.contract_migrations"
 
@@ -132,3 +138,37 @@ def test_a_connection_name_without_a_release_is_0_1_0s() -> None:
     assert release_of("notify-queue-api-12") == (0, 1, 0)
     assert release_of(application_name("notify-queue-listen")) == release_of("@" + __version__)
     assert release_of("notify-queue-worker@0.10.2") > release_of("notify-queue-worker@0.9.7")
+
+
+@pytest.mark.parametrize("attempts", [schema.LOCK_ATTEMPTS, 1])
+async def test_a_step_that_waits_on_a_running_transaction_is_run_again_once_it_ends(
+    empty_database_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    attempts: int,
+) -> None:
+    # A reader of the previous release holds its table in a transaction (ACCESS SHARE) past the
+    # step's lock timeout; it commits only once the migrator has given up a first time, so the
+    # order of events is fixed, not timed. With one attempt (the negative control: no retry),
+    # migrate fails as it did when 0.1.0's transactions deadlocked with it.
+    monkeypatch.setattr(schema, "LOCK_ATTEMPTS", attempts)
+    caplog.set_level(logging.WARNING, logger="notify_queue.repositories.schema")
+    async with Database(empty_database_url, pool_size=1) as db:
+        await migrate(db, package=DEMO, target=1)
+        async with await psycopg.AsyncConnection.connect(empty_database_url) as reader:
+            await reader.execute("LOCK TABLE nq_demo IN ACCESS SHARE MODE")
+            migrating = asyncio.create_task(migrate(db, package=DEMO))
+
+            async def gave_up_once() -> bool:
+                return migrating.done() or any(
+                    "rolled back" in r.getMessage() for r in caplog.records
+                )
+
+            await eventually(gave_up_once, timeout=60, what="the step's first lock timeout")
+            await reader.commit()
+            if attempts == 1:
+                with pytest.raises(DatabaseBusy, match="lock timeout"):
+                    await migrating
+                return
+            assert await migrating == [9, 11]
+    assert _columns(empty_database_url) == {"id", "old_name", "new_name"}

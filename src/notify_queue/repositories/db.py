@@ -30,7 +30,7 @@ from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from notify_queue import __version__, jsontext
-from notify_queue.errors import DatabaseUnavailable
+from notify_queue.errors import DatabaseBusy, DatabaseUnavailable
 from notify_queue.models import PoolStats
 from notify_queue.repositories.queries import QUERIES
 
@@ -41,6 +41,9 @@ Params = Mapping[str, Any]
 
 # Errors that mean "the database is not there right now", as opposed to a bug in a statement.
 _UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
+# Rolled back because of other transactions (40001, 40P01, 55P03): DatabaseBusy, which a caller
+# may meet by running the transaction again (the migrator does).
+_LOST_TO_OTHERS = (psycopg.errors.TransactionRollback, psycopg.errors.LockNotAvailable)
 
 # A connection handed out again within this many seconds of its last use is not checked first.
 # The check is a round trip of its own (an empty query); checking on every checkout doubled the
@@ -60,6 +63,8 @@ def application_name(role: str) -> str:
 def _translate(exc: BaseException) -> DatabaseUnavailable:
     # The first line only: libpq's messages can carry the host and port but never the password.
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, _LOST_TO_OTHERS):
+        return DatabaseBusy(f"database busy: {first_line}")
     return DatabaseUnavailable(f"database unavailable: {first_line}")
 
 

@@ -5,6 +5,13 @@ Safe to run again and from several processes at once: the whole run holds a sess
 advisory lock, so a second process waits and then finds nothing left to do. Each migration runs
 in its own transaction with its record.
 
+Beside running processes. `migrate` runs while the previous release serves, whose transactions
+hold the tables' locks for a moment each and take them in their own order. A migration's
+statements wait for a lock at most `LOCK_TIMEOUT` (while one waits for an ACCESS EXCLUSIVE lock,
+every query after it on that table queues behind it, so the wait is kept short); a migration
+that gives up there, or loses a deadlock to such a transaction, is rolled back whole and run
+again, up to `LOCK_ATTEMPTS` times, a little later each time.
+
 Two ledgers. Versions up to `BASELINE_VERSION` (0.1.0's last) are recorded in
 nq_schema_migrations as 0.1.0 recorded them: 0.1.0's readiness and operator compare that table's
 max(version) with 8, so a newer number there would take every 0.1.0 pod out of service the moment
@@ -19,6 +26,7 @@ nothing old runs against it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import re
@@ -29,7 +37,7 @@ from importlib import resources
 import psycopg
 
 from notify_queue import __version__
-from notify_queue.errors import OlderReleaseRunning
+from notify_queue.errors import DatabaseBusy, OlderReleaseRunning
 from notify_queue.models import Engine
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import database_engine_read
@@ -41,6 +49,10 @@ MIGRATIONS_PACKAGE = "notify_queue.repositories.migrations"
 CITUS_LAYOUT = "citus_layout.sql"
 # 0.1.0's last migration: the versions recorded where 0.1.0 looks (see the module docstring).
 BASELINE_VERSION = 8
+# A migration's lock waits, and how often it is tried again after losing one (module docstring).
+LOCK_TIMEOUT = "2s"
+LOCK_ATTEMPTS = 30
+_LOCK_BACKOFF_SECONDS = (0.2, 3.0)  # the first pause and the longest
 # An arbitrary constant that identifies "Notify Queue is migrating" among advisory locks.
 _MIGRATION_LOCK_KEY = 7_305_826_031
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
@@ -166,9 +178,7 @@ async def migrate(
             for migration in pending:
                 if migration.phase is Phase.CONTRACT and not contracting:
                     continue
-                async with conn.transaction():
-                    await conn.execute_script(migration.script)
-                    await _record(conn, migration)
+                await _apply(conn, migration)
                 log.info(
                     "applied migration %04d_%s (%s)",
                     migration.version,
@@ -190,6 +200,34 @@ async def migrate(
         finally:
             await conn.execute("migration_unlock", {"key": _MIGRATION_LOCK_KEY})
     return applied_now
+
+
+async def _apply(conn: Connection, migration: Migration) -> None:
+    """One migration and its record in one transaction, run again while it loses its locks to
+    the running processes' transactions (module docstring)."""
+    pause, longest = _LOCK_BACKOFF_SECONDS
+    for attempt in range(1, LOCK_ATTEMPTS + 1):
+        try:
+            async with conn.transaction():
+                await conn.execute("migration_lock_timeout", {"timeout": LOCK_TIMEOUT})
+                await conn.execute_script(migration.script)
+                await _record(conn, migration)
+            return
+        except DatabaseBusy as exc:
+            if attempt == LOCK_ATTEMPTS:
+                raise
+            log.warning(
+                "migration %04d_%s rolled back (%s): running processes hold its tables; "
+                "attempt %d of %d in %.1f s",
+                migration.version,
+                migration.name,
+                exc,
+                attempt + 1,
+                LOCK_ATTEMPTS,
+                pause,
+            )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, longest)
 
 
 async def _lay_out(conn: Connection) -> None:

@@ -220,7 +220,8 @@ DECLARE
     ws constant text := '[\s\x1c-\x1f\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]';
     allowed constant text[] := ARRAY['channel', 'recipient', 'subject', 'body', 'recipientId',
         'channels', 'strategy', 'category', 'template', 'data', 'priority', 'sendAt',
-        'delaySeconds', 'expiresAt', 'webhookUrl', 'policy', 'metadata', 'idempotencyKey'];
+        'delaySeconds', 'expiresAt', 'webhookUrl', 'policy', 'metadata', 'idempotencyKey',
+        'escalation'];
     key_message constant text := 'must be 1-255 printable ASCII characters without spaces';
     send_at timestamptz;
     expires_at timestamptz;
@@ -253,11 +254,11 @@ BEGIN
     -- The model's fields, in its order (pydantic reports them so).
     v := p -> 'channel';
     IF v IS NOT NULL AND v <> 'null' THEN
-        IF v #>> '{}' IN ('email', 'sms', 'push') AND jsonb_typeof(v) = 'string' THEN
+        IF v #>> '{}' IN ('email', 'sms', 'push', 'voice') AND jsonb_typeof(v) = 'string' THEN
             channel_ok := v #>> '{}';
         ELSE
             errs := errs || jsonb_build_object('field', 'channel', 'message',
-                                               'Input should be ''email'', ''sms'' or ''push''');
+                                               'Input should be ''email'', ''sms'', ''push'' or ''voice''');
         END IF;
     END IF;
     v := p -> 'recipient';
@@ -282,9 +283,9 @@ BEGIN
                             || substr(ws, 2, length(ws) - 2) || ']+$') THEN
                 errs := errs || jsonb_build_object('field', 'recipient',
                                                    'message', 'must be an email address for channel email');
-            ELSIF channel_ok = 'sms' AND s !~ '^\+[0-9]{8,15}$' THEN
+            ELSIF channel_ok IN ('sms', 'voice') AND s !~ '^\+[0-9]{8,15}$' THEN
                 errs := errs || jsonb_build_object('field', 'recipient', 'message',
-                    'must be an E.164 number (+ and 8-15 digits) for channel sms');
+                    'must be an E.164 number (+ and 8-15 digits) for channel ' || channel_ok);
             END IF;
         END IF;
     END IF;
@@ -327,18 +328,18 @@ BEGIN
         IF jsonb_typeof(v) <> 'array' THEN
             errs := errs || jsonb_build_object('field', 'channels',
                                                'message', 'Input should be a valid list');
-        ELSIF jsonb_array_length(v) > 3 THEN
+        ELSIF jsonb_array_length(v) > 4 THEN
             errs := errs || jsonb_build_object('field', 'channels', 'message',
-                'List should have at most 3 items after validation, not ' || jsonb_array_length(v));
+                'List should have at most 4 items after validation, not ' || jsonb_array_length(v));
         ELSE
             n := 0;
             FOR t IN SELECT 'channels.' || (e.ordinality - 1)
                      FROM jsonb_array_elements(v) WITH ORDINALITY e
                      WHERE jsonb_typeof(e.value) <> 'string'
-                        OR e.value #>> '{}' NOT IN ('email', 'sms', 'push')
+                        OR e.value #>> '{}' NOT IN ('email', 'sms', 'push', 'voice')
                      ORDER BY e.ordinality LOOP
                 errs := errs || jsonb_build_object('field', t, 'message',
-                                                   'Input should be ''email'', ''sms'' or ''push''');
+                                                   'Input should be ''email'', ''sms'', ''push'' or ''voice''');
                 n := n + 1;
             END LOOP;
             IF n = 0 AND jsonb_array_length(v) < 1 THEN
@@ -615,6 +616,7 @@ DECLARE
     v_category text;
     ids uuid[];
     answer jsonb;
+    v_id uuid;
 BEGIN
     -- 0.1.0's triggers stay silent for the rest of this transaction: this function writes their
     -- work itself (0012). Set here, not as the function's SET clause, which a migrating user who
@@ -627,6 +629,11 @@ BEGIN
                        FROM jsonb_array_elements(errs) e),
             DETAIL = errs::text,
             HINT = 'the same rules as POST /notifications (docs/enqueue.md)';
+    END IF;
+    IF COALESCE(request -> 'escalation', 'null') <> 'null' THEN
+        RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
+            MESSAGE = 'not supported in SQL: escalation (an escalation is created through the '
+                      'API: POST /notifications with recipientId and escalation)';
     END IF;
     IF COALESCE(request -> 'template', 'null') <> 'null' THEN
         RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
@@ -660,8 +667,10 @@ BEGIN
         IF FOUND THEN
             PERFORM pg_notify('nq_wakeup', '');
         END IF;
-        SELECT n.* INTO stored FROM nq_all_notifications n
-        WHERE n.id = (SELECT k.notification_id FROM nq_idempotency_keys k WHERE k.key = v_key);
+        -- The key first, then the row by id: two statements (Citus plans no subquery of the
+        -- keys, distributed by key, inside a read of the view, distributed by bucket).
+        SELECT k.notification_id INTO v_id FROM nq_idempotency_keys k WHERE k.key = v_key;
+        SELECT n.* INTO stored FROM nq_all_notifications n WHERE n.id = v_id;
         IF stored.request_hash <> v_hash THEN
             RAISE EXCEPTION USING ERRCODE = 'unique_violation',
                 MESSAGE = 'idempotency key ' || quote_literal(v_key)
@@ -674,11 +683,11 @@ BEGIN
     -- A stored recipient (services.notifications._enqueue_targeted): serialised per request key,
     -- answered from what the key became when seen before, else expanded over the channels.
     PERFORM pg_advisory_xact_lock(hashtextextended('nq-request:' || v_key, 0));
-    keys := ARRAY[v_key, v_key || ' email', v_key || ' sms', v_key || ' push', v_key || ' suppressed'];
+    keys := ARRAY[v_key, v_key || ' email', v_key || ' sms', v_key || ' push', v_key || ' voice',
+             v_key || ' suppressed'];
     IF EXISTS (SELECT 1 FROM nq_idempotency_keys k WHERE k.key = ANY(keys)) THEN
-        ids := ARRAY(SELECT n.id FROM nq_all_notifications n
-                     WHERE n.id = ANY(ARRAY(SELECT k.notification_id FROM nq_idempotency_keys k
-                                            WHERE k.key = ANY(keys)))
+        ids := ARRAY(SELECT k.notification_id FROM nq_idempotency_keys k WHERE k.key = ANY(keys));
+        ids := ARRAY(SELECT n.id FROM nq_all_notifications n WHERE n.id = ANY(ids)
                      ORDER BY array_position(keys, n.idempotency_key));
         IF (SELECT bool_or(n.request_hash <> v_hash OR n.idempotency_key = v_key)
             FROM nq_all_notifications n WHERE n.id = ANY(ids)) THEN
@@ -706,6 +715,7 @@ BEGIN
     END IF;
     FOREACH c IN ARRAY order_ LOOP
         contact := CASE c WHEN 'email' THEN recipient.email WHEN 'sms' THEN recipient.phone
+                          WHEN 'voice' THEN COALESCE(recipient.voice, recipient.phone)
                           ELSE recipient.push_tokens[1] END;
         IF contact IS NULL THEN
             CONTINUE;
@@ -737,6 +747,7 @@ BEGIN
         END LOOP;
         c := COALESCE(usable[1], order_[1]);
         contact := CASE c WHEN 'email' THEN recipient.email WHEN 'sms' THEN recipient.phone
+                          WHEN 'voice' THEN COALESCE(recipient.voice, recipient.phone)
                           ELSE recipient.push_tokens[1] END;
         items := jsonb_build_array(base || jsonb_build_object(
             'position', 0, 'id', gen_random_uuid(), 'idempotency_key', v_key || ' suppressed',

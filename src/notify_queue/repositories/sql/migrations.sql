@@ -82,3 +82,8 @@ BEGIN
     EXECUTE 'GRANT EXECUTE ON FUNCTION notify_queue_enqueue(jsonb, text) TO notify_queue_enqueue';
     EXECUTE 'GRANT USAGE ON SCHEMA ' || quote_ident(current_schema()) || ' TO notify_queue_enqueue';
 END $$
+
+-- name: migration_lock_timeout
+-- For this migration's transaction only: how long one of its statements may wait for a lock
+-- before the transaction gives up (and the migrator runs it again; schema.migrate).
+SELECT set_config('lock_timeout', %(timeout)s, true)
