@@ -35,7 +35,7 @@ BEGIN
                         '`notify-queue migrate --contract`';
     END IF;
 
-    -- Webhook events get their notification's bucket (0018) while every table is still local
+    -- Webhook events get their notification's bucket (0012) while every table is still local
     -- (Citus plans no such join between a distributed and a local table).
     IF NOT EXISTS (SELECT FROM pg_dist_partition
                    WHERE logicalrelid = 'nq_webhook_events'::regclass) THEN
@@ -79,7 +79,7 @@ BEGIN
         PERFORM create_distributed_table('nq_escalations', 'bucket', colocate_with => 'nq_jobs');
     END IF;
 
-    -- Webhook events: the bucket of their notification (0018), the key (bucket, id).
+    -- Webhook events: the bucket of their notification (0012), the key (bucket, id).
     IF NOT EXISTS (SELECT FROM pg_dist_partition
                    WHERE logicalrelid = 'nq_webhook_events'::regclass) THEN
         ALTER TABLE nq_webhook_events ALTER COLUMN bucket SET NOT NULL;

@@ -234,6 +234,54 @@ BEGIN
     RETURN true;
 END $$;
 
+-- Webhook events carry their notification's bucket: on Citus they are distributed by it,
+-- co-located with the queue and the log, so the relay's claim (FOR UPDATE SKIP LOCKED) names one
+-- bucket (docs/scaling.md). A new nullable column: 0.1.0 inserts events without it and never
+-- reads webhook events with `*`; `migrate` on a Citus coordinator fills the missing ones
+-- (citus_layout.sql) before it distributes the table.
+ALTER TABLE nq_webhook_events ADD COLUMN bucket smallint;
+
+-- A second function of the same name with p_buckets (one bucket per notification, as p_ids),
+-- every argument required, which every 0.2.0 caller passes. The 0.1.0 one (7 arguments, the
+-- last with a default) stays as it is: 0.1.0 calls it with 6 or 7 arguments, which resolve to it
+-- and never to this one (8), so neither call is ambiguous. It is not dropped and created again:
+-- a function is not locked by its callers, so a 0.1.0 statement planned before such a migration
+-- committed fails at execution with "cache lookup failed for function" (the rolling-upgrade test
+-- saw it on 0.1.0's create). The 0.1.0 function goes in a later release's contract step.
+CREATE FUNCTION nq_insert_webhook_events(
+    p_ids uuid[], p_statuses text[], p_attempts integer[], p_urls text[], p_policies text[],
+    p_default_url text, p_providers text[], p_buckets smallint[]
+) RETURNS integer
+LANGUAGE sql VOLATILE AS $$
+    WITH changed AS (
+        SELECT gen_random_uuid() AS event_id, c.id, c.status, c.attempts, c.provider, c.bucket,
+               COALESCE(c.url, p.webhook_url, p_default_url) AS url,
+               p.name AS policy
+        -- A multi-argument unnest pads shorter arrays with NULLs: callers without providers
+        -- (expiry, lease recovery) pass none, 0.1.0 passes no buckets.
+        FROM unnest(p_ids, p_statuses, p_attempts, p_urls, p_policies, p_providers, p_buckets)
+             AS c(id, status, attempts, url, policy, provider, bucket)
+        LEFT JOIN nq_policies p ON p.name = c.policy
+        WHERE c.status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'EXPIRED', 'SUPPRESSED')
+    ), inserted AS (
+        INSERT INTO nq_webhook_events (id, notification_id, url, policy, payload, bucket)
+        SELECT c.event_id, c.id, c.url, c.policy,
+               json_build_object(
+                   'eventId', c.event_id,
+                   'jobId', c.id,
+                   'status', c.status,
+                   'attemptCount', c.attempts,
+                   'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                   'provider', c.provider
+               )::text,
+               c.bucket
+        FROM changed c
+        WHERE c.url IS NOT NULL
+        RETURNING 1
+    )
+    SELECT count(*)::integer FROM inserted
+$$;
+
 -- The one way a notification becomes final: its row leaves the queue and enters the log in one
 -- statement (the DELETE's lock and the INSERT commit together), with its counters, its status
 -- write for the operator and, for the states that have one, its webhook event. The caller has
@@ -299,7 +347,7 @@ BEGIN
         SELECT nq_insert_webhook_events(array_agg(l.id), array_agg(l.status),
                                         array_agg(l.attempt_count), array_agg(l.webhook_url),
                                         array_agg(l.policy), p_default_webhook_url,
-                                        array_agg(l.provider)) AS n
+                                        array_agg(l.provider), array_agg(l.bucket)) AS n
         FROM logged l WHERE p_note
     )
     -- noted and events are read so that they run (a SELECT in WITH runs only when referenced).

@@ -42,6 +42,11 @@ DROP FUNCTION nq_count_changes();
 -- squawk-ignore ban-drop-function
 DROP FUNCTION nq_explicit_session();
 
+-- Why: 0.1.0's webhook-event insert (7 arguments, no buckets); 0.2.0 calls the one of 0012 that
+-- takes each notification's bucket.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION nq_insert_webhook_events(uuid[], text[], integer[], text[], text[], text, text[]);
+
 -- Why: 0.1.0's rate limit, replaced by nq_rate_windows (0012).
 -- squawk-ignore ban-drop-table
 DROP TABLE nq_rate_slots;

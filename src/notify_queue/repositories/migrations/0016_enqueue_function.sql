@@ -98,7 +98,8 @@ WITH request AS (
 ), events AS (
     SELECT nq_insert_webhook_events(array_agg(g.id), array_agg(g.status),
                                     array_agg(g.attempt_count), array_agg(g.webhook_url),
-                                    array_agg(g.policy), p_default_webhook_url) AS n
+                                    array_agg(g.policy), p_default_webhook_url,
+                                    NULL::text[], array_agg(g.bucket)) AS n
     FROM logged g
 ), counted AS (
     SELECT nq_note_changes(array_agg(g.id), array_agg(g.source), NULL, array_agg(g.status)) AS n
