@@ -53,6 +53,25 @@ class _Wire(BaseModel):
 _KEY_PATTERN = "^[!-~]{1,255}$"  # 1-255 printable ASCII characters, no space
 
 
+class DigestCreate(_Wire):
+    """Join the recipient's open digest for `key` on the channel (docs/digests.md): one message
+    when `windowSeconds` have passed since it opened or `maxItems` joined."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(pattern=_KEY_PATTERN)
+    window_seconds: int = Field(ge=1, le=rules.MAX_DIGEST_WINDOW_SECONDS)
+    max_items: int = Field(
+        rules.DEFAULT_DIGEST_ITEMS, ge=rules.MIN_DIGEST_ITEMS, le=rules.MAX_DIGEST_ITEMS
+    )
+    template: str | None = Field(
+        None,
+        pattern=rules.TEMPLATE_NAME_PATTERN.pattern,
+        description="A stored template rendered with `items` and `count` when the digest is "
+        "sent; without one, the first subject (+N more) and the bodies one a line.",
+    )
+
+
 class NotificationCreate(_Wire):
     """A notification to enqueue. The idempotency key comes in the `Idempotency-Key` header or
     in `idempotencyKey` (one of them is required; both present must be equal). It goes to an
@@ -135,6 +154,10 @@ class NotificationCreate(_Wire):
         default_factory=dict, description=f"Any JSON object up to {rules.MAX_METADATA_BYTES} bytes."
     )
     idempotency_key: str | None = Field(None, pattern=_KEY_PATTERN)
+    digest: DigestCreate | None = Field(
+        None,
+        description="Many events, one message (not with HIGH, sendAt, delaySeconds, expiresAt).",
+    )
 
 
 class BatchNotificationCreate(NotificationCreate):
@@ -195,6 +218,14 @@ class Waiting(_Wire):
     detail: str = Field(description="One sentence: what it waits for.")
 
 
+class DigestRef(_Wire):
+    """The digest a notification belongs to."""
+
+    key: str
+    id: uuid.UUID = Field(description="Shared by the digest's notifications.")
+    count: int = Field(description="Its items so far.")
+
+
 class Notification(_Wire):
     id: uuid.UUID
     idempotency_key: str
@@ -227,6 +258,7 @@ class Notification(_Wire):
     category: str
     recipient_id: str | None = Field(description="The stored recipient it was sent to, if any.")
     template: TemplateRef | None = Field(description="The template it was rendered from, if any.")
+    digest: DigestRef | None = Field(None, description="Its digest, if it joined one.")
 
     @classmethod
     def of(cls, n: domain.Notification) -> Notification:
@@ -262,6 +294,9 @@ class Notification(_Wire):
             template=TemplateRef(name=n.template.name, version=n.template.version)
             if n.template
             else None,
+            digest=None
+            if n.digest is None
+            else DigestRef(key=n.digest.key, id=n.digest.id, count=n.digest.count),
         )
 
 
@@ -309,6 +344,9 @@ def notification_json(n: domain.Notification) -> dict[str, Any]:
         "template": None
         if template is None
         else {"name": template.name, "version": template.version},
+        "digest": None
+        if n.digest is None
+        else {"key": n.digest.key, "id": str(n.digest.id), "count": n.digest.count},
     }
 
 

@@ -88,8 +88,12 @@ LIMIT %(limit)s
 -- re-checks status = 'PENDING' on the newest row version; whichever commits first wins and the
 -- other changes nothing. nq_finish moves the row to the log (the caller reads it back with
 -- notification_get, a statement of its own that sees the move).
+-- A digest's item is cancelled by digest_cancel_lock and digest_item_cancel instead (digests.sql:
+-- the digest is locked first and its count and carrier kept), so it is not matched here.
 WITH pending AS (
-    SELECT id FROM nq_jobs WHERE id = %(id)s AND status = 'PENDING' FOR UPDATE
+    SELECT id FROM nq_jobs
+    WHERE id = %(id)s AND status = 'PENDING' AND digest_id IS NULL
+    FOR UPDATE
 )
 SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending), ARRAY(SELECT 'CANCELLED' FROM pending),
                            NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
