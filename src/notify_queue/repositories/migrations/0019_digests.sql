@@ -50,7 +50,8 @@ CREATE INDEX nq_jobs_digest ON nq_jobs (bucket, digest_id) WHERE digest_id IS NO
 -- carrier). The open digest row is locked (FOR UPDATE) until the caller's commit: a claim that
 -- would close it skips it meanwhile (SKIP LOCKED), so when a claim closes a digest every item
 -- that joined it has committed. A digest that a concurrent transaction closed is re-checked
--- after the wait and no longer found open: the item opens a new one. Two creates opening the
+-- after the wait and no longer found open: the item opens a new one, as it does when the open
+-- digest's window has ended (it closes it on the way). Two creates opening the
 -- same digest at once: the unique partial index lets one insert; the other loops and joins it.
 -- The item that brings the count to maxItems closes the digest and makes its carrier due now
 -- (lock order: the digest, then its items, as the cancel's; docs/digests.md).
@@ -68,6 +69,14 @@ BEGIN
         WHERE x.bucket = p_bucket AND x.recipient = p_recipient AND x.channel = p_channel
           AND x.key = p_key AND x.state = 'open'
         FOR UPDATE;
+        IF FOUND AND d.closes_at <= now() THEN
+            -- Its window is over but no claim has closed it yet (workers busy or down): it
+            -- closes now, at its window's end, and this item opens the next one. Its carrier is
+            -- due already.
+            UPDATE nq_digests x SET state = 'closed', closed_at = x.closes_at
+            WHERE x.bucket = d.bucket AND x.id = d.id;
+            CONTINUE;
+        END IF;
         IF FOUND THEN
             UPDATE nq_digests x
             SET item_count = x.item_count + 1,
