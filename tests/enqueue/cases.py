@@ -155,7 +155,11 @@ CASES: list[tuple[str, dict[str, Any] | Any, str | None]] = [
         {**E, "digest": {"key": 5, "windowSeconds": 1.5, "maxItems": True, "template": 3}},
         "k",
     ),
-    ("digest with HIGH", {**E, "priority": "HIGH", "digest": {"key": "k", "windowSeconds": 9}}, "k"),
+    (
+        "digest with HIGH",
+        {**E, "priority": "HIGH", "digest": {"key": "k", "windowSeconds": 9}},
+        "k",
+    ),
     (
         "digest with delaySeconds",
         {**E, "delaySeconds": 5, "digest": {"key": "k", "windowSeconds": 9}},
