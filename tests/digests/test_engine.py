@@ -132,3 +132,17 @@ async def test_a_cancelled_item_leaves_its_digest_and_all_cancelled_sends_nothin
     # Once closed, its items are being sent: a cancel is refused (409 from the API).
     with pytest.raises(Conflict):
         await notifications.cancel(c.notification.id)
+
+
+def test_a_notification_objects_digest_names_a_template_of_its_namespace() -> None:
+    from notify_queue.services.kube import request_from_spec
+
+    spec = {
+        "channel": "email",
+        "recipient": "a@example.com",
+        "body": "x",
+        "digest": {"key": "likes", "windowSeconds": 60, "template": "likes"},
+    }
+    data = request_from_spec("team-a", spec)
+    assert data["digest"]["key"] == "likes" and data["digest"]["template"] != "likes"
+    assert spec["digest"]["template"] == "likes"  # the object's own spec is not changed

@@ -55,6 +55,13 @@ NOTIFICATION_CASES = [
     "key with space",
     "policy name",
     "unknown field",
+    "digest with HIGH",
+    "digest with delay",
+    "digest without window",
+    "digest window zero",
+    "digest max items one",
+    "digest key with space",
+    "digest unknown field",
 ]
 
 
@@ -98,6 +105,31 @@ NOTIFICATION_CASES = [
             "policy must be the name of a NotificationPolicy in this namespace",
         ),
         ({"colour": "blue"}, 'unknown field "spec.colour"'),
+        (
+            {"priority": "HIGH", "digest": {"key": "likes", "windowSeconds": 60}},
+            "digest is not allowed with priority HIGH",
+        ),
+        (
+            {"delay": "5m", "digest": {"key": "likes", "windowSeconds": 60}},
+            "digest is not allowed with sendAt, delay or expiresAt",
+        ),
+        ({"digest": {"key": "likes"}}, "spec.digest.windowSeconds: Required value"),
+        (
+            {"digest": {"key": "likes", "windowSeconds": 0}},
+            "spec.digest.windowSeconds: Invalid value: 0",
+        ),
+        (
+            {"digest": {"key": "likes", "windowSeconds": 60, "maxItems": 1}},
+            "spec.digest.maxItems: Invalid value: 1",
+        ),
+        (
+            {"digest": {"key": "has space", "windowSeconds": 60}},
+            "digest.key must be printable ASCII characters without spaces",
+        ),
+        (
+            {"digest": {"key": "likes", "windowSeconds": 60, "colour": "blue"}},
+            'unknown field "spec.digest.colour"',
+        ),
     ],
     ids=NOTIFICATION_CASES,
 )
