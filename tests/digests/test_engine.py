@@ -22,6 +22,7 @@ from notify_queue.models import (
 )
 from notify_queue.repositories.db import Database
 from notify_queue.services.delivery import DeliveryService
+from notify_queue.services.kube import request_from_spec
 from tests.support import delivery_service, eventually, new, notification_service
 
 
@@ -135,8 +136,6 @@ async def test_a_cancelled_item_leaves_its_digest_and_all_cancelled_sends_nothin
 
 
 def test_a_notification_objects_digest_names_a_template_of_its_namespace() -> None:
-    from notify_queue.services.kube import request_from_spec
-
     spec = {
         "channel": "email",
         "recipient": "a@example.com",
