@@ -21,8 +21,11 @@ from notify_queue.models import (
     WaitingReason,
 )
 from notify_queue.repositories.db import Database
+from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.kube import request_from_spec
+from notify_queue.services.retention import DeliveryLogKeeper
+from tests.api.support import sql
 from tests.support import delivery_service, eventually, new, notification_service
 
 
@@ -145,3 +148,22 @@ def test_a_notification_objects_digest_names_a_template_of_its_namespace() -> No
     data = request_from_spec("team-a", spec)
     assert data["digest"]["key"] == "likes" and data["digest"]["template"] != "likes"
     assert spec["digest"]["template"] == "likes"  # the object's own spec is not changed
+
+
+async def test_retention_removes_digests_closed_before_it_and_keeps_the_rest(
+    db: Database, database_url: str
+) -> None:
+    notifications = notification_service(db)
+    old = await notifications.enqueue(item(f"old-{uuid.uuid4().hex[:6]}@example.com"))
+    kept = await notifications.enqueue(item(f"new-{uuid.uuid4().hex[:6]}@example.com"))
+    assert old.notification.digest is not None and kept.notification.digest is not None
+    await notifications.cancel(old.notification.id)  # its last item: the digest is cancelled
+    await sql(
+        database_url,
+        "UPDATE nq_digests SET closed_at = now() - interval '40 days' WHERE id = %s",
+        [old.notification.digest.id],
+    )
+    keeper = DeliveryLogKeeper(DeliveryLogRepository(db), retention_days=30)
+    await keeper.maintain()
+    assert (await notifications.get(old.notification.id)).digest is None
+    assert (await notifications.get(kept.notification.id)).digest is not None

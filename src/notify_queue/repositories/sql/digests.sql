@@ -73,3 +73,13 @@ WITH pending AS (
     RETURNING j.id
 )
 SELECT (SELECT id FROM finished) AS id, (SELECT count(*) FROM handed) AS handed
+
+-- name: digests_forget
+-- Retention (services/retention.py): closed and cancelled digests closed longer ago than the
+-- retention and a day (their items' log partitions go first, so no answer loses its `digest`
+-- while its notification is still kept), unless an item of theirs is still in the queue. One
+-- statement an hour, over what closed in an hour; the partial index nq_digests_closed finds them.
+DELETE FROM nq_digests d
+WHERE d.state <> 'open'
+  AND d.closed_at < now() - make_interval(secs => %(retention_seconds)s + 86400)
+  AND NOT EXISTS (SELECT 1 FROM nq_jobs j WHERE j.bucket = d.bucket AND j.digest_id = d.id)
