@@ -104,14 +104,15 @@ class NotificationRepository:
             "default_webhook_url": self._default_webhook_url,
         }
         born_final = any(n.status is not Status.PENDING for n in notifications)
-        if conn is None and not born_final:
+        digests = any(n.digest is not None for n in notifications)
+        if conn is None and not born_final and not digests:
             # Read in binary: 1,000 whole rows decode cheaper than their text (times, uuids).
             rows = await self._db.fetch_all("notification_insert_many", params, binary=True)
             return await _notifications(self._db, rows)
         if conn is not None:
-            return await _insert(conn, params, born_final=born_final)
+            return await _insert(conn, params, born_final=born_final, digests=digests)
         async with self._db.transaction() as own:
-            return await _insert(own, params, born_final=born_final)
+            return await _insert(own, params, born_final=born_final, digests=digests)
 
     async def notifications_get_by_keys(
         self, *, idempotency_keys: Sequence[str], conn: Connection | None = None
@@ -241,11 +242,14 @@ class NotificationRepository:
 
 
 async def _insert(
-    conn: Connection, params: dict[str, object], *, born_final: bool
+    conn: Connection, params: dict[str, object], *, born_final: bool, digests: bool = False
 ) -> list[Notification]:
     if born_final:
         await conn.fetch_one("notification_log_ready")
-    rows = await conn.fetch_all("notification_insert_many", params, binary=True)
+    if digests:  # docs/digests.md: only a batch with a digest's item plans the digest steps
+        rows = await conn.fetch_all("notification_insert_many_digests", params, binary=True)
+    else:
+        rows = await conn.fetch_all("notification_insert_many", params, binary=True)
     return await _notifications(conn, rows)
 
 

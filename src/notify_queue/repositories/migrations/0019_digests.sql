@@ -120,10 +120,13 @@ RETURN CASE
     WHEN v::text::numeric > hi THEN 'Input should be less than or equal to ' || hi
 END;
 
--- The insert path of the API and of notify_queue_enqueue (0016), now with `digest`: the same
--- name, arguments and result, so its callers are unchanged. Items with digest_key join their
--- digest (`joined`); the others are inserted exactly as before.
-CREATE OR REPLACE FUNCTION nq_insert_notifications(
+-- The insert path of the API and of notify_queue_enqueue (0016, nq_insert_notifications) with
+-- `digest`: the same arguments and result. Items with digest_key join their digest (`joined`);
+-- the others are inserted exactly as there. A function of its own, called only for a batch with
+-- a digest item (repositories/notifications.py, notify_queue_enqueue): a plain batch keeps 0016's
+-- statement, which PostgreSQL plans on every call of a SQL function, so the digest steps cost
+-- it nothing, not even planning.
+CREATE FUNCTION nq_insert_digest_items(
     p_items json, p_default_max_attempts integer, p_default_webhook_url text
 ) RETURNS TABLE (
     id uuid, idempotency_key text, request_hash text, channel text, recipient text,
@@ -751,7 +754,7 @@ BEGIN
         'policy', request ->> 'policy', 'webhook_url', request ->> 'webhookUrl',
         'metadata', COALESCE(request -> 'metadata', '{}'), 'status', 'PENDING',
         'category', v_category, 'recipient_id', request ->> 'recipientId',
-        -- digest (0019): joined by nq_insert_notifications, as the API's creates are.
+        -- digest (0019): joined by nq_insert_digest_items, as the API's creates are.
         'digest_key', request #>> '{digest,key}',
         'digest_window_seconds', (request #>> '{digest,windowSeconds}')::integer,
         'digest_max_items', COALESCE((request #>> '{digest,maxItems}')::integer, 100),
@@ -759,11 +762,19 @@ BEGIN
 
     IF request ->> 'recipientId' IS NULL THEN
         -- An address: one notification under the key itself.
-        PERFORM FROM nq_insert_notifications(
-            jsonb_build_array(base || jsonb_build_object(
-                'position', 0, 'id', gen_random_uuid(), 'idempotency_key', v_key,
-                'channel', request ->> 'channel', 'recipient', request ->> 'recipient'))::json,
-            v_max_attempts, v_webhook_url) i;
+        IF COALESCE(request -> 'digest', 'null') <> 'null' THEN
+            PERFORM FROM nq_insert_digest_items(
+                jsonb_build_array(base || jsonb_build_object(
+                    'position', 0, 'id', gen_random_uuid(), 'idempotency_key', v_key,
+                    'channel', request ->> 'channel', 'recipient', request ->> 'recipient'))::json,
+                v_max_attempts, v_webhook_url) i;
+        ELSE
+            PERFORM FROM nq_insert_notifications(
+                jsonb_build_array(base || jsonb_build_object(
+                    'position', 0, 'id', gen_random_uuid(), 'idempotency_key', v_key,
+                    'channel', request ->> 'channel', 'recipient', request ->> 'recipient'))::json,
+                v_max_attempts, v_webhook_url) i;
+        END IF;
         IF FOUND THEN
             PERFORM pg_notify('nq_wakeup', '');
         END IF;
@@ -852,7 +863,13 @@ BEGIN
             'last_error', 'suppressed: ' || array_to_string(why, '; ')));
         PERFORM nq_delivery_log_ready();
     END IF;
-    ids := ARRAY(SELECT i.id FROM nq_insert_notifications(items::json, v_max_attempts, v_webhook_url) i);
+    IF COALESCE(request -> 'digest', 'null') <> 'null' THEN
+        ids := ARRAY(SELECT i.id FROM nq_insert_digest_items(items::json, v_max_attempts,
+                                                             v_webhook_url) i);
+    ELSE
+        ids := ARRAY(SELECT i.id FROM nq_insert_notifications(items::json, v_max_attempts,
+                                                              v_webhook_url) i);
+    END IF;
     IF cardinality(chosen) > 0 THEN
         PERFORM pg_notify('nq_wakeup', '');
     END IF;

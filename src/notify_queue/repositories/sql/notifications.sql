@@ -29,6 +29,13 @@ n.waiting_until, n.waiting_detail, n.digest_id, n.escalation_id, n.traceparent
 SELECT * FROM nq_insert_notifications(%(items)s::json, %(default_max_attempts)s,
                                       %(default_webhook_url)s)
 
+-- name: notification_insert_many_digests
+-- notification_insert_many for a batch with a digest's item (0019, docs/digests.md): each such
+-- item joins its recipient's open digest (nq_digest_join) in this statement; the batch's other
+-- rows are inserted as there. A plain batch never runs this one (it plans the digest steps).
+SELECT * FROM nq_insert_digest_items(%(items)s::json, %(default_max_attempts)s,
+                                     %(default_webhook_url)s)
+
 -- name: notification_log_ready
 -- Before an insert of rows born final: the log has today's partition (0012).
 SELECT nq_delivery_log_ready() AS ready
