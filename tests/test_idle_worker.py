@@ -37,6 +37,7 @@ from notify_queue.settings import WorkerSettings
 from notify_queue.worker.main import delivery_defaults, webhook_dispatcher
 from notify_queue.worker.runner import SAFETY_LOOK_SECONDS, Worker
 from notify_queue.worker.supervision import Health
+from tests.receivers import WebhookReceiver
 from tests.support import (
     directory_outside_pytest,
     eventually,
@@ -44,7 +45,6 @@ from tests.support import (
     notification_service,
     single_provider_router,
 )
-from tests.receivers import WebhookReceiver
 
 TASKS = ("claim", "listen", "complete", "housekeeping", "retention", "webhooks")
 # Long enough that only the path under test can deliver within a test's deadline.

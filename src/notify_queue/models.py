@@ -61,6 +61,14 @@ class Channel(enum.StrEnum):
     EMAIL = "email"
     SMS = "sms"
     PUSH = "push"
+    # A phone call (CONTRACT section 10): the recipient is an E.164 number, the body is spoken.
+    VOICE = "voice"
+
+
+# The channels a recipientId request uses when it names none, in that order (CONTRACT section 9:
+# "default all three"). `voice` is used only where asked for: a call is the loudest channel, kept
+# for escalation steps and requests that name it.
+DEFAULT_CHANNELS = (Channel.EMAIL, Channel.SMS, Channel.PUSH)
 
 
 class Priority(enum.StrEnum):
@@ -247,6 +255,10 @@ class NewNotification:
     traceparent: str | None = None
     # Join the recipient's open digest for this key and channel (docs/digests.md).
     digest: DigestSpec | None = None
+    # An escalation step (docs/escalation.md): its escalation, and the sentence it waits with
+    # until its time (reason EscalationStep).
+    escalation_id: uuid.UUID | None = None
+    escalation_detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +312,8 @@ class Notification:
     waiting: Waiting | None = None
     # The digest it belongs to (docs/digests.md), else None.
     digest: DigestRef | None = None
+    # The escalation it is a step of (docs/escalation.md), else None.
+    escalation_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,6 +327,34 @@ class CreateResult:
     created: bool
     conflict: bool = False
     notifications: tuple[Notification, ...] = ()
+
+
+class EscalationState(enum.StrEnum):
+    ACTIVE = "active"
+    ACKNOWLEDGED = "acknowledged"
+    EXHAUSTED = "exhausted"  # every step final, no acknowledgement (read, never stored)
+
+
+@dataclass(frozen=True, slots=True)
+class Escalation:
+    """An escalation and its steps (notifications) in step order."""
+
+    id: uuid.UUID
+    state: EscalationState
+    recipient_id: str
+    acknowledged_at: datetime | None
+    acknowledged_by: str | None
+    created_at: datetime
+    notifications: tuple[Notification, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationCreated:
+    """What a create with `escalation` came to: created, the same request again, or a clash."""
+
+    escalation: Escalation
+    created: bool
+    conflict: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,12 +422,16 @@ class Recipient:
     preferences: Preferences
     created_at: datetime
     updated_at: datetime
+    # The number to call (E.164); None: `phone` is called.
+    voice: str | None = None
 
     def contact(self, channel: Channel) -> str | None:
         if channel is Channel.EMAIL:
             return self.email
         if channel is Channel.SMS:
             return self.phone
+        if channel is Channel.VOICE:
+            return self.voice or self.phone
         return self.push_tokens[0] if self.push_tokens else None
 
 

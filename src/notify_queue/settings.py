@@ -479,7 +479,7 @@ class ProviderOptions(_Options):
             Channel.EMAIL: self.email_provider,
             Channel.SMS: self.sms_provider,
             Channel.PUSH: self.push_provider,
-        }[channel]
+        }.get(channel)  # voice has no flag of its own: --provider (or a providers file)
         return override or self.provider
 
 

@@ -34,6 +34,8 @@ CONTRACT_OPERATIONS = {
     ("put", "/templates/{name}"),
     ("get", "/templates/{name}"),
     ("delete", "/templates/{name}"),
+    ("get", "/escalations/{id}"),
+    ("post", "/escalations/{id}/acknowledge"),
 }
 
 

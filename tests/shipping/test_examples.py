@@ -62,7 +62,7 @@ def test_the_examples_are_numbered_and_each_says_where_it_ends() -> None:
         "04-webhook-secret.yaml",
         "05-policy.yaml",
         "06-worker-pool.yaml",
-        "08-digest.yaml",
+        "09-digest.yaml",
     ]
     for path in EXAMPLES:
         promise = promise_of(path)

@@ -25,14 +25,17 @@ from notify_queue.api.limits import BodySizeLimit
 from notify_queue.api.metrics import QueueMetrics
 from notify_queue.api.openapi import build_openapi
 from notify_queue.api.problems import install_problem_handlers
+from notify_queue.api.routes_escalations import add_escalation_routes
 from notify_queue.api.routes_notifications import add_notification_routes
 from notify_queue.api.routes_ops import add_ops_routes
 from notify_queue.api.routes_recipients import add_recipient_routes
 from notify_queue.api.runtime import ApiRuntime
 from notify_queue.repositories import schema
 from notify_queue.repositories.db import Database
+from notify_queue.repositories.escalations import EscalationRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.recipients import RecipientRepository
+from notify_queue.services.escalations import EscalationService
 from notify_queue.services.notifications import CREATES_IN_FLIGHT, NotificationService
 from notify_queue.services.recipients import RecipientService
 from notify_queue.services.rendering import RenderPool
@@ -76,6 +79,12 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
             schema_version=functools.partial(schema.current_version, database),
             missing_schema_steps=functools.partial(schema.missing_steps, database),
             recipients=RecipientService(RecipientRepository(database)),
+            escalations=EscalationService(
+                EscalationRepository(database, default_webhook_url=settings.webhook_url),
+                default_max_attempts=settings.max_attempts,
+                waker=waker,
+                renderer=renderer,
+            ),
         )
         try:
             yield
@@ -103,6 +112,7 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
     # OpenAPI document all see one flat list of routes.
     add_notification_routes(app.router, auth)
     add_recipient_routes(app.router, auth)
+    add_escalation_routes(app.router, auth)
     add_ops_routes(app.router, auth)
     app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
     app.openapi = functools.partial(build_openapi, app)  # type: ignore[method-assign]

@@ -29,7 +29,12 @@ from notify_queue.api.problems import domain_problem
 from notify_queue.api.query import reject_unknown_query_parameters
 from notify_queue.api.responses import JsonResponse
 from notify_queue.api.runtime import ApiRuntime, Runtime
-from notify_queue.api.schemas import RetryBatchRequest, RetryBatchResult, notification_json
+from notify_queue.api.schemas import (
+    RetryBatchRequest,
+    RetryBatchResult,
+    escalation_created_json,
+    notification_json,
+)
 from notify_queue.errors import Conflict, FieldError, ValidationFailed
 from notify_queue.models import Channel, CreateResult, Status, WaitingReason
 from notify_queue.services.notifications import MAX_BATCH, MAX_PAGE
@@ -128,6 +133,8 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             new = _one_request(
                 data, header_key=request.headers.get("idempotency-key"), now=datetime.now(UTC)
             )
+            if new.request.escalation is not None:
+                return await _create_escalation(runtime, new)
             result = await runtime.service.create(new)
             if isinstance(result, ValidationFailed):
                 raise result
@@ -164,7 +171,12 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
             **json_request("NotificationCreate"),
         },
         responses={
-            201: ok("Notification", "Created.", headers=_LOCATION),
+            201: ok(
+                "Notification",
+                "Created. With recipientId: `{notifications}`; with escalation: "
+                "`EscalationCreated`.",
+                headers=_LOCATION,
+            ),
             200: ok("Notification", "The same request with the same key again: the original."),
             **problems(400, *client_denied, 409, 413, 415, 503),
         },
@@ -337,6 +349,20 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
         )
         result = RetryBatchResult(retried=retried, remaining=remaining)
         return JsonResponse(result.model_dump(by_alias=True))
+
+
+async def _create_escalation(runtime: ApiRuntime, new: PreparedRequest) -> Response:
+    """A create with `escalation` (CONTRACT section 10): 201 with the escalation and its steps,
+    200 for the same request again, 409 for the key with another request."""
+    creates = runtime.metrics.creates
+    result = await runtime.escalations.create(new)
+    if result.conflict:
+        creates["conflict"].inc()
+        raise _key_conflict(new.idempotency_key, result.escalation.notifications[0].id)
+    creates["created" if result.created else "existing"].inc()
+    return JsonResponse(
+        escalation_created_json(result.escalation), status_code=201 if result.created else 200
+    )
 
 
 def _created_json(result: CreateResult) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from notify_queue.api.metrics import QueueMetrics
+from notify_queue.services.escalations import EscalationService
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.recipients import RecipientService
 
@@ -22,6 +23,7 @@ class ApiRuntime:
     schema_version: Callable[[], Awaitable[int | None]]
     missing_schema_steps: Callable[[], Awaitable[list[str]]]
     recipients: RecipientService
+    escalations: EscalationService
 
 
 async def _runtime(request: Request) -> ApiRuntime:

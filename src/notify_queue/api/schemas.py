@@ -72,6 +72,25 @@ class DigestCreate(_Wire):
     )
 
 
+class EscalationStepCreate(_Wire):
+    model_config = ConfigDict(extra="forbid")
+
+    channel: Channel
+    after_seconds: int | None = Field(
+        None,
+        ge=0,
+        le=rules.MAX_DELAY_SECONDS,
+        description="Seconds after the creation; not less than the step before's [the step "
+        "before's; 0 for the first].",
+    )
+
+
+class EscalationCreate(_Wire):
+    model_config = ConfigDict(extra="forbid")
+
+    steps: list[EscalationStepCreate] = Field(min_length=1, max_length=rules.MAX_ESCALATION_STEPS)
+
+
 class NotificationCreate(_Wire):
     """A notification to enqueue. The idempotency key comes in the `Idempotency-Key` header or
     in `idempotencyKey` (one of them is required; both present must be equal). It goes to an
@@ -112,8 +131,8 @@ class NotificationCreate(_Wire):
     channels: list[Channel] | None = Field(
         None,
         min_length=1,
-        max_length=3,
-        description="With recipientId: the channels in order of preference [all three].",
+        max_length=len(Channel),
+        description="With recipientId: the channels in order of preference [email, sms, push].",
     )
     strategy: Literal["all", "first"] | None = Field(
         None, description="With recipientId: every allowed channel, or only the first [all]."
@@ -157,6 +176,12 @@ class NotificationCreate(_Wire):
     digest: DigestCreate | None = Field(
         None,
         description="Many events, one message (not with HIGH, sendAt, delaySeconds, expiresAt).",
+    )
+    escalation: EscalationCreate | None = Field(
+        None,
+        description="With recipientId (not channels, strategy, sendAt or delaySeconds): one "
+        "notification per step until acknowledged; the answer is `{escalation, notifications}` "
+        "(docs/escalation.md). Not in a batch.",
     )
 
 
@@ -524,6 +549,11 @@ class RecipientPut(_Wire):
 
     email: str | None = Field(None, max_length=rules.MAX_RECIPIENT_CHARS)
     phone: str | None = Field(None, pattern=rules.SMS_PATTERN.pattern, description="E.164.")
+    voice: str | None = Field(
+        None,
+        pattern=rules.SMS_PATTERN.pattern,
+        description="E.164: where a voice call goes; absent: phone.",
+    )
     push_tokens: list[str] = Field(
         default_factory=list, max_length=20, description="A push goes to the first."
     )
@@ -537,6 +567,7 @@ class Recipient(_Wire):
     id: str
     email: str | None
     phone: str | None
+    voice: str | None
     push_tokens: list[str]
     timezone: str
     preferences: RecipientPreferences
@@ -555,6 +586,7 @@ class Recipient(_Wire):
             id=r.id,
             email=r.email,
             phone=r.phone,
+            voice=r.voice,
             push_tokens=r.push_tokens,
             timezone=p.timezone,
             preferences=RecipientPreferences(
@@ -621,7 +653,54 @@ def template_json(t: domain.Template) -> dict[str, Any]:
     return Template.of(t).model_dump(mode="json", by_alias=True)
 
 
+class EscalationRef(_Wire):
+    id: str
+    state: Literal["active", "acknowledged", "exhausted"]
+
+
+class EscalationCreated(_Wire):
+    """A create with `escalation`: the escalation and one notification per step, in order."""
+
+    escalation: EscalationRef
+    notifications: list[Notification]
+
+
+class Escalation(_Wire):
+    id: str
+    state: Literal["active", "acknowledged", "exhausted"] = Field(
+        description="acknowledged once acknowledged; exhausted when every step is final "
+        "without an acknowledgement; else active."
+    )
+    acknowledged_at: UtcTime | None
+    acknowledged_by: str | None
+    notifications: list[Notification] = Field(description="The steps, in step order.")
+
+
+class AcknowledgeRequest(_Wire):
+    model_config = ConfigDict(extra="forbid")
+
+    by: str | None = Field(None, min_length=1, max_length=255, description="Who acknowledged.")
+
+
+def escalation_created_json(e: domain.Escalation) -> dict[str, Any]:
+    return {
+        "escalation": {"id": str(e.id), "state": e.state.value},
+        "notifications": [notification_json(n) for n in e.notifications],
+    }
+
+
+def escalation_json(e: domain.Escalation) -> dict[str, Any]:
+    return {
+        "id": str(e.id),
+        "state": e.state.value,
+        "acknowledgedAt": None if e.acknowledged_at is None else rfc3339(e.acknowledged_at),
+        "acknowledgedBy": e.acknowledged_by,
+        "notifications": [notification_json(n) for n in e.notifications],
+    }
+
+
 REQUEST_MODELS: list[type[BaseModel]] = [
+    AcknowledgeRequest,
     NotificationCreate,
     BatchCreate,
     RetryBatchRequest,
@@ -631,6 +710,9 @@ REQUEST_MODELS: list[type[BaseModel]] = [
 ]
 RESPONSE_MODELS: list[type[BaseModel]] = [
     Notification,
+    Escalation,
+    EscalationCreated,
+    EscalationRef,
     NotificationList,
     Recipient,
     Template,

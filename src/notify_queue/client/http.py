@@ -183,8 +183,13 @@ class Client:
     def send(self, call: Call) -> Any:
         return _result(self._http.request(call.method, call.path, **_request(call)))
 
-    def create(self, **fields: Any) -> t.Notification | t.NotificationList:
-        return cast("t.Notification | t.NotificationList", self.send(Calls.create(fields)))
+    def create(self, **fields: Any) -> t.Notification | t.NotificationList | t.EscalationCreated:
+        """One create; with `recipient_id` the notifications it became, with `escalation` (a
+        dict of steps) the escalation and its steps (t.EscalationCreated)."""
+        return cast(
+            "t.Notification | t.NotificationList | t.EscalationCreated",
+            self.send(Calls.create(fields)),
+        )
 
     def create_batch(self, items: list[dict[str, Any]]) -> t.BatchResponse:
         return cast("t.BatchResponse", self.send(Calls.create_batch(items)))
@@ -253,8 +258,13 @@ class AsyncClient:
     async def send(self, call: Call) -> Any:
         return _result(await self._http.request(call.method, call.path, **_request(call)))
 
-    async def create(self, **fields: Any) -> t.Notification | t.NotificationList:
-        return cast("t.Notification | t.NotificationList", await self.send(Calls.create(fields)))
+    async def create(
+        self, **fields: Any
+    ) -> t.Notification | t.NotificationList | t.EscalationCreated:
+        return cast(
+            "t.Notification | t.NotificationList | t.EscalationCreated",
+            await self.send(Calls.create(fields)),
+        )
 
     async def create_batch(self, items: list[dict[str, Any]]) -> t.BatchResponse:
         return cast("t.BatchResponse", await self.send(Calls.create_batch(items)))

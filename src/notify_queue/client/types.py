@@ -148,6 +148,7 @@ class Recipient(TypedDict):
     id: str
     email: str | None
     phone: str | None
+    voice: str | None
     pushTokens: list[str]
     timezone: str
     preferences: RecipientPreferences
@@ -165,12 +166,24 @@ class Template(TypedDict):
 
 
 class Escalation(TypedDict):
-    """CONTRACT §10 (its endpoints land with the escalation work; until then they answer 404)."""
+    """CONTRACT §10: GET /escalations/{id} and the acknowledgement's answer."""
 
     id: str
     state: Literal["active", "acknowledged", "exhausted"]
     acknowledgedAt: str | None
     acknowledgedBy: str | None
+    notifications: list[Notification]
+
+
+class EscalationRef(TypedDict):
+    id: str
+    state: Literal["active", "acknowledged", "exhausted"]
+
+
+class EscalationCreated(TypedDict):
+    """A create with `escalation`: the escalation and one notification per step."""
+
+    escalation: EscalationRef
     notifications: list[Notification]
 
 
@@ -195,4 +208,6 @@ CHECKED: dict[str, type] = {
     "Recipient": Recipient,
     "Template": Template,
     "Escalation": Escalation,
+    "EscalationRef": EscalationRef,
+    "EscalationCreated": EscalationCreated,
 }

@@ -79,6 +79,13 @@ BEGIN
         PERFORM create_distributed_table('nq_digests', 'bucket', colocate_with => 'nq_jobs');
     END IF;
 
+    -- Escalations (0020): keyed (bucket, id) from the start, co-located with their steps, so the
+    -- claim's guard (a read of the step's escalation by (bucket, id)) stays on the step's shard.
+    IF NOT EXISTS (SELECT FROM pg_dist_partition
+                   WHERE logicalrelid = 'nq_escalations'::regclass) THEN
+        PERFORM create_distributed_table('nq_escalations', 'bucket', colocate_with => 'nq_jobs');
+    END IF;
+
     -- Webhook events: the bucket of their notification (0018), the key (bucket, id).
     IF NOT EXISTS (SELECT FROM pg_dist_partition
                    WHERE logicalrelid = 'nq_webhook_events'::regclass) THEN

@@ -147,14 +147,22 @@ class DeliveryRepository:
             # come before this bucket's NORMAL ones.
             take = min(left, int(row["n"]))
             params = {**lock_params, "limit": take, "bucket": row["bucket"]}
-            async with self._db.transaction() as conn:
-                part = await self._claim_in(
-                    conn,
-                    params,
-                    screen,
-                    quiet_hours,
-                    chain_heads,
-                )
+            try:
+                async with self._db.transaction() as conn:
+                    part = await self._claim_in(
+                        conn,
+                        params,
+                        screen,
+                        quiet_hours,
+                        chain_heads,
+                    )
+            except Exception:
+                # Each bucket's claim commits on its own: rows already claimed must reach the
+                # worker, or they would wait PROCESSING for their lease to run out. The error
+                # comes back at the next claim.
+                if batch.claimed or batch.screened:
+                    return batch
+                raise
             batch = ClaimedBatch(
                 batch.claimed + part.claimed,
                 batch.rate_limited + part.rate_limited,
@@ -199,6 +207,9 @@ class DeliveryRepository:
             "chain_heads": list(chain_heads.channels.values()),
             "known_providers": list(chain_heads.known),
             "quiet_ids": list(quiet),
+            # For nq_finish when the claim cancels acknowledged escalation steps (no event:
+            # CANCELLED has none; passed so the call is nq_finish's usual one).
+            "webhook_url": d.webhook_url,
         }
         if routed:
             rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
@@ -215,7 +226,7 @@ class DeliveryRepository:
                 else:
                     screened.append(decision)
             if screened:
-                await self._complete(conn, screened)
+                await self._complete(conn, screened, bucket=lock_params.get("bucket"))
             claimed = kept
         limited = [Channel(c) for c in rows[0]["deferred_channels"]] if rows else []
         return ClaimedBatch(claimed, limited, screened)
@@ -243,80 +254,140 @@ class DeliveryRepository:
         """Record results; return the ids accepted (a stale claim token's result is not)."""
         if not completions:
             return set()
+        if not await self._citus():
+            async with self._db.connection() as conn:
+                return await self._complete(conn, completions)
+        # Citus: the lock routes only with the bucket; the rows' buckets are read first (one
+        # lock-free look), then one statement per bucket, each its own transaction (a result is
+        # independent of the others, as it is on plain PostgreSQL's one statement).
+        by_id = {c.id: c for c in completions}
+        accepted: set[uuid.UUID] = set()
         async with self._db.connection() as conn:
-            return await self._complete(conn, completions)
+            buckets = await conn.fetch_all("citus_job_buckets", {"ids": list(by_id)})
+            for row in buckets:
+                part = [by_id[i] for i in row["ids"]]
+                accepted |= await self._complete(conn, part, bucket=row["bucket"])
+        return accepted
+
+    async def _citus(self) -> bool:
+        """Whether statements take their Citus shape (docs/scaling.md, "every role")."""
+        return (await self._engine.engine_get()).engine is Engine.CITUS
 
     async def _complete(
-        self, conn: Connection, completions: Sequence[Completion]
+        self, conn: Connection, completions: Sequence[Completion], *, bucket: int | None = None
     ) -> set[uuid.UUID]:
-        row = await conn.fetch_one(
-            "complete_deliveries",
-            {
-                "ids": [c.id for c in completions],
-                "claim_tokens": [c.claim_token for c in completions],
-                "statuses": [c.status.value for c in completions],
-                # float(): one int among floats (a delay of 0) makes psycopg refuse the whole
-                # array, and the completer would retry that batch forever.
-                "retry_in_seconds": [
-                    None if c.retry_in_seconds is None else float(c.retry_in_seconds)
-                    for c in completions
-                ],
-                "last_errors": [c.last_error for c in completions],
-                "provider_message_ids": [c.provider_message_id for c in completions],
-                "providers": [c.provider for c in completions],
-                # Each is a JSON array already: joined, not dumped again (see the query).
-                "attempts": "[" + ",".join(c.attempts_json for c in completions) + "]",
-                "give_back": [c.give_back_attempt for c in completions],
-                "next_attempt_ats": [c.next_attempt_at for c in completions],
-                "addresses_gone": [c.address_gone for c in completions],
-                "bound_providers": [c.bound_provider for c in completions],
-                "waiting_reasons": [c.waits_for for c in completions],
-                "waiting_details": [c.waiting_detail for c in completions],
-                "default_webhook_url": self._defaults.webhook_url,
-            },
-        )
+        """One completion statement; with `bucket` (Citus), its routed shape for that bucket,
+        whose rows all of `completions` are."""
+        params = {
+            "ids": [c.id for c in completions],
+            "claim_tokens": [c.claim_token for c in completions],
+            "statuses": [c.status.value for c in completions],
+            # float(): one int among floats (a delay of 0) makes psycopg refuse the whole
+            # array, and the completer would retry that batch forever.
+            "retry_in_seconds": [
+                None if c.retry_in_seconds is None else float(c.retry_in_seconds)
+                for c in completions
+            ],
+            "last_errors": [c.last_error for c in completions],
+            "provider_message_ids": [c.provider_message_id for c in completions],
+            "providers": [c.provider for c in completions],
+            # Each is a JSON array already: joined, not dumped again (see the query).
+            "attempts": "[" + ",".join(c.attempts_json for c in completions) + "]",
+            "give_back": [c.give_back_attempt for c in completions],
+            "next_attempt_ats": [c.next_attempt_at for c in completions],
+            "addresses_gone": [c.address_gone for c in completions],
+            "bound_providers": [c.bound_provider for c in completions],
+            "waiting_reasons": [c.waits_for for c in completions],
+            "waiting_details": [c.waiting_detail for c in completions],
+            "default_webhook_url": self._defaults.webhook_url,
+        }
+        # Each statement named at its call (the security test reads the names from the code).
+        if bucket is None:
+            row = await conn.fetch_one("complete_deliveries", params)
+        else:
+            row = await conn.fetch_one("complete_deliveries_bucket", {**params, "bucket": bucket})
         return set(row["accepted"]) if row else set()
 
     async def claims_release(self, *, claims: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> int:
         """Hand claimed, untried notifications back without using an attempt."""
         if not claims:
             return 0
-        row = await self._db.fetch_one(
-            "release_claims",
-            {"ids": [c[0] for c in claims], "claim_tokens": [c[1] for c in claims]},
-        )
-        return int(row["released"]) if row else 0
+        if not await self._citus():
+            row = await self._db.fetch_one(
+                "release_claims",
+                {"ids": [c[0] for c in claims], "claim_tokens": [c[1] for c in claims]},
+            )
+            return int(row["released"]) if row else 0
+        tokens = dict(claims)
+        released = 0
+        async with self._db.connection() as conn:
+            for part in await conn.fetch_all("citus_job_buckets", {"ids": list(tokens)}):
+                row = await conn.fetch_one(
+                    "release_claims_bucket",
+                    {
+                        "bucket": part["bucket"],
+                        "ids": part["ids"],
+                        "claim_tokens": [tokens[i] for i in part["ids"]],
+                    },
+                )
+                released += int(row["released"]) if row else 0
+        return released
 
     async def leases_recover_expired(self, *, limit: int = 1000) -> tuple[int, int]:
         """Return (recovered, dead-lettered) for leases that ran out."""
-        row = await self._db.fetch_one(
-            "recover_expired_leases",
-            {"limit": limit, "default_webhook_url": self._defaults.webhook_url},
-        )
-        return (int(row["recovered"]), int(row["dead_lettered"])) if row else (0, 0)
+        params = {"limit": limit, "default_webhook_url": self._defaults.webhook_url}
+        if not await self._citus():
+            row = await self._db.fetch_one("recover_expired_leases", params)
+            return (int(row["recovered"]), int(row["dead_lettered"])) if row else (0, 0)
+        recovered = dead = 0
+        async with self._db.connection() as conn:
+            for part in await conn.fetch_all("lease_expired_buckets", {"limit": limit}):
+                row = await conn.fetch_one(
+                    "recover_expired_leases_bucket", {**params, "bucket": part["bucket"]}
+                )
+                if row:
+                    recovered += int(row["recovered"])
+                    dead += int(row["dead_lettered"])
+        return recovered, dead
 
     async def notifications_expire_overdue(self, *, limit: int = 1000) -> int:
-        row = await self._db.fetch_one(
-            "expire_overdue", {"limit": limit, "default_webhook_url": self._defaults.webhook_url}
-        )
-        return int(row["expired"]) if row else 0
+        params = {"limit": limit, "default_webhook_url": self._defaults.webhook_url}
+        if not await self._citus():
+            row = await self._db.fetch_one("expire_overdue", params)
+            return int(row["expired"]) if row else 0
+        expired = 0
+        async with self._db.connection() as conn:
+            for part in await conn.fetch_all("overdue_buckets", {"limit": limit}):
+                row = await conn.fetch_one(
+                    "expire_overdue_bucket", {**params, "bucket": part["bucket"]}
+                )
+                expired += int(row["expired"]) if row else 0
+        return expired
 
     async def next_due_at(
         self, *, priorities: Sequence[Priority], channels: Sequence[Channel]
     ) -> tuple[datetime | None, datetime]:
         """The earliest next_attempt_at of claimable rows in these lanes (the claim's filter:
         priorities, channels, not expired), and the database's now."""
-        row = await self._db.fetch_one(
-            "next_due_at",
-            {
-                "priorities": sorted(p.rank for p in priorities),
-                "channels": [c.value for c in channels],
-            },
-        )
+        params = {
+            "priorities": sorted(p.rank for p in priorities),
+            "channels": [c.value for c in channels],
+        }
+        if await self._citus():
+            row = await self._db.fetch_one("next_due_at_citus", params)
+        else:
+            row = await self._db.fetch_one("next_due_at", params)
         assert row is not None
         return row["next_due_at"], row["now"]
 
     async def rate_windows_prune(self, *, limit: int = 10_000) -> int:
+        """Delete windows nothing counts any more (on Citus all of them at once: see the
+        statement)."""
+        if await self._citus():
+            return await self._db.execute(
+                "prune_rate_windows_citus",
+                {"default_window_seconds": self._defaults.rate_window_seconds},
+            )
         return await self._db.execute(
             "prune_rate_windows",
             {"default_window_seconds": self._defaults.rate_window_seconds, "limit": limit},

@@ -11,7 +11,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from notify_queue.models import Engine
 from notify_queue.repositories.db import Database
+from notify_queue.repositories.engine import EngineRepository
 
 _UUID_ZERO = uuid.UUID(int=0)
 
@@ -23,8 +25,11 @@ class Dropped:
 
 
 class DeliveryLogRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, engine: EngineRepository | None = None) -> None:
         self._db = db
+        # On Citus the keys are forgotten without locking the partition's rows and the partition
+        # is detached without CONCURRENTLY (neither runs there: docs/scaling.md).
+        self._engine = engine or EngineRepository(db)
 
     async def partitions_prepare(self, *, days_ahead: int = 7) -> int:
         """Create the partitions from today to `days_ahead` days ahead; return how many were new."""
@@ -50,6 +55,7 @@ class DeliveryLogRepository:
             if not locked or not locked["locked"]:
                 return dropped
             try:
+                citus = (await self._engine.engine_get(conn=conn)).engine is Engine.CITUS
                 expired = await conn.fetch_all(
                     "delivery_log_expired", {"retention_seconds": retention_seconds}
                 )
@@ -57,15 +63,18 @@ class DeliveryLogRepository:
                     name = p["partition_name"]
                     after = _UUID_ZERO
                     while True:
-                        row = await conn.fetch_one(
-                            "delivery_log_forget_keys",
-                            {"partition": name, "after": after, "limit": keys_per_chunk},
-                        )
+                        chunk = {"partition": name, "after": after, "limit": keys_per_chunk}
+                        if citus:
+                            row = await conn.fetch_one("delivery_log_forget_keys_unlocked", chunk)
+                        else:
+                            row = await conn.fetch_one("delivery_log_forget_keys", chunk)
                         if row is None or row["last_id"] is None:
                             break
                         after = row["last_id"]
                     if p["detach_pending"]:  # a concurrent detach was interrupted
                         await conn.execute_on("delivery_log_detach_finalize", {"partition": name})
+                    elif p["attached"] and citus:
+                        await conn.execute_on("delivery_log_detach_citus", {"partition": name})
                     elif p["attached"]:
                         await conn.execute_on("delivery_log_detach", {"partition": name})
                     row = await conn.fetch_one("delivery_log_drop", {"partition": name})

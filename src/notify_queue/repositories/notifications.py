@@ -12,6 +12,7 @@ from typing import Any
 from notify_queue import jsontext
 from notify_queue.models import (
     DigestRef,
+    Engine,
     NewNotification,
     Notification,
     Priority,
@@ -118,9 +119,11 @@ class NotificationRepository:
         self, *, idempotency_keys: Sequence[str], conn: Connection | None = None
     ) -> dict[str, tuple[Notification, str]]:
         """Existing rows by idempotency key, each with the hash of the request that created it."""
-        rows = await (conn or self._db).fetch_all(
-            "notification_get_by_keys", {"idempotency_keys": list(idempotency_keys)}
-        )
+        params = {"idempotency_keys": list(idempotency_keys)}
+        if (await self._engine.engine_get(conn=conn)).engine is Engine.CITUS:
+            rows = await (conn or self._db).fetch_all("notification_get_by_keys_citus", params)
+        else:
+            rows = await (conn or self._db).fetch_all("notification_get_by_keys", params)
         found = await _notifications(conn or self._db, rows)
         return {
             r["idempotency_key"]: (n, r["request_hash"]) for r, n in zip(rows, found, strict=True)
@@ -167,11 +170,21 @@ class NotificationRepository:
 
     async def notification_cancel(self, *, id: uuid.UUID) -> Notification | None:
         """CANCELLED if it was PENDING; None when it was not (or does not exist)."""
+        params: dict[str, Any] = {"id": id, "default_webhook_url": self._default_webhook_url}
+        citus = (await self._engine.engine_get()).engine is Engine.CITUS
         async with self._db.transaction() as conn:
             await conn.fetch_one("notification_log_ready")
-            cancelled = await conn.fetch_one(
-                "notification_cancel", {"id": id, "default_webhook_url": self._default_webhook_url}
-            )
+            if not citus:
+                cancelled = await conn.fetch_one("notification_cancel", params)
+            else:
+                # The row's bucket first (lock-free), so the cancel's lock routes; none: it is
+                # not in the queue (finished, or no such id).
+                found = await conn.fetch_all("citus_job_buckets", {"ids": [id]})
+                if not found:
+                    return None
+                cancelled = await conn.fetch_one(
+                    "notification_cancel_bucket", {**params, "bucket": found[0]["bucket"]}
+                )
             if cancelled is None:
                 # A digest's item (docs/digests.md): its digest locked first, then, only while
                 # it is open, the item leaves it in a statement of its own.
@@ -192,12 +205,28 @@ class NotificationRepository:
             return await _get(conn, id)
 
     async def notification_retry(self, *, id: uuid.UUID) -> Notification | None:
+        if (await self._engine.engine_get()).engine is Engine.CITUS:
+            async with self._db.transaction() as conn:
+                done = await _retry_citus(conn, id)
+                return await _get(conn, id) if done else None
         async with self._db.transaction() as conn:
             retried = await conn.fetch_one("notification_retry", {"id": id})
             return None if retried is None or retried["id"] is None else await _get(conn, id)
 
     async def notifications_retry_batch(self, *, status: Status, limit: int) -> tuple[int, int]:
         """Retry up to `limit` in `status`, oldest first; return (retried, remaining)."""
+        if (await self._engine.engine_get()).engine is Engine.CITUS:
+            # Citus: the oldest rows picked without locks, then each retried in its own
+            # transaction by the routed steps (a row another retry took first is skipped).
+            picked = await self._db.fetch_all(
+                "notification_retry_pick", {"status": status.value, "limit": limit}
+            )
+            retried = 0
+            for p in picked:
+                async with self._db.transaction() as conn:
+                    retried += await _retry_citus(conn, p["id"])
+            left = await self._db.fetch_one("notification_status_count", {"status": status.value})
+            return retried, max(int(left["n"]) if left else 0, 0)
         row = await self._db.fetch_one(
             "notification_retry_batch", {"status": status.value, "limit": limit}
         )
@@ -251,6 +280,25 @@ async def _insert(
     else:
         rows = await conn.fetch_all("notification_insert_many", params, binary=True)
     return await _notifications(conn, rows)
+
+
+async def _retry_citus(conn: Connection, id: uuid.UUID) -> int:
+    """Retry one notification on Citus in `conn`'s transaction (nq_retry in routed steps:
+    sql/citus.sql); 1 when it moved back to the queue, else 0."""
+    found = await conn.fetch_all("citus_log_buckets", {"ids": [id]})
+    if not found:
+        return 0
+    bucket = found[0]["bucket"]
+    locked = await conn.fetch_all("notification_retry_lock_bucket", {"bucket": bucket, "ids": [id]})
+    if not locked:
+        return 0
+    key = await conn.fetch_one(
+        "notification_retry_lock_key", {"key": locked[0]["idempotency_key"], "id": id}
+    )
+    if key is None:
+        return 0
+    moved = await conn.fetch_all("notification_retry_move_bucket", {"bucket": bucket, "ids": [id]})
+    return len(moved)
 
 
 async def _get(conn: Connection, id: uuid.UUID) -> Notification | None:

@@ -77,6 +77,7 @@ def _put_params(recipient: Recipient) -> dict[str, Any]:
         "id": recipient.id,
         "email": recipient.email,
         "phone": recipient.phone,
+        "voice": recipient.voice,
         "push_tokens": recipient.push_tokens,
         "timezone": p.timezone,
         "opt_out_all": p.opt_out_all,

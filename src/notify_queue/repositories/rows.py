@@ -69,6 +69,7 @@ def notification_from_row(row: dict[str, Any]) -> Notification:
             row.get("waiting_detail"),
             now=datetime.now(UTC),
         ),
+        escalation_id=row.get("escalation_id"),
     )
 
 
@@ -89,6 +90,7 @@ def recipient_from_row(row: dict[str, Any]) -> Recipient:
         id=row["id"],
         email=row["email"],
         phone=row["phone"],
+        voice=row.get("voice"),
         push_tokens=list(row["push_tokens"]),
         preferences=preferences_from_row(row),
         created_at=row["created_at"],

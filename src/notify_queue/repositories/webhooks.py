@@ -6,13 +6,19 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime
 
-from notify_queue.models import WebhookEvent, WebhookResult
+from notify_queue.models import Engine, WebhookEvent, WebhookResult
 from notify_queue.repositories.db import Database
+from notify_queue.repositories.engine import EngineRepository
 
 
 class WebhookRepository:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, engine: EngineRepository | None = None) -> None:
         self._db = db
+        # The claim and the record take their Citus shape there (docs/scaling.md).
+        self._engine = engine or EngineRepository(db)
+
+    async def _citus(self) -> bool:
+        return (await self._engine.engine_get()).engine is Engine.CITUS
 
     async def webhook_events_claim(
         self,
@@ -24,15 +30,31 @@ class WebhookRepository:
     ) -> list[WebhookEvent]:
         """Claim due events, each counting one attempt; events whose last attempt's result never
         came end failed instead (see the statement)."""
-        rows = await self._db.fetch_all(
-            "webhook_claim_due",
-            {
-                "limit": limit,
-                "lease_seconds": lease_seconds,
-                "max_attempts": max_attempts,
-                "claim_token": uuid.uuid4(),
-            },
-        )
+        params = {
+            "limit": limit,
+            "lease_seconds": lease_seconds,
+            "max_attempts": max_attempts,
+            "claim_token": uuid.uuid4(),
+        }
+        if not await self._citus():
+            rows = await self._db.fetch_all("webhook_claim_due", params)
+        else:
+            # Citus: the buckets of the most urgent due events (lock-free), then one routed claim
+            # per bucket of as many events as it holds among them, until the limit.
+            rows = []
+            async with self._db.connection() as conn:
+                for part in await conn.fetch_all("webhook_due_buckets", {"limit": limit}):
+                    take = min(int(part["n"]), limit - len(rows))
+                    if take <= 0:
+                        break
+                    rows += [
+                        r
+                        for r in await conn.fetch_all(
+                            "webhook_claim_due_bucket",
+                            {**params, "limit": take, "bucket": part["bucket"]},
+                        )
+                        if r["id"] is not None
+                    ]
         return [
             WebhookEvent(
                 id=r["id"],
@@ -58,16 +80,17 @@ class WebhookRepository:
             else ("pending" if r.retry_in_seconds is not None else "failed")
             for r in results
         ]
-        rows = await self._db.fetch_all(
-            "webhook_record_results",
-            {
-                "ids": [r.id for r in results],
-                "claim_tokens": [r.claim_token for r in results],
-                "states": states,
-                "retry_in_seconds": [r.retry_in_seconds for r in results],
-                "last_errors": [r.error for r in results],
-            },
-        )
+        params = {
+            "ids": [r.id for r in results],
+            "claim_tokens": [r.claim_token for r in results],
+            "states": states,
+            "retry_in_seconds": [r.retry_in_seconds for r in results],
+            "last_errors": [r.error for r in results],
+        }
+        if await self._citus():
+            rows = await self._db.fetch_all("webhook_record_results_citus", params)
+        else:
+            rows = await self._db.fetch_all("webhook_record_results", params)
         return len(rows)
 
     async def webhook_traceparents(

@@ -19,6 +19,7 @@ from datetime import datetime
 
 from notify_queue.errors import Conflict, FieldError, NotFound, ValidationFailed
 from notify_queue.models import (
+    DEFAULT_CHANNELS,
     RETRYABLE_STATUSES,
     Channel,
     CreateResult,
@@ -101,7 +102,18 @@ class NotificationService:
         targeted: list[int] = []
         templated: list[int] = []
         for index, p in enumerate(requests):
-            if p.request.recipient_id is not None:
+            if p.request.escalation is not None:
+                # An escalation is one request of its own (services.escalations), never part
+                # of a batch's statement.
+                results[index] = ValidationFailed(
+                    [
+                        FieldError(
+                            p.field_prefix + "escalation",
+                            "not in a batch: create an escalation with POST /notifications",
+                        )
+                    ]
+                )
+            elif p.request.recipient_id is not None:
                 targeted.append(index)
             elif p.request.template is not None:
                 templated.append(index)
@@ -150,7 +162,9 @@ class NotificationService:
             fresh = [
                 i
                 for i, p in enumerate(requests)
-                if not any(k in existing for k in _keys_of(p.idempotency_key))
+                # The request's own key too: an address-targeted create or an escalation took
+                # it (409 below), else this would make a second set under one key.
+                if not any(k in existing for k in [p.idempotency_key, *_keys_of(p.idempotency_key)])
             ]
             recipients = await tx.recipients_get(
                 ids=sorted({str(requests[i].request.recipient_id) for i in fresh})
@@ -397,7 +411,7 @@ async def _expand(
         raise ValidationFailed(
             [FieldError(p.field_prefix + "recipientId", f"no recipient with id {r.recipient_id}")]
         )
-    order = list(r.channels or Channel)
+    order = list(r.channels or DEFAULT_CHANNELS)
     template = _template(p, templates) if r.template is not None else None
     if template is not None and not any(c.value in template.channels for c in order):
         raise ValidationFailed(

@@ -84,6 +84,8 @@ class RecipientBody(BaseModel):
 
     email: Annotated[StrictStr | None, Field(max_length=MAX_RECIPIENT_CHARS)] = None
     phone: StrictStr | None = None
+    # The number a voice call goes to (CONTRACT section 10); absent: `phone`.
+    voice: StrictStr | None = None
     push_tokens: Annotated[
         list[Annotated[StrictStr, Field(min_length=1, max_length=MAX_RECIPIENT_CHARS)]],
         Field(max_length=MAX_PUSH_TOKENS),
@@ -98,7 +100,7 @@ class RecipientBody(BaseModel):
             raise ValueError("must be an email address")
         return value
 
-    @field_validator("phone")
+    @field_validator("phone", "voice")
     @classmethod
     def _phone(cls, value: str | None) -> str | None:
         if value is not None and not SMS_PATTERN.fullmatch(value):
@@ -220,6 +222,7 @@ def parse_recipient(id: str, data: Any) -> Recipient:
         id=id,
         email=body.email,
         phone=body.phone,
+        voice=body.voice,
         push_tokens=list(body.push_tokens),
         preferences=prefs,
         created_at=now,

@@ -66,6 +66,7 @@ MAX_DIGEST_WINDOW_SECONDS = 86_400
 MIN_DIGEST_ITEMS = 2
 MAX_DIGEST_ITEMS = 1_000
 DEFAULT_DIGEST_ITEMS = 100
+MAX_ESCALATION_STEPS = 10
 
 
 def parse_rfc3339(value: str) -> datetime:
@@ -131,6 +132,49 @@ class DigestRequest(BaseModel):
         return value
 
 
+class EscalationStepRequest(BaseModel):
+    """One step of an escalation: a channel of the recipient, sent `afterSeconds` after the
+    creation unless the escalation is acknowledged first."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=False, frozen=True)
+
+    channel: Channel
+    after_seconds: Annotated[StrictInt | None, Field(ge=0, le=MAX_DELAY_SECONDS)] = Field(
+        None, alias="afterSeconds"
+    )
+
+
+class EscalationRequest(BaseModel):
+    """`escalation` of a create (CONTRACT section 10): 1-10 steps, afterSeconds non-decreasing,
+    the first step's defaulting to 0 (a later step's to the one before it)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=False, frozen=True)
+
+    steps: Annotated[
+        list[EscalationStepRequest], Field(min_length=1, max_length=MAX_ESCALATION_STEPS)
+    ]
+
+    @field_validator("steps")
+    @classmethod
+    def _non_decreasing(cls, value: list[EscalationStepRequest]) -> list[EscalationStepRequest]:
+        before = 0
+        for index, step in enumerate(value):
+            if step.after_seconds is not None and step.after_seconds < before:
+                raise ValueError(
+                    f"afterSeconds must not decrease: step {index} has {step.after_seconds}, "
+                    f"the step before it {before}"
+                )
+            before = step.after_seconds if step.after_seconds is not None else before
+        return value
+
+    def after_seconds(self) -> list[int]:
+        """Each step's afterSeconds with the defaults applied (0, then the step before's)."""
+        out: list[int] = []
+        for step in self.steps:
+            out.append(step.after_seconds if step.after_seconds is not None else (out or [0])[-1])
+        return out
+
+
 class NotificationRequest(BaseModel):
     """A request to send one notification, with CONTRACT §4's field names and limits."""
 
@@ -144,7 +188,7 @@ class NotificationRequest(BaseModel):
     body: StrictStr | None = None
     # User-targeted sends (CONTRACT §9): a stored recipient instead of channel + recipient.
     recipient_id: StrictStr | None = Field(None, alias="recipientId")
-    channels: Annotated[list[Channel] | None, Field(min_length=1, max_length=3)] = None
+    channels: Annotated[list[Channel] | None, Field(min_length=1, max_length=len(Channel))] = None
     strategy: Literal["all", "first"] | None = None
     category: StrictStr | None = None
     # A stored template instead of subject + body, rendered from `data` at creation.
@@ -164,6 +208,8 @@ class NotificationRequest(BaseModel):
     idempotency_key: StrictStr | None = Field(None, alias="idempotencyKey")
     # Many events, one message (CONTRACT section 10, docs/digests.md).
     digest: DigestRequest | None = None
+    # Escalation until acknowledged (CONTRACT section 10): with recipientId only.
+    escalation: EscalationRequest | None = None
 
     @field_validator("recipient")
     @classmethod
@@ -177,8 +223,8 @@ class NotificationRequest(BaseModel):
         channel = info.data.get("channel")
         if channel is Channel.EMAIL and not EMAIL_PATTERN.fullmatch(value):
             raise ValueError("must be an email address for channel email")
-        if channel is Channel.SMS and not SMS_PATTERN.fullmatch(value):
-            raise ValueError("must be an E.164 number (+ and 8-15 digits) for channel sms")
+        if channel in (Channel.SMS, Channel.VOICE) and not SMS_PATTERN.fullmatch(value):
+            raise ValueError(f"must be an E.164 number (+ and 8-15 digits) for channel {channel}")
         return value
 
     @field_validator("body")
@@ -253,6 +299,18 @@ class NotificationRequest(BaseModel):
                 raise ValueError("channels: only with recipientId")
             if self.strategy is not None:
                 raise ValueError("strategy: only with recipientId")
+        if self.escalation is not None:
+            if self.recipient_id is None:
+                raise ValueError("escalation: only with recipientId")
+            if self.channels is not None or self.strategy is not None:
+                raise ValueError(
+                    "escalation: the steps name the channels; give no channels or strategy"
+                )
+            if self.send_at is not None or self.delay_seconds is not None:
+                raise ValueError(
+                    "escalation: steps are timed from the creation (afterSeconds); give no "
+                    "sendAt or delaySeconds"
+                )
         if self.template is not None:
             if self.body is not None or self.subject is not None:
                 raise ValueError("template: give template + data or subject + body, not both")
@@ -264,6 +322,8 @@ class NotificationRequest(BaseModel):
         if self.digest is not None:
             # A digest is sent as one message when it closes: its items have no time of their
             # own (docs/digests.md), and HIGH is for what must not wait (CONTRACT section 10).
+            if self.escalation is not None:
+                raise ValueError("digest: not with escalation")
             if self.priority is Priority.HIGH:
                 raise ValueError("digest: not with priority HIGH")
             if self.send_at is not None or self.delay_seconds is not None:

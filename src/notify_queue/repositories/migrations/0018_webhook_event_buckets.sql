@@ -10,16 +10,16 @@
 -- A new nullable column: 0.1.0 never reads webhook events with `*`.
 ALTER TABLE nq_webhook_events ADD COLUMN bucket smallint;
 
--- The same function with an optional p_buckets (one bucket per notification, as p_ids). 0.1.0
--- calls it with 6 or 7 arguments, which still resolve here (the two last have defaults); a
--- function's argument list cannot change in place, so it is dropped and created again in this
--- one transaction (no caller sees it missing).
--- Why: recreated below with the same name, and every earlier call still resolves.
--- squawk-ignore ban-drop-function
-DROP FUNCTION nq_insert_webhook_events(uuid[], text[], integer[], text[], text[], text, text[]);
+-- A second function of the same name with p_buckets (one bucket per notification, as p_ids),
+-- every argument required, which every 0.2.0 caller passes. The 0.1.0 one (7 arguments, the
+-- last with a default) stays as it is: 0.1.0 calls it with 6 or 7 arguments, which resolve to it
+-- and never to this one (8), so neither call is ambiguous. It is not dropped and created again:
+-- a function is not locked by its callers, so a 0.1.0 statement planned before such a migration
+-- committed fails at execution with "cache lookup failed for function" (the rolling-upgrade test
+-- saw it on 0.1.0's create). The 0.1.0 function goes in a later release's contract step.
 CREATE FUNCTION nq_insert_webhook_events(
     p_ids uuid[], p_statuses text[], p_attempts integer[], p_urls text[], p_policies text[],
-    p_default_url text, p_providers text[] DEFAULT NULL, p_buckets smallint[] DEFAULT NULL
+    p_default_url text, p_providers text[], p_buckets smallint[]
 ) RETURNS integer
 LANGUAGE sql VOLATILE AS $$
     WITH changed AS (

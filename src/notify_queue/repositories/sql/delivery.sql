@@ -90,6 +90,15 @@ WITH batch_all AS (
            -- not Ready is held, never sent under the defaults. No policy row: the defaults.
            COALESCE(NOT p.ready, false) AS held,
            n.id = ANY(%(quiet_ids)b::uuid[]) AS quiet,
+           -- ESCALATION GUARD (docs/escalation.md): a step whose escalation is acknowledged is
+           -- not handed out but cancelled (`stopped`). Read from this statement's snapshot, never
+           -- locked: an acknowledgement committed before it started is seen; one not yet
+           -- committed waits for these rows (it locks the escalation, then its steps), so the
+           -- step goes out only if it was due before that acknowledgement commits.
+           CASE WHEN n.escalation_id IS NULL THEN false
+                ELSE EXISTS (SELECT 1 FROM nq_escalations e
+                             WHERE e.bucket = n.bucket AND e.id = n.escalation_id
+                               AND e.acknowledged_at IS NOT NULL) END AS acknowledged,
            n.provider AS sticky_provider,
            COALESCE(
                (SELECT u.name FROM unnest(p.providers) WITH ORDINALITY AS u(name, position)
@@ -143,7 +152,7 @@ WITH batch_all AS (
     ) w ON true
 ), decided AS (
     SELECT b.id, b.bucket, b.recipient, b.win, w.used, w.taken, b.rate_limit, b.held, b.quiet,
-           b.source, b.attempt_count, b.sticky_provider, b.chain_head,
+           b.acknowledged, b.source, b.attempt_count, b.sticky_provider, b.chain_head,
            -- A row whose lease was recovered after a crash still holds the place its lost
            -- attempt took. That place stands for the one delivery its key can make (the re-check
            -- goes out with the same idempotency key), so the row is admitted on it (renewing it)
@@ -154,7 +163,8 @@ WITH batch_all AS (
 ), ranked AS (
     SELECT d.*,
            -- Held and quiet rows rank apart, so they never take a place from a sendable row.
-           row_number() OVER (PARTITION BY d.bucket, d.recipient, d.holds_slot, d.held, d.quiet
+           row_number() OVER (PARTITION BY d.bucket, d.recipient, d.holds_slot, d.held, d.quiet,
+                                           d.acknowledged
                               ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank
     FROM decided d JOIN batch b USING (id)
 ), admitted AS (
@@ -170,7 +180,8 @@ WITH batch_all AS (
     -- These rows are locked by step 1 of this transaction, so they are still PENDING. Found
     -- through the primary key, then matched to their decision (as `deferred` below).
     WHERE n.id = ANY(ARRAY(SELECT id FROM ranked
-                           WHERE NOT held AND (quiet OR holds_slot OR rank <= rate_limit - used)))
+                           WHERE NOT held AND NOT acknowledged
+                             AND (quiet OR holds_slot OR rank <= rate_limit - used)))
       AND n.id = r.id
     RETURNING n.id, n.bucket, n.channel, n.recipient, n.subject, n.body, n.metadata,
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
@@ -188,7 +199,8 @@ WITH batch_all AS (
                     now()) + r.win AS frees_at,
            r.rate_limit, r.win
     FROM ranked r
-    WHERE NOT r.held AND NOT r.quiet AND NOT r.holds_slot AND r.rank > r.rate_limit - r.used
+    WHERE NOT r.held AND NOT r.quiet AND NOT r.holds_slot AND NOT r.acknowledged
+      AND r.rank > r.rate_limit - r.used
 ), held_back AS (
     -- Held by a policy that is not Ready: look again in 30 s, no attempt used, nothing returned
     -- (not a rate-limit deferral). Moving it out of the claim index's head keeps claims cheap
@@ -198,7 +210,7 @@ WITH batch_all AS (
         waiting_reason = 'PolicyNotReady', waiting_until = now() + interval '30 seconds',
         waiting_detail = 'policy ' || n.policy || ' is not Ready; looked at again every 30 s',
         updated_at = now()
-    WHERE n.id = ANY(ARRAY(SELECT id FROM ranked WHERE held))
+    WHERE n.id = ANY(ARRAY(SELECT id FROM ranked WHERE held AND NOT acknowledged))
     RETURNING n.id, n.source
 ), deferred AS (
     UPDATE nq_jobs n
@@ -253,6 +265,16 @@ WITH batch_all AS (
     WHERE n.id = ANY(ARRAY(SELECT id FROM digest_roles WHERE role <> 'carrier'))
       AND n.id = r.id
     RETURNING n.id, n.source
+), stopped AS (
+    -- ESCALATION GUARD: acknowledged steps (locked by step 1) become CANCELLED, `acknowledged`,
+    -- through nq_finish. Called only when there are some: a claim without escalation steps
+    -- pays one boolean per row, no function call.
+    SELECT (SELECT count(*) FROM nq_finish(
+                ARRAY(SELECT id FROM ranked WHERE acknowledged),
+                ARRAY(SELECT 'CANCELLED' FROM ranked WHERE acknowledged),
+                ARRAY(SELECT 'acknowledged' FROM ranked WHERE acknowledged),
+                NULL, NULL, NULL, NULL, %(webhook_url)s)) AS n
+    WHERE EXISTS (SELECT 1 FROM ranked WHERE acknowledged)
 ), noted AS (
     -- Kubernetes rows only: their status writes (the counters do not change: nothing finished).
     SELECT nq_note_changes(array_agg(c.id), array_agg(c.source), array_agg(c.old_status),
@@ -268,9 +290,10 @@ WITH batch_all AS (
 -- channels when nothing was admitted). noted is selected so that it runs: a column of `f` that
 -- the outer query does not select is removed by the planner, and with it the only reference to
 -- noted, which then never ran (no status write for a Kubernetes row's claim or deferral).
-SELECT f.deferred_channels, f.noted AS status_writes_noted, a.*
+SELECT f.deferred_channels, f.noted AS status_writes_noted, f.stopped AS escalation_steps_stopped,
+       a.*
 FROM (SELECT ARRAY(SELECT channel FROM deferred) AS deferred_channels,
-             (SELECT n FROM noted) AS noted) f
+             (SELECT n FROM noted) AS noted, (SELECT n FROM stopped) AS stopped) f
 LEFT JOIN (
     SELECT a.id, a.channel, a.recipient, a.subject, a.body, a.metadata, a.attempt_count,
            a.max_attempts, a.priority,
@@ -361,6 +384,15 @@ WITH batch_all AS (
            -- not Ready is held, never sent under the defaults. No policy row: the defaults.
            COALESCE(NOT p.ready, false) AS held,
            n.id = ANY(%(quiet_ids)b::uuid[]) AS quiet,
+           -- ESCALATION GUARD (docs/escalation.md): a step whose escalation is acknowledged is
+           -- not handed out but cancelled (`stopped`). Read from this statement's snapshot, never
+           -- locked: an acknowledgement committed before it started is seen; one not yet
+           -- committed waits for these rows (it locks the escalation, then its steps), so the
+           -- step goes out only if it was due before that acknowledgement commits.
+           CASE WHEN n.escalation_id IS NULL THEN false
+                ELSE EXISTS (SELECT 1 FROM nq_escalations e
+                             WHERE e.bucket = n.bucket AND e.id = n.escalation_id
+                               AND e.acknowledged_at IS NOT NULL) END AS acknowledged,
            n.provider AS sticky_provider,
            COALESCE(
                (SELECT u.name FROM unnest(p.providers) WITH ORDINALITY AS u(name, position)
@@ -415,7 +447,7 @@ WITH batch_all AS (
     ) w ON true
 ), decided AS (
     SELECT b.id, b.bucket, b.recipient, b.win, w.used, w.taken, b.rate_limit, b.held, b.quiet,
-           b.source, b.attempt_count, b.sticky_provider, b.chain_head,
+           b.acknowledged, b.source, b.attempt_count, b.sticky_provider, b.chain_head,
            -- A row whose lease was recovered after a crash still holds the place its lost
            -- attempt took. That place stands for the one delivery its key can make (the re-check
            -- goes out with the same idempotency key), so the row is admitted on it (renewing it)
@@ -426,7 +458,8 @@ WITH batch_all AS (
 ), ranked AS (
     SELECT d.*,
            -- Held and quiet rows rank apart, so they never take a place from a sendable row.
-           row_number() OVER (PARTITION BY d.bucket, d.recipient, d.holds_slot, d.held, d.quiet
+           row_number() OVER (PARTITION BY d.bucket, d.recipient, d.holds_slot, d.held, d.quiet,
+                                           d.acknowledged
                               ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank
     FROM decided d JOIN batch b USING (id)
 ), admitted AS (
@@ -442,7 +475,8 @@ WITH batch_all AS (
     -- These rows are locked by step 1 of this transaction, so they are still PENDING. Found
     -- through the primary key, then matched to their decision (as `deferred` below).
     WHERE n.bucket = %(bucket)s AND n.id = ANY(ARRAY(SELECT id FROM ranked
-                           WHERE NOT held AND (quiet OR holds_slot OR rank <= rate_limit - used)))
+                           WHERE NOT held AND NOT acknowledged
+                             AND (quiet OR holds_slot OR rank <= rate_limit - used)))
       AND n.id = r.id
     RETURNING n.id, n.bucket, n.channel, n.recipient, n.subject, n.body, n.metadata,
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
@@ -460,7 +494,8 @@ WITH batch_all AS (
                     now()) + r.win AS frees_at,
            r.rate_limit, r.win
     FROM ranked r
-    WHERE NOT r.held AND NOT r.quiet AND NOT r.holds_slot AND r.rank > r.rate_limit - r.used
+    WHERE NOT r.held AND NOT r.quiet AND NOT r.holds_slot AND NOT r.acknowledged
+      AND r.rank > r.rate_limit - r.used
 ), held_back AS (
     -- Held by a policy that is not Ready: look again in 30 s, no attempt used, nothing returned
     -- (not a rate-limit deferral). Moving it out of the claim index's head keeps claims cheap
@@ -470,7 +505,8 @@ WITH batch_all AS (
         waiting_reason = 'PolicyNotReady', waiting_until = now() + interval '30 seconds',
         waiting_detail = 'policy ' || n.policy || ' is not Ready; looked at again every 30 s',
         updated_at = now()
-    WHERE n.bucket = %(bucket)s AND n.id = ANY(ARRAY(SELECT id FROM ranked WHERE held))
+    WHERE n.bucket = %(bucket)s
+      AND n.id = ANY(ARRAY(SELECT id FROM ranked WHERE held AND NOT acknowledged))
     RETURNING n.id, n.source
 ), deferred AS (
     UPDATE nq_jobs n
@@ -530,6 +566,16 @@ WITH batch_all AS (
     WHERE n.bucket = %(bucket)s AND n.id = ANY(ARRAY(SELECT id FROM digest_roles WHERE role <> 'carrier'))
       AND n.id = r.id
     RETURNING n.id, n.source
+), stopped AS (
+    -- ESCALATION GUARD: acknowledged steps (locked by step 1) become CANCELLED, `acknowledged`,
+    -- through nq_finish. Called only when there are some: a claim without escalation steps
+    -- pays one boolean per row, no function call.
+    SELECT (SELECT count(*) FROM nq_finish(
+                ARRAY(SELECT id FROM ranked WHERE acknowledged),
+                ARRAY(SELECT 'CANCELLED' FROM ranked WHERE acknowledged),
+                ARRAY(SELECT 'acknowledged' FROM ranked WHERE acknowledged),
+                NULL, NULL, NULL, NULL, %(webhook_url)s)) AS n
+    WHERE EXISTS (SELECT 1 FROM ranked WHERE acknowledged)
 ), noted AS (
     -- Kubernetes rows only: their status writes (the counters do not change: nothing finished).
     SELECT nq_note_changes(array_agg(c.id), array_agg(c.source), array_agg(c.old_status),
@@ -543,9 +589,9 @@ WITH batch_all AS (
 -- Admitted rows in claim order, so the worker starts the most urgent deliveries first; each
 -- carries the channels the claim deferred (the same on every row; one row of NULLs and the
 -- channels when nothing was admitted). noted is read so that it runs.
-SELECT f.deferred_channels, a.*
+SELECT f.deferred_channels, f.stopped AS escalation_steps_stopped, a.*
 FROM (SELECT ARRAY(SELECT channel FROM deferred) AS deferred_channels,
-             (SELECT n FROM noted) AS noted) f
+             (SELECT n FROM noted) AS noted, (SELECT n FROM stopped) AS stopped) f
 LEFT JOIN (
     SELECT a.id, a.channel, a.recipient, a.subject, a.body, a.metadata, a.attempt_count,
            a.max_attempts, a.priority,

@@ -4,28 +4,34 @@
 -- name: recipient_put
 -- Create or replace a recipient as a whole (PUT). `created` tells 201 from 200: xmax is 0 only
 -- for a row this statement inserted.
-INSERT INTO nq_recipients AS r (id, email, phone, push_tokens, timezone, opt_out_all,
+INSERT INTO nq_recipients AS r (id, email, phone, voice, push_tokens, timezone, opt_out_all,
                                 opt_out_channels, opt_out_categories, quiet_start, quiet_end)
-VALUES (%(id)s, %(email)s, %(phone)s, %(push_tokens)s, %(timezone)s, %(opt_out_all)s,
+VALUES (%(id)s, %(email)s, %(phone)s, %(voice)s, %(push_tokens)s, %(timezone)s, %(opt_out_all)s,
         %(opt_out_channels)s, %(opt_out_categories)s, %(quiet_start)s, %(quiet_end)s)
 ON CONFLICT (id) DO UPDATE SET
-    email = excluded.email, phone = excluded.phone, push_tokens = excluded.push_tokens,
+    email = excluded.email, phone = excluded.phone, voice = excluded.voice,
+    push_tokens = excluded.push_tokens,
     timezone = excluded.timezone, opt_out_all = excluded.opt_out_all,
     opt_out_channels = excluded.opt_out_channels, opt_out_categories = excluded.opt_out_categories,
     quiet_start = excluded.quiet_start, quiet_end = excluded.quiet_end, updated_at = now()
-RETURNING r.*, (r.xmax = 0) AS created
+RETURNING {{_recipient_columns}}, (r.xmax = 0) AS created
+
+-- name: _recipient_columns
+-- A recipient's columns, named (a `*` in a prepared statement breaks when a release adds one).
+r.id, r.email, r.phone, r.voice, r.push_tokens, r.timezone, r.opt_out_all, r.opt_out_channels,
+r.opt_out_categories, r.quiet_start, r.quiet_end, r.created_at, r.updated_at
 
 -- name: recipient_get
-SELECT * FROM nq_recipients WHERE id = %(id)s
+SELECT {{_recipient_columns}} FROM nq_recipients r WHERE id = %(id)s
 
 -- name: recipient_get_for_update
 -- The read-modify-write of a PATCH: the row lock makes two merges apply one after the other.
-SELECT * FROM nq_recipients WHERE id = %(id)s FOR UPDATE
+SELECT {{_recipient_columns}} FROM nq_recipients r WHERE id = %(id)s FOR UPDATE
 
 -- name: recipient_get_many
 -- The recipients of a user-targeted batch. FOR SHARE: a DELETE or an opt-out committed while
 -- this transaction expands waits for it (and the claim then re-checks anyway).
-SELECT * FROM nq_recipients WHERE id = ANY(%(ids)b::text[]) FOR SHARE
+SELECT {{_recipient_columns}} FROM nq_recipients r WHERE id = ANY(%(ids)b::text[]) FOR SHARE
 
 -- name: recipient_delete
 DELETE FROM nq_recipients WHERE id = %(id)s RETURNING id

@@ -1,0 +1,451 @@
+-- Statements for a Citus coordinator only (issue 21, docs/scaling.md "Citus: every role"). Each
+-- is the plain-PostgreSQL statement of the same name without `_bucket`/`_citus` (delivery.sql,
+-- webhooks.sql, notifications.sql), reshaped for what Citus 14 runs; the repositories choose by
+-- the engine (EngineRepository), one path per shape, and plain PostgreSQL never runs these.
+-- The rules that shape them:
+-- - FOR UPDATE [SKIP LOCKED] runs only in a router query: every distributed table the statement
+--   locks or writes is named with `bucket = %(bucket)s`, and the caller runs it once per bucket,
+--   the buckets found first by a lock-free multi-shard look (`*_buckets` below).
+-- - A simple `CASE x WHEN 'a'` inside an UPDATE's SET is deparsed by Citus as `WHEN NULL::boolean`
+--   (the shard then refuses `text = boolean`): the searched form `CASE WHEN x = 'a'` is used.
+-- - A FOR UPDATE CTE read by a later CTE of the same router statement comes back from the worker
+--   node in a copy format the reader does not expect (`invalid input syntax ... "PGCOPY"`): the
+--   rate windows are therefore locked by their UPDATE itself, not first by a sorted SELECT. Two
+--   statements that give back places of the same recipients in opposite orders can deadlock; the
+--   node that holds the bucket detects it, one statement fails and its caller repeats it (the
+--   completer and housekeeping retry a failed batch).
+-- - No non-IMMUTABLE function inside CASE or COALESCE in a multi-shard UPDATE's SET: the values
+--   are computed first, in a CTE the coordinator evaluates.
+-- - nq_finish (0012) runs on the coordinator: it is not a distributed function, so a router
+--   statement that calls it is planned in parts and its DELETE/INSERT are distributed statements
+--   of their own (by id: one index probe per shard).
+
+-- name: citus_job_buckets
+-- The bucket of each unfinished notification among the ids: a lock-free multi-shard read (one
+-- probe of each shard's index on id), so a statement that locks them can route per bucket.
+SELECT bucket, array_agg(id) AS ids FROM nq_jobs WHERE id = ANY(%(ids)b::uuid[]) GROUP BY bucket
+ORDER BY bucket
+
+-- name: citus_log_buckets
+-- The same for finished notifications (the log), for a retry.
+SELECT bucket, array_agg(id) AS ids FROM nq_delivery_log WHERE id = ANY(%(ids)b::uuid[])
+GROUP BY bucket ORDER BY bucket
+
+-- name: complete_deliveries_bucket
+-- complete_deliveries within one bucket: `held`, `retried` and `released` name the bucket (router
+-- statements; `held` keeps its FOR UPDATE); the window's places are locked by `released` itself;
+-- the wait's wording uses the searched CASE (see the top of this file).
+WITH results AS (
+    SELECT r.*, a.attempts FROM unnest(
+        %(ids)b::uuid[], %(claim_tokens)b::uuid[], %(statuses)b::text[],
+        %(retry_in_seconds)b::float8[], %(last_errors)b::text[],
+        %(provider_message_ids)b::text[], %(providers)b::text[],
+        %(give_back)b::bool[], %(next_attempt_ats)b::timestamptz[], %(addresses_gone)b::bool[],
+        %(bound_providers)b::text[], %(waiting_reasons)b::text[], %(waiting_details)b::text[]
+    ) WITH ORDINALITY AS r(id, claim_token, status, retry_in_seconds, last_error,
+                           provider_message_id, provider, give_back, next_attempt_at,
+                           address_gone, bound_provider, waiting_reason, waiting_detail,
+                           position)
+    JOIN jsonb_array_elements(%(attempts)s::jsonb) WITH ORDINALITY AS a(attempts, position)
+      USING (position)
+), held AS (
+    -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
+    -- Locked, so what is read here is what nq_finish moves and `retried` updates.
+    SELECT n.id, n.claim_token, n.bucket, n.recipient, n.attempt_count, n.provider_message_id,
+           n.delivery_attempts, n.next_attempt_at, n.source, n.digest_id
+    FROM nq_jobs n
+    WHERE n.bucket = %(bucket)s AND n.id = ANY(%(ids)b::uuid[]) AND n.status = 'PROCESSING'
+    ORDER BY n.id
+    FOR UPDATE
+), accepted AS (
+    SELECT r.*, h.bucket, h.recipient, h.source, h.digest_id,
+           h.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END AS final_attempt_count,
+           COALESCE(r.provider_message_id, h.provider_message_id) AS final_provider_message_id,
+           CASE WHEN r.status = 'SENT' THEN r.provider ELSE r.bound_provider END AS final_provider,
+           nq_attempts_append(h.delivery_attempts, r.attempts) AS final_delivery_attempts,
+           COALESCE(r.next_attempt_at, now() + make_interval(secs => r.retry_in_seconds),
+                    h.next_attempt_at) AS final_next_attempt_at
+    FROM results r JOIN held h ON h.id = r.id AND h.claim_token = r.claim_token
+), digest_items AS (
+    -- [digests] complete_deliveries' digest_items within the bucket (docs/digests.md).
+    SELECT n.id, a.status, a.last_error, a.final_attempt_count, a.final_provider_message_id,
+           a.final_provider, a.final_delivery_attempts
+    FROM accepted a JOIN nq_jobs n ON n.bucket = a.bucket AND n.digest_id = a.digest_id
+    WHERE n.bucket = %(bucket)s AND a.status <> 'PENDING' AND a.digest_id IS NOT NULL
+      AND n.id <> a.id AND n.status = 'PENDING'
+    ORDER BY n.id
+    FOR UPDATE OF n
+), ending AS (
+    SELECT id, status, last_error, final_attempt_count, final_provider_message_id,
+           final_provider, final_delivery_attempts
+    FROM accepted WHERE status <> 'PENDING'
+    UNION ALL SELECT * FROM digest_items
+), finished AS (
+    SELECT f.* FROM nq_finish(
+        ARRAY(SELECT id FROM ending ORDER BY id),
+        ARRAY(SELECT status FROM ending ORDER BY id),
+        ARRAY(SELECT last_error FROM ending ORDER BY id),
+        ARRAY(SELECT final_attempt_count FROM ending ORDER BY id),
+        ARRAY(SELECT final_provider_message_id FROM ending ORDER BY id),
+        ARRAY(SELECT final_provider FROM ending ORDER BY id),
+        ARRAY(SELECT final_delivery_attempts FROM ending ORDER BY id),
+        %(default_webhook_url)s) AS f
+), retried AS (
+    UPDATE nq_jobs n
+    SET status = 'PENDING',
+        next_attempt_at = a.final_next_attempt_at,
+        last_error = a.last_error,
+        provider_message_id = a.final_provider_message_id,
+        provider = a.final_provider,
+        delivery_attempts = a.final_delivery_attempts,
+        attempt_count = a.final_attempt_count,
+        claim_token = NULL,
+        lease_expires_at = NULL,
+        waiting_reason = a.waiting_reason,
+        waiting_until = a.final_next_attempt_at,
+        -- The worker words what only it knows (CircuitOpen, ProviderRateLimit: the providers it
+        -- skipped and why, services/failover.py); the others are worded here from the result.
+        waiting_detail = COALESCE(a.waiting_detail, CASE
+            WHEN a.waiting_reason = 'Backoff' THEN 'retry after attempt ' || a.final_attempt_count || ': '
+                                || left(a.last_error, 200)
+            WHEN a.waiting_reason = 'QuietHours' THEN 'the recipient''s quiet hours'
+            ELSE left(a.last_error, 200) END),
+        updated_at = now()
+    FROM accepted a
+    WHERE n.bucket = %(bucket)s AND n.id = ANY(ARRAY(SELECT id FROM accepted WHERE status = 'PENDING')) AND n.id = a.id
+    RETURNING n.id, n.source, n.bucket, n.recipient
+), noted AS (
+    SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
+                           array_agg('PENDING'::text)) AS n
+    FROM retried WHERE source = 'kubernetes'
+), gone_tokens AS (
+    -- One row per recipient (an UPDATE ... FROM applies one joined row per target row).
+    UPDATE nq_recipients rc
+    SET push_tokens = ARRAY(SELECT t FROM unnest(rc.push_tokens) t WHERE t <> ALL(g.tokens)),
+        updated_at = now()
+    FROM (SELECT recipient_id, array_agg(recipient) AS tokens FROM finished
+          WHERE status <> 'SENT' AND channel = 'push' AND recipient_id IS NOT NULL
+            AND id = ANY(ARRAY(SELECT id FROM accepted WHERE address_gone))
+          GROUP BY recipient_id) g
+    WHERE rc.id = g.recipient_id
+), given_back AS (
+    -- Places in the window of attempts that sent nothing, by recipient.
+    SELECT bucket, recipient, array_agg(id) AS ids
+    FROM (SELECT id, bucket, recipient FROM finished WHERE status <> 'SENT'
+          UNION ALL SELECT id, bucket, recipient FROM retried) g
+    GROUP BY bucket, recipient
+), released AS (
+    UPDATE nq_rate_windows w
+    SET (ids, taken) = (
+        SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
+               COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
+        FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
+    FROM given_back g
+    WHERE w.bucket = %(bucket)s
+      AND w.bucket = g.bucket AND w.recipient = g.recipient
+)
+-- noted is read here (once, as an init plan) so that it runs. One row: the ids accepted.
+SELECT ARRAY(SELECT id FROM finished WHERE id = ANY(ARRAY(SELECT id FROM accepted))
+             UNION ALL SELECT id FROM retried) AS accepted,
+       (SELECT n FROM noted) AS noted
+
+-- name: release_claims_bucket
+-- release_claims within one bucket (see complete_deliveries_bucket for the window's lock).
+WITH released AS (
+    UPDATE nq_jobs n
+    SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
+        claim_token = NULL, lease_expires_at = NULL, updated_at = now(),
+        -- Due now: it waits for nothing but a worker. The claim cleared the reason already;
+        -- said again in this write so no path back to PENDING can carry a stale one.
+        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL
+    FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[]) AS r(id, claim_token)
+    WHERE n.bucket = %(bucket)s AND n.id = ANY(%(ids)b::uuid[]) AND n.id = r.id AND n.claim_token = r.claim_token
+      AND n.status = 'PROCESSING'
+    RETURNING n.id, n.source, n.bucket, n.recipient
+), noted AS (
+    SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
+                           array_agg('PENDING'::text)) AS n
+    FROM released WHERE source = 'kubernetes'
+), given_back AS (
+    SELECT bucket, recipient, array_agg(id) AS ids FROM released GROUP BY bucket, recipient
+), windows AS (
+    UPDATE nq_rate_windows w
+    SET (ids, taken) = (
+        SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
+               COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
+        FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
+    FROM given_back g
+    WHERE w.bucket = %(bucket)s
+      AND w.bucket = g.bucket AND w.recipient = g.recipient
+)
+SELECT count(*) AS released, (SELECT n FROM noted) AS noted FROM released
+
+-- name: lease_expired_buckets
+-- The buckets with a lease that ran out, most overdue first (lock-free, multi-shard; the lease
+-- index of each shard). recover_expired_leases_bucket then recovers each one's.
+SELECT bucket FROM nq_jobs
+WHERE status = 'PROCESSING' AND lease_expires_at < now()
+GROUP BY bucket ORDER BY min(lease_expires_at) LIMIT %(limit)s
+
+-- name: recover_expired_leases_bucket
+-- recover_expired_leases within one bucket.
+WITH expired AS (
+    SELECT id, attempt_count, max_attempts, source FROM nq_jobs
+    WHERE bucket = %(bucket)s AND status = 'PROCESSING' AND lease_expires_at < now()
+    ORDER BY lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), dead AS (
+    SELECT f.* FROM nq_finish(
+        ARRAY(SELECT id FROM expired WHERE attempt_count > max_attempts),
+        ARRAY(SELECT 'DEAD_LETTERED' FROM expired WHERE attempt_count > max_attempts),
+        ARRAY(SELECT 'lease expired during attempt ' || attempt_count || ' (worker lost)'
+              FROM expired WHERE attempt_count > max_attempts),
+        NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+), recovered AS (
+    UPDATE nq_jobs n
+    SET status = 'PENDING',
+        last_error = 'lease expired during attempt ' || n.attempt_count || ' (worker lost)',
+        next_attempt_at = now(),
+        claim_token = NULL,
+        lease_expires_at = NULL,
+        -- Due now (see release_claims).
+        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
+        updated_at = now()
+    WHERE n.bucket = %(bucket)s
+      AND n.id = ANY(ARRAY(SELECT id FROM expired WHERE attempt_count <= max_attempts))
+    RETURNING n.id, n.source
+), noted AS (
+    SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
+                           array_agg('PENDING'::text)) AS n
+    FROM recovered WHERE source = 'kubernetes'
+)
+SELECT (SELECT count(*) FROM recovered) + (SELECT count(*) FROM dead) AS recovered,
+       (SELECT count(*) FROM dead) AS dead_lettered, (SELECT n FROM noted) AS noted
+
+-- name: overdue_buckets
+-- The buckets with a PENDING notification whose expiresAt passed (lock-free, multi-shard).
+SELECT bucket FROM nq_jobs
+WHERE status = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= now()
+GROUP BY bucket ORDER BY min(expires_at) LIMIT %(limit)s
+
+-- name: expire_overdue_bucket
+-- expire_overdue within one bucket.
+WITH overdue AS (
+    SELECT id, last_error FROM nq_jobs
+    WHERE bucket = %(bucket)s AND status = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= now()
+    ORDER BY expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+SELECT count(*) AS expired
+FROM nq_finish(
+    ARRAY(SELECT id FROM overdue),
+    ARRAY(SELECT 'EXPIRED' FROM overdue),
+    ARRAY(SELECT COALESCE(last_error, 'expired before it could be sent') FROM overdue),
+    NULL, NULL, NULL, NULL, %(default_webhook_url)s)
+
+-- name: next_due_at_citus
+-- next_due_at without the lanes' LATERAL over unnest(priorities) (Citus cannot push it down): one
+-- subquery per priority (HIGH 0, NORMAL 1, LOW 2; one not served reads nothing), each the first
+-- claim-index entry of that priority on every shard (ORDER BY ... LIMIT 1 pushed down), then the
+-- least. The filters are the claim's.
+SELECT LEAST(
+       (SELECT next_attempt_at FROM nq_jobs
+        WHERE status = 'PENDING' AND priority = 0 AND 0 = ANY(%(priorities)b::smallint[])
+          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
+        ORDER BY next_attempt_at LIMIT 1),
+       (SELECT next_attempt_at FROM nq_jobs
+        WHERE status = 'PENDING' AND priority = 1 AND 1 = ANY(%(priorities)b::smallint[])
+          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
+        ORDER BY next_attempt_at LIMIT 1),
+       (SELECT next_attempt_at FROM nq_jobs
+        WHERE status = 'PENDING' AND priority = 2 AND 2 = ANY(%(priorities)b::smallint[])
+          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
+        ORDER BY next_attempt_at LIMIT 1)) AS next_due_at,
+       now() AS now
+
+-- name: prune_rate_windows_citus
+-- prune_rate_windows without the locking subquery (FOR UPDATE SKIP LOCKED needs one shard, and a
+-- multi-shard DELETE takes no LIMIT): a multi-shard DELETE of the windows nothing counts any more.
+-- A window a claim is writing is recent: the DELETE waits for that claim's row lock, re-checks
+-- last_taken_at on the new version and leaves it. The cutoff is computed first (a CTE the
+-- coordinator evaluates), so each shard compares with a constant.
+WITH cutoff AS (
+    SELECT now() - make_interval(secs => GREATEST(
+        %(default_window_seconds)s,
+        (SELECT COALESCE(max(rate_window_seconds), 0) FROM nq_policies))) AS t
+)
+DELETE FROM nq_rate_windows
+WHERE last_taken_at < (SELECT t FROM cutoff)
+
+-- name: webhook_due_buckets
+-- The buckets of the most urgent due webhook events (lock-free, multi-shard), with how many of
+-- those events each holds; webhook_claim_due_bucket then claims that many from each.
+SELECT bucket, count(*) AS n
+FROM (SELECT bucket, next_attempt_at FROM nq_webhook_events
+      WHERE state = 'pending' AND next_attempt_at <= now()
+      ORDER BY next_attempt_at LIMIT %(limit)s) d
+GROUP BY bucket ORDER BY min(next_attempt_at)
+
+-- name: webhook_claim_due_bucket
+-- webhook_claim_due within one bucket.
+WITH due AS (
+    SELECT id, attempts FROM nq_webhook_events
+    WHERE bucket = %(bucket)s AND state = 'pending' AND next_attempt_at <= now()
+    ORDER BY next_attempt_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+),
+spent AS (
+    UPDATE nq_webhook_events e
+    SET state = 'failed',
+        claim_token = NULL,
+        last_error = 'attempt ' || e.attempts || ': no result recorded before its lease expired'
+                     || COALESCE(' (before: ' || left(e.last_error, 200) || ')', '')
+    WHERE e.bucket = %(bucket)s
+      AND e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts >= %(max_attempts)s))
+    RETURNING e.state
+), claimed AS (
+    -- The claim token comes from the dispatcher, one per batch: Citus refuses volatile functions
+    -- in a distributed UPDATE, and the token is matched with the event's id.
+    UPDATE nq_webhook_events e
+    SET attempts = e.attempts + 1,
+        claim_token = %(claim_token)s,
+        next_attempt_at = now() + make_interval(secs => %(lease_seconds)s)
+    WHERE e.bucket = %(bucket)s
+      AND e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts < %(max_attempts)s))
+    RETURNING e.id, e.notification_id, e.url, e.payload, e.attempts, e.claim_token, e.policy,
+              (SELECT p.webhook_secrets FROM nq_policies p WHERE p.name = e.policy)
+                  AS policy_secrets
+), counted AS (
+    -- IS NULL: Citus keeps a CTE's result for the next step, and cannot keep a void column.
+    SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') IS NULL AS done FROM spent
+)
+-- One row of NULLs when nothing was claimed. `counted` is read in the select list (an init plan)
+-- so that it runs: a column of a subquery that the outer query does not select is dropped by the
+-- planner, and a CTE read only there would never run.
+SELECT c.*, (SELECT done FROM counted) IS NULL AS counted
+FROM (SELECT 1) f LEFT JOIN claimed c ON true
+
+-- name: webhook_record_results_citus
+-- webhook_record_results as a multi-shard UPDATE (each event by id: one probe per shard): the
+-- times are computed first in `r` (Citus refuses now() inside COALESCE or CASE in the SET).
+WITH r AS (
+    SELECT r.id, r.claim_token, r.state, r.last_error,
+           now() + make_interval(secs => r.retry_in_seconds) AS next_attempt_at,
+           CASE WHEN r.state = 'delivered' THEN now() END AS delivered_at
+    FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[], %(states)b::text[],
+                %(retry_in_seconds)b::float8[], %(last_errors)b::text[])
+         AS r(id, claim_token, state, retry_in_seconds, last_error)
+), recorded AS (
+    UPDATE nq_webhook_events e
+    SET state = r.state,
+        next_attempt_at = COALESCE(r.next_attempt_at, e.next_attempt_at),
+        last_error = r.last_error,
+        delivered_at = r.delivered_at,
+        claim_token = NULL
+    FROM r
+    WHERE e.id = ANY(%(ids)b::uuid[]) AND e.id = r.id AND e.claim_token = r.claim_token
+    RETURNING e.id, e.state
+), counted AS (
+    -- IS NULL: Citus keeps a CTE's result for the next step, and cannot keep a void column.
+    SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') IS NULL AS done FROM recorded
+)
+SELECT r.id, (SELECT done FROM counted) IS NULL AS counted FROM recorded r
+
+-- name: notification_get_by_keys_citus
+-- notification_get_by_keys in two steps Citus can plan: the keys (distributed by key) first, as
+-- a CTE the coordinator evaluates, then the rows by id in the queue and the log (by bucket; one
+-- probe of each shard's id index). One statement subquery across both distributions is refused.
+WITH k AS (
+    SELECT notification_id FROM nq_idempotency_keys
+    WHERE key = ANY(%(idempotency_keys)b::text[])
+)
+SELECT {{_notification_columns}} FROM nq_all_notifications n
+WHERE id = ANY(ARRAY(SELECT notification_id FROM k))
+
+-- name: notification_cancel_bucket
+-- notification_cancel with the row's bucket (citus_job_buckets), so the lock routes.
+-- A digest's item is left to digest_cancel_lock and digest_item_cancel (digests.sql).
+WITH pending AS (
+    SELECT id FROM nq_jobs
+    WHERE bucket = %(bucket)s AND id = %(id)s AND status = 'PENDING' AND digest_id IS NULL
+    FOR UPDATE
+)
+SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending), ARRAY(SELECT 'CANCELLED' FROM pending),
+                           NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+
+-- name: delivery_log_forget_keys_unlocked
+-- Retention on Citus: delivery_log_forget_keys without the lock on the partition's rows (0021).
+SELECT nq_delivery_log_forget_keys_unlocked(%(partition)s, %(after)s, %(limit)s) AS last_id
+
+-- name: delivery_log_detach_citus
+-- Retention on Citus, which refuses DETACH ... CONCURRENTLY: a plain DETACH. It takes an ACCESS
+-- EXCLUSIVE lock on the log (and on each shard of it) for the moment it runs, so completions and
+-- reads of the log wait that moment once a day.
+ALTER TABLE nq_delivery_log DETACH PARTITION {partition}
+
+-- name: notification_retry_lock_bucket
+-- Retry on Citus, step 1 of 3 (nq_retry, 0012, in steps Citus can route): lock the rows to
+-- retry in their bucket of the log, only from FAILED or DEAD_LETTERED.
+SELECT l.id, l.idempotency_key FROM nq_delivery_log l
+WHERE l.bucket = %(bucket)s AND l.id = ANY(%(ids)b::uuid[])
+  AND l.status IN ('FAILED', 'DEAD_LETTERED')
+ORDER BY l.id
+FOR UPDATE
+
+-- name: notification_retry_lock_key
+-- Step 2: the row's key, still its own (retention has not forgotten it), held against retention
+-- for this transaction (a router statement: the keys are distributed by key). No row: not
+-- retried.
+SELECT k.notification_id AS id FROM nq_idempotency_keys k
+WHERE k.key = %(key)s AND k.notification_id = %(id)s
+FOR KEY SHARE
+
+-- name: notification_retry_move_bucket
+-- Step 3: the locked rows move from the log back to the queue, PENDING with a fresh set of
+-- attempts and the retry recorded (as nq_retry); the DELETE names the bucket (router), the
+-- INSERT reads its rows through the coordinator.
+WITH moved AS (
+    DELETE FROM nq_delivery_log
+    WHERE bucket = %(bucket)s AND id = ANY(%(ids)b::uuid[]) AND status IN ('FAILED', 'DEAD_LETTERED')
+    RETURNING id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
+              status, send_at, expires_at, max_attempts, sent_at, provider_message_id, retries,
+              source, policy, webhook_url, metadata, created_at, recipient_id, category,
+              template_name, template_version, provider, delivery_attempts, bucket, digest_id,
+              escalation_id, traceparent
+), queued AS (
+    INSERT INTO nq_jobs (
+        id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
+        status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
+        last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
+        source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
+        recipient_id, category, template_name, template_version, provider,
+        delivery_attempts, bucket, digest_id, escalation_id, traceparent)
+    SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
+           'PENDING', send_at, now(), expires_at, 0, max_attempts, NULL, sent_at,
+           provider_message_id, NULL, NULL,
+           retries || jsonb_build_array(jsonb_build_object(
+               'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+               'fromStatus', status)),
+           source, policy, webhook_url, metadata, created_at, now(), NULL, recipient_id,
+           category, template_name, template_version, provider, delivery_attempts,
+           bucket, digest_id, escalation_id, traceparent
+    FROM moved
+    RETURNING id
+), noted AS (
+    SELECT nq_note_changes(array_agg(m.id), array_agg(m.source), array_agg(m.status),
+                           array_fill('PENDING'::text, ARRAY[count(*)::integer])) AS n
+    FROM moved m
+)
+SELECT q.id FROM queued q WHERE (SELECT n FROM noted) IS NOT DISTINCT FROM (SELECT n FROM noted)
+
+-- name: notification_retry_pick
+-- The operator's batch retry on Citus: the oldest rows in %(status)s, without locks (the lock is
+-- taken per row by the steps above, and a row another retry moved first is skipped there).
+SELECT id FROM nq_delivery_log WHERE status = %(status)s ORDER BY created_at, id LIMIT %(limit)s
+
+-- name: notification_status_count
+-- How many notifications are in a final status (the counters, as notification_retry_batch).
+SELECT COALESCE(sum(n), 0) AS n FROM nq_counters WHERE name = 'notifications:' || %(status)s
