@@ -1,8 +1,8 @@
 -- Digests in the SQL door (issue 22, docs/digests.md), expand step. 0019 made the schema and
 -- the insert path of digests; the enqueue function's rules (nq_enqueue_errors, last defined by
--- 0020) and the function itself (notify_queue_enqueue, last defined by 0021) were defined again
--- by those later migrations from 0016's text, so `digest` is taught to their newest versions
--- here: the same rules as services.validation.DigestRequest (tests/enqueue/cases.py runs them
+-- 0020) and the function itself (notify_queue_enqueue: 0020, then 0021 from 0016's text) were
+-- defined again by those later migrations, so `digest` is taught to their newest versions
+-- here, and 0020's escalation and voice handling that 0021's copy lost is restored: the same rules as services.validation.DigestRequest (tests/enqueue/cases.py runs them
 -- through both doors), and an item with a digest goes through nq_insert_digest_items (0019).
 -- Same names, arguments and results: callers are unchanged.
 
@@ -418,8 +418,10 @@ BEGIN
         GROUP BY e) d);
 END $$;
 
--- 0021's function, passing `digest` on to the insert path of digests (the rest unchanged; its
--- grants stay: CREATE OR REPLACE keeps them; its search_path is set again below).
+-- The function as 0020 made it (escalation refused with 0A000, voice) with 0021's two-statement
+-- key reads (0021 defined it again from 0016's text, which dropped 0020's escalation and voice
+-- handling), passing `digest` on to the insert path of digests. Its grants stay (CREATE OR
+-- REPLACE keeps them); its search_path is set again below.
 CREATE OR REPLACE FUNCTION notify_queue_enqueue(request jsonb, idempotency_key text) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE SECURITY DEFINER
 AS $$
@@ -460,6 +462,11 @@ BEGIN
                        FROM jsonb_array_elements(errs) e),
             DETAIL = errs::text,
             HINT = 'the same rules as POST /notifications (docs/enqueue.md)';
+    END IF;
+    IF COALESCE(request -> 'escalation', 'null') <> 'null' THEN
+        RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
+            MESSAGE = 'not supported in SQL: escalation (an escalation is created through the '
+                      'API: POST /notifications with recipientId and escalation)';
     END IF;
     IF COALESCE(request -> 'template', 'null') <> 'null' THEN
         RAISE EXCEPTION USING ERRCODE = 'feature_not_supported',
@@ -507,7 +514,7 @@ BEGIN
             PERFORM pg_notify('nq_wakeup', '');
         END IF;
         -- The key first, then the row by id: two statements (Citus plans no subquery of the
-        -- keys, distributed by key, inside a read of the view, distributed by bucket).
+        -- keys, distributed by key, inside a read of the view, distributed by bucket; 0021).
         SELECT k.notification_id INTO v_id FROM nq_idempotency_keys k WHERE k.key = v_key;
         SELECT n.* INTO stored FROM nq_all_notifications n WHERE n.id = v_id;
         IF stored.request_hash <> v_hash THEN
@@ -522,7 +529,8 @@ BEGIN
     -- A stored recipient (services.notifications._enqueue_targeted): serialised per request key,
     -- answered from what the key became when seen before, else expanded over the channels.
     PERFORM pg_advisory_xact_lock(hashtextextended('nq-request:' || v_key, 0));
-    keys := ARRAY[v_key, v_key || ' email', v_key || ' sms', v_key || ' push', v_key || ' suppressed'];
+    keys := ARRAY[v_key, v_key || ' email', v_key || ' sms', v_key || ' push', v_key || ' voice',
+             v_key || ' suppressed'];
     IF EXISTS (SELECT 1 FROM nq_idempotency_keys k WHERE k.key = ANY(keys)) THEN
         ids := ARRAY(SELECT k.notification_id FROM nq_idempotency_keys k WHERE k.key = ANY(keys));
         ids := ARRAY(SELECT n.id FROM nq_all_notifications n WHERE n.id = ANY(ids)
@@ -553,6 +561,7 @@ BEGIN
     END IF;
     FOREACH c IN ARRAY order_ LOOP
         contact := CASE c WHEN 'email' THEN recipient.email WHEN 'sms' THEN recipient.phone
+                          WHEN 'voice' THEN COALESCE(recipient.voice, recipient.phone)
                           ELSE recipient.push_tokens[1] END;
         IF contact IS NULL THEN
             CONTINUE;
@@ -584,6 +593,7 @@ BEGIN
         END LOOP;
         c := COALESCE(usable[1], order_[1]);
         contact := CASE c WHEN 'email' THEN recipient.email WHEN 'sms' THEN recipient.phone
+                          WHEN 'voice' THEN COALESCE(recipient.voice, recipient.phone)
                           ELSE recipient.push_tokens[1] END;
         items := jsonb_build_array(base || jsonb_build_object(
             'position', 0, 'id', gen_random_uuid(), 'idempotency_key', v_key || ' suppressed',
