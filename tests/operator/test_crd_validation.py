@@ -55,8 +55,6 @@ NOTIFICATION_CASES = [
     "key with space",
     "policy name",
     "unknown field",
-    "digest with HIGH",
-    "digest with delay",
     "digest without window",
     "digest window zero",
     "digest max items one",
@@ -105,14 +103,6 @@ NOTIFICATION_CASES = [
             "policy must be the name of a NotificationPolicy in this namespace",
         ),
         ({"colour": "blue"}, 'unknown field "spec.colour"'),
-        (
-            {"priority": "HIGH", "digest": {"key": "likes", "windowSeconds": 60}},
-            "digest is not allowed with priority HIGH",
-        ),
-        (
-            {"delay": "5m", "digest": {"key": "likes", "windowSeconds": 60}},
-            "digest is not allowed with sendAt, delay or expiresAt",
-        ),
         ({"digest": {"key": "likes"}}, "spec.digest.windowSeconds: Required value"),
         (
             {"digest": {"key": "likes", "windowSeconds": 0}},
