@@ -178,6 +178,16 @@ CASES: list[tuple[str, dict[str, Any] | Any, str | None]] = [
         "k",
     ),
     (
+        "digest with escalation",
+        {
+            "recipientId": "u1",
+            "body": "b",
+            "digest": {"key": "k", "windowSeconds": 9},
+            "escalation": {"steps": [{"channel": "push"}]},
+        },
+        "k",
+    ),
+    (
         "digest bad and another field bad",
         {**E, "priority": "X", "digest": {"windowSeconds": "9"}},
         "k",
