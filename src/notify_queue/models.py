@@ -209,6 +209,25 @@ def current_waiting(
 
 
 @dataclass(frozen=True, slots=True)
+class DigestSpec:
+    """What a create asks of its digest (CONTRACT section 10, docs/digests.md)."""
+
+    key: str
+    window_seconds: int
+    max_items: int
+    template: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DigestRef:
+    """A notification's digest as answered: `{key, id, count}` (count: its items so far)."""
+
+    key: str
+    id: uuid.UUID
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
 class NewNotification:
     """A validated request to enqueue, with its send time already resolved."""
 
@@ -234,6 +253,8 @@ class NewNotification:
     last_error: str | None = None
     # The W3C traceparent of the span that created it (tracing off: None); workers continue it.
     traceparent: str | None = None
+    # Join the recipient's open digest for this key and channel (docs/digests.md).
+    digest: DigestSpec | None = None
     # An escalation step (docs/escalation.md): its escalation, and the sentence it waits with
     # until its time (reason EscalationStep).
     escalation_id: uuid.UUID | None = None
@@ -289,6 +310,8 @@ class Notification:
     delivery_attempts: list[dict[str, Any]] = field(default_factory=list)
     # Why it is not due yet (`current_waiting`); None when final, processing, or due.
     waiting: Waiting | None = None
+    # The digest it belongs to (docs/digests.md), else None.
+    digest: DigestRef | None = None
     # The escalation it is a step of (docs/escalation.md), else None.
     escalation_id: uuid.UUID | None = None
 
@@ -368,6 +391,11 @@ class ClaimedNotification:
     due_at: datetime | None = None
     # The creator's trace context (the row's `traceparent`): the delivery span's parent.
     traceparent: str | None = None
+    # A digest's carrier (docs/digests.md): the digest it sends as one message. Its subject and
+    # body above are then the digest's rendering, and the digest id is the provider's
+    # idempotency key.
+    digest_id: uuid.UUID | None = None
+    digest_bucket: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

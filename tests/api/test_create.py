@@ -25,6 +25,8 @@ CONTRACT_FIELDS = (
     "retries source metadata createdAt updatedAt"
     # CONTRACT §9: what a user-targeted or templated notification was for (issue 12).
     " category recipientId template"
+    # CONTRACT §10: the digest it joined (docs/digests.md).
+    " digest"
 ).split()
 UTC_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 

@@ -28,6 +28,7 @@ DISTRIBUTED = {
     "nq_delivery_log": "bucket",
     "nq_rate_windows": "bucket",
     "nq_webhook_events": "bucket",
+    "nq_digests": "bucket",
     "nq_idempotency_keys": "key",
     "nq_counters": "shard",
 }
@@ -40,7 +41,7 @@ REFERENCE = {
     "nq_kube_links",
     "nq_status_outbox",
 }
-CO_LOCATED = ["nq_jobs", "nq_delivery_log", "nq_rate_windows", "nq_webhook_events"]
+CO_LOCATED = ["nq_jobs", "nq_delivery_log", "nq_rate_windows", "nq_webhook_events", "nq_digests"]
 
 
 def migrate(url: str) -> str:

@@ -128,6 +128,70 @@ CASES: list[tuple[str, dict[str, Any] | Any, str | None]] = [
         {"channel": "email", "recipient": "a@example.com", "template": "t", "data": 5},
         "k",
     ),
+    # Digests (CONTRACT section 10, docs/digests.md).
+    ("valid digest", {**E, "digest": {"key": "likes", "windowSeconds": 60}}, "k"),
+    (
+        "valid digest with everything",
+        {**E, "digest": {"key": "likes", "windowSeconds": 86400, "maxItems": 2, "template": "t"}},
+        "k",
+    ),
+    ("digest null", {**E, "digest": None}, "k"),
+    ("digest not an object", {**E, "digest": "likes"}, "k"),
+    ("digest empty", {**E, "digest": {}}, "k"),
+    (
+        "digest every field bad",
+        {
+            **E,
+            "digest": {
+                "key": "has space",
+                "windowSeconds": 0,
+                "maxItems": 1,
+                "template": "Bad Name",
+                "extra": 1,
+            },
+        },
+        "k",
+    ),
+    (
+        "digest out of range",
+        {**E, "digest": {"key": "", "windowSeconds": 86401, "maxItems": 1001}},
+        "k",
+    ),
+    (
+        "digest wrong types",
+        {**E, "digest": {"key": 5, "windowSeconds": 1.5, "maxItems": True, "template": 3}},
+        "k",
+    ),
+    (
+        "digest with HIGH",
+        {**E, "priority": "HIGH", "digest": {"key": "k", "windowSeconds": 9}},
+        "k",
+    ),
+    (
+        "digest with delaySeconds",
+        {**E, "delaySeconds": 5, "digest": {"key": "k", "windowSeconds": 9}},
+        "k",
+    ),
+    (
+        "digest with expiresAt",
+        {**E, "expiresAt": "2999-01-01T00:00:00Z", "digest": {"key": "k", "windowSeconds": 9}},
+        "k",
+    ),
+    (
+        "digest with escalation",
+        {
+            "recipientId": "u1",
+            "body": "b",
+            "digest": {"key": "k", "windowSeconds": 9},
+            "escalation": {"steps": [{"channel": "push"}]},
+        },
+        "k",
+    ),
+    (
+        "digest bad and another field bad",
+        {**E, "priority": "X", "digest": {"windowSeconds": "9"}},
+        "k",
+    ),
     (
         "many bad fields at once",
         {

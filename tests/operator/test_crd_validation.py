@@ -55,6 +55,11 @@ NOTIFICATION_CASES = [
     "key with space",
     "policy name",
     "unknown field",
+    "digest without window",
+    "digest window zero",
+    "digest max items one",
+    "digest key with space",
+    "digest unknown field",
 ]
 
 
@@ -98,6 +103,23 @@ NOTIFICATION_CASES = [
             "policy must be the name of a NotificationPolicy in this namespace",
         ),
         ({"colour": "blue"}, 'unknown field "spec.colour"'),
+        ({"digest": {"key": "likes"}}, "spec.digest.windowSeconds: Required value"),
+        (
+            {"digest": {"key": "likes", "windowSeconds": 0}},
+            "spec.digest.windowSeconds: Invalid value: 0",
+        ),
+        (
+            {"digest": {"key": "likes", "windowSeconds": 60, "maxItems": 1}},
+            "spec.digest.maxItems: Invalid value: 1",
+        ),
+        (
+            {"digest": {"key": "has space", "windowSeconds": 60}},
+            "digest.key must be printable ASCII characters without spaces",
+        ),
+        (
+            {"digest": {"key": "likes", "windowSeconds": 60, "colour": "blue"}},
+            'unknown field "spec.digest.colour"',
+        ),
     ],
     ids=NOTIFICATION_CASES,
 )

@@ -53,6 +53,25 @@ class _Wire(BaseModel):
 _KEY_PATTERN = "^[!-~]{1,255}$"  # 1-255 printable ASCII characters, no space
 
 
+class DigestCreate(_Wire):
+    """Join the recipient's open digest for `key` on the channel (docs/digests.md): one message
+    when `windowSeconds` have passed since it opened or `maxItems` joined."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str = Field(pattern=_KEY_PATTERN)
+    window_seconds: int = Field(ge=1, le=rules.MAX_DIGEST_WINDOW_SECONDS)
+    max_items: int = Field(
+        rules.DEFAULT_DIGEST_ITEMS, ge=rules.MIN_DIGEST_ITEMS, le=rules.MAX_DIGEST_ITEMS
+    )
+    template: str | None = Field(
+        None,
+        pattern=rules.TEMPLATE_NAME_PATTERN.pattern,
+        description="A stored template rendered with `items` and `count` when the digest is "
+        "sent; without one, the first subject (+N more) and the bodies one a line.",
+    )
+
+
 class EscalationStepCreate(_Wire):
     model_config = ConfigDict(extra="forbid")
 
@@ -154,6 +173,10 @@ class NotificationCreate(_Wire):
         default_factory=dict, description=f"Any JSON object up to {rules.MAX_METADATA_BYTES} bytes."
     )
     idempotency_key: str | None = Field(None, pattern=_KEY_PATTERN)
+    digest: DigestCreate | None = Field(
+        None,
+        description="Many events, one message (not with HIGH, sendAt, delaySeconds, expiresAt).",
+    )
     escalation: EscalationCreate | None = Field(
         None,
         description="With recipientId (not channels, strategy, sendAt or delaySeconds): one "
@@ -220,6 +243,14 @@ class Waiting(_Wire):
     detail: str = Field(description="One sentence: what it waits for.")
 
 
+class DigestRef(_Wire):
+    """The digest a notification belongs to."""
+
+    key: str
+    id: uuid.UUID = Field(description="Shared by the digest's notifications.")
+    count: int = Field(description="Its items so far.")
+
+
 class Notification(_Wire):
     id: uuid.UUID
     idempotency_key: str
@@ -252,6 +283,7 @@ class Notification(_Wire):
     category: str
     recipient_id: str | None = Field(description="The stored recipient it was sent to, if any.")
     template: TemplateRef | None = Field(description="The template it was rendered from, if any.")
+    digest: DigestRef | None = Field(None, description="Its digest, if it joined one.")
 
     @classmethod
     def of(cls, n: domain.Notification) -> Notification:
@@ -287,6 +319,9 @@ class Notification(_Wire):
             template=TemplateRef(name=n.template.name, version=n.template.version)
             if n.template
             else None,
+            digest=None
+            if n.digest is None
+            else DigestRef(key=n.digest.key, id=n.digest.id, count=n.digest.count),
         )
 
 
@@ -334,6 +369,9 @@ def notification_json(n: domain.Notification) -> dict[str, Any]:
         "template": None
         if template is None
         else {"name": template.name, "version": template.version},
+        "digest": None
+        if n.digest is None
+        else {"key": n.digest.key, "id": str(n.digest.id), "count": n.digest.count},
     }
 
 

@@ -44,6 +44,12 @@ class Waiting(TypedDict):
     detail: str
 
 
+class DigestRef(TypedDict):
+    key: str
+    id: str
+    count: int
+
+
 class Notification(TypedDict):
     id: str
     idempotencyKey: str
@@ -72,6 +78,7 @@ class Notification(TypedDict):
     category: str
     recipientId: str | None
     template: TemplateRef | None
+    digest: DigestRef | None
 
 
 class NotificationList(TypedDict):
@@ -185,6 +192,7 @@ CHECKED: dict[str, type] = {
     "TemplateRef": TemplateRef,
     "Retry": Retry,
     "DeliveryAttempt": DeliveryAttempt,
+    "DigestRef": DigestRef,
     "Notification": Notification,
     "NotificationList": NotificationList,
     "NotificationPage": NotificationPage,

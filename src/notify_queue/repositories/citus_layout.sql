@@ -72,6 +72,13 @@ BEGIN
         PERFORM create_distributed_table('nq_rate_windows', 'bucket', colocate_with => 'nq_jobs');
     END IF;
 
+    -- Digests (0019, docs/digests.md): keyed (bucket, id) and co-located with their items, so
+    -- a create joining one, the claim closing it and the cancel leaving it each name one shard.
+    IF NOT EXISTS (SELECT FROM pg_dist_partition
+                   WHERE logicalrelid = 'nq_digests'::regclass) THEN
+        PERFORM create_distributed_table('nq_digests', 'bucket', colocate_with => 'nq_jobs');
+    END IF;
+
     -- Escalations (0020): keyed (bucket, id) from the start, co-located with their steps, so the
     -- claim's guard (a read of the step's escalation by (bucket, id)) stays on the step's shard.
     IF NOT EXISTS (SELECT FROM pg_dist_partition

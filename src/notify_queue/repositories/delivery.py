@@ -42,6 +42,18 @@ Screen = Callable[[ClaimedNotification, bool], Completion | None]
 
 
 @dataclass(frozen=True, slots=True)
+class DigestContents:
+    """A closed digest as its carrier sends it: key, template and items in the order they
+    joined (each `subject`, `body`, `metadata`, `createdAt`)."""
+
+    id: uuid.UUID
+    key: str
+    template: str | None
+    template_channels: dict[str, dict[str, str]] | None
+    items: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
 class QuietHoursCandidate:
     """A candidate of a claim whose stored recipient has quiet hours, before admission."""
 
@@ -200,6 +212,13 @@ class DeliveryRepository:
             "webhook_url": d.webhook_url,
         }
         if routed:
+            # The candidates' digests, locked (SKIP LOCKED) in a statement of their own: Citus
+            # answers a FOR UPDATE CTE read by a later CTE in the wrong copy format ("PGCOPY"),
+            # so the admit statement reads the ids this one locked (docs/digests.md).
+            digests = await conn.fetch_one(
+                "claim_lock_digests_bucket", {**bucket, "ids": locked["ids"]}
+            )
+            admit_params["digest_ids"] = digests["ids"] if digests is not None else []
             rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
         else:
             rows = await conn.fetch_all("claim_admit_candidates", admit_params)
@@ -218,6 +237,25 @@ class DeliveryRepository:
             claimed = kept
         limited = [Channel(c) for c in rows[0]["deferred_channels"]] if rows else []
         return ClaimedBatch(claimed, limited, screened)
+
+    async def digests_contents(
+        self, *, digests: Sequence[tuple[int, uuid.UUID]]
+    ) -> dict[uuid.UUID, DigestContents]:
+        """What the carriers of these (bucket, digest id) send (docs/digests.md)."""
+        rows = await self._db.fetch_all(
+            "digest_contents",
+            {"buckets": sorted({b for b, _ in digests}), "ids": sorted({i for _, i in digests})},
+        )
+        return {
+            r["id"]: DigestContents(
+                id=r["id"],
+                key=r["key"],
+                template=r["template"],
+                template_channels=r["template_channels"],
+                items=list(r["items"]),
+            )
+            for r in rows
+        }
 
     async def deliveries_complete(self, *, completions: Sequence[Completion]) -> set[uuid.UUID]:
         """Record results; return the ids accepted (a stale claim token's result is not)."""
@@ -439,4 +477,6 @@ def _claimed(row: dict[str, Any], claim_token: uuid.UUID) -> ClaimedNotification
         sticky_provider=row["sticky_provider"],
         due_at=row["send_at"],
         traceparent=row["traceparent"],
+        digest_id=row.get("digest_id"),
+        digest_bucket=row.get("digest_bucket") if row.get("digest_id") is not None else None,
     )

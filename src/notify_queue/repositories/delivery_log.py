@@ -36,6 +36,10 @@ class DeliveryLogRepository:
         row = await self._db.fetch_one("delivery_log_prepare", {"days_ahead": days_ahead})
         return int(row["created"]) if row else 0
 
+    async def digests_forget(self, *, retention_seconds: float) -> int:
+        """Remove digests closed before the retention (docs/digests.md); return how many."""
+        return await self._db.execute("digests_forget", {"retention_seconds": retention_seconds})
+
     async def partitions_drop_expired(
         self, *, retention_seconds: float, keys_per_chunk: int = 10_000
     ) -> list[Dropped]:

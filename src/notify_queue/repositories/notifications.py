@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -10,6 +11,7 @@ from typing import Any
 
 from notify_queue import jsontext
 from notify_queue.models import (
+    DigestRef,
     Engine,
     NewNotification,
     Notification,
@@ -82,6 +84,17 @@ class NotificationRepository:
                 "template_name": n.template.name if n.template else None,
                 "template_version": n.template.version if n.template else None,
                 "traceparent": n.traceparent,
+                # Digests (0019): only set for an item of one; a plain row sends nulls.
+                **(
+                    {
+                        "digest_key": n.digest.key,
+                        "digest_window_seconds": n.digest.window_seconds,
+                        "digest_max_items": n.digest.max_items,
+                        "digest_template": n.digest.template,
+                    }
+                    if n.digest is not None
+                    else {}
+                ),
             }
             for position, n in enumerate(notifications)
         ]
@@ -92,14 +105,15 @@ class NotificationRepository:
             "default_webhook_url": self._default_webhook_url,
         }
         born_final = any(n.status is not Status.PENDING for n in notifications)
-        if conn is None and not born_final:
+        digests = any(n.digest is not None for n in notifications)
+        if conn is None and not born_final and not digests:
             # Read in binary: 1,000 whole rows decode cheaper than their text (times, uuids).
             rows = await self._db.fetch_all("notification_insert_many", params, binary=True)
-            return [notification_from_row(r) for r in rows]
+            return await _notifications(self._db, rows)
         if conn is not None:
-            return await _insert(conn, params, born_final=born_final)
+            return await _insert(conn, params, born_final=born_final, digests=digests)
         async with self._db.transaction() as own:
-            return await _insert(own, params, born_final=born_final)
+            return await _insert(own, params, born_final=born_final, digests=digests)
 
     async def notifications_get_by_keys(
         self, *, idempotency_keys: Sequence[str], conn: Connection | None = None
@@ -110,7 +124,10 @@ class NotificationRepository:
             rows = await (conn or self._db).fetch_all("notification_get_by_keys_citus", params)
         else:
             rows = await (conn or self._db).fetch_all("notification_get_by_keys", params)
-        return {r["idempotency_key"]: (notification_from_row(r), r["request_hash"]) for r in rows}
+        found = await _notifications(conn or self._db, rows)
+        return {
+            r["idempotency_key"]: (n, r["request_hash"]) for r, n in zip(rows, found, strict=True)
+        }
 
     async def templates_get(self, *, names: Sequence[str]) -> dict[str, Template]:
         rows = await self._db.fetch_all("template_get_many", {"names": list(names)})
@@ -118,7 +135,7 @@ class NotificationRepository:
 
     async def notification_get(self, *, id: uuid.UUID) -> Notification | None:
         row = await self._db.fetch_one("notification_get", {"id": id})
-        return None if row is None else notification_from_row(row)
+        return None if row is None else (await _notifications(self._db, [row]))[0]
 
     async def notifications_list(
         self,
@@ -149,7 +166,7 @@ class NotificationRepository:
             rows = await self._db.fetch_all(
                 "notification_list_waiting", params | {"waiting": waiting.value}
             )
-        return [notification_from_row(r) for r in rows]
+        return await _notifications(self._db, rows)
 
     async def notification_cancel(self, *, id: uuid.UUID) -> Notification | None:
         """CANCELLED if it was PENDING; None when it was not (or does not exist)."""
@@ -168,7 +185,24 @@ class NotificationRepository:
                 cancelled = await conn.fetch_one(
                     "notification_cancel_bucket", {**params, "bucket": found[0]["bucket"]}
                 )
-            return None if cancelled is None else await _get(conn, id)
+            if cancelled is None:
+                # A digest's item (docs/digests.md): its digest locked first, then, only while
+                # it is open, the item leaves it in a statement of its own.
+                digest = await conn.fetch_one("digest_cancel_lock", {"id": id})
+                if digest is None or digest["state"] != "open":
+                    return None
+                left = await conn.fetch_one(
+                    "digest_item_cancel",
+                    {
+                        "id": id,
+                        "bucket": digest["bucket"],
+                        "digest_id": digest["id"],
+                        "default_webhook_url": self._default_webhook_url,
+                    },
+                )
+                if left is None or left["id"] is None:
+                    return None
+            return await _get(conn, id)
 
     async def notification_retry(self, *, id: uuid.UUID) -> Notification | None:
         if (await self._engine.engine_get()).engine is Engine.CITUS:
@@ -237,12 +271,15 @@ class NotificationRepository:
 
 
 async def _insert(
-    conn: Connection, params: dict[str, object], *, born_final: bool
+    conn: Connection, params: dict[str, object], *, born_final: bool, digests: bool = False
 ) -> list[Notification]:
     if born_final:
         await conn.fetch_one("notification_log_ready")
-    rows = await conn.fetch_all("notification_insert_many", params, binary=True)
-    return [notification_from_row(r) for r in rows]
+    if digests:  # docs/digests.md: only a batch with a digest's item plans the digest steps
+        rows = await conn.fetch_all("notification_insert_many_digests", params, binary=True)
+    else:
+        rows = await conn.fetch_all("notification_insert_many", params, binary=True)
+    return await _notifications(conn, rows)
 
 
 async def _retry_citus(conn: Connection, id: uuid.UUID) -> int:
@@ -267,7 +304,31 @@ async def _retry_citus(conn: Connection, id: uuid.UUID) -> int:
 async def _get(conn: Connection, id: uuid.UUID) -> Notification | None:
     """A statement of its own: it sees what the transaction's earlier statements moved."""
     row = await conn.fetch_one("notification_get", {"id": id})
-    return None if row is None else notification_from_row(row)
+    return None if row is None else (await _notifications(conn, [row]))[0]
+
+
+async def _notifications(
+    executor: Database | Connection, rows: Sequence[dict[str, Any]]
+) -> list[Notification]:
+    """Rows as notifications; those of a digest with `digest` (one more read, only then)."""
+    found = [notification_from_row(r) for r in rows]
+    digested = [r for r in rows if r.get("digest_id") is not None]
+    if not digested:
+        return found
+    refs = await executor.fetch_all(
+        "digest_refs",
+        {
+            "buckets": sorted({r["bucket"] for r in digested}),
+            "ids": sorted({r["digest_id"] for r in digested}),
+        },
+    )
+    by_id = {r["id"]: DigestRef(key=r["key"], id=r["id"], count=r["item_count"]) for r in refs}
+    return [
+        dataclasses.replace(n, digest=by_id.get(r["digest_id"]))
+        if r.get("digest_id") is not None
+        else n
+        for n, r in zip(found, rows, strict=True)
+    ]
 
 
 class TargetedTransaction:

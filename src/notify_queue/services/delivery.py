@@ -13,6 +13,8 @@ Pure functions of the claimed notification and the provider's answer, so the rul
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 import random
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -35,12 +37,16 @@ from notify_queue.repositories.delivery import (
     DeliveryRepository,
 )
 from notify_queue.services.backoff import backoff_seconds, retry_after_seconds
+from notify_queue.services.digests import DigestRenderFailed, render_digest
 from notify_queue.services.preferences import (
     Clock,
     held_by_quiet_hours,
     screen_claimed,
     system_clock,
 )
+from notify_queue.services.rendering import Renderer
+
+log = logging.getLogger(__name__)
 
 # Why a notification no provider was asked for waits (CONTRACT section 10).
 _NOT_TRIED_REASONS = {
@@ -107,6 +113,19 @@ def decide_completion(
     return completion(Status.PENDING, wait)
 
 
+class _NoTemplates:
+    """The renderer of a service built without one: a digest's template cannot be rendered."""
+
+    async def render(self, parts: object, data: object) -> dict[str, str]:
+        raise DigestRenderFailed("this worker renders no templates")
+
+    async def close(self) -> None:
+        pass
+
+
+_NO_TEMPLATES = _NoTemplates()
+
+
 class DeliveryService:
     """The worker's use of the queue: claim a batch, record a batch of results, hand back claims,
     and the housekeeping every worker shares (lease recovery, expiry, pruning old slots)."""
@@ -118,8 +137,11 @@ class DeliveryService:
         priorities: Sequence[Priority],
         channels: Sequence[Channel],
         clock: Clock = system_clock,
+        renderer: Renderer | None = None,
     ) -> None:
         self._repository = repository
+        # Renders digests with a template (services/digests.py); None: only default renderings.
+        self._renderer = renderer
         self._priorities = list(priorities)
         self._channels = list(channels)
         # Quiet hours are read against this clock: the test seam (a frozen moment in tests).
@@ -137,7 +159,7 @@ class DeliveryService:
         fails as a whole: nothing is handed out, so nothing unchecked is ever sent.
         """
         now = self._clock()
-        return await self._repository.notifications_claim(
+        batch = await self._repository.notifications_claim(
             priorities=self._priorities,
             channels=self._channels,
             limit=limit,
@@ -149,6 +171,58 @@ class DeliveryService:
             ),
             chain_heads=chain_heads,
         )
+        if any(c.digest_id is not None for c in batch.claimed):
+            return dataclasses.replace(batch, claimed=await self._with_digests(batch.claimed))
+        return batch
+
+    async def _with_digests(
+        self, claimed: Sequence[ClaimedNotification]
+    ) -> list[ClaimedNotification]:
+        """A digest's carrier carries the digest's one message (docs/digests.md); a digest that
+        cannot be rendered ends FAILED here, with the reason, and is not handed out."""
+        contents = await self._repository.digests_contents(
+            digests=[
+                (c.digest_bucket or 0, c.digest_id) for c in claimed if c.digest_id is not None
+            ]
+        )
+        ready: list[ClaimedNotification] = []
+        failed: list[Completion] = []
+        for c in claimed:
+            if c.digest_id is None:
+                ready.append(c)
+                continue
+            digest = contents.get(c.digest_id)
+            try:
+                if digest is None:
+                    raise DigestRenderFailed(f"digest {c.digest_id} does not exist")
+                subject, body = await render_digest(
+                    self._renderer or _NO_TEMPLATES, digest, c.channel
+                )
+            except DigestRenderFailed as exc:
+                log.warning("%s: %s", c.id, exc)
+                failed.append(
+                    decide_completion(
+                        c, DeliveryResult(Outcome.PERMANENT_FAILURE, error=str(exc)[:500])
+                    )
+                )
+                continue
+            ready.append(
+                dataclasses.replace(
+                    c,
+                    subject=subject,
+                    body=body,
+                    metadata={
+                        "digest": {
+                            "key": digest.key,
+                            "id": str(digest.id),
+                            "count": len(digest.items),
+                        }
+                    },
+                )
+            )
+        if failed:
+            await self._repository.deliveries_complete(completions=failed)
+        return ready
 
     async def complete(
         self, results: Sequence[tuple[ClaimedNotification, DeliveryResult]]

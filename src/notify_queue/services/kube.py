@@ -108,6 +108,12 @@ def request_from_spec(namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]
     }
     if spec.get("template") is not None:  # a NotificationTemplate in the object's namespace
         data["template"] = template_name(namespace, str(spec["template"]))
+    if isinstance(spec.get("digest"), Mapping):
+        # Its template, too, is a NotificationTemplate in the object's namespace.
+        digest = dict(spec["digest"])
+        if digest.get("template") is not None:
+            digest["template"] = template_name(namespace, str(digest["template"]))
+        data["digest"] = digest
     if spec.get("delay") is not None:
         data["delaySeconds"] = spec["delay"]  # replaced by seconds in prepared_from_spec
     data["policy"] = policy_name(namespace, str(spec.get("policy") or DEFAULT_POLICY))

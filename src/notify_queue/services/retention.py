@@ -34,4 +34,7 @@ class DeliveryLogKeeper:
                 d.partition,
                 d.rows,
             )
+        forgotten = await self._repository.digests_forget(retention_seconds=self._retention_seconds)
+        if forgotten:
+            log.info("digests: removed %d closed before the retention", forgotten)
         return dropped

@@ -32,6 +32,7 @@ from notify_queue.errors import FieldError, ValidationFailed
 from notify_queue.models import (
     DEFAULT_CATEGORY,
     Channel,
+    DigestSpec,
     NewNotification,
     Priority,
     Source,
@@ -60,6 +61,11 @@ RECIPIENT_ID_PATTERN = IDEMPOTENCY_KEY_PATTERN
 TEMPLATE_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 CATEGORY_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$")
 MAX_DATA_BYTES = 64 * 1024
+# Digests (CONTRACT section 10, docs/digests.md).
+MAX_DIGEST_WINDOW_SECONDS = 86_400
+MIN_DIGEST_ITEMS = 2
+MAX_DIGEST_ITEMS = 1_000
+DEFAULT_DIGEST_ITEMS = 100
 MAX_ESCALATION_STEPS = 10
 
 
@@ -95,6 +101,35 @@ _PATTERNS: dict[str, tuple[re.Pattern[str], str]] = {
 }
 # JSON objects with a size limit, as compact UTF-8 JSON.
 _JSON_LIMITS = {"metadata": MAX_METADATA_BYTES, "data": MAX_DATA_BYTES}
+
+
+class DigestRequest(BaseModel):
+    """`digest`: join the recipient's open digest for `key` on the channel (docs/digests.md)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=False, frozen=True)
+
+    key: StrictStr
+    window_seconds: Annotated[
+        StrictInt, Field(ge=1, le=MAX_DIGEST_WINDOW_SECONDS, alias="windowSeconds")
+    ]
+    max_items: Annotated[
+        StrictInt, Field(ge=MIN_DIGEST_ITEMS, le=MAX_DIGEST_ITEMS, alias="maxItems")
+    ] = DEFAULT_DIGEST_ITEMS
+    template: StrictStr | None = None
+
+    @field_validator("key")
+    @classmethod
+    def _key(cls, value: str) -> str:
+        if not IDEMPOTENCY_KEY_PATTERN.fullmatch(value):
+            raise ValueError("must be 1-255 printable ASCII characters without spaces")
+        return value
+
+    @field_validator("template")
+    @classmethod
+    def _template(cls, value: str | None) -> str | None:
+        if value is not None and not TEMPLATE_NAME_PATTERN.fullmatch(value):
+            raise ValueError("must be a template name (lowercase letters, digits, '-', '.')")
+        return value
 
 
 class EscalationStepRequest(BaseModel):
@@ -171,6 +206,8 @@ class NotificationRequest(BaseModel):
     policy: StrictStr | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: StrictStr | None = Field(None, alias="idempotencyKey")
+    # Many events, one message (CONTRACT section 10, docs/digests.md).
+    digest: DigestRequest | None = None
     # Escalation until acknowledged (CONTRACT section 10): with recipientId only.
     escalation: EscalationRequest | None = None
 
@@ -282,6 +319,20 @@ class NotificationRequest(BaseModel):
                 raise ValueError("data: only with template")
             if self.body is None:
                 raise ValueError("body: is required (or template)")
+        if self.digest is not None:
+            # A digest is sent as one message when it closes: its items have no time of their
+            # own (docs/digests.md), and HIGH is for what must not wait (CONTRACT section 10).
+            if self.escalation is not None:
+                raise ValueError("digest: not with escalation")
+            if self.priority is Priority.HIGH:
+                raise ValueError("digest: not with priority HIGH")
+            if self.send_at is not None or self.delay_seconds is not None:
+                raise ValueError(
+                    "digest: not with sendAt or delaySeconds (the digest's window "
+                    "decides when it is sent)"
+                )
+            if self.expires_at is not None:
+                raise ValueError("digest: not with expiresAt (the digest is sent as one message)")
         return self
 
 
@@ -386,6 +437,14 @@ class PreparedRequest:
             recipient_id=r.recipient_id,
             template=template,
             traceparent=self.traceparent,
+            digest=None
+            if r.digest is None
+            else DigestSpec(
+                key=r.digest.key,
+                window_seconds=r.digest.window_seconds,
+                max_items=r.digest.max_items,
+                template=r.digest.template,
+            ),
         )
 
 

@@ -19,6 +19,7 @@ from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.repositories.providers import ProviderRepository
 from notify_queue.repositories.webhooks import WebhookRepository
 from notify_queue.services.delivery import DeliveryService
+from notify_queue.services.rendering import RenderPool
 from notify_queue.services.retention import DeliveryLogKeeper
 from notify_queue.settings import RelaySettings, Switch, WorkerSettings
 from notify_queue.worker.dispatcher import WebhookDispatcher
@@ -118,10 +119,14 @@ async def run_worker(
             if settings.webhook_dispatch is Switch.ON
             else (None, None)
         )
+        # Digests with a template are rendered when sent (services/digests.py), in worker
+        # processes as creates are (a template is client code); none starts until one is needed.
+        renderer = RenderPool()
         service = DeliveryService(
             DeliveryRepository(db, delivery_defaults(settings)),
             priorities=settings.priorities,
             channels=settings.channels,
+            renderer=renderer,
         )
         worker = Worker(
             service,
@@ -152,6 +157,7 @@ async def run_worker(
             for provider in providers.values():
                 await provider.close()
             await provider_session.close()
+            await renderer.close()
             if close_dispatcher is not None:
                 await close_dispatcher()
             log.info("worker stopped")

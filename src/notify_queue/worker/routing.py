@@ -388,7 +388,9 @@ def _entry(name: str, outcome: Outcome, error: str | None, seconds: float | None
 
 def _request(claimed: ClaimedNotification) -> DeliveryRequest:
     return DeliveryRequest(
-        id=claimed.id,
+        # A digest's carrier sends the digest: its id is the provider's idempotency key, the
+        # same on every attempt whichever item carries it (docs/digests.md).
+        id=claimed.digest_id or claimed.id,
         channel=claimed.channel,
         recipient=claimed.recipient,
         subject=claimed.subject,

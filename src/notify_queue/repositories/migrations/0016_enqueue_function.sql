@@ -222,7 +222,7 @@ DECLARE
     allowed constant text[] := ARRAY['channel', 'recipient', 'subject', 'body', 'recipientId',
         'channels', 'strategy', 'category', 'template', 'data', 'priority', 'sendAt',
         'delaySeconds', 'expiresAt', 'webhookUrl', 'policy', 'metadata', 'idempotencyKey',
-        'escalation'];
+        'escalation', 'digest'];
     key_message constant text := 'must be 1-255 printable ASCII characters without spaces';
     send_at timestamptz;
     expires_at timestamptz;
@@ -476,6 +476,52 @@ BEGIN
             errs := errs || jsonb_build_object('field', 'idempotencyKey', 'message', key_message);
         END IF;
     END IF;
+    -- digest (0019): services.validation.DigestRequest's fields in its order, then its extras.
+    v := p -> 'digest';
+    IF v IS NOT NULL AND v <> 'null' THEN
+        IF jsonb_typeof(v) <> 'object' THEN
+            errs := errs || jsonb_build_object('field', 'digest', 'message',
+                'Input should be a valid dictionary or instance of DigestRequest');
+        ELSE
+            IF NOT v ? 'key' THEN
+                errs := errs || jsonb_build_object('field', 'digest.key', 'message', 'Field required');
+            ELSIF jsonb_typeof(v -> 'key') <> 'string' THEN
+                errs := errs || jsonb_build_object('field', 'digest.key',
+                                                   'message', 'Input should be a valid string');
+            ELSIF (v ->> 'key') !~ '^[\x21-\x7e]{1,255}$' THEN
+                errs := errs || jsonb_build_object('field', 'digest.key', 'message', key_message);
+            END IF;
+            IF NOT v ? 'windowSeconds' THEN
+                errs := errs || jsonb_build_object('field', 'digest.windowSeconds',
+                                                   'message', 'Field required');
+            ELSE
+                t := nq_digest_int_error(v -> 'windowSeconds', 1, 86400);
+                IF t IS NOT NULL THEN
+                    errs := errs || jsonb_build_object('field', 'digest.windowSeconds', 'message', t);
+                END IF;
+            END IF;
+            IF v ? 'maxItems' THEN
+                t := nq_digest_int_error(v -> 'maxItems', 2, 1000);
+                IF t IS NOT NULL THEN
+                    errs := errs || jsonb_build_object('field', 'digest.maxItems', 'message', t);
+                END IF;
+            END IF;
+            IF COALESCE(v -> 'template', 'null') <> 'null' THEN
+                IF jsonb_typeof(v -> 'template') <> 'string' THEN
+                    errs := errs || jsonb_build_object('field', 'digest.template',
+                                                       'message', 'Input should be a valid string');
+                ELSIF (v ->> 'template') !~ '^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$' THEN
+                    errs := errs || jsonb_build_object('field', 'digest.template', 'message',
+                        'must be a template name (lowercase letters, digits, ''-'', ''.'')');
+                END IF;
+            END IF;
+            FOR t IN SELECT k FROM jsonb_object_keys(v) k
+                     WHERE k <> ALL(ARRAY['key', 'windowSeconds', 'maxItems', 'template']) LOOP
+                errs := errs || jsonb_build_object('field', 'digest.' || t,
+                                                   'message', 'Extra inputs are not permitted');
+            END LOOP;
+        END IF;
+    END IF;
     FOR t IN SELECT k FROM jsonb_object_keys(p) k WHERE k <> ALL(allowed) LOOP
         errs := errs || jsonb_build_object('field', t, 'message', 'Extra inputs are not permitted');
     END LOOP;
@@ -518,6 +564,21 @@ BEGIN
             WHEN COALESCE(p -> 'template', 'null') = 'null'
                  AND COALESCE(p -> 'body', 'null') = 'null' THEN
                 jsonb_build_object('field', 'body', 'message', 'is required (or template)')
+            -- digest (0019), as the model's check after the others.
+            WHEN COALESCE(p -> 'digest', 'null') <> 'null'
+                 AND COALESCE(p -> 'escalation', 'null') <> 'null' THEN
+                jsonb_build_object('field', 'digest', 'message', 'not with escalation')
+            WHEN COALESCE(p -> 'digest', 'null') <> 'null' AND p ->> 'priority' = 'HIGH' THEN
+                jsonb_build_object('field', 'digest', 'message', 'not with priority HIGH')
+            WHEN COALESCE(p -> 'digest', 'null') <> 'null'
+                 AND (COALESCE(p -> 'sendAt', 'null') <> 'null'
+                      OR COALESCE(p -> 'delaySeconds', 'null') <> 'null') THEN
+                jsonb_build_object('field', 'digest', 'message',
+                    'not with sendAt or delaySeconds (the digest''s window decides when it is sent)')
+            WHEN COALESCE(p -> 'digest', 'null') <> 'null'
+                 AND COALESCE(p -> 'expiresAt', 'null') <> 'null' THEN
+                jsonb_build_object('field', 'digest', 'message',
+                    'not with expiresAt (the digest is sent as one message)')
         END;
         IF crossed IS NOT NULL THEN
             crossed := jsonb_build_array(crossed);
@@ -656,15 +717,28 @@ BEGIN
         'send_at', v_send_at, 'expires_at', v_expires_at, 'source', 'sql',
         'policy', request ->> 'policy', 'webhook_url', request ->> 'webhookUrl',
         'metadata', COALESCE(request -> 'metadata', '{}'), 'status', 'PENDING',
-        'category', v_category, 'recipient_id', request ->> 'recipientId');
+        'category', v_category, 'recipient_id', request ->> 'recipientId',
+        -- digest (0019): joined by nq_insert_digest_items, as the API's creates are.
+        'digest_key', request #>> '{digest,key}',
+        'digest_window_seconds', (request #>> '{digest,windowSeconds}')::integer,
+        'digest_max_items', COALESCE((request #>> '{digest,maxItems}')::integer, 100),
+        'digest_template', request #>> '{digest,template}');
 
     IF request ->> 'recipientId' IS NULL THEN
         -- An address: one notification under the key itself.
-        PERFORM FROM nq_insert_notifications(
-            jsonb_build_array(base || jsonb_build_object(
-                'position', 0, 'id', gen_random_uuid(), 'idempotency_key', v_key,
-                'channel', request ->> 'channel', 'recipient', request ->> 'recipient'))::json,
-            v_max_attempts, v_webhook_url) i;
+        IF COALESCE(request -> 'digest', 'null') <> 'null' THEN
+            PERFORM FROM nq_insert_digest_items(
+                jsonb_build_array(base || jsonb_build_object(
+                    'position', 0, 'id', gen_random_uuid(), 'idempotency_key', v_key,
+                    'channel', request ->> 'channel', 'recipient', request ->> 'recipient'))::json,
+                v_max_attempts, v_webhook_url) i;
+        ELSE
+            PERFORM FROM nq_insert_notifications(
+                jsonb_build_array(base || jsonb_build_object(
+                    'position', 0, 'id', gen_random_uuid(), 'idempotency_key', v_key,
+                    'channel', request ->> 'channel', 'recipient', request ->> 'recipient'))::json,
+                v_max_attempts, v_webhook_url) i;
+        END IF;
         IF FOUND THEN
             PERFORM pg_notify('nq_wakeup', '');
         END IF;
@@ -757,7 +831,13 @@ BEGIN
             'last_error', 'suppressed: ' || array_to_string(why, '; ')));
         PERFORM nq_delivery_log_ready();
     END IF;
-    ids := ARRAY(SELECT i.id FROM nq_insert_notifications(items::json, v_max_attempts, v_webhook_url) i);
+    IF COALESCE(request -> 'digest', 'null') <> 'null' THEN
+        ids := ARRAY(SELECT i.id FROM nq_insert_digest_items(items::json, v_max_attempts,
+                                                             v_webhook_url) i);
+    ELSE
+        ids := ARRAY(SELECT i.id FROM nq_insert_notifications(items::json, v_max_attempts,
+                                                              v_webhook_url) i);
+    END IF;
     IF cardinality(chosen) > 0 THEN
         PERFORM pg_notify('nq_wakeup', '');
     END IF;

@@ -52,13 +52,13 @@ WITH results AS (
     -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
     -- Locked, so what is read here is what nq_finish moves and `retried` updates.
     SELECT n.id, n.claim_token, n.bucket, n.recipient, n.attempt_count, n.provider_message_id,
-           n.delivery_attempts, n.next_attempt_at, n.source
+           n.delivery_attempts, n.next_attempt_at, n.source, n.digest_id
     FROM nq_jobs n
     WHERE n.bucket = %(bucket)s AND n.id = ANY(%(ids)b::uuid[]) AND n.status = 'PROCESSING'
     ORDER BY n.id
     FOR UPDATE
 ), accepted AS (
-    SELECT r.*, h.bucket, h.recipient, h.source,
+    SELECT r.*, h.bucket, h.recipient, h.source, h.digest_id,
            h.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END AS final_attempt_count,
            COALESCE(r.provider_message_id, h.provider_message_id) AS final_provider_message_id,
            CASE WHEN r.status = 'SENT' THEN r.provider ELSE r.bound_provider END AS final_provider,
@@ -66,15 +66,31 @@ WITH results AS (
            COALESCE(r.next_attempt_at, now() + make_interval(secs => r.retry_in_seconds),
                     h.next_attempt_at) AS final_next_attempt_at
     FROM results r JOIN held h ON h.id = r.id AND h.claim_token = r.claim_token
+), digest_items AS (
+    -- [digests] complete_deliveries' digest_items within the bucket (docs/digests.md), without
+    -- its FOR UPDATE: Citus hands a FOR UPDATE CTE joined to another CTE to the next one in the
+    -- wrong copy format ("PGCOPY"). nq_finish's DELETE locks each item all the same; a closed
+    -- digest's parked items are written by nothing else (a cancel of one is refused), so no
+    -- other writer is waited for here.
+    SELECT n.id, a.status, a.last_error, a.final_attempt_count, a.final_provider_message_id,
+           a.final_provider, a.final_delivery_attempts
+    FROM accepted a JOIN nq_jobs n ON n.bucket = a.bucket AND n.digest_id = a.digest_id
+    WHERE n.bucket = %(bucket)s AND a.status <> 'PENDING' AND a.digest_id IS NOT NULL
+      AND n.id <> a.id AND n.status = 'PENDING'
+), ending AS (
+    SELECT id, status, last_error, final_attempt_count, final_provider_message_id,
+           final_provider, final_delivery_attempts
+    FROM accepted WHERE status <> 'PENDING'
+    UNION ALL SELECT * FROM digest_items
 ), finished AS (
     SELECT f.* FROM nq_finish(
-        ARRAY(SELECT id FROM accepted WHERE status <> 'PENDING' ORDER BY id),
-        ARRAY(SELECT status FROM accepted WHERE status <> 'PENDING' ORDER BY id),
-        ARRAY(SELECT last_error FROM accepted WHERE status <> 'PENDING' ORDER BY id),
-        ARRAY(SELECT final_attempt_count FROM accepted WHERE status <> 'PENDING' ORDER BY id),
-        ARRAY(SELECT final_provider_message_id FROM accepted WHERE status <> 'PENDING' ORDER BY id),
-        ARRAY(SELECT final_provider FROM accepted WHERE status <> 'PENDING' ORDER BY id),
-        ARRAY(SELECT final_delivery_attempts FROM accepted WHERE status <> 'PENDING' ORDER BY id),
+        ARRAY(SELECT id FROM ending ORDER BY id),
+        ARRAY(SELECT status FROM ending ORDER BY id),
+        ARRAY(SELECT last_error FROM ending ORDER BY id),
+        ARRAY(SELECT final_attempt_count FROM ending ORDER BY id),
+        ARRAY(SELECT final_provider_message_id FROM ending ORDER BY id),
+        ARRAY(SELECT final_provider FROM ending ORDER BY id),
+        ARRAY(SELECT final_delivery_attempts FROM ending ORDER BY id),
         %(default_webhook_url)s) AS f
 ), retried AS (
     UPDATE nq_jobs n
@@ -131,7 +147,8 @@ WITH results AS (
       AND w.bucket = g.bucket AND w.recipient = g.recipient
 )
 -- noted is read here (once, as an init plan) so that it runs. One row: the ids accepted.
-SELECT ARRAY(SELECT id FROM finished UNION ALL SELECT id FROM retried) AS accepted,
+SELECT ARRAY(SELECT id FROM finished WHERE id = ANY(ARRAY(SELECT id FROM accepted))
+             UNION ALL SELECT id FROM retried) AS accepted,
        (SELECT n FROM noted) AS noted
 
 -- name: release_claims_bucket
@@ -352,9 +369,11 @@ WHERE id = ANY(ARRAY(SELECT notification_id FROM k))
 
 -- name: notification_cancel_bucket
 -- notification_cancel with the row's bucket (citus_job_buckets), so the lock routes.
+-- A digest's item is left to digest_cancel_lock and digest_item_cancel (digests.sql).
 WITH pending AS (
     SELECT id FROM nq_jobs
-    WHERE bucket = %(bucket)s AND id = %(id)s AND status = 'PENDING' FOR UPDATE
+    WHERE bucket = %(bucket)s AND id = %(id)s AND status = 'PENDING' AND digest_id IS NULL
+    FOR UPDATE
 )
 SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending), ARRAY(SELECT 'CANCELLED' FROM pending),
                            NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f

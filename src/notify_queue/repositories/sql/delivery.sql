@@ -81,9 +81,9 @@ WHERE (SELECT count(*) FROM recipient_locks) >= 0
 -- by an upsert in (bucket, recipient) order, the order every writer of windows locks them in.
 -- Rows are found through the primary key (`id = ANY(array)`), so a claim costs per row, never per
 -- table size, whatever the statistics say.
-WITH batch AS (
+WITH batch_all AS (
     SELECT n.id, n.bucket, n.recipient, n.priority, n.next_attempt_at, n.created_at, n.source,
-           n.attempt_count,
+           n.attempt_count, n.digest_id,
            COALESCE(p.rate_limit, %(rate_limit)s) AS rate_limit,
            make_interval(secs => COALESCE(p.rate_window_seconds, %(rate_window_seconds)s)) AS win,
            -- Policies fail closed (migration 0006): a row whose NotificationPolicy exists but is
@@ -109,6 +109,37 @@ WITH batch AS (
     FROM nq_jobs n
     LEFT JOIN nq_policies p ON p.name = n.policy
     WHERE n.id = ANY(%(ids)b::uuid[])
+), digest_locked AS (
+    -- [digests] docs/digests.md. The digests of the batch's items, through their primary key (a
+    -- batch without digest items reads nothing), SKIP LOCKED: a create joining a digest or a
+    -- cancel leaving it holds it for a moment, and its item is looked at again in a second.
+    -- Never a wait here, so this side needs no lock order between items and digests. An item
+    -- whose carrier has left the queue without sending it (its lease lost on the last attempt)
+    -- takes over: `orphaned`.
+    SELECT d.bucket, d.id, d.carrier_id,
+           NOT EXISTS (SELECT 1 FROM nq_jobs j
+                       WHERE j.bucket = d.bucket AND j.id = d.carrier_id) AS orphaned
+    FROM nq_digests d
+    WHERE d.bucket = ANY(ARRAY(SELECT bucket FROM batch_all WHERE digest_id IS NOT NULL))
+      AND d.id = ANY(ARRAY(SELECT digest_id FROM batch_all WHERE digest_id IS NOT NULL))
+    FOR UPDATE SKIP LOCKED
+), digest_roles AS (
+    -- [digests] The carrier goes on as any row (rate limit, quiet hours, policy, providers: the
+    -- digest is one message); another item of its digest is parked, one whose digest is busy
+    -- waits a second.
+    SELECT b.id, b.bucket, b.digest_id,
+           CASE WHEN l.id IS NULL THEN 'busy'
+                WHEN l.carrier_id = b.id THEN 'carrier'
+                WHEN l.orphaned AND b.id = (SELECT o.id FROM batch_all o
+                                            WHERE o.digest_id = b.digest_id
+                                            ORDER BY o.created_at, o.id LIMIT 1) THEN 'carrier'
+                ELSE 'parked' END AS role
+    FROM batch_all b LEFT JOIN digest_locked l ON l.bucket = b.bucket AND l.id = b.digest_id
+    WHERE b.digest_id IS NOT NULL
+), batch AS (
+    SELECT b.* FROM batch_all b
+    WHERE b.digest_id IS NULL
+       OR b.id = ANY(ARRAY(SELECT id FROM digest_roles WHERE role = 'carrier'))
 ), windows AS (
     -- Per recipient and window length (a policy may set its own): the entries in the window.
     SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
@@ -156,7 +187,7 @@ WITH batch AS (
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
               n.created_at, n.category, n.expires_at, n.recipient_id, n.source,
               n.provider AS bound_provider, r.sticky_provider, r.quiet, n.send_at,
-              n.traceparent
+              n.traceparent, n.digest_id
 ), waiting AS (
     -- The place a waiting row waits for is the (used - limit + rank)-th oldest entry in the
     -- window; when that one is not taken yet (a burst within one batch), a full window from now.
@@ -209,6 +240,34 @@ WITH batch AS (
                   UNION ALL
                   SELECT x.id, x.t FROM unnest(excluded.ids, excluded.taken) AS x(id, t)) e),
         last_taken_at = now()
+), digest_closed AS (
+    -- [digests] A claimed carrier closes its digest: a create from now on opens a new one, and
+    -- what the carrier sends is every item that joined before, read after this commits (a
+    -- joining create held the digest until its commit, so none is missing). An item taking over
+    -- an orphaned digest closes it again: retention counts from the last close.
+    UPDATE nq_digests d
+    SET state = 'closed', closed_at = now(), carrier_id = r.id
+    FROM digest_roles r
+    WHERE d.bucket = ANY(ARRAY(SELECT bucket FROM digest_roles WHERE role = 'carrier'))
+      AND d.id = ANY(ARRAY(SELECT digest_id FROM digest_roles WHERE role = 'carrier'))
+      AND d.bucket = r.bucket AND d.id = r.digest_id AND r.role = 'carrier'
+    RETURNING d.id
+), digest_parked AS (
+    -- [digests] Parked a day (the carrier's result ends it before), or a second when busy.
+    UPDATE nq_jobs n
+    -- now() outside CASE, and CASE in its searched form: Citus refuses a non-immutable function
+    -- inside CASE or COALESCE in a distributed UPDATE, and misplans `CASE x WHEN` (citus.sql).
+    SET next_attempt_at = now() + CASE WHEN r.role = 'busy' THEN interval '1 second'
+                                       ELSE interval '1 day' END,
+        waiting_reason = 'DigestWindow',
+        waiting_until = now() + CASE WHEN r.role = 'busy' THEN interval '1 second' END,
+        waiting_detail = CASE WHEN r.role = 'busy' THEN 'its digest is being joined or left'
+                              ELSE 'sent with its digest' END,
+        updated_at = now()
+    FROM digest_roles r
+    WHERE n.id = ANY(ARRAY(SELECT id FROM digest_roles WHERE role <> 'carrier'))
+      AND n.id = r.id
+    RETURNING n.id, n.source
 ), stopped AS (
     -- ESCALATION GUARD: acknowledged steps (locked by step 1) become CANCELLED, `acknowledged`,
     -- through nq_finish. Called only when there are some: a claim without escalation steps
@@ -225,7 +284,8 @@ WITH batch AS (
                            array_agg(c.new_status)) AS n
     FROM (SELECT id, source, 'PENDING' AS old_status, 'PROCESSING' AS new_status FROM admitted
           UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM held_back
-          UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM deferred) c
+          UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM deferred
+          UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM digest_parked) c
     WHERE c.source = 'kubernetes'
 )
 -- Admitted rows in claim order, so the worker starts the most urgent deliveries first; each
@@ -252,7 +312,9 @@ LEFT JOIN (
            -- When it first became due: the worker's due-to-sent latency histogram starts here.
            a.send_at,
            -- The creator's trace context: the worker's delivery span continues that trace.
-           a.traceparent
+           a.traceparent,
+           -- [digests] Set on a digest's carrier: the worker renders the digest (docs/digests.md).
+           a.digest_id, a.bucket AS digest_bucket
     FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
     LEFT JOIN nq_recipients r ON r.id = a.recipient_id
 ) a ON true
@@ -311,14 +373,27 @@ SELECT ARRAY(SELECT c.id FROM candidates c) AS ids, q.ids AS quiet_ids,
 FROM quiet q
 WHERE (SELECT count(*) FROM recipient_locks) >= 0
 
+-- name: claim_lock_digests_bucket
+-- Citus only, between the two steps of a routed claim: the digests of the locked candidates,
+-- locked with SKIP LOCKED as the plain claim's digest_locked CTE does (see there), in a statement
+-- of its own (see the admit statement's digest_locked). A batch without digest items locks
+-- nothing; the subquery reads the candidates by primary key.
+SELECT ARRAY(
+    SELECT d.id FROM nq_digests d
+    WHERE d.bucket = %(bucket)s
+      AND d.id IN (SELECT j.digest_id FROM nq_jobs j
+                   WHERE j.bucket = %(bucket)s AND j.id = ANY(%(ids)b::uuid[])
+                     AND j.digest_id IS NOT NULL)
+    FOR UPDATE SKIP LOCKED) AS ids
+
 -- name: claim_admit_candidates_bucket
 -- Citus only: claim_admit_candidates within one bucket. Two differences, both for Citus: every
 -- nq_jobs and nq_rate_windows reference names `bucket = %(bucket)s` (router query), and the
 -- window is read FOR UPDATE and its new entries merged in the INSERT's SELECT (Citus refuses a
 -- stable function, such as a timestamp minus an interval, in DO UPDATE SET).
-WITH batch AS (
+WITH batch_all AS (
     SELECT n.id, n.bucket, n.recipient, n.priority, n.next_attempt_at, n.created_at, n.source,
-           n.attempt_count,
+           n.attempt_count, n.digest_id,
            COALESCE(p.rate_limit, %(rate_limit)s) AS rate_limit,
            make_interval(secs => COALESCE(p.rate_window_seconds, %(rate_window_seconds)s)) AS win,
            -- Policies fail closed (migration 0006): a row whose NotificationPolicy exists but is
@@ -344,6 +419,37 @@ WITH batch AS (
     FROM nq_jobs n
     LEFT JOIN nq_policies p ON p.name = n.policy
     WHERE n.bucket = %(bucket)s AND n.id = ANY(%(ids)b::uuid[])
+), digest_locked AS (
+    -- [digests] docs/digests.md. The digests of the batch's items, through their primary key (a
+    -- batch without digest items reads nothing), SKIP LOCKED: a create joining a digest or a
+    -- cancel leaving it holds it for a moment, and its item is looked at again in a second.
+    -- Never a wait here, so this side needs no lock order between items and digests. An item
+    -- whose carrier has left the queue without sending it (its lease lost on the last attempt)
+    -- takes over: `orphaned`.
+    SELECT d.bucket, d.id, d.carrier_id,
+           NOT EXISTS (SELECT 1 FROM nq_jobs j
+                       WHERE j.bucket = %(bucket)s AND j.bucket = d.bucket AND j.id = d.carrier_id) AS orphaned
+    FROM nq_digests d
+    -- Locked by claim_lock_digests_bucket in this transaction (a FOR UPDATE CTE is what the
+    -- plain claim uses; Citus returns its rows to later CTEs in the wrong format).
+    WHERE d.bucket = %(bucket)s AND d.id = ANY(%(digest_ids)b::uuid[])
+), digest_roles AS (
+    -- [digests] The carrier goes on as any row (rate limit, quiet hours, policy, providers: the
+    -- digest is one message); another item of its digest is parked, one whose digest is busy
+    -- waits a second.
+    SELECT b.id, b.bucket, b.digest_id,
+           CASE WHEN l.id IS NULL THEN 'busy'
+                WHEN l.carrier_id = b.id THEN 'carrier'
+                WHEN l.orphaned AND b.id = (SELECT o.id FROM batch_all o
+                                            WHERE o.digest_id = b.digest_id
+                                            ORDER BY o.created_at, o.id LIMIT 1) THEN 'carrier'
+                ELSE 'parked' END AS role
+    FROM batch_all b LEFT JOIN digest_locked l ON l.bucket = b.bucket AND l.id = b.digest_id
+    WHERE b.digest_id IS NOT NULL
+), batch AS (
+    SELECT b.* FROM batch_all b
+    WHERE b.digest_id IS NULL
+       OR b.id = ANY(ARRAY(SELECT id FROM digest_roles WHERE role = 'carrier'))
 ), windows AS (
     -- Per recipient and window length (a policy may set its own): the entries in the window.
     SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
@@ -392,7 +498,7 @@ WITH batch AS (
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
               n.created_at, n.category, n.expires_at, n.recipient_id, n.source,
               n.provider AS bound_provider, r.sticky_provider, r.quiet, n.send_at,
-              n.traceparent
+              n.traceparent, n.digest_id
 ), waiting AS (
     -- The place a waiting row waits for is the (used - limit + rank)-th oldest entry in the
     -- window; when that one is not taken yet (a burst within one batch), a full window from now.
@@ -451,6 +557,34 @@ WITH batch AS (
     ORDER BY a.bucket, a.recipient
     ON CONFLICT (bucket, recipient) DO UPDATE
     SET ids = excluded.ids, taken = excluded.taken, last_taken_at = excluded.last_taken_at
+), digest_closed AS (
+    -- [digests] A claimed carrier closes its digest: a create from now on opens a new one, and
+    -- what the carrier sends is every item that joined before, read after this commits (a
+    -- joining create held the digest until its commit, so none is missing). An item taking over
+    -- an orphaned digest closes it again: retention counts from the last close.
+    UPDATE nq_digests d
+    SET state = 'closed', closed_at = now(), carrier_id = r.id
+    FROM digest_roles r
+    WHERE d.bucket = %(bucket)s
+      AND d.id = ANY(ARRAY(SELECT digest_id FROM digest_roles WHERE role = 'carrier'))
+      AND d.bucket = r.bucket AND d.id = r.digest_id AND r.role = 'carrier'
+    RETURNING d.id
+), digest_parked AS (
+    -- [digests] Parked a day (the carrier's result ends it before), or a second when busy.
+    UPDATE nq_jobs n
+    -- now() outside CASE, and CASE in its searched form: Citus refuses a non-immutable function
+    -- inside CASE or COALESCE in a distributed UPDATE, and misplans `CASE x WHEN` (citus.sql).
+    SET next_attempt_at = now() + CASE WHEN r.role = 'busy' THEN interval '1 second'
+                                       ELSE interval '1 day' END,
+        waiting_reason = 'DigestWindow',
+        waiting_until = now() + CASE WHEN r.role = 'busy' THEN interval '1 second' END,
+        waiting_detail = CASE WHEN r.role = 'busy' THEN 'its digest is being joined or left'
+                              ELSE 'sent with its digest' END,
+        updated_at = now()
+    FROM digest_roles r
+    WHERE n.bucket = %(bucket)s AND n.id = ANY(ARRAY(SELECT id FROM digest_roles WHERE role <> 'carrier'))
+      AND n.id = r.id
+    RETURNING n.id, n.source
 ), stopped AS (
     -- ESCALATION GUARD: acknowledged steps (locked by step 1) become CANCELLED, `acknowledged`,
     -- through nq_finish. Called only when there are some: a claim without escalation steps
@@ -467,7 +601,8 @@ WITH batch AS (
                            array_agg(c.new_status)) AS n
     FROM (SELECT id, source, 'PENDING' AS old_status, 'PROCESSING' AS new_status FROM admitted
           UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM held_back
-          UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM deferred) c
+          UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM deferred
+          UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM digest_parked) c
     WHERE c.source = 'kubernetes'
 )
 -- Admitted rows in claim order, so the worker starts the most urgent deliveries first; each
@@ -487,7 +622,8 @@ LEFT JOIN (
            -- preferences.py) never works from a stale copy. A deleted recipient reads as absent.
            r.id IS NOT NULL AS recipient_exists, r.timezone, r.opt_out_all, r.opt_out_channels,
            r.opt_out_categories, r.quiet_start, r.quiet_end, a.bound_provider, a.sticky_provider,
-           a.next_attempt_at, a.created_at, a.send_at, a.traceparent
+           a.next_attempt_at, a.created_at, a.send_at, a.traceparent,
+           a.digest_id, a.bucket AS digest_bucket  -- [digests]
     FROM admitted a LEFT JOIN nq_policies p ON p.name = a.policy
     LEFT JOIN nq_recipients r ON r.id = a.recipient_id
 ) a ON true
@@ -530,13 +666,13 @@ WITH results AS (
     -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
     -- Locked, so what is read here is what nq_finish moves and `retried` updates.
     SELECT n.id, n.claim_token, n.bucket, n.recipient, n.attempt_count, n.provider_message_id,
-           n.delivery_attempts, n.next_attempt_at, n.source
+           n.delivery_attempts, n.next_attempt_at, n.source, n.digest_id
     FROM nq_jobs n
     WHERE n.id = ANY(%(ids)b::uuid[]) AND n.status = 'PROCESSING'
     ORDER BY n.id
     FOR UPDATE
 ), accepted AS (
-    SELECT r.*, h.bucket, h.recipient, h.source,
+    SELECT r.*, h.bucket, h.recipient, h.source, h.digest_id,
            h.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END AS final_attempt_count,
            COALESCE(r.provider_message_id, h.provider_message_id) AS final_provider_message_id,
            CASE WHEN r.status = 'SENT' THEN r.provider ELSE r.bound_provider END AS final_provider,
@@ -544,15 +680,33 @@ WITH results AS (
            COALESCE(r.next_attempt_at, now() + make_interval(secs => r.retry_in_seconds),
                     h.next_attempt_at) AS final_next_attempt_at
     FROM results r JOIN held h ON h.id = r.id AND h.claim_token = r.claim_token
+), digest_items AS (
+    -- [digests] docs/digests.md. A carrier's final result is its digest's: the digest's other
+    -- items end with it in this statement (each its own log row and webhook event, nq_finish),
+    -- with its status, error, attempts and provider message id. Locked after the carrier, the
+    -- order of every writer of a closed digest's items; through nq_jobs_digest, and only for a
+    -- batch with a carrier in it.
+    SELECT n.id, a.status, a.last_error, a.final_attempt_count, a.final_provider_message_id,
+           a.final_provider, a.final_delivery_attempts
+    FROM accepted a JOIN nq_jobs n ON n.bucket = a.bucket AND n.digest_id = a.digest_id
+    WHERE a.status <> 'PENDING' AND a.digest_id IS NOT NULL
+      AND n.id <> a.id AND n.status = 'PENDING'
+    ORDER BY n.id
+    FOR UPDATE OF n
+), ending AS (
+    SELECT id, status, last_error, final_attempt_count, final_provider_message_id,
+           final_provider, final_delivery_attempts
+    FROM accepted WHERE status <> 'PENDING'
+    UNION ALL SELECT * FROM digest_items
 ), finished AS (
     SELECT f.* FROM nq_finish(
-        ARRAY(SELECT id FROM accepted WHERE status <> 'PENDING' ORDER BY id),
-        ARRAY(SELECT status FROM accepted WHERE status <> 'PENDING' ORDER BY id),
-        ARRAY(SELECT last_error FROM accepted WHERE status <> 'PENDING' ORDER BY id),
-        ARRAY(SELECT final_attempt_count FROM accepted WHERE status <> 'PENDING' ORDER BY id),
-        ARRAY(SELECT final_provider_message_id FROM accepted WHERE status <> 'PENDING' ORDER BY id),
-        ARRAY(SELECT final_provider FROM accepted WHERE status <> 'PENDING' ORDER BY id),
-        ARRAY(SELECT final_delivery_attempts FROM accepted WHERE status <> 'PENDING' ORDER BY id),
+        ARRAY(SELECT id FROM ending ORDER BY id),
+        ARRAY(SELECT status FROM ending ORDER BY id),
+        ARRAY(SELECT last_error FROM ending ORDER BY id),
+        ARRAY(SELECT final_attempt_count FROM ending ORDER BY id),
+        ARRAY(SELECT final_provider_message_id FROM ending ORDER BY id),
+        ARRAY(SELECT final_provider FROM ending ORDER BY id),
+        ARRAY(SELECT final_delivery_attempts FROM ending ORDER BY id),
         %(default_webhook_url)s) AS f
 ), retried AS (
     UPDATE nq_jobs n
@@ -615,7 +769,8 @@ WITH results AS (
       AND w.bucket = g.bucket AND w.recipient = g.recipient
 )
 -- noted is read here (once, as an init plan) so that it runs. One row: the ids accepted.
-SELECT ARRAY(SELECT id FROM finished UNION ALL SELECT id FROM retried) AS accepted,
+SELECT ARRAY(SELECT id FROM finished WHERE id = ANY(ARRAY(SELECT id FROM accepted))
+             UNION ALL SELECT id FROM retried) AS accepted,
        (SELECT n FROM noted) AS noted
 
 -- name: release_claims

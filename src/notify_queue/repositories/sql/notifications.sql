@@ -29,6 +29,13 @@ n.waiting_until, n.waiting_detail, n.digest_id, n.escalation_id, n.traceparent
 SELECT * FROM nq_insert_notifications(%(items)s::json, %(default_max_attempts)s,
                                       %(default_webhook_url)s)
 
+-- name: notification_insert_many_digests
+-- notification_insert_many for a batch with a digest's item (0019, docs/digests.md): each such
+-- item joins its recipient's open digest (nq_digest_join) in this statement; the batch's other
+-- rows are inserted as there. A plain batch never runs this one (it plans the digest steps).
+SELECT * FROM nq_insert_digest_items(%(items)s::json, %(default_max_attempts)s,
+                                     %(default_webhook_url)s)
+
 -- name: notification_log_ready
 -- Before an insert of rows born final: the log has today's partition (0012).
 SELECT nq_delivery_log_ready() AS ready
@@ -88,8 +95,12 @@ LIMIT %(limit)s
 -- re-checks status = 'PENDING' on the newest row version; whichever commits first wins and the
 -- other changes nothing. nq_finish moves the row to the log (the caller reads it back with
 -- notification_get, a statement of its own that sees the move).
+-- A digest's item is cancelled by digest_cancel_lock and digest_item_cancel instead (digests.sql:
+-- the digest is locked first and its count and carrier kept), so it is not matched here.
 WITH pending AS (
-    SELECT id FROM nq_jobs WHERE id = %(id)s AND status = 'PENDING' FOR UPDATE
+    SELECT id FROM nq_jobs
+    WHERE id = %(id)s AND status = 'PENDING' AND digest_id IS NULL
+    FOR UPDATE
 )
 SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending), ARRAY(SELECT 'CANCELLED' FROM pending),
                            NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
