@@ -13,8 +13,15 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from notify_queue import jsontext
-from notify_queue.models import Escalation, EscalationState, NewNotification, Notification
+from notify_queue.models import (
+    Engine,
+    Escalation,
+    EscalationState,
+    NewNotification,
+    Notification,
+)
 from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.notifications import NotificationRepository, TargetedTransaction
 from notify_queue.repositories.rows import notification_from_row
 
@@ -24,6 +31,8 @@ class EscalationRepository:
         self._db = db
         self._default_webhook_url = default_webhook_url
         self._notifications = NotificationRepository(db, default_webhook_url=default_webhook_url)
+        # The statements' shape follows the engine (docs/scaling.md), read at most once per TTL.
+        self._engine = EngineRepository(db)
 
     @asynccontextmanager
     async def create_transaction(self, *, request_key: str) -> AsyncIterator[EscalationTransaction]:
@@ -40,8 +49,21 @@ class EscalationRepository:
         """Acknowledge (once) and cancel every step still PENDING; False: no such escalation.
         A second acknowledgement keeps the first's time and author, and cancels what is pending
         (nothing, unless a step came back from a failed attempt: the claim would cancel it)."""
+        citus = (await self._engine.engine_get()).engine is Engine.CITUS
         async with self._db.transaction() as conn:
-            locked = await conn.fetch_one("escalation_acknowledge_lock", {"id": id})
+            if not citus:
+                locked = await conn.fetch_one("escalation_acknowledge_lock", {"id": id})
+            else:
+                # Citus: the bucket first (lock-free), so every lock below names one shard, the
+                # escalation's and its steps' (sql/citus.sql).
+                found = await conn.fetch_one("escalation_buckets", {"id": id})
+                locked = (
+                    None
+                    if found is None
+                    else await conn.fetch_one(
+                        "escalation_acknowledge_lock_bucket", {"id": id, "bucket": found["bucket"]}
+                    )
+                )
             if locked is None:
                 return False
             if locked["acknowledged_at"] is None:
@@ -50,10 +72,13 @@ class EscalationRepository:
                     {"bucket": locked["bucket"], "id": id, "by": by},
                 )
             await conn.fetch_one("notification_log_ready")
-            await conn.fetch_all(
-                "escalation_steps_stop",
-                {"ids": locked["step_ids"], "default_webhook_url": self._default_webhook_url},
-            )
+            stop = {"ids": locked["step_ids"], "default_webhook_url": self._default_webhook_url}
+            if not citus:
+                await conn.fetch_all("escalation_steps_stop", stop)
+            else:
+                await conn.fetch_all(
+                    "escalation_steps_stop_bucket", {**stop, "bucket": locked["bucket"]}
+                )
             await conn.fetch_one("escalation_note_objects", {"ids": locked["step_ids"]})
         return True
 

@@ -174,6 +174,7 @@ class NotificationRepository:
         citus = (await self._engine.engine_get()).engine is Engine.CITUS
         async with self._db.transaction() as conn:
             await conn.fetch_one("notification_log_ready")
+            bucket: int | None = None
             if not citus:
                 cancelled = await conn.fetch_one("notification_cancel", params)
             else:
@@ -182,24 +183,35 @@ class NotificationRepository:
                 found = await conn.fetch_all("citus_job_buckets", {"ids": [id]})
                 if not found:
                     return None
+                bucket = found[0]["bucket"]
                 cancelled = await conn.fetch_one(
-                    "notification_cancel_bucket", {**params, "bucket": found[0]["bucket"]}
+                    "notification_cancel_bucket", {**params, "bucket": bucket}
                 )
             if cancelled is None:
                 # A digest's item (docs/digests.md): its digest locked first, then, only while
                 # it is open, the item leaves it in a statement of its own.
-                digest = await conn.fetch_one("digest_cancel_lock", {"id": id})
+                if bucket is None:
+                    digest = await conn.fetch_one("digest_cancel_lock", {"id": id})
+                else:
+                    digest = await conn.fetch_one(
+                        "digest_cancel_lock_bucket", {"id": id, "bucket": bucket}
+                    )
                 if digest is None or digest["state"] != "open":
                     return None
-                left = await conn.fetch_one(
-                    "digest_item_cancel",
-                    {
-                        "id": id,
-                        "bucket": digest["bucket"],
-                        "digest_id": digest["id"],
-                        "default_webhook_url": self._default_webhook_url,
-                    },
-                )
+                leave = {
+                    "id": id,
+                    "bucket": digest["bucket"],
+                    "digest_id": digest["id"],
+                    "default_webhook_url": self._default_webhook_url,
+                }
+                if bucket is None:
+                    left = await conn.fetch_one("digest_item_cancel", leave)
+                else:
+                    # Citus: the item's move and the digest's update in two statements, so
+                    # nq_finish stays on the coordinator (sql/citus.sql).
+                    left = await conn.fetch_one("digest_item_cancel_bucket", leave)
+                    if left is not None and left["id"] is not None:
+                        await conn.fetch_one("digest_item_leave_bucket", leave)
                 if left is None or left["id"] is None:
                     return None
             return await _get(conn, id)

@@ -65,6 +65,11 @@ CREATE FUNCTION nq_digest_join(
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
     d nq_digests;
+    -- The transaction's time, read once: a variable is a parameter to the statements below, so
+    -- on Citus no now() sits inside the CASE of a distributed UPDATE (refused: "non-IMMUTABLE
+    -- functions are not allowed in CASE or COALESCE"). now() is the transaction's start time on
+    -- either engine, so plain PostgreSQL writes the same values.
+    t timestamptz := now();
 BEGIN
     LOOP
         SELECT x.* INTO d FROM nq_digests x
@@ -83,7 +88,7 @@ BEGIN
             UPDATE nq_digests x
             SET item_count = x.item_count + 1,
                 state = CASE WHEN x.item_count + 1 >= x.max_items THEN 'closed' ELSE 'open' END,
-                closed_at = CASE WHEN x.item_count + 1 >= x.max_items THEN now() END
+                closed_at = CASE WHEN x.item_count + 1 >= x.max_items THEN t END
             WHERE x.bucket = d.bucket AND x.id = d.id
             RETURNING x.id, x.state = 'closed', x.closes_at, x.item_count
             INTO digest_id, closed, closes_at, item_count;
@@ -256,6 +261,17 @@ WHERE (SELECT n FROM events) IS NOT DISTINCT FROM (SELECT n FROM events)
   AND (SELECT n FROM counted) IS NOT DISTINCT FROM (SELECT n FROM counted)
 $$;
 
+-- `digest` of a notification's answer: {key, id, count} of its digest, by primary key. A function
+-- of its own with a quoted body: Citus sends a statement that reads a distributed table to the
+-- shard's node, and it deparses a SQL-standard body (`RETURN ...`) as a statement the node
+-- cannot parse ("syntax error at or near RETURN"), so nq_notification_json, whose body is
+-- `RETURN`, reads no table itself (docs/scaling.md).
+CREATE FUNCTION nq_digest_ref(p_bucket smallint, p_id uuid) RETURNS jsonb
+LANGUAGE sql STABLE AS $$
+    SELECT jsonb_build_object('key', d.key, 'id', d.id, 'count', d.item_count)
+    FROM nq_digests d WHERE d.bucket = p_bucket AND d.id = p_id
+$$;
+
 -- A notification as the API answers it (0017), with `digest`: {key, id, count} of its digest,
 -- read by primary key only for a notification that has one.
 CREATE OR REPLACE FUNCTION nq_notification_json(n nq_all_notifications) RETURNS jsonb
@@ -282,6 +298,4 @@ RETURN jsonb_build_object(
                      ELSE jsonb_build_object('name', n.template_name,
                                              'version', n.template_version) END,
     'digest', CASE WHEN n.digest_id IS NULL THEN NULL
-                   ELSE (SELECT jsonb_build_object('key', d.key, 'id', d.id,
-                                                   'count', d.item_count)
-                         FROM nq_digests d WHERE d.bucket = n.bucket AND d.id = n.digest_id) END);
+                   ELSE nq_digest_ref(n.bucket, n.digest_id) END);

@@ -451,3 +451,90 @@ SELECT id FROM nq_delivery_log WHERE status = %(status)s ORDER BY created_at, id
 -- name: notification_status_count
 -- How many notifications are in a final status (the counters, as notification_retry_batch).
 SELECT COALESCE(sum(n), 0) AS n FROM nq_counters WHERE name = 'notifications:' || %(status)s
+
+-- name: digest_cancel_lock_bucket
+-- digest_cancel_lock (digests.sql) with the item's bucket (citus_job_buckets): the digest's lock
+-- names its bucket, so it routes (a digest lives on its items' shard, citus_layout.sql).
+SELECT d.bucket, d.id, d.state FROM nq_digests d
+WHERE d.bucket = %(bucket)s
+  AND d.id = (SELECT j.digest_id FROM nq_jobs j
+              WHERE j.bucket = %(bucket)s AND j.id = %(id)s AND j.status = 'PENDING'
+                AND j.digest_id IS NOT NULL)
+FOR UPDATE OF d
+
+-- name: digest_item_cancel_bucket
+-- digest_item_cancel (digests.sql) on Citus, first of two statements, after
+-- digest_cancel_lock_bucket: the item leaves (nq_finish: CANCELLED, its webhook event). Two
+-- statements because Citus sends a statement whose every table names one bucket to that shard's
+-- node whole, nq_finish with it, and nq_finish there would run distributed statements from a
+-- shard (refused: "cannot execute a distributed query from a query on a shard"); this shape, as
+-- notification_cancel_bucket, keeps nq_finish on the coordinator.
+WITH pending AS (
+    SELECT id FROM nq_jobs
+    WHERE bucket = %(bucket)s AND id = %(id)s AND status = 'PENDING'
+      AND digest_id = %(digest_id)s
+    FOR UPDATE
+)
+SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending), ARRAY(SELECT 'CANCELLED' FROM pending),
+                           NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+
+-- name: digest_item_leave_bucket
+-- Second statement, run only when the first cancelled the item (same transaction, the digest
+-- still locked): the count drops, the last item leaving cancels the digest, a carrier leaving
+-- hands over to the oldest item left, due when the window ends (as digest_item_cancel). One
+-- router statement; the time comes in from `c`, since Citus refuses now() inside a CASE of a
+-- distributed UPDATE's SET.
+WITH before AS (
+    SELECT carrier_id FROM nq_digests WHERE bucket = %(bucket)s AND id = %(digest_id)s
+), successor AS (
+    SELECT j.id FROM nq_jobs j
+    WHERE j.bucket = %(bucket)s AND j.digest_id = %(digest_id)s AND j.status = 'PENDING'
+      AND j.id <> %(id)s
+    ORDER BY j.created_at, j.id
+    LIMIT 1
+), left_digest AS (
+    UPDATE nq_digests d
+    SET item_count = d.item_count - 1,
+        state = CASE WHEN d.item_count <= 1 THEN 'cancelled' ELSE d.state END,
+        closed_at = CASE WHEN d.item_count <= 1 THEN c.now ELSE d.closed_at END,
+        carrier_id = CASE WHEN d.carrier_id = %(id)s
+                          THEN COALESCE((SELECT id FROM successor), d.carrier_id)
+                          ELSE d.carrier_id END
+    FROM (SELECT now() AS now) c
+    WHERE d.bucket = %(bucket)s AND d.id = %(digest_id)s
+    RETURNING d.closes_at, d.state
+), handed AS (
+    UPDATE nq_jobs j
+    SET next_attempt_at = l.closes_at, waiting_until = l.closes_at, updated_at = now()
+    FROM left_digest l
+    WHERE j.bucket = %(bucket)s AND j.id = (SELECT id FROM successor)
+      AND (SELECT carrier_id FROM before) = %(id)s AND l.state = 'open'
+    RETURNING j.id
+)
+SELECT (SELECT count(*) FROM handed) AS handed
+
+-- name: escalation_buckets
+-- The bucket of an escalation known by id (lock-free, multi-shard: one probe of each shard's
+-- nq_escalations_id), so the acknowledgement's locks route to its shard. An escalation's bucket
+-- never changes (its recipient's), so what is read here is what the lock finds.
+SELECT bucket FROM nq_escalations WHERE id = %(id)s
+
+-- name: escalation_acknowledge_lock_bucket
+-- escalation_acknowledge_lock (escalations.sql) with the bucket: a router FOR UPDATE.
+SELECT bucket, id, step_ids, acknowledged_at FROM nq_escalations
+WHERE bucket = %(bucket)s AND id = %(id)s
+FOR UPDATE
+
+-- name: escalation_steps_stop_bucket
+-- escalation_steps_stop with the bucket (an escalation's steps live on its shard: their bucket
+-- is the recipient's, as the escalation's). The shape of notification_cancel_bucket, so
+-- nq_finish runs on the coordinator (see digest_item_cancel_bucket).
+WITH pending AS (
+    SELECT id FROM nq_jobs
+    WHERE bucket = %(bucket)s AND id = ANY(%(ids)b::uuid[]) AND status = 'PENDING'
+    ORDER BY id FOR UPDATE
+)
+SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending),
+                           ARRAY(SELECT 'CANCELLED' FROM pending),
+                           ARRAY(SELECT 'acknowledged' FROM pending),
+                           NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f

@@ -61,12 +61,13 @@ SELECT e.id AS escalation, e.recipient_id AS escalation_recipient_id,
        e.acknowledged_by AS escalation_acknowledged_by,
        e.created_at AS escalation_created_at,
        CASE WHEN e.acknowledged_at IS NOT NULL THEN 'acknowledged'
-            WHEN EXISTS (SELECT 1 FROM nq_jobs j WHERE j.id = ANY(e.step_ids)) THEN 'active'
+            WHEN EXISTS (SELECT 1 FROM nq_jobs j
+                         WHERE j.bucket = e.bucket AND j.id = ANY(e.step_ids)) THEN 'active'
             ELSE 'exhausted' END AS escalation_state,
        {{_notification_columns}}
 FROM nq_escalations e
 CROSS JOIN LATERAL unnest(e.step_ids) WITH ORDINALITY AS s(id, position)
-JOIN nq_all_notifications n ON n.id = s.id
+JOIN nq_all_notifications n ON n.bucket = e.bucket AND n.id = s.id
 WHERE e.id = %(id)s
 ORDER BY s.position
 

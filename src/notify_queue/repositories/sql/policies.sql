@@ -11,11 +11,13 @@ WITH before AS (
     INSERT INTO nq_policies (name, rate_limit, rate_window_seconds, max_attempts,
                              backoff_base_seconds, backoff_max_seconds, webhook_url,
                              webhook_secrets, ttl_seconds_after_finished, ready, failover,
-                             providers)
+                             providers, updated_at)
+    -- now() in VALUES, taken from `excluded` below: Citus refuses a non-IMMUTABLE function in
+    -- DO UPDATE SET (policies are a reference table); the same time on plain PostgreSQL.
     VALUES (%(name)s, %(rate_limit)s, %(rate_window_seconds)s, %(max_attempts)s,
             %(backoff_base_seconds)s, %(backoff_max_seconds)s, %(webhook_url)s,
             %(webhook_secrets)s, %(ttl_seconds_after_finished)s, %(ready)s, %(failover)s,
-            %(providers)s)
+            %(providers)s, now())
     ON CONFLICT (name) DO UPDATE SET
         rate_limit = excluded.rate_limit,
         rate_window_seconds = excluded.rate_window_seconds,
@@ -28,7 +30,7 @@ WITH before AS (
         ready = excluded.ready,
         failover = excluded.failover,
         providers = excluded.providers,
-        updated_at = now()
+        updated_at = excluded.updated_at
     RETURNING ready
 )
 SELECT (SELECT ready FROM before) IS DISTINCT FROM (SELECT ready FROM upserted) AS ready_changed

@@ -3,17 +3,20 @@
 
 -- name: recipient_put
 -- Create or replace a recipient as a whole (PUT). `created` tells 201 from 200: xmax is 0 only
--- for a row this statement inserted.
+-- for a row this statement inserted. now() is in VALUES and DO UPDATE takes it from `excluded`:
+-- Citus refuses a non-IMMUTABLE function in DO UPDATE SET (recipients are a reference table).
 INSERT INTO nq_recipients AS r (id, email, phone, voice, push_tokens, timezone, opt_out_all,
-                                opt_out_channels, opt_out_categories, quiet_start, quiet_end)
+                                opt_out_channels, opt_out_categories, quiet_start, quiet_end,
+                                updated_at)
 VALUES (%(id)s, %(email)s, %(phone)s, %(voice)s, %(push_tokens)s, %(timezone)s, %(opt_out_all)s,
-        %(opt_out_channels)s, %(opt_out_categories)s, %(quiet_start)s, %(quiet_end)s)
+        %(opt_out_channels)s, %(opt_out_categories)s, %(quiet_start)s, %(quiet_end)s, now())
 ON CONFLICT (id) DO UPDATE SET
     email = excluded.email, phone = excluded.phone, voice = excluded.voice,
     push_tokens = excluded.push_tokens,
     timezone = excluded.timezone, opt_out_all = excluded.opt_out_all,
     opt_out_channels = excluded.opt_out_channels, opt_out_categories = excluded.opt_out_categories,
-    quiet_start = excluded.quiet_start, quiet_end = excluded.quiet_end, updated_at = now()
+    quiet_start = excluded.quiet_start, quiet_end = excluded.quiet_end,
+    updated_at = excluded.updated_at
 RETURNING {{_recipient_columns}}, (r.xmax = 0) AS created
 
 -- name: _recipient_columns
@@ -39,12 +42,12 @@ DELETE FROM nq_recipients WHERE id = %(id)s RETURNING id
 -- name: template_put
 -- Create or update a template. The version moves only when the content changes (the WHERE of
 -- DO UPDATE), so re-applying the same manifest or PUT keeps it; then nothing is returned and
--- the caller reads the row as it is.
-INSERT INTO nq_templates AS t (name, channels, source)
-VALUES (%(name)s, %(channels)s, %(source)s)
+-- the caller reads the row as it is. now() from `excluded`, as recipient_put.
+INSERT INTO nq_templates AS t (name, channels, source, updated_at)
+VALUES (%(name)s, %(channels)s, %(source)s, now())
 ON CONFLICT (name) DO UPDATE SET
     channels = excluded.channels, source = excluded.source,
-    version = t.version + 1, updated_at = now()
+    version = t.version + 1, updated_at = excluded.updated_at
 WHERE t.channels IS DISTINCT FROM excluded.channels
 RETURNING t.*, (t.xmax = 0) AS created
 
