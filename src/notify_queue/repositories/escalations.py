@@ -49,21 +49,10 @@ class EscalationRepository:
         """Acknowledge (once) and cancel every step still PENDING; False: no such escalation.
         A second acknowledgement keeps the first's time and author, and cancels what is pending
         (nothing, unless a step came back from a failed attempt: the claim would cancel it)."""
-        citus = (await self._engine.engine_get()).engine is Engine.CITUS
+        if (await self._engine.engine_get()).engine is Engine.CITUS:
+            return await self._acknowledge_citus(id=id, by=by)
         async with self._db.transaction() as conn:
-            if not citus:
-                locked = await conn.fetch_one("escalation_acknowledge_lock", {"id": id})
-            else:
-                # Citus: the bucket first (lock-free), so every lock below names one shard, the
-                # escalation's and its steps' (sql/citus.sql).
-                found = await conn.fetch_one("escalation_buckets", {"id": id})
-                locked = (
-                    None
-                    if found is None
-                    else await conn.fetch_one(
-                        "escalation_acknowledge_lock_bucket", {"id": id, "bucket": found["bucket"]}
-                    )
-                )
+            locked = await conn.fetch_one("escalation_acknowledge_lock", {"id": id})
             if locked is None:
                 return False
             if locked["acknowledged_at"] is None:
@@ -71,16 +60,45 @@ class EscalationRepository:
                     "escalation_acknowledge_mark",
                     {"bucket": locked["bucket"], "id": id, "by": by},
                 )
-            await conn.fetch_one("notification_log_ready")
-            stop = {"ids": locked["step_ids"], "default_webhook_url": self._default_webhook_url}
-            if not citus:
-                await conn.fetch_all("escalation_steps_stop", stop)
-            else:
-                await conn.fetch_all(
-                    "escalation_steps_stop_bucket", {**stop, "bucket": locked["bucket"]}
-                )
-            await conn.fetch_one("escalation_note_objects", {"ids": locked["step_ids"]})
+            await self._stop_steps(conn, locked, "escalation_steps_stop")
         return True
+
+    async def _acknowledge_citus(self, *, id: uuid.UUID, by: str | None) -> bool:
+        """The acknowledgement on Citus (sql/citus.sql): the bucket first (lock-free), so every
+        lock names one shard, the escalation's and its steps'; the mark commits in a transaction
+        of its own, then the steps are stopped in a second one (docs/scaling.md: one transaction
+        for both crashed a worker node in COMMIT PREPARED under Citus 14.0.1). The mark alone
+        is the acknowledgement: from its commit on the claim cancels any step it would hand
+        out (the ESCALATION GUARD), so a second transaction that fails loses nothing but the
+        early CANCELLED, which a repeated acknowledgement or the step's claim writes."""
+        async with self._db.transaction() as conn:
+            found = await conn.fetch_one("escalation_buckets", {"id": id})
+            if found is None:
+                return False
+            bucket = {"id": id, "bucket": found["bucket"]}
+            locked = await conn.fetch_one("escalation_acknowledge_lock_bucket", bucket)
+            if locked is None:
+                return False
+            if locked["acknowledged_at"] is None:
+                await conn.execute("escalation_acknowledge_mark", {**bucket, "by": by})
+        async with self._db.transaction() as conn:
+            locked = await conn.fetch_one("escalation_acknowledge_lock_bucket", bucket)
+            if locked is not None:
+                await self._stop_steps(conn, locked, "escalation_steps_stop_bucket")
+        return True
+
+    async def _stop_steps(self, conn: Connection, locked: dict[str, Any], statement: str) -> None:
+        """Steps 3 and 4 in the caller's transaction, the escalation row locked."""
+        await conn.fetch_one("notification_log_ready")
+        await conn.fetch_all(
+            statement,
+            {
+                "ids": locked["step_ids"],
+                "bucket": locked["bucket"],
+                "default_webhook_url": self._default_webhook_url,
+            },
+        )
+        await conn.fetch_one("escalation_note_objects", {"ids": locked["step_ids"]})
 
 
 class EscalationTransaction:
