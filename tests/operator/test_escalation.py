@@ -39,6 +39,7 @@ from tests.support import eventually
 pytestmark = pytest.mark.kubernetes
 
 PLUGIN_DIR = Path(sys.executable).parent
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "08-escalation" / "db-down.yaml"
 STEPS = [
     {"channel": "push", "afterSeconds": 0},
     {"channel": "sms", "afterSeconds": 30},
@@ -110,7 +111,8 @@ async def test_an_escalation_is_mirrored_sent_step_by_step_and_acknowledged_by_k
 ) -> None:
     recipients = RecipientService(RecipientRepository(db))
     await recipients.put("oncall-ana", {"phone": "+4915112345678", "pushTokens": ["device-1"]})
-    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "db-down", page()))
+    # The example's manifest (its steps: push at 0, sms at 30, voice at 60 seconds).
+    control_plane.kubectl("apply", "-n", namespace, "-f", str(EXAMPLE))
 
     async with running_worker(settings_for(database_url, namespace), db):
 
