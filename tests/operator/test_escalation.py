@@ -192,7 +192,7 @@ async def test_an_escalation_is_mirrored_sent_step_by_step_and_acknowledged_by_k
     assert counts == [(1, 3, "admin")]
 
 
-async def test_an_object_annotated_when_created_is_acknowledged_at_once(
+async def test_annotated_at_creation_is_acknowledged_and_deleted_cancels_every_step(
     control_plane: LocalControlPlane,
     kube: Kube,
     namespace: str,
@@ -200,13 +200,30 @@ async def test_an_object_annotated_when_created_is_acknowledged_at_once(
     db: Database,
     database_url: str,
 ) -> None:
-    """The annotation is there before the operator first mirrors the object: kopf reports no
-    change of it later, so the create handler acknowledges (no worker runs: nothing is sent)."""
+    """No worker runs: nothing is sent. `pre-acked` carries the annotation before the operator
+    first mirrors it: kopf reports no change of it later, so the create handler acknowledges.
+    `gone` is deleted while every step is PENDING: all are cancelled (as a recipientId object's
+    channels), not only the linked last one."""
     recipients = RecipientService(RecipientRepository(db))
     await recipients.put("oncall-ana", {"phone": "+4915112345678", "pushTokens": ["device-1"]})
     body = json.loads(manifest(namespace, "pre-acked", page()))
     body["metadata"]["annotations"] = {"notifyqueue.io/acknowledged": "true"}
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(body))
+    control_plane.kubectl("apply", "-f", "-", input=manifest(namespace, "gone", page()))
+
+    async def mirrored() -> Any:
+        got = await kube.get("Notification", namespace, "gone")
+        return (((got or {}).get("status") or {}).get("escalation") or {}).get("id")
+
+    gone_id = await eventually(mirrored, timeout=20, what="mirrored")
+    await kube.delete("Notification", namespace, "gone")
+
+    async def cancelled() -> Any:
+        steps = await steps_of(database_url, gone_id)
+        return {s[1] for s in steps} == {"CANCELLED"} and steps
+
+    steps = await eventually(cancelled, timeout=20, what="steps cancelled")
+    assert [s[0] for s in steps] == ["push", "sms", "voice"]
 
     async def acknowledged() -> Any:
         got = await kube.get("Notification", namespace, "pre-acked")
