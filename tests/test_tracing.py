@@ -263,6 +263,32 @@ async def test_one_trace_runs_from_the_create_to_the_provider_and_the_webhook_re
         # psycopg's instrumentation: the worker's statements are spans too.
         assert any(s.attributes.get("db.system") == "postgresql" for s in collector.spans)
 
+        # A digest joins many traces in one delivery: each item keeps its own trace, and the
+        # carrier's delivery span (in its own trace) links to the others'.
+        item_traces = ["5bf92f3577b34da6a3ce929d0e0e4737", "6bf92f3577b34da6a3ce929d0e0e4738"]
+        digest = {"key": "likes", "windowSeconds": 1}
+        for n, trace in enumerate(item_traces):
+            joined = await http.post(
+                "/notifications",
+                json={**body, "recipient": "d@example.com", "digest": digest},
+                headers={
+                    "Idempotency-Key": f"d-{n}",
+                    "traceparent": f"00-{trace}-00f067aa0ba902b{n}-01",
+                },
+            )
+            assert joined.status_code == 201, joined.text
+
+        async def digest_delivered() -> list[ExportedSpan]:
+            return [
+                s
+                for t in item_traces
+                for s in collector.named("notify_queue.deliver", t)
+                if s.attributes.get("notify_queue.outcome") == "sent"
+            ]
+
+        (carrier,) = await eventually(digest_delivered, timeout=60, what="the digest's delivery")
+        assert {carrier.trace_id, *carrier.links} >= set(item_traces)
+
 
 def test_a_process_without_an_exporter_never_loads_the_sdk() -> None:
     code = (

@@ -396,6 +396,9 @@ class ClaimedNotification:
     # idempotency key.
     digest_id: uuid.UUID | None = None
     digest_bucket: int | None = None
+    # A digest's carrier: its items' trace contexts, which its delivery span links to (one
+    # delivery joins many traces; docs/operations.md "Traces").
+    linked_traceparents: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

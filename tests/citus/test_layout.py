@@ -36,6 +36,7 @@ REFERENCE = {
     "nq_policies",
     "nq_templates",
     "nq_recipients",
+    "nq_recipient_voices",
     "nq_provider_schedule",
     "nq_provider_circuits",
     "nq_kube_links",

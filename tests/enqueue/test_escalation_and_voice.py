@@ -24,8 +24,11 @@ def test_a_recipient_id_request_for_voice_calls_the_voice_number_else_the_phone(
 ) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
-            "INSERT INTO nq_recipients (id, phone, voice) VALUES ('u1', '+4915112345678', "
-            "'+4930123456'), ('u2', '+4915112345678', NULL)"
+            "INSERT INTO nq_recipients (id, phone) VALUES ('u1', '+4915112345678'),"
+            " ('u2', '+4915112345678')"
+        )
+        conn.execute(
+            "INSERT INTO nq_recipient_voices (recipient_id, voice) VALUES ('u1', '+4930123456')"
         )
         one = call_function(conn, {"recipientId": "u1", "body": "b", "channels": ["voice"]}, "v1")
         two = call_function(conn, {"recipientId": "u2", "body": "b", "channels": ["voice"]}, "v2")

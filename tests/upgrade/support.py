@@ -127,9 +127,13 @@ async def wait_logged(proc: subprocess.Popen[bytes], release: Release, text: str
 
 @dataclass
 class CreateLoad:
-    """Concurrent clients creating notifications one after another against `target`."""
+    """Concurrent clients creating notifications one after another against `target`; with
+    `recipients`, every second create targets one of them by `recipientId` (the previous
+    release reads stored recipients in server-prepared statements, which a schema change must
+    not break)."""
 
     target: str
+    recipients: list[str] = field(default_factory=list)
     clients: int = 3
     pause_seconds: float = 0.02
     created: list[uuid.UUID] = field(default_factory=list)
@@ -162,22 +166,26 @@ class CreateLoad:
                 key = f"upgrade-{number}-{sequence}-{uuid.uuid4().hex[:8]}"
                 phase, target = self.phase, self.target
                 self.in_flight[target] += 1
+                body: dict[str, str] = {
+                    "channel": "email",
+                    "recipient": f"{key}@example.com",
+                    "subject": "upgrade",
+                    "body": f"created during the upgrade ({phase})",
+                }
+                if self.recipients and sequence % 2 == 0:
+                    del body["channel"], body["recipient"]
+                    body["recipientId"] = self.recipients[sequence % len(self.recipients)]
                 try:
                     response = await http.post(
-                        target + "/notifications",
-                        headers={"Idempotency-Key": key},
-                        json={
-                            "channel": "email",
-                            "recipient": f"{key}@example.com",
-                            "subject": "upgrade",
-                            "body": f"created during the upgrade ({phase})",
-                        },
+                        target + "/notifications", headers={"Idempotency-Key": key}, json=body
                     )
                 except httpx.HTTPError as exc:
                     self.failures.append(f"{phase} {target}: {type(exc).__name__}: {exc}")
                 else:
                     if response.status_code == 201:
-                        self.created.append(uuid.UUID(response.json()["id"]))
+                        answer = response.json()
+                        for created in answer.get("notifications", [answer]):
+                            self.created.append(uuid.UUID(created["id"]))
                         self.created_by_phase[phase] += 1
                         now = time.monotonic()
                         self.longest_gap_seconds = max(

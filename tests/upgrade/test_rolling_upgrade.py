@@ -78,7 +78,8 @@ async def test_an_upgrade_under_load_fails_no_create_and_delivers_everything_onc
         *("--webhook-max-attempts", "30"),
     ]
     old_url, new_url = f"http://127.0.0.1:{free_port()}", f"http://127.0.0.1:{free_port()}"
-    load = CreateLoad(target=old_url)
+    recipients = [f"upgrade-user-{n}" for n in range(8)]
+    load = CreateLoad(target=old_url, recipients=recipients)
     try:
         # The previous release, installed and serving.
         installed = old.run("migrate")
@@ -89,6 +90,12 @@ async def test_an_upgrade_under_load_fails_no_create_and_delivers_everything_onc
         await wait_logged(old_worker, old, "worker started")
         await wait_logged(old_relay, old, "relay started")
         await wait_ready(old_url, old_api, old)
+        async with httpx.AsyncClient(timeout=30) as http:
+            for recipient in recipients:
+                stored = await http.put(
+                    f"{old_url}/recipients/{recipient}", json={"email": f"{recipient}@example.com"}
+                )
+                assert stored.status_code in (200, 201), stored.text
         load.start()
         await load.until("before", 30)
 

@@ -107,7 +107,7 @@ BEGIN
                                          colocate_with => 'none');
     END IF;
 
-    FOREACH t IN ARRAY ARRAY['nq_policies', 'nq_templates', 'nq_recipients',
+    FOREACH t IN ARRAY ARRAY['nq_policies', 'nq_templates', 'nq_recipients', 'nq_recipient_voices',
                              'nq_provider_schedule', 'nq_provider_circuits', 'nq_kube_links',
                              'nq_status_outbox'] LOOP
         IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN

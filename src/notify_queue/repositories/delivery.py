@@ -51,6 +51,8 @@ class DigestContents:
     template: str | None
     template_channels: dict[str, dict[str, str]] | None
     items: list[dict[str, Any]]
+    # The items' stored trace contexts, in the same order (those that have one).
+    traceparents: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +255,7 @@ class DeliveryRepository:
                 template=r["template"],
                 template_channels=r["template_channels"],
                 items=list(r["items"]),
+                traceparents=list(r["traceparents"]),
             )
             for r in rows
         }

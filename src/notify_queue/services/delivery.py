@@ -218,6 +218,7 @@ class DeliveryService:
                             "count": len(digest.items),
                         }
                     },
+                    linked_traceparents=tuple(t for t in digest.traceparents if t != c.traceparent),
                 )
             )
         if failed:

@@ -275,13 +275,13 @@ class Worker:
 
     async def _deliver_traced(self, claimed: ClaimedNotification) -> DeliveryResult:
         """The delivery as a span continuing the creator's trace (the stored traceparent),
-        linked to the claim that took it."""
+        linked to the claim that took it and, for a digest, to each of its items' traces."""
         with tracing.span(
             "notify_queue.deliver",
             parent=claimed.traceparent,
             root=claimed.traceparent is None,
             kind="consumer",
-            links=(self._claim_link,),
+            links=(self._claim_link, *claimed.linked_traceparents),
             attributes={
                 tracing.NOTIFICATION_ID: str(claimed.id),
                 tracing.CHANNEL: claimed.channel.value,

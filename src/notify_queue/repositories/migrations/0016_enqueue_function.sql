@@ -775,7 +775,9 @@ BEGIN
             SELECT jsonb_agg(nq_notification_json(n) ORDER BY array_position(ids, n.id))
             FROM nq_all_notifications n WHERE n.id = ANY(ids)));
     END IF;
-    SELECT r.* INTO recipient FROM nq_recipients r WHERE r.id = request ->> 'recipientId';
+    SELECT r.*, v.voice INTO recipient FROM nq_recipients r
+    LEFT JOIN nq_recipient_voices v ON v.recipient_id = r.id
+    WHERE r.id = request ->> 'recipientId';
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
             MESSAGE = 'recipientId: no recipient with id ' || (request ->> 'recipientId'),

@@ -11,7 +11,8 @@
 --    `acknowledged_at`: set once, by the acknowledgement, under the row's lock; `exhausted` is
 --    read, not stored (every step final and no acknowledgement), so no worker writes this row.
 -- 2. The channel `voice` (a phone call, E.164): the channel checks of 0008 go (the edge checks
---    the channel); recipients gain a `voice` number (NULL: their `phone` is called).
+--    the channel); recipients gain a `voice` number (nq_recipient_voices; none: their `phone`
+--    is called).
 -- 3. notify_queue_enqueue and its rules learn `voice` as the API did, and refuse `escalation`
 --    with 0A000 (created through the API only; docs/enqueue.md): written in 0016, where the
 --    function has its one definition in this release.
@@ -34,9 +35,17 @@ CREATE TABLE nq_escalations (
 -- Citus). The table is as big as the escalations, not the notifications.
 CREATE INDEX nq_escalations_id ON nq_escalations (id);
 
--- Why: a nullable column without a default is a catalog change only; this release names the
--- recipient's columns in its statements (sql/recipients.sql).
-ALTER TABLE nq_recipients ADD COLUMN voice text;
+-- A recipient's voice number, in a table of its own rather than a column of nq_recipients:
+-- 0.1.0 reads recipients with `SELECT *` and `RETURNING r.*` in server-prepared statements,
+-- which a new column breaks for the rest of each connection ("cached plan must not change result
+-- type"): its recipientId creates answered 500 during the upgrade (tests/upgrade's load creates
+-- some). A row only for a recipient that has one; the statement that deletes a recipient deletes
+-- it (sql/recipients.sql; no foreign key: on Citus both are reference tables, and a foreign key
+-- between them cannot be laid out in the transaction that distributes the rest).
+CREATE TABLE nq_recipient_voices (
+    recipient_id text PRIMARY KEY,
+    voice        text NOT NULL
+);
 
 -- The channel checks of the queue (0008, on the table renamed nq_jobs in 0012) and the log would
 -- refuse `voice`. A CHECK cannot be widened in place; adding a new one would validate every row

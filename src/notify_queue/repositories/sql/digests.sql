@@ -10,7 +10,10 @@ SELECT d.id, d.key, d.template, t.channels AS template_channels,
                                              'metadata', n.metadata,
                                              'createdAt', nq_rfc3339(n.created_at))
                           ORDER BY n.created_at, n.id) FILTER (WHERE n.id IS NOT NULL),
-                '[]') AS items
+                '[]') AS items,
+       -- The items' trace contexts: the carrier's delivery span links to each (docs/tracing).
+       COALESCE(array_agg(n.traceparent ORDER BY n.created_at, n.id)
+                    FILTER (WHERE n.traceparent IS NOT NULL), '{}') AS traceparents
 FROM nq_digests d
 LEFT JOIN nq_templates t ON t.name = d.template
 LEFT JOIN nq_jobs n ON n.bucket = d.bucket AND n.digest_id = d.id

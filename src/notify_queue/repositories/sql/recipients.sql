@@ -4,37 +4,64 @@
 -- name: recipient_put
 -- Create or replace a recipient as a whole (PUT). `created` tells 201 from 200: xmax is 0 only
 -- for a row this statement inserted.
-INSERT INTO nq_recipients AS r (id, email, phone, voice, push_tokens, timezone, opt_out_all,
-                                opt_out_channels, opt_out_categories, quiet_start, quiet_end)
-VALUES (%(id)s, %(email)s, %(phone)s, %(voice)s, %(push_tokens)s, %(timezone)s, %(opt_out_all)s,
-        %(opt_out_channels)s, %(opt_out_categories)s, %(quiet_start)s, %(quiet_end)s)
-ON CONFLICT (id) DO UPDATE SET
-    email = excluded.email, phone = excluded.phone, voice = excluded.voice,
-    push_tokens = excluded.push_tokens,
-    timezone = excluded.timezone, opt_out_all = excluded.opt_out_all,
-    opt_out_channels = excluded.opt_out_channels, opt_out_categories = excluded.opt_out_categories,
-    quiet_start = excluded.quiet_start, quiet_end = excluded.quiet_end, updated_at = now()
-RETURNING {{_recipient_columns}}, (r.xmax = 0) AS created
+-- The voice number lives in nq_recipient_voices (0020: a new column would break 0.1.0's
+-- `SELECT *` during an upgrade): set or removed in the same statement.
+WITH r AS (
+    INSERT INTO nq_recipients AS r (id, email, phone, push_tokens, timezone, opt_out_all,
+                                    opt_out_channels, opt_out_categories, quiet_start, quiet_end)
+    VALUES (%(id)s, %(email)s, %(phone)s, %(push_tokens)s, %(timezone)s, %(opt_out_all)s,
+            %(opt_out_channels)s, %(opt_out_categories)s, %(quiet_start)s, %(quiet_end)s)
+    ON CONFLICT (id) DO UPDATE SET
+        email = excluded.email, phone = excluded.phone, push_tokens = excluded.push_tokens,
+        timezone = excluded.timezone, opt_out_all = excluded.opt_out_all,
+        opt_out_channels = excluded.opt_out_channels,
+        opt_out_categories = excluded.opt_out_categories,
+        quiet_start = excluded.quiet_start, quiet_end = excluded.quiet_end, updated_at = now()
+    RETURNING r.id, r.email, r.phone, r.push_tokens, r.timezone, r.opt_out_all,
+              r.opt_out_channels, r.opt_out_categories, r.quiet_start, r.quiet_end, r.created_at,
+              r.updated_at, (r.xmax = 0) AS created
+), voice_set AS (
+    INSERT INTO nq_recipient_voices AS v (recipient_id, voice)
+    SELECT r.id, %(voice)s FROM r WHERE %(voice)s::text IS NOT NULL
+    ON CONFLICT (recipient_id) DO UPDATE SET voice = excluded.voice
+), voice_unset AS (
+    DELETE FROM nq_recipient_voices v WHERE v.recipient_id = %(id)s AND %(voice)s::text IS NULL
+)
+SELECT r.id, r.email, r.phone, %(voice)s::text AS voice, r.push_tokens, r.timezone,
+       r.opt_out_all, r.opt_out_channels, r.opt_out_categories, r.quiet_start, r.quiet_end,
+       r.created_at, r.updated_at, r.created
+FROM r
 
 -- name: _recipient_columns
 -- A recipient's columns, named (a `*` in a prepared statement breaks when a release adds one).
-r.id, r.email, r.phone, r.voice, r.push_tokens, r.timezone, r.opt_out_all, r.opt_out_channels,
+r.id, r.email, r.phone, v.voice, r.push_tokens, r.timezone, r.opt_out_all, r.opt_out_channels,
 r.opt_out_categories, r.quiet_start, r.quiet_end, r.created_at, r.updated_at
 
+-- name: _recipients_with_voices
+-- The recipients and their voice numbers (0020), as _recipient_columns reads them.
+nq_recipients r LEFT JOIN nq_recipient_voices v ON v.recipient_id = r.id
+
 -- name: recipient_get
-SELECT {{_recipient_columns}} FROM nq_recipients r WHERE id = %(id)s
+SELECT {{_recipient_columns}} FROM {{_recipients_with_voices}} WHERE r.id = %(id)s
 
 -- name: recipient_get_for_update
 -- The read-modify-write of a PATCH: the row lock makes two merges apply one after the other.
-SELECT {{_recipient_columns}} FROM nq_recipients r WHERE id = %(id)s FOR UPDATE
+SELECT {{_recipient_columns}} FROM {{_recipients_with_voices}} WHERE r.id = %(id)s FOR UPDATE OF r
 
 -- name: recipient_get_many
 -- The recipients of a user-targeted batch. FOR SHARE: a DELETE or an opt-out committed while
 -- this transaction expands waits for it (and the claim then re-checks anyway).
-SELECT {{_recipient_columns}} FROM nq_recipients r WHERE id = ANY(%(ids)b::text[]) FOR SHARE
+SELECT {{_recipient_columns}} FROM {{_recipients_with_voices}} WHERE r.id = ANY(%(ids)b::text[])
+FOR SHARE OF r
 
 -- name: recipient_delete
-DELETE FROM nq_recipients WHERE id = %(id)s RETURNING id
+-- With its voice number (nq_recipient_voices, 0020), in the same statement.
+WITH gone AS (
+    DELETE FROM nq_recipients WHERE id = %(id)s RETURNING id
+), voice_gone AS (
+    DELETE FROM nq_recipient_voices v WHERE v.recipient_id = %(id)s
+)
+SELECT id FROM gone
 
 -- name: template_put
 -- Create or update a template. The version moves only when the content changes (the WHERE of
