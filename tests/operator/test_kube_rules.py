@@ -12,9 +12,11 @@ from notify_queue.errors import ValidationFailed
 from notify_queue.models import Channel, Policy, Priority, Source, Status
 from notify_queue.services.kube import (
     PHASES,
+    acknowledged_by,
     new_notification_from_spec,
     parse_duration_seconds,
     policy_from_spec,
+    prepared_from_spec,
 )
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
@@ -162,3 +164,29 @@ def test_every_status_has_a_phase() -> None:
             "Suppressed",
         ]
     )
+
+
+def test_acknowledged_by_names_the_annotation_author_or_kubernetes() -> None:
+    ack = "notifyqueue.io/acknowledged"
+    assert acknowledged_by({}) is None
+    assert acknowledged_by({ack: "false", f"{ack}-by": "eve"}) is None
+    assert acknowledged_by({ack: "true"}) == "kubernetes"
+    assert acknowledged_by({ack: "true", f"{ack}-by": "  "}) == "kubernetes"
+    assert acknowledged_by({ack: "true", f"{ack}-by": "ana"}) == "ana"
+    assert acknowledged_by({ack: "true", f"{ack}-by": "x" * 300}) == "x" * 255
+
+
+def test_an_escalation_spec_becomes_the_apis_escalation_request() -> None:
+    spec = {
+        "recipientId": "oncall-ana",
+        "body": "db-1 is down",
+        "escalation": {"steps": [{"channel": "push"}, {"channel": "voice", "afterSeconds": 60}]},
+    }
+    p = prepared_from_spec(namespace="ops", uid="u-1", spec=spec, now=datetime.now(UTC))
+    assert p.request.escalation is not None
+    assert p.request.escalation.after_seconds() == [0, 60]
+    assert p.idempotency_key == "k8s:u-1"
+    with pytest.raises(ValidationFailed, match=r"spec\.escalation"):
+        prepared_from_spec(
+            namespace="ops", uid="u-2", spec={**spec, "channels": ["push"]}, now=datetime.now(UTC)
+        )

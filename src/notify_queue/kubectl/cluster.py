@@ -236,6 +236,22 @@ class Cluster:
             )
         )
 
+    def whoami(self) -> str | None:
+        """The user this kubeconfig authenticates as (a SelfSubjectReview, Kubernetes 1.28+),
+        or None when the API server does not say (older, or the review is not allowed)."""
+        try:
+            review = self.request(
+                "POST",
+                "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+                body={"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"},
+                what="selfsubjectreview",
+            )
+        except KubeRequestFailed:
+            return None
+        user = ((review or {}).get("status") or {}).get("userInfo") or {}
+        name = user.get("username") if isinstance(user, dict) else None
+        return str(name) if name else None
+
     # --- what the chart installs ----------------------------------------------------------
 
     def list(

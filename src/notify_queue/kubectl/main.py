@@ -21,6 +21,8 @@ from notify_queue.kubectl.cluster import Cluster, KubeRequestFailed, PluginError
 from notify_queue.kubectl.output import age, as_json, table
 
 ACKNOWLEDGED = "notifyqueue.io/acknowledged"
+# Who ran `ack`, when the API server says: the operator records it as the acknowledgement's `by`.
+ACKNOWLEDGED_BY = "notifyqueue.io/acknowledged-by"
 RETRYABLE_PHASES = ("Failed", "DeadLettered")
 KIND = "notification.notifyqueue.io"
 
@@ -109,7 +111,10 @@ def _ack(cluster: Cluster, args: argparse.Namespace) -> str:
     which = f" (escalation {escalation['id']})" if escalation.get("id") else ""
     if annotations.get(ACKNOWLEDGED) == "true":
         return f"{KIND}/{args.name} already acknowledged{which}"
-    cluster.annotate(namespace, args.name, {ACKNOWLEDGED: "true"})
+    by = cluster.whoami()
+    cluster.annotate(
+        namespace, args.name, {ACKNOWLEDGED: "true", **({ACKNOWLEDGED_BY: by[:255]} if by else {})}
+    )
     return f"{KIND}/{args.name} acknowledged{which}"
 
 

@@ -9,7 +9,7 @@ per-change work (status write-back, TTL, scaling) is done by single tasks outsid
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
 import kopf
@@ -17,7 +17,15 @@ import kopf
 from notify_queue.errors import DatabaseUnavailable
 from notify_queue.operator.kubeapi import KubeApi, KubeUnavailable
 from notify_queue.operator.mirror import NotificationMirror, PolicyMirror, TemplateMirror
-from notify_queue.services.kube import GROUP, NOTIFICATIONS, POLICIES, TEMPLATES, VERSION
+from notify_queue.services.kube import (
+    ACKNOWLEDGED,
+    GROUP,
+    NOTIFICATIONS,
+    POLICIES,
+    TEMPLATES,
+    VERSION,
+    acknowledged_by,
+)
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +83,32 @@ def register_handlers(
                 uid=uid,
                 generation=int(meta.get("generation", 1)),
                 spec=dict(spec),
+                annotations=dict(meta.get("annotations") or {}),
             )
+        )
+
+    # `kubectl notify ack` (or `kubectl annotate ... notifyqueue.io/acknowledged=true`): kopf
+    # leaves annotations under its own storage prefix (ours, notifyqueue.io) out of the objects'
+    # essence, so an update handler would never see this one change; naming it as the field
+    # (a key path: the annotation's name holds dots) brings it back in, and the handler runs
+    # when its value becomes "true" (at creation too: then after the create handler, which
+    # acknowledges such an object itself once it is mirrored, see `NotificationMirror.created`).
+    @kopf.on.field(
+        GROUP,
+        VERSION,
+        NOTIFICATIONS,
+        id="notification_acknowledged",
+        registry=registry,
+        backoff=RETRY_DELAY_SECONDS,
+        field=("metadata", "annotations", ACKNOWLEDGED),
+        new="true",
+    )
+    async def notification_acknowledged(
+        namespace: str | None, name: str, uid: str, annotations: Mapping[str, str], **_: Any
+    ) -> None:
+        by = acknowledged_by(annotations) or "kubernetes"
+        await _retrying(
+            lambda: notifications.acknowledged(namespace=namespace or "", name=name, uid=uid, by=by)
         )
 
     @on(kopf.on.delete, NOTIFICATIONS, "notification_deleted")

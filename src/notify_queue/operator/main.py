@@ -24,6 +24,7 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any, cast
 
 import aiohttp
 import aiohttp.web
@@ -38,11 +39,14 @@ from notify_queue.operator.scaler import WorkerScaler
 from notify_queue.operator.status import StatusWriter
 from notify_queue.operator.sweeper import TtlSweeper
 from notify_queue.repositories.db import Database
+from notify_queue.repositories.escalations import EscalationRepository
 from notify_queue.repositories.kube import KubeRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.repositories.recipients import RecipientRepository
 from notify_queue.repositories.schema import missing_steps
+from notify_queue.services.escalations import EscalationService
+from notify_queue.services.kube import ACKNOWLEDGED
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.recipients import RecipientService
 from notify_queue.services.rendering import RenderPool
@@ -58,6 +62,22 @@ ANNOTATION_PREFIX = "notifyqueue.io"
 StopFlag = asyncio.Event | threading.Event
 
 
+class _ProgressStorage(kopf.AnnotationsProgressStorage):
+    """kopf's progress annotations, except that an object's essence (what kopf compares to tell
+    a change) keeps `notifyqueue.io/acknowledged`: kopf drops every annotation under its
+    storage prefix from it, and ours shares the prefix with the contract's annotation, so
+    without this `kubectl notify ack` would never reach its handler (handlers.py)."""
+
+    def clear(self, *, essence: kopf.BodyEssence) -> kopf.BodyEssence:
+        annotations = cast(dict[str, Any], essence).get("metadata", {}).get("annotations", {})
+        kept = {k: v for k, v in annotations.items() if k == ACKNOWLEDGED}
+        cleared = super().clear(essence=essence)
+        if kept:
+            body = cast(dict[str, Any], cleared)
+            body.setdefault("metadata", {}).setdefault("annotations", {}).update(kept)
+        return cleared
+
+
 def operator_settings() -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     # kopf's own log lines become Events only from WARNING up: a Notification's Events then say
@@ -66,9 +86,7 @@ def operator_settings() -> kopf.OperatorSettings:
     settings.persistence.finalizer = FINALIZER
     # Progress and the last-handled spec as annotations under our prefix, never in .status,
     # which belongs to the status writer.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=ANNOTATION_PREFIX
-    )
+    settings.persistence.progress_storage = _ProgressStorage(prefix=ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
     )
@@ -164,6 +182,12 @@ async def _run(
             links,
             kube,
             database_concurrency=max(settings.database_pool_size - 2, 1),
+            escalations=EscalationService(
+                EscalationRepository(db, default_webhook_url=settings.webhook_url),
+                default_max_attempts=settings.max_attempts,
+                waker=waker,
+                renderer=renderer,
+            ),
         ),
         policies=PolicyMirror(PolicyRepository(db), kube),
         templates=TemplateMirror(RecipientService(RecipientRepository(db)), kube),

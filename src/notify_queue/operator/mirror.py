@@ -10,27 +10,37 @@ is saved with the first status write in one statement; from then on the status w
 A Notification with `recipientId` becomes one row per channel (CONTRACT §9): the object links to
 the first, whose status its phase follows, and the status writer lists them all in
 `status.notifications`.
+
+A Notification with `spec.escalation` becomes an escalation through the same
+`EscalationService.create` the API uses (same key, so mirroring it again finds it): the object
+links to the escalation's LAST step, so its phase stays Pending while any step may still go
+out, and ends Sent (every step went out) or Cancelled (acknowledged first). The annotation
+`notifyqueue.io/acknowledged=true` acknowledges it (`acknowledged`); status.escalation shows the
+escalation's id and state (docs/escalation.md, "Kubernetes").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from notify_queue import tracing
 from notify_queue.errors import Conflict, NotFound, ValidationFailed
-from notify_queue.models import Policy, Source
+from notify_queue.models import Notification, Policy, Source
 from notify_queue.operator import metrics
 from notify_queue.operator.kubeapi import KubeApi
 from notify_queue.repositories.kube import KubeRepository
 from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.services import kube as rules
+from notify_queue.services.escalations import EscalationService
 from notify_queue.services.kube_status import policy_status, rejected_status, template_status
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.recipients import RecipientService
+from notify_queue.services.validation import PreparedRequest
 
 log = logging.getLogger(__name__)
 
@@ -43,17 +53,26 @@ class NotificationMirror:
         kube: KubeApi,
         *,
         database_concurrency: int,
+        escalations: EscalationService | None = None,
     ) -> None:
         self._notifications = notifications
         self._links = links
         self._kube = kube
+        self._escalations = escalations
         # kopf runs one handler per object at once: after a restart or a bulk apply that is
         # thousands. They queue here for a few database connections instead of all waiting in
         # the pool (and timing out there) at the same time.
         self._database_slots = asyncio.Semaphore(database_concurrency)
 
     async def created(
-        self, *, namespace: str, name: str, uid: str, generation: int, spec: Mapping[str, Any]
+        self,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        generation: int,
+        spec: Mapping[str, Any],
+        annotations: Mapping[str, str] | None = None,
     ) -> str:
         """Mirror a Notification (idempotent); return the outcome (a metrics label). Traced, the
         mirror is the span that starts the notification's trace (its row stores it)."""
@@ -65,6 +84,11 @@ class NotificationMirror:
             outcome = await self._created(
                 namespace=namespace, name=name, uid=uid, generation=generation, spec=spec
             )
+            # Annotated before (or while) it was first mirrored: kopf then never reports the
+            # annotation as a change, so it is acted on here.
+            by = rules.acknowledged_by(annotations or {})
+            if by is not None and outcome in ("accepted", "existing"):
+                await self.acknowledged(namespace=namespace, name=name, uid=uid, by=by)
             if span is not None:
                 span.set_attribute(tracing.OUTCOME, outcome)
             return outcome
@@ -82,6 +106,8 @@ class NotificationMirror:
         except ValidationFailed as exc:
             await self._reject(involved, generation, "Invalid", f"not accepted by the queue: {exc}")
             return "rejected"
+        if new.request.escalation is not None:
+            return await self._created_escalation(involved, generation, new)
         async with self._database_slots:
             # No look-up first: kopf calls this for objects it has not handled, which are nearly
             # always new, and enqueueing an existing key only finds the existing row.
@@ -126,6 +152,108 @@ class NotificationMirror:
             )
         return outcome
 
+    async def _created_escalation(
+        self, involved: dict[str, str], generation: int, new: PreparedRequest
+    ) -> str:
+        """Create the escalation (or find the one this object made before) and link the object
+        to its last step."""
+        if self._escalations is None:
+            await self._reject(
+                involved, generation, "Invalid", "spec.escalation: not served by this operator"
+            )
+            return "rejected"
+        async with self._database_slots:
+            try:
+                result = await self._escalations.create(new)
+            except ValidationFailed as exc:  # unknown recipient, a step without a contact
+                await self._reject(
+                    involved, generation, "Invalid", f"not accepted by the queue: {exc}"
+                )
+                return "rejected"
+            steps = result.escalation.notifications
+            clash = result.conflict or any(n.source is not Source.KUBERNETES for n in steps)
+            if not clash:
+                await self._links.kube_link_save(
+                    uid=involved["uid"],
+                    namespace=involved["namespace"],
+                    name=involved["name"],
+                    notification_id=steps[-1].id,
+                    generation=generation,
+                )
+        if clash:
+            await self._reject(
+                involved,
+                generation,
+                "IdempotencyKeyConflict",
+                f"idempotency key {new.idempotency_key!r} is already used by notification "
+                f"{steps[0].id} (created through the {steps[0].source.value} source) for a "
+                "different request; use another idempotencyKey",
+            )
+            return "conflict"
+        outcome = "accepted" if result.created else "existing"
+        metrics.MIRRORS.labels("notification", outcome).inc()
+        if result.created:
+            self._kube.event_soon(
+                involved=involved,
+                type="Normal",
+                reason="Accepted",
+                message=f"enqueued as escalation {result.escalation.id} with "
+                f"{len(steps)} step(s): " + ", ".join(str(n.id) for n in steps),
+            )
+        return outcome
+
+    async def acknowledged(self, *, namespace: str, name: str, uid: str, by: str) -> str:
+        """The object was annotated `notifyqueue.io/acknowledged=true`: acknowledge its
+        escalation (again: harmless). Returns what happened (a log word)."""
+        involved = rules.object_reference(
+            kind="Notification", namespace=namespace, name=name, uid=uid
+        )
+        async with self._database_slots:
+            link = await self._links.kube_link_get(uid=uid)
+            if link is None:
+                # Not mirrored (Rejected) or not yet (its create handler runs first and then
+                # acknowledges, see `created`): nothing to acknowledge here.
+                return "unlinked"
+            try:
+                row = await self._notifications.get(link.notification_id)
+            except NotFound:
+                return "unlinked"
+            if row.escalation_id is None or self._escalations is None:
+                self._kube.event_soon(
+                    involved=involved,
+                    type="Warning",
+                    reason="NothingToAcknowledge",
+                    message=f"annotation {rules.ACKNOWLEDGED}=true ignored: the Notification "
+                    "has no spec.escalation",
+                )
+                return "no_escalation"
+            before = await self._escalations.get(row.escalation_id)
+            escalation = await self._escalations.acknowledge(row.escalation_id, by=by)
+        if before.acknowledged_at is None:
+            cancelled = sum(1 for n in escalation.notifications if n.last_error == "acknowledged")
+            log.info(
+                "escalation %s of Notification %s/%s acknowledged by %s",
+                escalation.id,
+                namespace,
+                name,
+                escalation.acknowledged_by,
+            )
+            self._kube.event_soon(
+                involved=involved,
+                type="Normal",
+                reason="Acknowledged",
+                message=f"escalation {escalation.id} acknowledged by {escalation.acknowledged_by}"
+                f"; {cancelled} step(s) not yet sent cancelled",
+            )
+            return "acknowledged"
+        return "already"
+
+    async def _related(self, id: uuid.UUID) -> tuple[Notification, ...]:
+        row = await self._notifications.get(id)
+        if row.escalation_id is not None and self._escalations is not None:
+            return (await self._escalations.get(row.escalation_id)).notifications
+        return await self._notifications.siblings(id)
+
     async def _reject(
         self, involved: dict[str, str], generation: int, reason: str, message: str
     ) -> None:
@@ -162,8 +290,9 @@ class NotificationMirror:
             return
         if link.other_links == 0:
             try:
-                # A recipientId object became one row per channel: cancel each still PENDING.
-                related = await self._notifications.siblings(link.notification_id)
+                # A recipientId object became one row per channel, an escalation one per step:
+                # cancel each still PENDING.
+                related = await self._related(link.notification_id)
             except NotFound:
                 related = ()
             for n in related:

@@ -131,6 +131,11 @@ class StatusWriter:
             finished_at=change.finished_at,
             policy_ready=change.policy_ready,
             related=change.related,
+            escalation=(
+                None
+                if change.escalation is None
+                else (change.escalation.id, change.escalation.state.value)
+            ),
         )
         async with self._concurrency:
             await self._limiter.acquire()

@@ -11,11 +11,11 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from notify_queue.models import Channel, Notification, Priority, Status
+from notify_queue.models import Channel, EscalationState, Notification, Priority, Status
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.rows import notification_from_row
 
@@ -63,6 +63,16 @@ class StatusChange:
     policy_ready: bool = True
     # Every notification a recipientId request became (the linked one included); else empty.
     related: tuple[uuid.UUID, ...] = ()
+    # With spec.escalation: the escalation's id and state (status.escalation); `related` then
+    # holds its steps in order.
+    escalation: EscalationStatus | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EscalationStatus:
+    id: uuid.UUID
+    state: EscalationState
+    step_ids: tuple[uuid.UUID, ...]
 
 
 class StatusOutboxBatch:
@@ -102,6 +112,38 @@ def _change_from_row(row: dict[str, Any]) -> StatusChange:
         policy_ready=bool(row["object_policy_ready"]),
         related=tuple(row["related_ids"] or ()),
     )
+
+
+async def _with_escalations(conn: Connection, changes: list[StatusChange]) -> list[StatusChange]:
+    """Add their escalation to the changes of objects whose row is an escalation's step: one
+    more query per batch, and only for batches that hold such objects."""
+    steps = [
+        c.notification
+        for c in changes
+        if c.notification is not None
+        and c.notification.escalation_id is not None
+        and c.notification.recipient_id is not None
+    ]
+    if not steps:
+        return changes
+    rows = await conn.fetch_all(
+        "kube_escalation_states",
+        {
+            "recipient_ids": [n.recipient_id for n in steps],
+            "ids": [n.escalation_id for n in steps],
+        },
+    )
+    found = {
+        r["id"]: EscalationStatus(
+            id=r["id"], state=EscalationState(r["state"]), step_ids=tuple(r["step_ids"])
+        )
+        for r in rows
+    }
+    out = []
+    for c in changes:
+        e = found.get(c.notification.escalation_id) if c.notification is not None else None
+        out.append(c if e is None else replace(c, escalation=e, related=e.step_ids))
+    return out
 
 
 class KubeRepository:
@@ -154,7 +196,8 @@ class KubeRepository:
             rows = await conn.fetch_all(
                 "status_outbox_take", {"namespace": namespace, "limit": limit}
             )
-            yield StatusOutboxBatch(conn, [_change_from_row(r) for r in rows])
+            changes = await _with_escalations(conn, [_change_from_row(r) for r in rows])
+            yield StatusOutboxBatch(conn, changes)
 
     async def status_outbox_lag(self, *, namespace: str | None) -> tuple[int, float]:
         """(queued changes, age in seconds of the oldest)."""

@@ -47,6 +47,10 @@ PHASES: dict[Status, str] = {
     Status.SUPPRESSED: "Suppressed",
 }
 REJECTED = "Rejected"
+# `kubectl notify ack` sets it (and ACKNOWLEDGED_BY, who ran it, when the API server says):
+# the operator then acknowledges the object's escalation (CONTRACT section 10).
+ACKNOWLEDGED = "notifyqueue.io/acknowledged"
+ACKNOWLEDGED_BY = "notifyqueue.io/acknowledged-by"
 
 # 90s, 15m, 2h, 1h30m; policies also take milliseconds (500ms). The CRDs check the same shapes.
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
@@ -103,6 +107,7 @@ def request_from_spec(namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]
             "strategy",
             "category",
             "data",
+            "escalation",
         )
         if spec.get(key) is not None
     }
@@ -221,6 +226,16 @@ def policy_from_spec(
     if errors:
         raise ValidationFailed(errors)
     return policy
+
+
+def acknowledged_by(annotations: Mapping[str, str]) -> str | None:
+    """Who acknowledges when the object carries `notifyqueue.io/acknowledged=true`: the
+    `acknowledged-by` annotation if present (at most 255 characters), else "kubernetes"; None
+    when the object is not acknowledged."""
+    if annotations.get(ACKNOWLEDGED) != "true":
+        return None
+    by = (annotations.get(ACKNOWLEDGED_BY) or "").strip()
+    return by[:255] if by else "kubernetes"
 
 
 def object_reference(*, kind: str, namespace: str, name: str, uid: str) -> dict[str, str]:

@@ -142,6 +142,7 @@ def notification_status(
     finished_at: datetime | None = None,
     policy_ready: bool = True,
     related: Sequence[uuid.UUID] = (),
+    escalation: tuple[uuid.UUID, str] | None = None,
 ) -> dict[str, Any]:
     """The `.status` of a Notification object whose row is `notification` (a merge patch).
 
@@ -149,6 +150,8 @@ def notification_status(
     unknown). `policy_ready`: False while the row's NotificationPolicy exists but is not Ready.
     `related`: every row a recipientId request became (CONTRACT §9), as status.notifications;
     the phase and conditions follow `notification`, the first of them.
+    `escalation`: (id, state) of a spec.escalation object, as status.escalation; its `related`
+    are the steps in order and `notification` is the last step (docs/escalation.md).
     """
     n = notification
     phase = PHASES[n.status]
@@ -193,6 +196,9 @@ def notification_status(
         "nextAttemptAt": _precise_time(n.next_attempt_at) if n.status is Status.PENDING else None,
         # The API's `waiting`, the same shape; None clears it in the merge patch once it is due.
         "waiting": _waiting(n.waiting),
+        "escalation": (
+            None if escalation is None else {"id": str(escalation[0]), "state": escalation[1]}
+        ),
         "observedGeneration": generation,
         "conditions": [
             cond("Accepted", "True", "Enqueued", f"enqueued as notification {n.id}", n.created_at),

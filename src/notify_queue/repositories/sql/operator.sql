@@ -104,6 +104,20 @@ LEFT JOIN nq_all_notifications n ON n.id = c.notification_id
 LEFT JOIN nq_policies p ON p.name = n.policy
 ORDER BY c.first_seq
 
+-- name: kube_escalation_states
+-- The escalations of a batch's objects (spec.escalation), for status.escalation: their state as
+-- escalation_get reads it (acknowledged once acknowledged_at is set, exhausted when no step is
+-- in the queue any more) and their steps in order (status.notifications). By (bucket, id), the
+-- bucket of the recipient like the steps', so on Citus each is read on its steps' shard.
+SELECT e.id, e.step_ids,
+       CASE WHEN e.acknowledged_at IS NOT NULL THEN 'acknowledged'
+            WHEN EXISTS (SELECT 1 FROM nq_jobs j
+                         WHERE j.bucket = e.bucket AND j.id = ANY(e.step_ids)) THEN 'active'
+            ELSE 'exhausted' END AS state
+FROM nq_escalations e
+JOIN unnest(%(recipient_ids)s::text[], %(ids)s::uuid[]) AS k(recipient_id, id)
+  ON e.bucket = nq_bucket(k.recipient_id) AND e.id = k.id
+
 -- name: status_outbox_delete
 -- Written back (or nothing left to write to): these changes are done.
 DELETE FROM nq_status_outbox WHERE seq = ANY(%(seqs)b::bigint[])
