@@ -124,22 +124,7 @@ WITH batch_all AS (
       AND d.id = ANY(ARRAY(SELECT digest_id FROM batch_all WHERE digest_id IS NOT NULL))
     FOR UPDATE SKIP LOCKED
 ), digest_roles AS (
-    -- [digests] The carrier goes on as any row (rate limit, quiet hours, policy, providers: the
-    -- digest is one message); another item of its digest is parked, one whose digest is busy
-    -- waits a second.
-    SELECT b.id, b.bucket, b.digest_id,
-           CASE WHEN l.id IS NULL THEN 'busy'
-                WHEN l.carrier_id = b.id THEN 'carrier'
-                WHEN l.orphaned AND b.id = (SELECT o.id FROM batch_all o
-                                            WHERE o.digest_id = b.digest_id
-                                            ORDER BY o.created_at, o.id LIMIT 1) THEN 'carrier'
-                ELSE 'parked' END AS role
-    FROM batch_all b LEFT JOIN digest_locked l ON l.bucket = b.bucket AND l.id = b.digest_id
-    WHERE b.digest_id IS NOT NULL
-), batch AS (
-    SELECT b.* FROM batch_all b
-    WHERE b.digest_id IS NULL
-       OR b.id = ANY(ARRAY(SELECT id FROM digest_roles WHERE role = 'carrier'))
+{{_claim_digest_roles}}
 ), windows AS (
     -- Per recipient and window length (a policy may set its own): the entries in the window.
     SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
@@ -434,22 +419,7 @@ WITH batch_all AS (
     -- plain claim uses; Citus returns its rows to later CTEs in the wrong format).
     WHERE d.bucket = %(bucket)s AND d.id = ANY(%(digest_ids)b::uuid[])
 ), digest_roles AS (
-    -- [digests] The carrier goes on as any row (rate limit, quiet hours, policy, providers: the
-    -- digest is one message); another item of its digest is parked, one whose digest is busy
-    -- waits a second.
-    SELECT b.id, b.bucket, b.digest_id,
-           CASE WHEN l.id IS NULL THEN 'busy'
-                WHEN l.carrier_id = b.id THEN 'carrier'
-                WHEN l.orphaned AND b.id = (SELECT o.id FROM batch_all o
-                                            WHERE o.digest_id = b.digest_id
-                                            ORDER BY o.created_at, o.id LIMIT 1) THEN 'carrier'
-                ELSE 'parked' END AS role
-    FROM batch_all b LEFT JOIN digest_locked l ON l.bucket = b.bucket AND l.id = b.digest_id
-    WHERE b.digest_id IS NOT NULL
-), batch AS (
-    SELECT b.* FROM batch_all b
-    WHERE b.digest_id IS NULL
-       OR b.id = ANY(ARRAY(SELECT id FROM digest_roles WHERE role = 'carrier'))
+{{_claim_digest_roles}}
 ), windows AS (
     -- Per recipient and window length (a policy may set its own): the entries in the window.
     SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
@@ -909,3 +879,22 @@ WHERE (bucket, recipient) IN (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
+
+-- name: _claim_digest_roles
+-- [digests] The body of both claims' digest_roles CTE, and the batch CTE after it (docs/digests.md).
+    -- [digests] The carrier goes on as any row (rate limit, quiet hours, policy, providers: the
+    -- digest is one message); another item of its digest is parked, one whose digest is busy
+    -- waits a second.
+    SELECT b.id, b.bucket, b.digest_id,
+           CASE WHEN l.id IS NULL THEN 'busy'
+                WHEN l.carrier_id = b.id THEN 'carrier'
+                WHEN l.orphaned AND b.id = (SELECT o.id FROM batch_all o
+                                            WHERE o.digest_id = b.digest_id
+                                            ORDER BY o.created_at, o.id LIMIT 1) THEN 'carrier'
+                ELSE 'parked' END AS role
+    FROM batch_all b LEFT JOIN digest_locked l ON l.bucket = b.bucket AND l.id = b.digest_id
+    WHERE b.digest_id IS NOT NULL
+), batch AS (
+    SELECT b.* FROM batch_all b
+    WHERE b.digest_id IS NULL
+       OR b.id = ANY(ARRAY(SELECT id FROM digest_roles WHERE role = 'carrier'))
