@@ -39,9 +39,10 @@ REFERENCE = {
     "nq_recipient_voices",
     "nq_provider_schedule",
     "nq_provider_circuits",
-    "nq_kube_links",
-    "nq_status_outbox",
 }
+# The operator's: written with every change of an object's row and locked by the operator, joined
+# with no distributed table in a locking statement: plain tables on the coordinator.
+OPERATOR_ON_COORDINATOR = {"nq_kube_links", "nq_status_outbox"}
 CO_LOCATED = ["nq_jobs", "nq_delivery_log", "nq_rate_windows", "nq_webhook_events", "nq_digests"]
 
 
@@ -71,6 +72,26 @@ def layout(url: str) -> dict[str, tuple[str, str | None, int]]:
     return {t: (m, c, g) for t, m, c, g in rows}
 
 
+def test_a_layout_with_the_operators_tables_as_reference_tables_brings_them_back(
+    citus_database: str,
+) -> None:
+    """A cluster laid out before the operator's tables stayed on the coordinator (they were
+    reference tables) gets them back as plain tables, rows kept, on the next migrate."""
+    migrate(citus_database)
+    with psycopg.connect(citus_database, autocommit=True) as conn:
+        for table in sorted(OPERATOR_ON_COORDINATOR):
+            conn.execute("SELECT create_reference_table(%s)", (table,))
+        conn.execute(
+            "INSERT INTO nq_kube_links (uid, namespace, name, notification_id)"
+            " VALUES ('u', 'ns', 'n', gen_random_uuid())"
+        )
+    assert OPERATOR_ON_COORDINATOR <= layout(citus_database).keys()
+    migrate(citus_database)
+    assert not OPERATOR_ON_COORDINATOR & layout(citus_database).keys()
+    with psycopg.connect(citus_database) as conn:
+        assert conn.execute("SELECT uid FROM nq_kube_links").fetchall() == [("u",)]
+
+
 def test_migrate_twice_distributes_the_schema_once(citus_database: str) -> None:
     migrate(citus_database)
     first = layout(citus_database)
@@ -80,6 +101,7 @@ def test_migrate_twice_distributes_the_schema_once(citus_database: str) -> None:
     for table, column in DISTRIBUTED.items():
         assert first[table][:2] == ("h", column), table
     assert {t for t, (m, _, _) in first.items() if m == "n"} == REFERENCE
+    assert not OPERATOR_ON_COORDINATOR & first.keys()
     assert len({first[t][2] for t in CO_LOCATED}) == 1
     with psycopg.connect(citus_database) as conn:
         keys = conn.execute(

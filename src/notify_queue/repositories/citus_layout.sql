@@ -12,9 +12,13 @@
 --   constraint on a distributed table must include its distribution column.
 -- - The counters are distributed by their shard column (a connection's own row: writes spread,
 --   the reader sums every shard).
--- - The small tables every delivery reads (policies, recipients, templates, providers) and the
---   operator's (Kubernetes links, status outbox) are reference tables: a copy on every node, so a
---   router statement on any shard can join them.
+-- - The small tables every delivery reads (policies, recipients, templates, providers) are
+--   reference tables: a copy on every node, so a router statement on any shard can join them.
+-- - The operator's tables (Kubernetes links, status outbox) stay plain tables on the coordinator:
+--   every status change of an object's row writes an outbox row in its transaction (a local insert
+--   there, where a reference table writes every node under two-phase commit), the operator locks
+--   and deletes them (FOR UPDATE is refused on a reference table joined to distributed ones), and
+--   no statement that runs on a worker node reads them (sql/citus.sql, "the operator's statements").
 --
 -- Shard count 16 for every distributed table: 64 buckets over 16 shards (4 buckets a shard on
 -- average), room for up to 16 worker nodes after a rebalance; the log has one distributed table
@@ -108,10 +112,17 @@ BEGIN
     END IF;
 
     FOREACH t IN ARRAY ARRAY['nq_policies', 'nq_templates', 'nq_recipients', 'nq_recipient_voices',
-                             'nq_provider_schedule', 'nq_provider_circuits', 'nq_kube_links',
-                             'nq_status_outbox'] LOOP
+                             'nq_provider_schedule', 'nq_provider_circuits'] LOOP
         IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN
             PERFORM create_reference_table(t);
+        END IF;
+    END LOOP;
+
+    -- The operator's tables on the coordinator (above). A cluster laid out before this rule made
+    -- them reference tables: they come back to the coordinator with their rows.
+    FOREACH t IN ARRAY ARRAY['nq_kube_links', 'nq_status_outbox'] LOOP
+        IF EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN
+            PERFORM undistribute_table(t);
         END IF;
     END LOOP;
 END

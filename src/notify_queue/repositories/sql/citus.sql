@@ -538,3 +538,138 @@ SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending),
                            ARRAY(SELECT 'CANCELLED' FROM pending),
                            ARRAY(SELECT 'acknowledged' FROM pending),
                            NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+
+-- The operator's statements (operator.sql) on Citus. The Kubernetes links and the status outbox
+-- are plain tables on the coordinator there (citus_layout.sql): a FOR UPDATE on them is a local
+-- lock again, and the outbox rows nq_note_changes writes with every change of an object's row are
+-- a local insert in the change's transaction (not a write on every node, as a reference table's).
+-- What Citus cannot plan is a lock on them in a statement that also reads a distributed table, or
+-- an outer join from them to one (it pulls the whole distributed side to the coordinator): the
+-- notification is read by a second statement, by id.
+
+-- name: kube_link_bucket_citus
+-- The bucket of the row an object is linked to (lock-free, multi-shard: one probe of each shard's
+-- id index, in the queue and the log). A row's bucket never changes (its recipient's), so the
+-- lock kube_link_lock_*_bucket takes with it finds the same row. None: no such row.
+SELECT bucket FROM nq_all_notifications WHERE id = %(notification_id)s LIMIT 1
+
+-- name: kube_link_save_citus
+-- kube_link_save's link, alone, committed before the row's status is read (the caller's second
+-- transaction: kube_link_lock_*_bucket, then kube_link_status_queue_citus). A change of the row
+-- whose nq_note_changes runs after this commit finds the link and queues its own status write.
+-- One whose note ran before this commit changed the row before it too, so it held the row's lock
+-- since then, and the FOR SHARE that follows waits for its commit and reads what it wrote. No
+-- change slips between the two (plain PostgreSQL gets the same from one statement, whose row lock
+-- comes first; on Citus a worker node can release that lock before the coordinator commits).
+INSERT INTO nq_kube_links (uid, namespace, name, notification_id, generation)
+VALUES (%(uid)s, %(namespace)s, %(name)s, %(notification_id)s, %(generation)s)
+ON CONFLICT (uid) DO UPDATE SET generation = excluded.generation
+
+-- name: kube_link_lock_queued_bucket
+-- The linked row in the queue, FOR SHARE with its bucket (a router lock): waits for a change in
+-- flight to commit and reads its status. No row: it is final (moved to the log, perhaps while
+-- this waited), and kube_link_lock_logged_bucket, a new statement, finds it there.
+SELECT status FROM nq_jobs
+WHERE bucket = %(bucket)s AND id = %(notification_id)s
+FOR SHARE
+
+-- name: kube_link_lock_logged_bucket
+-- The linked row in the log, FOR SHARE with its bucket: only a retry changes it there (under the
+-- same lock).
+SELECT status FROM nq_delivery_log
+WHERE bucket = %(bucket)s AND id = %(notification_id)s
+FOR SHARE
+
+-- name: kube_link_status_queue_citus
+-- kube_link_save's first status write for the object, with the status the lock above read, and
+-- the writer's wake-up (a local insert on the coordinator, where the operator LISTENs).
+WITH queued AS (
+    INSERT INTO nq_status_outbox (uid, namespace, name, notification_id, old_status, new_status)
+    SELECT l.uid, l.namespace, l.name, l.notification_id, NULL, %(status)s
+    FROM nq_kube_links l
+    WHERE l.uid = %(uid)s AND l.notification_id = %(notification_id)s
+    RETURNING seq
+)
+SELECT (SELECT count(*) FROM queued) AS queued, pg_notify('nq_status_outbox', '') AS notified
+
+-- name: status_outbox_take_citus
+-- status_outbox_take's objects and their queued rows, coalesced the same way, from the outbox and
+-- the links alone (plain tables on the coordinator). The rows' state is read next by
+-- status_outbox_notifications_citus, by id: joined here, Citus would pull every row of the queue
+-- and the log to the coordinator to answer the outer join.
+WITH objects AS (
+    SELECT uid, min(seq) AS first_seq
+    FROM nq_status_outbox
+    WHERE %(namespace)s::text IS NULL OR namespace = %(namespace)s
+    GROUP BY uid
+    ORDER BY first_seq
+    LIMIT %(limit)s
+), changed AS (
+    SELECT o.uid, o.namespace, o.name, o.notification_id,
+           array_agg(o.seq ORDER BY o.seq) AS outbox_seqs,
+           min(o.seq) AS first_seq,
+           COALESCE(array_agg(DISTINCT o.new_status) FILTER (
+               WHERE o.old_status IS NOT NULL AND o.old_status IS DISTINCT FROM o.new_status), '{}')
+               AS entered_statuses
+    FROM nq_status_outbox o
+    JOIN objects USING (uid)
+    GROUP BY o.uid, o.namespace, o.name, o.notification_id
+)
+SELECT c.uid AS object_uid, c.namespace AS object_namespace, c.name AS object_name,
+       c.notification_id AS object_notification_id, c.outbox_seqs, c.entered_statuses,
+       l.uid IS NOT NULL AS object_linked, l.generation AS object_generation
+FROM changed c
+LEFT JOIN nq_kube_links l ON l.uid = c.uid
+ORDER BY c.first_seq
+
+-- name: status_outbox_notifications_citus
+-- The current state of a batch's rows (status_outbox_take_citus), by id in the queue and the log
+-- (one probe of each shard's id index), and whether each row's policy is Ready (a reference
+-- table, joined on the row's shard).
+SELECT COALESCE(p.ready, true) AS object_policy_ready, {{_notification_columns}}
+FROM nq_all_notifications n
+LEFT JOIN nq_policies p ON p.name = n.policy
+WHERE n.id = ANY(%(ids)b::uuid[])
+
+-- name: status_outbox_related_citus
+-- status_outbox_take's related_ids for the rows of recipientId requests (one row per channel,
+-- keys "<key> <channel>", issue 12): the keys to look for, then the keys (distributed by key,
+-- one probe each), each step a CTE the coordinator evaluates (the correlated subquery of the
+-- plain statement is refused beside a CTE).
+WITH wanted AS MATERIALIZED (
+    SELECT r.id, split_part(r.idempotency_key, ' ', 1) || ' ' || suffix AS key
+    FROM unnest(%(ids)b::uuid[], %(idempotency_keys)b::text[]) AS r(id, idempotency_key)
+    CROSS JOIN unnest(ARRAY['email', 'sms', 'push', 'suppressed']) AS suffix
+), found AS MATERIALIZED (
+    SELECT key, notification_id, created_at FROM nq_idempotency_keys
+    WHERE key = ANY(ARRAY(SELECT key FROM wanted))
+)
+SELECT w.id, array_agg(f.notification_id ORDER BY f.created_at, f.notification_id) AS related_ids
+FROM wanted w JOIN found f USING (key)
+GROUP BY w.id
+
+-- name: kube_finished_take_due_citus
+-- kube_finished_take_due without FOR UPDATE ... SKIP LOCKED, which Citus refuses beside the
+-- distributed notifications: the due links are read lock-free (the links go to each shard as an
+-- intermediate result, joined with its rows by id), then marked by an UPDATE of the local table
+-- that repeats the due test on the mark. Of two replicas taking the same link, the second waits
+-- for the first's row lock, finds the mark and skips it: they still split the work, the second
+-- after a wait instead of at once.
+WITH due AS (
+    SELECT l.uid
+    FROM nq_kube_links l
+    JOIN nq_all_notifications n ON n.id = l.notification_id
+    JOIN nq_policies p ON p.name = n.policy
+    WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
+      AND n.finished_at IS NOT NULL
+      AND p.ttl_seconds_after_finished IS NOT NULL
+      AND n.finished_at + make_interval(secs => p.ttl_seconds_after_finished) <= now()
+      AND (l.ttl_delete_requested_at IS NULL OR l.ttl_delete_requested_at < now() - interval '1 minute')
+    ORDER BY n.finished_at
+    LIMIT %(limit)s
+)
+UPDATE nq_kube_links l SET ttl_delete_requested_at = now()
+FROM due
+WHERE l.uid = due.uid
+  AND (l.ttl_delete_requested_at IS NULL OR l.ttl_delete_requested_at < now() - interval '1 minute')
+RETURNING l.uid, l.namespace, l.name, l.notification_id, l.generation, 0::bigint AS other_links
