@@ -20,9 +20,11 @@ from notify_queue.models import (
     Failover,
     Preferences,
     Priority,
+    Status,
 )
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import EngineRepository
+from notify_queue.repositories.notifications import citus_finish
 
 WAKEUP_CHANNEL = "nq_wakeup"
 
@@ -332,14 +334,28 @@ class DeliveryRepository:
         released = 0
         async with self._db.connection() as conn:
             for part in await conn.fetch_all("citus_job_buckets", {"ids": list(tokens)}):
-                row = await conn.fetch_one(
-                    "release_claims_bucket",
-                    {
-                        "bucket": part["bucket"],
-                        "ids": part["ids"],
-                        "claim_tokens": [tokens[i] for i in part["ids"]],
-                    },
-                )
+                # The release and its objects' outbox rows in one transaction; the note on the
+                # coordinator (sql/citus.sql: the router statement is sent whole to the node).
+                async with conn.transaction():
+                    row = await conn.fetch_one(
+                        "release_claims_bucket",
+                        {
+                            "bucket": part["bucket"],
+                            "ids": part["ids"],
+                            "claim_tokens": [tokens[i] for i in part["ids"]],
+                        },
+                    )
+                    if row and row["kubernetes_ids"]:
+                        ids = row["kubernetes_ids"]
+                        await conn.fetch_one(
+                            "citus_note_changes",
+                            {
+                                "ids": ids,
+                                "sources": ["kubernetes"] * len(ids),
+                                "old_statuses": [Status.PROCESSING.value] * len(ids),
+                                "new_statuses": [Status.PENDING.value] * len(ids),
+                            },
+                        )
                 released += int(row["released"]) if row else 0
         return released
 
@@ -368,10 +384,20 @@ class DeliveryRepository:
         expired = 0
         async with self._db.connection() as conn:
             for part in await conn.fetch_all("overdue_buckets", {"limit": limit}):
-                row = await conn.fetch_one(
-                    "expire_overdue_bucket", {**params, "bucket": part["bucket"]}
-                )
-                expired += int(row["expired"]) if row else 0
+                # Locked by bucket, moved on the coordinator, in one transaction (sql/citus.sql).
+                async with conn.transaction():
+                    overdue = await conn.fetch_all(
+                        "expire_overdue_bucket", {**params, "bucket": part["bucket"]}
+                    )
+                    if overdue:
+                        await citus_finish(
+                            conn,
+                            ids=[r["id"] for r in overdue],
+                            status=Status.EXPIRED,
+                            last_errors=[r["last_error"] for r in overdue],
+                            default_webhook_url=self._defaults.webhook_url,
+                        )
+                expired += len(overdue)
         return expired
 
     async def next_due_at(

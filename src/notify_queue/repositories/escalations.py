@@ -19,10 +19,15 @@ from notify_queue.models import (
     EscalationState,
     NewNotification,
     Notification,
+    Status,
 )
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import EngineRepository
-from notify_queue.repositories.notifications import NotificationRepository, TargetedTransaction
+from notify_queue.repositories.notifications import (
+    NotificationRepository,
+    TargetedTransaction,
+    citus_finish,
+)
 from notify_queue.repositories.rows import notification_from_row
 
 
@@ -98,7 +103,15 @@ class EscalationRepository:
             "default_webhook_url": self._default_webhook_url,
         }
         if routed:
-            await conn.fetch_all("escalation_steps_stop_bucket", params)
+            pending = await conn.fetch_all("escalation_steps_stop_bucket", params)
+            if pending:
+                await citus_finish(
+                    conn,
+                    ids=[r["id"] for r in pending],
+                    status=Status.CANCELLED,
+                    last_errors=["acknowledged"] * len(pending),
+                    default_webhook_url=self._default_webhook_url,
+                )
         else:
             await conn.fetch_all("escalation_steps_stop", params)
         await conn.fetch_one("escalation_note_objects", {"ids": locked["step_ids"]})

@@ -295,8 +295,11 @@ class KubeRepository:
     # --- TTL sweep ---------------------------------------------------------------------------
 
     async def kube_finished_take_due(self, *, namespace: str | None, limit: int) -> list[KubeLink]:
-        query = "kube_finished_take_due_citus" if await self._citus() else "kube_finished_take_due"
-        rows = await self._db.fetch_all(query, {"namespace": namespace, "limit": limit})
+        params = {"namespace": namespace, "limit": limit}
+        if await self._citus():
+            rows = await self._db.fetch_all("kube_finished_take_due_citus", params)
+        else:
+            rows = await self._db.fetch_all("kube_finished_take_due", params)
         return [_link_from_row(r) for r in rows]
 
     async def kube_finished_next_due(self, *, namespace: str | None) -> float | None:

@@ -23,7 +23,7 @@ from notify_queue.models import (
     Template,
     WaitingReason,
 )
-from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.db import Connection, Database, Row
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import (
     notification_from_row,
@@ -184,9 +184,17 @@ class NotificationRepository:
                 if not found:
                     return None
                 bucket = found[0]["bucket"]
-                cancelled = await conn.fetch_one(
+                locked = await conn.fetch_one(
                     "notification_cancel_bucket", {**params, "bucket": bucket}
                 )
+                cancelled = None
+                if locked is not None:
+                    cancelled = await citus_finish(
+                        conn,
+                        ids=[id],
+                        status=Status.CANCELLED,
+                        default_webhook_url=self._default_webhook_url,
+                    )
             if cancelled is None:
                 # A digest's item (docs/digests.md): its digest locked first, then, only while
                 # it is open, the item leaves it in a statement of its own.
@@ -210,6 +218,13 @@ class NotificationRepository:
                     # Citus: the item's move and the digest's update in two statements, so
                     # nq_finish stays on the coordinator (sql/citus.sql).
                     left = await conn.fetch_one("digest_item_cancel_bucket", leave)
+                    if left is not None:
+                        left = await citus_finish(
+                            conn,
+                            ids=[id],
+                            status=Status.CANCELLED,
+                            default_webhook_url=self._default_webhook_url,
+                        )
                     if left is not None and left["id"] is not None:
                         await conn.fetch_one("digest_item_leave_bucket", leave)
                 if left is None or left["id"] is None:
@@ -280,6 +295,28 @@ class NotificationRepository:
             waiting={r: 0 for r in WaitingReason}
             | {WaitingReason(r["reason"]): int(r["n"]) for r in waits},
         )
+
+
+async def citus_finish(
+    conn: Connection,
+    *,
+    ids: Sequence[uuid.UUID],
+    status: Status,
+    last_errors: Sequence[str] | None = None,
+    default_webhook_url: str | None,
+) -> Row | None:
+    """Citus: move rows a router statement of `conn`'s transaction locked into the log with
+    `status`, on the coordinator (citus_finish: the outbox and its NOTIFY are there); the first
+    moved row, or None."""
+    return await conn.fetch_one(
+        "citus_finish",
+        {
+            "ids": list(ids),
+            "statuses": [status.value] * len(ids),
+            "last_errors": None if last_errors is None else list(last_errors),
+            "default_webhook_url": default_webhook_url,
+        },
+    )
 
 
 async def _insert(

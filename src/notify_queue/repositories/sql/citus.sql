@@ -16,9 +16,27 @@
 --   completer and housekeeping retry a failed batch).
 -- - No non-IMMUTABLE function inside CASE or COALESCE in a multi-shard UPDATE's SET: the values
 --   are computed first, in a CTE the coordinator evaluates.
--- - nq_finish (0012) runs on the coordinator: it is not a distributed function, so a router
---   statement that calls it is planned in parts and its DELETE/INSERT are distributed statements
---   of their own (by id: one index probe per shard).
+-- - nq_finish (0012) and nq_note_changes must run on the coordinator: the status outbox and the
+--   Kubernetes links are coordinator tables, and the operator LISTENs there. A statement whose
+--   every distributed table names one bucket is sent to that shard's node WHOLE, functions
+--   included (EXPLAIN: one Task, the Function Scan on the worker node); only a statement Citus
+--   plans in parts (a CTE that joins a reference table, or more than one shard: complete_,
+--   recover_, claim_admit_..._bucket) keeps them on the coordinator. So a statement that would be
+--   sent whole locks by bucket and returns ids, and the caller runs citus_finish or
+--   citus_note_changes (no distributed table: the coordinator) in the same transaction.
+
+-- name: citus_finish
+-- nq_finish (the move into the log, its outbox rows and webhook events) on the coordinator, for
+-- rows a router statement of the same transaction locked: no distributed table is named here,
+-- so Citus runs it where it is called; its DELETE and INSERT are distributed statements of their
+-- own (by id: one index probe per shard).
+SELECT f.id FROM nq_finish(%(ids)b::uuid[], %(statuses)b::text[], %(last_errors)b::text[],
+                           NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+
+-- name: citus_note_changes
+-- nq_note_changes on the coordinator for rows a router statement of this transaction changed.
+SELECT nq_note_changes(%(ids)b::uuid[], %(sources)b::text[], %(old_statuses)b::text[],
+                       %(new_statuses)b::text[]) AS noted
 
 -- name: citus_job_buckets
 -- The bucket of each unfinished notification among the ids: a lock-free multi-shard read (one
@@ -164,10 +182,6 @@ WITH released AS (
     WHERE n.bucket = %(bucket)s AND n.id = ANY(%(ids)b::uuid[]) AND n.id = r.id AND n.claim_token = r.claim_token
       AND n.status = 'PROCESSING'
     RETURNING n.id, n.source, n.bucket, n.recipient
-), noted AS (
-    SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
-                           array_agg('PENDING'::text)) AS n
-    FROM released WHERE source = 'kubernetes'
 ), given_back AS (
     SELECT bucket, recipient, array_agg(id) AS ids FROM released GROUP BY bucket, recipient
 ), windows AS (
@@ -180,7 +194,11 @@ WITH released AS (
     WHERE w.bucket = %(bucket)s
       AND w.bucket = g.bucket AND w.recipient = g.recipient
 )
-SELECT count(*) AS released, (SELECT n FROM noted) AS noted FROM released
+-- The Kubernetes objects' rows are noted by the caller (citus_note_changes): this statement is
+-- sent whole to the bucket's node (see the top of this file).
+SELECT count(*) AS released,
+       COALESCE(array_agg(id) FILTER (WHERE source = 'kubernetes'), '{}') AS kubernetes_ids
+FROM released
 
 -- name: lease_expired_buckets
 -- The buckets with a lease that ran out, most overdue first (lock-free, multi-shard; the lease
@@ -232,20 +250,13 @@ WHERE status = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= now()
 GROUP BY bucket ORDER BY min(expires_at) LIMIT %(limit)s
 
 -- name: expire_overdue_bucket
--- expire_overdue within one bucket.
-WITH overdue AS (
-    SELECT id, last_error FROM nq_jobs
-    WHERE bucket = %(bucket)s AND status = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= now()
-    ORDER BY expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-SELECT count(*) AS expired
-FROM nq_finish(
-    ARRAY(SELECT id FROM overdue),
-    ARRAY(SELECT 'EXPIRED' FROM overdue),
-    ARRAY(SELECT COALESCE(last_error, 'expired before it could be sent') FROM overdue),
-    NULL, NULL, NULL, NULL, %(default_webhook_url)s)
+-- expire_overdue within one bucket: the overdue rows locked (a router statement); the caller
+-- moves them with citus_finish in the same transaction (see the top of this file).
+SELECT id, COALESCE(last_error, 'expired before it could be sent') AS last_error FROM nq_jobs
+WHERE bucket = %(bucket)s AND status = 'PENDING' AND expires_at IS NOT NULL AND expires_at <= now()
+ORDER BY expires_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
 
 -- name: next_due_at_citus
 -- next_due_at without the lanes' LATERAL over unnest(priorities) (Citus cannot push it down): one
@@ -368,15 +379,12 @@ SELECT {{_notification_columns}} FROM nq_all_notifications n
 WHERE id = ANY(ARRAY(SELECT notification_id FROM k))
 
 -- name: notification_cancel_bucket
--- notification_cancel with the row's bucket (citus_job_buckets), so the lock routes.
+-- notification_cancel's lock with the row's bucket (citus_job_buckets), so it routes; the caller
+-- moves the row with citus_finish in the same transaction (see the top of this file).
 -- A digest's item is left to digest_cancel_lock and digest_item_cancel (digests.sql).
-WITH pending AS (
-    SELECT id FROM nq_jobs
-    WHERE bucket = %(bucket)s AND id = %(id)s AND status = 'PENDING' AND digest_id IS NULL
-    FOR UPDATE
-)
-SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending), ARRAY(SELECT 'CANCELLED' FROM pending),
-                           NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+SELECT id FROM nq_jobs
+WHERE bucket = %(bucket)s AND id = %(id)s AND status = 'PENDING' AND digest_id IS NULL
+FOR UPDATE
 
 -- name: delivery_log_forget_keys_unlocked
 -- Retention on Citus: delivery_log_forget_keys without the lock on the partition's rows (0021).
@@ -463,20 +471,14 @@ WHERE d.bucket = %(bucket)s
 FOR UPDATE OF d
 
 -- name: digest_item_cancel_bucket
--- digest_item_cancel (digests.sql) on Citus, first of two statements, after
--- digest_cancel_lock_bucket: the item leaves (nq_finish: CANCELLED, its webhook event). Two
--- statements because Citus sends a statement whose every table names one bucket to that shard's
--- node whole, nq_finish with it, and nq_finish there would run distributed statements from a
--- shard (refused: "cannot execute a distributed query from a query on a shard"); this shape, as
--- notification_cancel_bucket, keeps nq_finish on the coordinator.
-WITH pending AS (
-    SELECT id FROM nq_jobs
-    WHERE bucket = %(bucket)s AND id = %(id)s AND status = 'PENDING'
-      AND digest_id = %(digest_id)s
-    FOR UPDATE
-)
-SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending), ARRAY(SELECT 'CANCELLED' FROM pending),
-                           NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+-- digest_item_cancel (digests.sql) on Citus, after digest_cancel_lock_bucket: the item locked
+-- by bucket; the caller moves it with citus_finish (CANCELLED, its webhook event) and then runs
+-- digest_item_leave_bucket, in the same transaction. Separate statements because Citus sends a
+-- statement whose every table names one bucket to that shard's node whole, functions with it
+-- (see the top of this file).
+SELECT id FROM nq_jobs
+WHERE bucket = %(bucket)s AND id = %(id)s AND status = 'PENDING' AND digest_id = %(digest_id)s
+FOR UPDATE
 
 -- name: digest_item_leave_bucket
 -- Second statement, run only when the first cancelled the item (same transaction, the digest
@@ -527,17 +529,12 @@ FOR UPDATE
 
 -- name: escalation_steps_stop_bucket
 -- escalation_steps_stop with the bucket (an escalation's steps live on its shard: their bucket
--- is the recipient's, as the escalation's). The shape of notification_cancel_bucket, so
--- nq_finish runs on the coordinator (see digest_item_cancel_bucket).
-WITH pending AS (
-    SELECT id FROM nq_jobs
-    WHERE bucket = %(bucket)s AND id = ANY(%(ids)b::uuid[]) AND status = 'PENDING'
-    ORDER BY id FOR UPDATE
-)
-SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending),
-                           ARRAY(SELECT 'CANCELLED' FROM pending),
-                           ARRAY(SELECT 'acknowledged' FROM pending),
-                           NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+-- is the recipient's, as the escalation's): the PENDING steps locked; the caller moves them
+-- with citus_finish (CANCELLED, 'acknowledged') in the same transaction, as
+-- notification_cancel_bucket (see the top of this file).
+SELECT id FROM nq_jobs
+WHERE bucket = %(bucket)s AND id = ANY(%(ids)b::uuid[]) AND status = 'PENDING'
+ORDER BY id FOR UPDATE
 
 -- The operator's statements (operator.sql) on Citus. The Kubernetes links and the status outbox
 -- are plain tables on the coordinator there (citus_layout.sql): a FOR UPDATE on them is a local
