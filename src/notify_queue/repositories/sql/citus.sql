@@ -557,7 +557,8 @@ SELECT bucket FROM nq_all_notifications WHERE id = %(notification_id)s LIMIT 1
 -- One whose note ran before this commit changed the row before it too, so it held the row's lock
 -- since then, and the FOR SHARE that follows waits for its commit and reads what it wrote. No
 -- change slips between the two (plain PostgreSQL gets the same from one statement, whose row lock
--- comes first; on Citus a worker node can release that lock before the coordinator commits).
+-- comes first; on Citus whether the worker node releases that lock before the coordinator's
+-- local commit is visible depends on how Citus commits: one phase or two).
 INSERT INTO nq_kube_links (uid, namespace, name, notification_id, generation)
 VALUES (%(uid)s, %(namespace)s, %(name)s, %(notification_id)s, %(generation)s)
 ON CONFLICT (uid) DO UPDATE SET generation = excluded.generation
