@@ -12,9 +12,15 @@
 --   constraint on a distributed table must include its distribution column.
 -- - The counters are distributed by their shard column (a connection's own row: writes spread,
 --   the reader sums every shard).
--- - The small tables every delivery reads (policies, recipients, templates, providers) and the
---   operator's (Kubernetes links, status outbox) are reference tables: a copy on every node, so a
---   router statement on any shard can join them.
+-- - The small tables every delivery reads (policies, recipients, templates) and the operator's
+--   (Kubernetes links, status outbox) are reference tables: a copy on every node, so a router
+--   statement on any shard can join them.
+-- - The providers' send schedules and circuits (nq_provider_schedule, nq_provider_circuits) stay
+--   plain tables on the coordinator: a handful of rows written on every delivery and joined with
+--   no distributed table. A write there is one hop and a local commit, where a reference table
+--   would write every node under two-phase commit; and Citus refuses the provider statements'
+--   clock_timestamp(), gen_random_uuid() and make_interval(column) in an UPDATE of a reference
+--   table (docs/scaling.md "Citus: providers").
 --
 -- Shard count 16 for every distributed table: 64 buckets over 16 shards (4 buckets a shard on
 -- average), room for up to 16 worker nodes after a rebalance; the log has one distributed table
@@ -108,10 +114,17 @@ BEGIN
     END IF;
 
     FOREACH t IN ARRAY ARRAY['nq_policies', 'nq_templates', 'nq_recipients', 'nq_recipient_voices',
-                             'nq_provider_schedule', 'nq_provider_circuits', 'nq_kube_links',
-                             'nq_status_outbox'] LOOP
+                             'nq_kube_links', 'nq_status_outbox'] LOOP
         IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN
             PERFORM create_reference_table(t);
+        END IF;
+    END LOOP;
+
+    -- The provider tables on the coordinator (above). A cluster laid out before this rule made
+    -- them reference tables: they come back to the coordinator with their rows.
+    FOREACH t IN ARRAY ARRAY['nq_provider_schedule', 'nq_provider_circuits'] LOOP
+        IF EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN
+            PERFORM undistribute_table(t);
         END IF;
     END LOOP;
 END
