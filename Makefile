@@ -21,7 +21,7 @@ run: $(STAMP) ## run the whole system locally: embedded PostgreSQL, API on :8080
 
 # What CI runs (.ci/run): the static checks first, so layering and types are held by CI too.
 test: $(STAMP) k8s-binaries test-packages citus prometheus lint typecheck layers ## ruff, mypy, import-linter, then every test
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=30
 
 test-fast: $(STAMP) test-packages ## the tests that need no Kubernetes binaries
 	$(BIN)/pytest -q -m "not kubernetes"

@@ -28,6 +28,7 @@ SCENARIOS = [
     "provider_limit",
     "relay",
     "cost",
+    "citus",
 ]
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = {"smoke": SMOKE, "quick": QUICK, "full": FULL}[mode]
     if args.notifications:
         sizes.notifications = sizes.peer_notifications = args.notifications
-        sizes.cost_notifications = args.notifications
+        sizes.cost_notifications = sizes.citus_notifications = args.notifications
     if args.workers:
         sizes.workers = [int(w) for w in args.workers.split(",")]
     if args.rounds:
@@ -128,11 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     doc["errors"] = errors
     doc["targets"] = report.targets(ctx.results)
     doc["comparisons"] = report.comparisons(ctx.results)
-    # A cost-only run has its own files (<ts>-cost.json, latest-cost.json), so the suite's
-    # latest.json, which docs/performance.md's tables come from, stays the suite's.
+    # A cost-only (citus-only) run has its own files (<ts>-cost.json, latest-cost.json), so the
+    # suite's latest.json, which docs/performance.md's tables come from, stays the suite's.
     label = None
-    if chosen == ["cost"]:
-        label = "cost" if mode == "full" else f"cost-{mode}"
+    if chosen in (["cost"], ["citus"]):
+        label = chosen[0] if mode == "full" else f"{chosen[0]}-{mode}"
     path = report.write(doc, args.output_dir, started, label=label)
     print(report.table(doc))
     if "cost" in chosen:

@@ -44,6 +44,9 @@ class Sizes:
     cost_notifications: int
     cost_idle_seconds: float
     cost_single_seconds: float
+    # The citus scenario (issue 21): notifications through the API per engine, on the local
+    # cluster (a few minutes for both legs at the full size on 2 cores).
+    citus_notifications: int
 
 
 FULL = Sizes(
@@ -69,6 +72,7 @@ FULL = Sizes(
     cost_notifications=20_000,
     cost_idle_seconds=60.0,
     cost_single_seconds=30.0,
+    citus_notifications=5_000,
 )
 QUICK = Sizes(
     notifications=20_000,
@@ -93,6 +97,7 @@ QUICK = Sizes(
     cost_notifications=5_000,
     cost_idle_seconds=20.0,
     cost_single_seconds=10.0,
+    citus_notifications=2_000,
 )
 SMOKE = Sizes(
     notifications=300,
@@ -117,6 +122,7 @@ SMOKE = Sizes(
     cost_notifications=300,
     cost_idle_seconds=2.0,
     cost_single_seconds=1.0,
+    citus_notifications=200,
 )
 
 

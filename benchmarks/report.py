@@ -240,6 +240,12 @@ SHOWN = {
     "relay": ["events_per_second", "seconds", "delivered", "posts", "record_statements"],
     # The cost scenario's figures are nested; benchmarks.costtable prints them.
     "cost": ["batch_items_per_second", "creates_per_second", "sent", "completed"],
+    "citus": [
+        "cpu_us_per_notification",
+        "wal_bytes_per_notification",
+        "batch_items_per_second",
+        "drain_notifications_per_second",
+    ],
 }
 
 

@@ -81,23 +81,17 @@ async def _circuit_state(db: Database, name: str) -> str:
 
 
 async def _set_circuit(db: Database, name: str, *, open_for_seconds: float | None) -> None:
-    """Open `name`'s circuit for that long (None: close it), as the breaker itself would. The
-    worker makes the row just after it logs that it started: wait for it."""
-
-    async def update() -> bool:
-        return bool(await _update_circuit(db, name, open_for_seconds))
-
-    await poll(update, timeout=30, what=f"circuit row of {name}")
-
-
-async def _update_circuit(
-    db: Database, name: str, open_for_seconds: float | None
-) -> list[dict[str, Any]]:
-    return await read_rows(
+    """Open `name`'s circuit for that long (None: close it), as the breaker itself would. An
+    upsert: a worker keeps an existing row at its start (`provider_rows_ensure`), so a circuit set
+    before a worker starts is what its first claim sees. (Set while a worker runs, it is seen from
+    that worker's next claim on, not by a claim already under way: a race, not a test.)"""
+    await read_rows(
         db,
-        "UPDATE nq_provider_circuits SET state = CASE WHEN %(s)s::float8 IS NULL THEN 'closed'"
-        " ELSE 'open' END, open_until = now() + make_interval(secs => COALESCE(%(s)s, 0)),"
-        " failures = 0, probe_token = NULL, probe_until = NULL WHERE provider = %(p)s"
+        "INSERT INTO nq_provider_circuits (provider, state, open_until)"
+        " SELECT %(p)s, CASE WHEN %(s)s::float8 IS NULL THEN 'closed' ELSE 'open' END,"
+        " now() + make_interval(secs => COALESCE(%(s)s, 0))"
+        " ON CONFLICT (provider) DO UPDATE SET state = excluded.state,"
+        " open_until = excluded.open_until, failures = 0, probe_token = NULL, probe_until = NULL"
         " RETURNING provider",
         {"s": open_for_seconds, "p": name},
     )
@@ -185,10 +179,10 @@ async def test_a_worker_killed_during_the_call_leaves_the_notification_with_that
     path = _file(tmp_path, a, b)
     procs = spawn(database_url)
     flags = quick_flags("--providers-file", path, "--channels", "email", *LEASE_FLAGS)
-    doomed = procs.start(*flags)
-    await procs.ready(doomed)
     if called == "rebound":
         await _set_circuit(db, "a", open_for_seconds=3600)
+    doomed = procs.start(*flags)
+    await procs.ready(doomed)
     [id_] = await _send_wave(db, 1, f"kill-{called}")
     key = str(id_)
     await poll(lambda: _arrived(first, key), timeout=30, what="the call in progress")

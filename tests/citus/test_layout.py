@@ -37,9 +37,9 @@ REFERENCE = {
     "nq_templates",
     "nq_recipients",
     "nq_recipient_voices",
-    "nq_provider_schedule",
-    "nq_provider_circuits",
 }
+# Written on every delivery, joined with no distributed table: plain tables on the coordinator.
+COORDINATOR_ONLY = {"nq_provider_schedule", "nq_provider_circuits"}
 # The operator's: written with every change of an object's row and locked by the operator, joined
 # with no distributed table in a locking statement: plain tables on the coordinator.
 OPERATOR_ON_COORDINATOR = {"nq_kube_links", "nq_status_outbox"}
@@ -101,6 +101,7 @@ def test_migrate_twice_distributes_the_schema_once(citus_database: str) -> None:
     for table, column in DISTRIBUTED.items():
         assert first[table][:2] == ("h", column), table
     assert {t for t, (m, _, _) in first.items() if m == "n"} == REFERENCE
+    assert not COORDINATOR_ONLY & set(first)
     assert not OPERATOR_ON_COORDINATOR & first.keys()
     assert len({first[t][2] for t in CO_LOCATED}) == 1
     with psycopg.connect(citus_database) as conn:
@@ -120,6 +121,22 @@ def test_migrate_twice_distributes_the_schema_once(citus_database: str) -> None:
         ).fetchone()
     assert dict(keys) == {"nq_jobs": ["bucket", "id"], "nq_webhook_events": ["bucket", "id"]}
     assert shards == (16,)
+
+
+def test_provider_tables_made_reference_tables_by_an_earlier_layout_come_back_with_their_rows(
+    citus_database: str,
+) -> None:
+    migrate(citus_database)
+    with psycopg.connect(citus_database, autocommit=True) as conn:
+        conn.execute("INSERT INTO nq_provider_circuits (provider, state) VALUES ('a', 'open')")
+        for table in sorted(COORDINATOR_ONLY):
+            conn.execute("SELECT create_reference_table(%s)", [table])
+    assert COORDINATOR_ONLY <= set(layout(citus_database))
+    migrate(citus_database)
+    assert not COORDINATOR_ONLY & set(layout(citus_database))
+    with psycopg.connect(citus_database) as conn:
+        rows = conn.execute("SELECT provider, state FROM nq_provider_circuits").fetchall()
+    assert rows == [("a", "open")]
 
 
 async def test_creates_spread_over_both_workers_and_claims_route_per_bucket(

@@ -12,8 +12,14 @@
 --   constraint on a distributed table must include its distribution column.
 -- - The counters are distributed by their shard column (a connection's own row: writes spread,
 --   the reader sums every shard).
--- - The small tables every delivery reads (policies, recipients, templates, providers) are
---   reference tables: a copy on every node, so a router statement on any shard can join them.
+-- - The small tables every delivery reads (policies, recipients, templates) are reference
+--   tables: a copy on every node, so a router statement on any shard can join them.
+-- - The providers' send schedules and circuits (nq_provider_schedule, nq_provider_circuits) stay
+--   plain tables on the coordinator: a handful of rows written on every delivery and joined with
+--   no distributed table. A write there is one hop and a local commit, where a reference table
+--   would write every node under two-phase commit; and Citus refuses the provider statements'
+--   clock_timestamp(), gen_random_uuid() and make_interval(column) in an UPDATE of a reference
+--   table (docs/scaling.md "Citus: providers").
 -- - The operator's tables (Kubernetes links, status outbox) stay plain tables on the coordinator:
 --   every status change of an object's row writes an outbox row in its transaction (a local insert
 --   there, where a reference table writes every node under two-phase commit), the operator locks
@@ -111,16 +117,17 @@ BEGIN
                                          colocate_with => 'none');
     END IF;
 
-    FOREACH t IN ARRAY ARRAY['nq_policies', 'nq_templates', 'nq_recipients', 'nq_recipient_voices',
-                             'nq_provider_schedule', 'nq_provider_circuits'] LOOP
+    FOREACH t IN ARRAY ARRAY['nq_policies', 'nq_templates', 'nq_recipients',
+                             'nq_recipient_voices'] LOOP
         IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN
             PERFORM create_reference_table(t);
         END IF;
     END LOOP;
 
-    -- The operator's tables on the coordinator (above). A cluster laid out before this rule made
-    -- them reference tables: they come back to the coordinator with their rows.
-    FOREACH t IN ARRAY ARRAY['nq_kube_links', 'nq_status_outbox'] LOOP
+    -- The provider and operator tables on the coordinator (above). A cluster laid out before
+    -- these rules made them reference tables: they come back to the coordinator with their rows.
+    FOREACH t IN ARRAY ARRAY['nq_provider_schedule', 'nq_provider_circuits', 'nq_kube_links',
+                             'nq_status_outbox'] LOOP
         IF EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN
             PERFORM undistribute_table(t);
         END IF;
