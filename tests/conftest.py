@@ -20,6 +20,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from notify_queue.devcluster import ControlPlaneUnavailable, LocalControlPlane, find_bin_dir
 from notify_queue.embedded import EmbeddedPostgres
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.schema import migrate
@@ -80,3 +81,27 @@ async def db(database_url: str) -> AsyncIterator[Database]:
 @pytest.fixture
 def project_root() -> Path:
     return Path(__file__).resolve().parent.parent
+
+
+# One local control plane (etcd + kube-apiserver, `notify_queue.devcluster`) for the whole session,
+# with the CRDs installed, shared by the operator, upgrade and Citus operator tests; skipped, with
+# the command to run, when the binaries are not built.
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[LocalControlPlane]:
+    try:
+        bin_dir = find_bin_dir()
+    except ControlPlaneUnavailable as exc:
+        pytest.skip(f"{exc} (scripts/build-k8s-binaries.sh)")
+    # A directory of our own rather than pytest's basetemp: pytest prunes old basetemps, and a
+    # concurrent pytest run pruning this one would pull etcd's data from under it.
+    directory = Path(tempfile.mkdtemp(prefix="notify-queue-k8s-"))
+    cluster = LocalControlPlane(
+        directory, bin_dir=bin_dir, users={"viewer": ["notify-queue-viewers"]}
+    )
+    try:
+        cluster.start()
+        cluster.install_crds()
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(directory, ignore_errors=True)

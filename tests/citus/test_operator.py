@@ -28,7 +28,6 @@ import pytest
 from notify_queue.devcluster import LocalControlPlane
 from tests.citus.test_end_to_end import CountingProvider
 from tests.citus.test_layout import migrate
-from tests.operator.conftest import control_plane  # noqa: F401  (the session's kube-apiserver)
 from tests.operator.support import Kube, condition, notification, phase, policy
 from tests.support import eventually
 
@@ -64,7 +63,7 @@ def rows(url: str, sql: str, *params: Any) -> list[tuple[Any, ...]]:
 
 async def test_the_operator_mirrors_and_writes_status_back_on_citus(
     citus_database: str,
-    control_plane: LocalControlPlane,  # noqa: F811
+    control_plane: LocalControlPlane,
     tmp_path: Path,
 ) -> None:
     url = citus_database

@@ -1,7 +1,6 @@
 """Fixtures of the operator tests.
 
-One local control plane (etcd + kube-apiserver, `notify_queue.devcluster`) per session, with the
-CRDs installed; it is skipped, with the command to run, when the binaries are not built. Each test
+The local control plane is the session's `control_plane` (tests/conftest.py). Each test
 gets its own namespace (nothing deletes namespaces here: there is no controller-manager) and its
 own database (`database_url`), and starts the operator (in a thread) and workers (in the test's
 loop) as it needs them.
@@ -9,37 +8,13 @@ loop) as it needs them.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
 
-from notify_queue.devcluster import ControlPlaneUnavailable, LocalControlPlane, find_bin_dir
+from notify_queue.devcluster import LocalControlPlane
 from tests.operator.support import Kube, OperatorThread, settings_for
-
-
-@pytest.fixture(scope="session")
-def control_plane() -> Iterator[LocalControlPlane]:
-    try:
-        bin_dir = find_bin_dir()
-    except ControlPlaneUnavailable as exc:
-        pytest.skip(f"{exc} (scripts/build-k8s-binaries.sh)")
-    # A directory of our own rather than pytest's basetemp: pytest prunes old basetemps, and a
-    # concurrent pytest run pruning this one would pull etcd's data from under it.
-    directory = Path(tempfile.mkdtemp(prefix="notify-queue-k8s-"))
-    cluster = LocalControlPlane(
-        directory, bin_dir=bin_dir, users={"viewer": ["notify-queue-viewers"]}
-    )
-    try:
-        cluster.start()
-        cluster.install_crds()
-        yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

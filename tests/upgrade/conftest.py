@@ -10,9 +10,9 @@ import psycopg
 import pytest
 
 from notify_queue.embedded import EmbeddedPostgres
-from tests.operator.conftest import control_plane, kube, namespace
+from tests.operator.conftest import kube, namespace
 
-__all__ = ["control_plane", "empty_database_url", "kube", "namespace"]
+__all__ = ["empty_database_url", "kube", "namespace"]
 
 
 @pytest.fixture
