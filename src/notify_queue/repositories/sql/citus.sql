@@ -595,24 +595,7 @@ SELECT (SELECT count(*) FROM queued) AS queued, pg_notify('nq_status_outbox', ''
 -- the links alone (plain tables on the coordinator). The rows' state is read next by
 -- status_outbox_notifications_citus, by id: joined here, Citus would pull every row of the queue
 -- and the log to the coordinator to answer the outer join.
-WITH objects AS (
-    SELECT uid, min(seq) AS first_seq
-    FROM nq_status_outbox
-    WHERE %(namespace)s::text IS NULL OR namespace = %(namespace)s
-    GROUP BY uid
-    ORDER BY first_seq
-    LIMIT %(limit)s
-), changed AS (
-    SELECT o.uid, o.namespace, o.name, o.notification_id,
-           array_agg(o.seq ORDER BY o.seq) AS outbox_seqs,
-           min(o.seq) AS first_seq,
-           COALESCE(array_agg(DISTINCT o.new_status) FILTER (
-               WHERE o.old_status IS NOT NULL AND o.old_status IS DISTINCT FROM o.new_status), '{}')
-               AS entered_statuses
-    FROM nq_status_outbox o
-    JOIN objects USING (uid)
-    GROUP BY o.uid, o.namespace, o.name, o.notification_id
-)
+WITH {{_status_outbox_changed}}
 SELECT c.uid AS object_uid, c.namespace AS object_namespace, c.name AS object_name,
        c.notification_id AS object_notification_id, c.outbox_seqs, c.entered_statuses,
        l.uid IS NOT NULL AS object_linked, l.generation AS object_generation

@@ -65,24 +65,7 @@ SELECT pg_try_advisory_xact_lock(
 -- Runs in the writer's transaction after status_outbox_lock; the rows are deleted in that
 -- transaction once their patches succeeded. The outbox holds only what is not yet written
 -- back (a backlog of thousands at worst), so grouping it whole is cheap.
-WITH objects AS (
-    SELECT uid, min(seq) AS first_seq
-    FROM nq_status_outbox
-    WHERE %(namespace)s::text IS NULL OR namespace = %(namespace)s
-    GROUP BY uid
-    ORDER BY first_seq
-    LIMIT %(limit)s
-), changed AS (
-    SELECT o.uid, o.namespace, o.name, o.notification_id,
-           array_agg(o.seq ORDER BY o.seq) AS outbox_seqs,
-           min(o.seq) AS first_seq,
-           COALESCE(array_agg(DISTINCT o.new_status) FILTER (
-               WHERE o.old_status IS NOT NULL AND o.old_status IS DISTINCT FROM o.new_status), '{}')
-               AS entered_statuses
-    FROM nq_status_outbox o
-    JOIN objects USING (uid)
-    GROUP BY o.uid, o.namespace, o.name, o.notification_id
-)
+WITH {{_status_outbox_changed}}
 SELECT c.uid AS object_uid, c.namespace AS object_namespace, c.name AS object_name,
        c.outbox_seqs, c.entered_statuses,
        l.uid IS NOT NULL AS object_linked, l.generation AS object_generation,
@@ -177,3 +160,26 @@ FROM nq_jobs
 WHERE status = 'PENDING' AND next_attempt_at <= now()
   AND (expires_at IS NULL OR expires_at > now())
 GROUP BY priority, channel
+
+-- name: _status_outbox_changed
+-- The outbox's objects with the oldest queued changes (up to %(limit)s objects, in one namespace or
+-- all) and, per object and row, every seq queued and the statuses it entered: status_outbox_take
+-- and its Citus form read the rows' state beside it.
+objects AS (
+    SELECT uid, min(seq) AS first_seq
+    FROM nq_status_outbox
+    WHERE %(namespace)s::text IS NULL OR namespace = %(namespace)s
+    GROUP BY uid
+    ORDER BY first_seq
+    LIMIT %(limit)s
+), changed AS (
+    SELECT o.uid, o.namespace, o.name, o.notification_id,
+           array_agg(o.seq ORDER BY o.seq) AS outbox_seqs,
+           min(o.seq) AS first_seq,
+           COALESCE(array_agg(DISTINCT o.new_status) FILTER (
+               WHERE o.old_status IS NOT NULL AND o.old_status IS DISTINCT FROM o.new_status), '{}')
+               AS entered_statuses
+    FROM nq_status_outbox o
+    JOIN objects USING (uid)
+    GROUP BY o.uid, o.namespace, o.name, o.notification_id
+)
