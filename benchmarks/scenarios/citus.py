@@ -22,6 +22,11 @@ work of that leg; their CPU then (Citus's maintenance daemons, the checkpointer)
 `background`, not added to the plain figure; each node's idle CPU per second, measured first
 for 10 s, is noted beside the figures.
 
+Every node loads pg_stat_statements (`track = all`, on in both legs alike): the drain's
+statements that took the most time on each node, with their calls and time per call, are
+recorded beside the figures (`drain_statements`), which is how docs/scaling.md reads where the
+Citus drain's time goes.
+
 Without a Citus build (`make citus`, or NOTIFY_QUEUE_CITUS_PG_CONFIG) the scenario says so in one
 line and records nothing.
 """
@@ -49,6 +54,7 @@ from benchmarks.scenarios.cost import BATCH_CLIENTS, WORKERS, _batches
 from benchmarks.scenarios.ingest import start_api
 
 IDLE_SECONDS = 10.0
+TOP_STATEMENTS = 8
 SENT_COUNT = "SELECT coalesce(sum(n), 0)::bigint FROM nq_counters WHERE name = 'notifications:SENT'"
 
 
@@ -60,7 +66,7 @@ def run(ctx: Context) -> None:
         ctx.notes.append(f"citus: skipped ({reason})")
         return
     n = ctx.sizes.citus_notifications
-    with CitusCluster(ctx.workdir / "citus", pg_config) as cluster:
+    with CitusCluster(ctx.workdir / "citus", pg_config, statements=True) as cluster:
         ctx.notes.append(
             f"citus: cluster of {len(cluster.workers)} worker nodes started in "
             f"{cluster.start_seconds or 0:.0f}s (fsync, synchronous_commit, full_page_writes off)"
@@ -148,6 +154,10 @@ def _leg(ctx: Context, cluster: CitusCluster, name: str, url: str, n: int) -> di
     say(f"[citus] {name}: {n:,} notifications through the API, then {WORKERS} workers")
     load = LoadWatch()
     queue.migrate(url)
+    with psycopg.connect(url, autocommit=True) as conn:  # on Citus, on every node of the leg
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+    nodes = [cluster.coordinator] if name == "postgresql" else cluster.nodes
+    database = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
     requests = _batches(n, name[:1])
     api, port = start_api(ctx, url, 1)
     try:
@@ -169,6 +179,7 @@ def _leg(ctx: Context, cluster: CitusCluster, name: str, url: str, n: int) -> di
     try:
         # Drain from the workers' start: what a user's drain costs includes their start-up
         # statements (the engine read, the provider rows), as in the cost scenario.
+        _reset_statements(nodes, str(database))
         p2 = _point(cluster)
         deadline = started + max(300.0, n / 10)
         while (sent := _sent(url)) < n:
@@ -181,6 +192,7 @@ def _leg(ctx: Context, cluster: CitusCluster, name: str, url: str, n: int) -> di
             time.sleep(0.5)
         drain_seconds = time.monotonic() - started
         p3 = _point(cluster)
+        statements = {node.name: _top_statements(node, str(database)) for node in nodes}
     finally:
         stop_all(procs)
         bar.close()
@@ -191,6 +203,7 @@ def _leg(ctx: Context, cluster: CitusCluster, name: str, url: str, n: int) -> di
         "drain": _per_notification(cluster, name, p2, p3, n),
         "batch_items_per_second": round(accepted / result.seconds, 1),
         "drain_notifications_per_second": round(n / drain_seconds, 1),
+        "drain_statements": statements,
     }
     ingest, drain = metrics["ingest"], metrics["drain"]
     metrics["cpu_us_per_notification"] = round(ingest["cpu_us"] + drain["cpu_us"], 1)
@@ -209,6 +222,33 @@ def _leg(ctx: Context, cluster: CitusCluster, name: str, url: str, n: int) -> di
     return metrics
 
 
+def _reset_statements(nodes: list[Node], database: str) -> None:
+    for node in nodes:
+        with psycopg.connect(node.url(database), autocommit=True) as conn:
+            conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def _top_statements(node: Node, database: str) -> list[dict[str, Any]]:
+    """The statements of `database` that took the most execution time on `node` since the
+    reset: calls, milliseconds per call and in all, the statement's first 160 characters."""
+    with psycopg.connect(node.url(database), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT s.calls, s.total_exec_time, regexp_replace(s.query, '\\s+', ' ', 'g')"
+            " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+            " WHERE d.datname = %s ORDER BY s.total_exec_time DESC LIMIT %s",
+            [database, TOP_STATEMENTS],
+        ).fetchall()
+    return [
+        {
+            "calls": int(calls),
+            "ms_per_call": round(total / calls, 3) if calls else 0.0,
+            "total_ms": round(total, 1),
+            "query": str(query)[:160],
+        }
+        for calls, total, query in rows
+    ]
+
+
 def _print(figures: dict[str, dict[str, Any]], idle: dict[str, float]) -> None:
     plain, citus = figures["postgresql"], figures["citus"]
     rows = [
@@ -224,3 +264,9 @@ def _print(figures: dict[str, dict[str, Any]], idle: dict[str, float]) -> None:
         say(f"  {label:<44} {a:>10,.1f}{unit:<2} {b:>10,.1f}{unit:<2} {b / a if a else 0:>6.2f}x")
     for node, value in citus["cpu_us_per_node"].items():
         say(f"  Citus CPU on {node:<31} {value:>12,.1f}µs  (idle: {idle[node]:,.0f} µs/s)")
+    for leg, figures_ in (("PostgreSQL", plain), ("Citus", citus)):
+        for node, top in figures_["drain_statements"].items():
+            say(f"[citus] {leg} drain, {node}: calls, ms per call, ms in all, statement")
+            for st in top[:5]:
+                calls, per_call, total = st["calls"], st["ms_per_call"], st["total_ms"]
+                say(f"  {calls:>7,} {per_call:>9.3f} {total:>10,.1f}  {st['query'][:90]}")

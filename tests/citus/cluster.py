@@ -102,6 +102,9 @@ class CitusCluster:
     pg_config: Path
     worker_count: int = 2
     database: str = DEFAULT_DATABASE
+    # Load pg_stat_statements on every node (track = all), for a benchmark that reads which
+    # statements a node spends its time on; the tests leave it off.
+    statements: bool = False
     coordinator: Node = field(init=False)
     workers: list[Node] = field(init=False, default_factory=list)
     _bin_dir: Path = field(init=False)
@@ -250,7 +253,9 @@ class CitusCluster:
             # TCP only: nodes reach each other by host and port, as the coordinator reaches
             # the workers, and no socket path can be too long.
             "unix_socket_directories": "''",
-            "shared_preload_libraries": "'citus'",
+            "shared_preload_libraries": (
+                "'citus,pg_stat_statements'" if self.statements else "'citus'"
+            ),
             # Loopback between nodes: no TLS (Citus would otherwise make a self-signed
             # certificate and require it).
             "citus.node_conninfo": "'sslmode=disable'",
@@ -263,6 +268,8 @@ class CitusCluster:
             "full_page_writes": "off",
             "log_min_messages": "warning",
         }
+        if self.statements:
+            settings["pg_stat_statements.track"] = "all"
         with (node.data_dir / "postgresql.conf").open("a") as conf:
             conf.write("\n# tests/citus/cluster.py\n")
             for key, value in settings.items():

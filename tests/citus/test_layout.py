@@ -72,26 +72,6 @@ def layout(url: str) -> dict[str, tuple[str, str | None, int]]:
     return {t: (m, c, g) for t, m, c, g in rows}
 
 
-def test_a_layout_with_the_operators_tables_as_reference_tables_brings_them_back(
-    citus_database: str,
-) -> None:
-    """A cluster laid out before the operator's tables stayed on the coordinator (they were
-    reference tables) gets them back as plain tables, rows kept, on the next migrate."""
-    migrate(citus_database)
-    with psycopg.connect(citus_database, autocommit=True) as conn:
-        for table in sorted(OPERATOR_ON_COORDINATOR):
-            conn.execute("SELECT create_reference_table(%s)", (table,))
-        conn.execute(
-            "INSERT INTO nq_kube_links (uid, namespace, name, notification_id)"
-            " VALUES ('u', 'ns', 'n', gen_random_uuid())"
-        )
-    assert OPERATOR_ON_COORDINATOR <= layout(citus_database).keys()
-    migrate(citus_database)
-    assert not OPERATOR_ON_COORDINATOR & layout(citus_database).keys()
-    with psycopg.connect(citus_database) as conn:
-        assert conn.execute("SELECT uid FROM nq_kube_links").fetchall() == [("u",)]
-
-
 def test_migrate_twice_distributes_the_schema_once(citus_database: str) -> None:
     migrate(citus_database)
     first = layout(citus_database)
@@ -121,22 +101,6 @@ def test_migrate_twice_distributes_the_schema_once(citus_database: str) -> None:
         ).fetchone()
     assert dict(keys) == {"nq_jobs": ["bucket", "id"], "nq_webhook_events": ["bucket", "id"]}
     assert shards == (16,)
-
-
-def test_provider_tables_made_reference_tables_by_an_earlier_layout_come_back_with_their_rows(
-    citus_database: str,
-) -> None:
-    migrate(citus_database)
-    with psycopg.connect(citus_database, autocommit=True) as conn:
-        conn.execute("INSERT INTO nq_provider_circuits (provider, state) VALUES ('a', 'open')")
-        for table in sorted(COORDINATOR_ONLY):
-            conn.execute("SELECT create_reference_table(%s)", [table])
-    assert COORDINATOR_ONLY <= set(layout(citus_database))
-    migrate(citus_database)
-    assert not COORDINATOR_ONLY & set(layout(citus_database))
-    with psycopg.connect(citus_database) as conn:
-        rows = conn.execute("SELECT provider, state FROM nq_provider_circuits").fetchall()
-    assert rows == [("a", "open")]
 
 
 async def test_creates_spread_over_both_workers_and_claims_route_per_bucket(

@@ -123,14 +123,5 @@ BEGIN
             PERFORM create_reference_table(t);
         END IF;
     END LOOP;
-
-    -- The provider and operator tables on the coordinator (above). A cluster laid out before
-    -- these rules made them reference tables: they come back to the coordinator with their rows.
-    FOREACH t IN ARRAY ARRAY['nq_provider_schedule', 'nq_provider_circuits', 'nq_kube_links',
-                             'nq_status_outbox'] LOOP
-        IF EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN
-            PERFORM undistribute_table(t);
-        END IF;
-    END LOOP;
 END
 $layout$;
