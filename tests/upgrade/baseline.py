@@ -1,9 +1,11 @@
 """The previous release, built from this repository's own history into a virtualenv of its own.
 
 `git archive <commit>` of the repository the tests run in, installed (not editable) with its
-runtime dependencies from PyPI into `.cache/upgrade-baseline/<full commit>/venv` (`.cache/` is
-git-ignored), so it runs exactly as that release's image would: its own code, its own SQL, its
-own migrations. Built once per commit (a lock file serialises concurrent test processes; a
+runtime dependencies from PyPI into `~/.cache/notify-queue/upgrade-baseline/<full commit>/venv`
+(or under `$NOTIFY_QUEUE_UPGRADE_CACHE`; beside the Kubernetes binaries and the Citus build, so a
+fresh clone on the same machine does not install it again), so it runs exactly as that release's
+image would: its own code, its own SQL, its own migrations. Built once per commit (a lock file
+serialises concurrent test processes; a
 `built` marker, written last, says the build finished); a later release moves `BASELINE_COMMIT`
 forward. A checkout without that commit in its history fails the test with the command to fetch it:
 an upgrade test that quietly skips would let an upgrade break unseen.
@@ -12,6 +14,7 @@ an upgrade test that quietly skips would let an upgrade break unseen.
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import subprocess
 import sys
@@ -25,6 +28,10 @@ import pytest
 BASELINE_COMMIT = "47fbd42"
 BASELINE_RELEASE = "0.1.0"
 REPO_ROOT = Path(__file__).resolve().parents[2]
+CACHE_ROOT = Path(
+    os.environ.get("NOTIFY_QUEUE_UPGRADE_CACHE")
+    or Path.home() / ".cache" / "notify-queue" / "upgrade-baseline"
+)
 
 
 def _git(*args: str) -> bytes:
@@ -51,7 +58,7 @@ def baseline_commit() -> str:
 def baseline_venv() -> Path:
     """The baseline release's virtualenv (built on first use); its `bin/notify-queue` runs it."""
     commit = baseline_commit()
-    root = REPO_ROOT / ".cache" / "upgrade-baseline" / commit
+    root = CACHE_ROOT / commit
     venv = root / "venv"
     marker = root / "built"
     if marker.exists():
