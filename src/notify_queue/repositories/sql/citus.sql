@@ -637,17 +637,7 @@ GROUP BY w.id
 -- for the first's row lock, finds the mark and skips it: they still split the work, the second
 -- after a wait instead of at once.
 WITH due AS (
-    SELECT l.uid
-    FROM nq_kube_links l
-    JOIN nq_all_notifications n ON n.id = l.notification_id
-    JOIN nq_policies p ON p.name = n.policy
-    WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
-      AND n.finished_at IS NOT NULL
-      AND p.ttl_seconds_after_finished IS NOT NULL
-      AND n.finished_at + make_interval(secs => p.ttl_seconds_after_finished) <= now()
-      AND (l.ttl_delete_requested_at IS NULL OR l.ttl_delete_requested_at < now() - interval '1 minute')
-    ORDER BY n.finished_at
-    LIMIT %(limit)s
+    {{_kube_finished_due}}
 )
 UPDATE nq_kube_links l SET ttl_delete_requested_at = now()
 FROM due

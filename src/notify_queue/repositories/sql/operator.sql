@@ -118,17 +118,7 @@ WHERE %(namespace)s::text IS NULL OR namespace = %(namespace)s
 -- still there, e.g. the delete call failed). Walks the links (one per object: thousands, not
 -- millions) and reads each row by primary key. SKIP LOCKED: two replicas split the work.
 WITH due AS (
-    SELECT l.uid
-    FROM nq_kube_links l
-    JOIN nq_all_notifications n ON n.id = l.notification_id
-    JOIN nq_policies p ON p.name = n.policy
-    WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
-      AND n.finished_at IS NOT NULL
-      AND p.ttl_seconds_after_finished IS NOT NULL
-      AND n.finished_at + make_interval(secs => p.ttl_seconds_after_finished) <= now()
-      AND (l.ttl_delete_requested_at IS NULL OR l.ttl_delete_requested_at < now() - interval '1 minute')
-    ORDER BY n.finished_at
-    LIMIT %(limit)s
+    {{_kube_finished_due}}
     FOR UPDATE OF l SKIP LOCKED
 )
 UPDATE nq_kube_links l SET ttl_delete_requested_at = now()
@@ -183,3 +173,19 @@ objects AS (
     JOIN objects USING (uid)
     GROUP BY o.uid, o.namespace, o.name, o.notification_id
 )
+
+-- name: _kube_finished_due
+-- The links whose notification finished at least its policy's ttlSecondsAfterFinished ago and
+-- that were not asked to delete in the last minute, oldest finished first, up to %(limit)s:
+-- kube_finished_take_due locks them, its Citus form marks them without a lock.
+    SELECT l.uid
+    FROM nq_kube_links l
+    JOIN nq_all_notifications n ON n.id = l.notification_id
+    JOIN nq_policies p ON p.name = n.policy
+    WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
+      AND n.finished_at IS NOT NULL
+      AND p.ttl_seconds_after_finished IS NOT NULL
+      AND n.finished_at + make_interval(secs => p.ttl_seconds_after_finished) <= now()
+      AND (l.ttl_delete_requested_at IS NULL OR l.ttl_delete_requested_at < now() - interval '1 minute')
+    ORDER BY n.finished_at
+    LIMIT %(limit)s
