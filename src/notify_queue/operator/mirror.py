@@ -130,14 +130,7 @@ class NotificationMirror:
             )
             return "rejected"
         if clash:
-            await self._reject(
-                involved,
-                generation,
-                "IdempotencyKeyConflict",
-                f"idempotency key {new.idempotency_key!r} is already used by notification "
-                f"{stored.id} (created through the {stored.source.value} source) for a different "
-                "request; use another idempotencyKey",
-            )
+            await self._reject_key_conflict(involved, generation, new, stored)
             return "conflict"
         outcome = "accepted" if result.created else "existing"
         metrics.MIRRORS.labels("notification", outcome).inc()
@@ -181,14 +174,7 @@ class NotificationMirror:
                     generation=generation,
                 )
         if clash:
-            await self._reject(
-                involved,
-                generation,
-                "IdempotencyKeyConflict",
-                f"idempotency key {new.idempotency_key!r} is already used by notification "
-                f"{steps[0].id} (created through the {steps[0].source.value} source) for a "
-                "different request; use another idempotencyKey",
-            )
+            await self._reject_key_conflict(involved, generation, new, steps[0])
             return "conflict"
         outcome = "accepted" if result.created else "existing"
         metrics.MIRRORS.labels("notification", outcome).inc()
@@ -253,6 +239,19 @@ class NotificationMirror:
         if row.escalation_id is not None and self._escalations is not None:
             return (await self._escalations.get(row.escalation_id)).notifications
         return await self._notifications.siblings(id)
+
+    async def _reject_key_conflict(
+        self, involved: dict[str, str], generation: int, new: PreparedRequest, stored: Notification
+    ) -> None:
+        """The object's key already names a different request (made by `stored`)."""
+        await self._reject(
+            involved,
+            generation,
+            "IdempotencyKeyConflict",
+            f"idempotency key {new.idempotency_key!r} is already used by notification "
+            f"{stored.id} (created through the {stored.source.value} source) for a different "
+            "request; use another idempotencyKey",
+        )
 
     async def _reject(
         self, involved: dict[str, str], generation: int, reason: str, message: str
