@@ -1,5 +1,17 @@
 -- The worker's hot path. Every statement here serves a whole batch in one round trip.
 
+-- name: plan_generic_in_transaction
+-- The admission and the completion are planned once per connection, not once per call
+-- (docs/performance.md, "Planned once per connection"). Both find every row through a primary
+-- key (`id = ANY(array)`, a join on id), so the plan that does not know the parameters is the
+-- plan that knows them; planning them took as long as running them (about 10 ms and 5 ms per
+-- batch of 100 on the benchmark's machine). The repository prepares them on the server
+-- (psycopg `prepare=True`) and runs them in a transaction after this statement, so PostgreSQL
+-- uses the generic plan from the first call instead of planning the first five calls per
+-- connection anew (its default, `auto`), and nq_finish's nested statements follow. LOCAL: the
+-- setting ends with the transaction, and no other statement of the pool's connections sees it.
+SET LOCAL plan_cache_mode = force_generic_plan
+
 -- name: claim_lock_candidates
 -- Step 1 of a claim (one transaction, two statements): lock up to %(limit)s due notifications
 -- and the rate-limit locks of their recipients.
@@ -162,12 +174,14 @@ WITH batch_all AS (
         waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
         updated_at = now()
     FROM ranked r
-    -- These rows are locked by step 1 of this transaction, so they are still PENDING. Found
-    -- through the primary key, then matched to their decision (as `deferred` below).
-    WHERE n.id = ANY(ARRAY(SELECT id FROM ranked
-                           WHERE NOT held AND NOT acknowledged
-                             AND (quiet OR holds_slot OR rank <= rate_limit - used)))
-      AND n.id = r.id
+    -- These rows are locked by step 1 of this transaction, so they are still PENDING. Each
+    -- decision finds its row through the primary key: one probe per row (a nested loop from
+    -- the decisions, which the planner takes for a CTE of a few rows). Not `n.id = ANY(ARRAY(
+    -- SELECT id FROM ranked ...)) AND n.id = r.id`: the planner put that whole-batch index scan
+    -- inside the loop, one scan of every id per decision (100 x 100 probes per claim of 100).
+    WHERE n.id = r.id
+      AND NOT r.held AND NOT r.acknowledged
+      AND (r.quiet OR r.holds_slot OR r.rank <= r.rate_limit - r.used)
     RETURNING n.id, n.bucket, n.channel, n.recipient, n.subject, n.body, n.metadata,
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
               n.created_at, n.category, n.expires_at, n.recipient_id, n.source,
@@ -204,7 +218,8 @@ WITH batch_all AS (
         waiting_detail = 'recipient reached ' || w.rate_limit || ' per '
                          || extract(epoch FROM w.win)::bigint || ' s'
     FROM waiting w
-    WHERE n.id = ANY(ARRAY(SELECT id FROM waiting)) AND n.id = w.id
+    -- One primary-key probe per waiting row (as `admitted`).
+    WHERE n.id = w.id
     RETURNING n.id, n.channel, n.source
 ), windowed AS (
     -- Admitted rows that send take their place (a row holding its place renews it); entries no
@@ -250,8 +265,8 @@ WITH batch_all AS (
                               ELSE 'sent with its digest' END,
         updated_at = now()
     FROM digest_roles r
-    WHERE n.id = ANY(ARRAY(SELECT id FROM digest_roles WHERE role <> 'carrier'))
-      AND n.id = r.id
+    -- One primary-key probe per parked item (as `admitted`).
+    WHERE n.id = r.id AND r.role <> 'carrier'
     RETURNING n.id, n.source
 ), stopped AS (
     -- ESCALATION GUARD: acknowledged steps (locked by step 1) become CANCELLED, `acknowledged`,
@@ -265,6 +280,7 @@ WITH batch_all AS (
     WHERE EXISTS (SELECT 1 FROM ranked WHERE acknowledged)
 ), noted AS (
     -- Kubernetes rows only: their status writes (the counters do not change: nothing finished).
+    -- Called only when there are some (HAVING): a claim of API rows calls no function here.
     SELECT nq_note_changes(array_agg(c.id), array_agg(c.source), array_agg(c.old_status),
                            array_agg(c.new_status)) AS n
     FROM (SELECT id, source, 'PENDING' AS old_status, 'PROCESSING' AS new_status FROM admitted
@@ -272,6 +288,7 @@ WITH batch_all AS (
           UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM deferred
           UNION ALL SELECT id, source, 'PENDING', 'PENDING' FROM digest_parked) c
     WHERE c.source = 'kubernetes'
+    HAVING count(*) > 0
 )
 -- Admitted rows in claim order, so the worker starts the most urgent deliveries first; each
 -- carries the channels the claim deferred (the same on every row; one row of NULLs and the
@@ -700,12 +717,17 @@ WITH results AS (
             ELSE left(a.last_error, 200) END),
         updated_at = now()
     FROM accepted a
-    WHERE n.id = ANY(ARRAY(SELECT id FROM accepted WHERE status = 'PENDING')) AND n.id = a.id
+    -- One primary-key probe per retried result: a nested loop from `accepted`, never the
+    -- whole batch's ids scanned once per result (claim_admit_candidates, `admitted`).
+    WHERE n.id = a.id AND a.status = 'PENDING'
     RETURNING n.id, n.source, n.bucket, n.recipient
 ), noted AS (
+    -- Kubernetes rows only (PROCESSING and PENDING are not counted), and only when there are
+    -- some: a completion of API rows calls no function here.
     SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
                            array_agg('PENDING'::text)) AS n
     FROM retried WHERE source = 'kubernetes'
+    HAVING count(*) > 0
 ), gone_tokens AS (
     -- One row per recipient (an UPDATE ... FROM applies one joined row per target row).
     UPDATE nq_recipients rc
