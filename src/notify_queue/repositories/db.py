@@ -283,23 +283,42 @@ class Connection:
             raise _translate(exc) from None
         return cur.rowcount
 
-    async def fetch_one(self, query: str, params: Params | None = None) -> Row | None:
+    async def fetch_one(
+        self, query: str, params: Params | None = None, *, prepare: bool = False
+    ) -> Row | None:
+        """`prepare`: prepared on the server at its first run on this connection, not its fifth
+        (see `_prepare`)."""
         try:
-            cur = await self._conn.execute(_sql(query), params)
+            cur = await self._conn.execute(_sql(query), params, prepare=self._prepare(prepare))
             return await cur.fetchone()
         except _UNAVAILABLE as exc:
             raise _translate(exc) from None
 
     async def fetch_all(
-        self, query: str, params: Params | None = None, *, binary: bool = False
+        self,
+        query: str,
+        params: Params | None = None,
+        *,
+        binary: bool = False,
+        prepare: bool = False,
     ) -> list[Row]:
         """Rows as dicts; `binary` reads them in binary, cheaper to decode for wide rows (times,
-        uuids, jsonb): a batch create reads back 1,000 whole notifications."""
+        uuids, jsonb): a batch create reads back 1,000 whole notifications. `prepare` as in
+        `fetch_one`."""
         try:
-            cur = await self._conn.execute(_sql(query), params, binary=binary)
+            cur = await self._conn.execute(
+                _sql(query), params, binary=binary, prepare=self._prepare(prepare)
+            )
             return await cur.fetchall()
         except _UNAVAILABLE as exc:
             raise _translate(exc) from None
+
+    def _prepare(self, prepare: bool) -> bool | None:
+        """True: prepare now (the hot path's statements, whose plan is reused from the first
+        call: `plan_generic_in_transaction`); None: psycopg's threshold decides. Never True on a
+        connection that prepares nothing (`--database-prepared-statements off`, a pooler that
+        cannot keep prepared statements)."""
+        return True if prepare and self._conn.prepare_threshold is not None else None
 
     async def fetch_tuples(self, query: str, params: Params | None = None) -> list[tuple[Any, ...]]:
         """Rows as tuples in the statement's column order, read in binary. For the claim, whose

@@ -225,7 +225,10 @@ class DeliveryRepository:
             admit_params["digest_ids"] = digests["ids"] if digests is not None else []
             rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
         else:
-            rows = await conn.fetch_all("claim_admit_candidates", admit_params)
+            # Planned once per connection (the statement's comment says why); the screened
+            # completions below follow, in this transaction.
+            await conn.execute("plan_generic_in_transaction")
+            rows = await conn.fetch_all("claim_admit_candidates", admit_params, prepare=True)
         claimed = [_claimed(r, claim_token) for r in rows if r["id"] is not None]
         screened: list[Completion] = []
         if screen is not None:
@@ -267,7 +270,10 @@ class DeliveryRepository:
         if not completions:
             return set()
         if not await self._citus():
-            async with self._db.connection() as conn:
+            # A transaction of its own for plan_generic_in_transaction: the statement is as
+            # atomic alone, and its plan is made once per connection instead of once per call.
+            async with self._db.transaction() as conn:
+                await conn.execute("plan_generic_in_transaction")
                 return await self._complete(conn, completions)
         # Citus: the lock routes only with the bucket; the rows' buckets are read first (one
         # lock-free look), then one statement per bucket, each its own transaction (a result is
@@ -315,7 +321,7 @@ class DeliveryRepository:
         }
         # Each statement named at its call (the security test reads the names from the code).
         if bucket is None:
-            row = await conn.fetch_one("complete_deliveries", params)
+            row = await conn.fetch_one("complete_deliveries", params, prepare=True)
         else:
             row = await conn.fetch_one("complete_deliveries_bucket", {**params, "bucket": bucket})
         return set(row["accepted"]) if row else set()
