@@ -314,10 +314,11 @@ class Connection:
             raise _translate(exc) from None
 
     def _prepare(self, prepare: bool) -> bool | None:
-        """True: prepare now (the hot path's statements, whose plan is reused from the first
-        call: `plan_generic_in_transaction`); None: psycopg's threshold decides. Never True on a
-        connection that prepares nothing (`--database-prepared-statements off`, a pooler that
-        cannot keep prepared statements)."""
+        """True: prepare now, at the statement's first run on this connection (the drain's two
+        big statements: parsed once, and PostgreSQL's choice between custom and generic plans
+        starts five calls earlier); None: psycopg's threshold (the fifth run) decides. Never True
+        on a connection that prepares nothing (`--database-prepared-statements off`, a pooler
+        that cannot keep prepared statements)."""
         return True if prepare and self._conn.prepare_threshold is not None else None
 
     async def fetch_tuples(self, query: str, params: Params | None = None) -> list[tuple[Any, ...]]:

@@ -225,9 +225,9 @@ class DeliveryRepository:
             admit_params["digest_ids"] = digests["ids"] if digests is not None else []
             rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
         else:
-            # Planned once per connection (the statement's comment says why); the screened
-            # completions below follow, in this transaction.
-            await conn.execute("plan_generic_in_transaction")
+            # Prepared at its first run on this connection, not its fifth (docs/performance.md,
+            # "The drain's CPU, step by step": a worker's pool hands its connections out in turn,
+            # so a burst was parsed and planned anew on almost every call).
             rows = await conn.fetch_all("claim_admit_candidates", admit_params, prepare=True)
         claimed = [_claimed(r, claim_token) for r in rows if r["id"] is not None]
         screened: list[Completion] = []
@@ -270,10 +270,7 @@ class DeliveryRepository:
         if not completions:
             return set()
         if not await self._citus():
-            # A transaction of its own for plan_generic_in_transaction: the statement is as
-            # atomic alone, and its plan is made once per connection instead of once per call.
-            async with self._db.transaction() as conn:
-                await conn.execute("plan_generic_in_transaction")
+            async with self._db.connection() as conn:
                 return await self._complete(conn, completions)
         # Citus: the lock routes only with the bucket; the rows' buckets are read first (one
         # lock-free look), then one statement per bucket, each its own transaction (a result is
@@ -321,6 +318,7 @@ class DeliveryRepository:
         }
         # Each statement named at its call (the security test reads the names from the code).
         if bucket is None:
+            # Prepared at its first run on this connection (as the admission).
             row = await conn.fetch_one("complete_deliveries", params, prepare=True)
         else:
             row = await conn.fetch_one("complete_deliveries_bucket", {**params, "bucket": bucket})

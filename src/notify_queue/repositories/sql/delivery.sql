@@ -1,17 +1,5 @@
 -- The worker's hot path. Every statement here serves a whole batch in one round trip.
 
--- name: plan_generic_in_transaction
--- The admission and the completion are planned once per connection, not once per call
--- (docs/performance.md, "Planned once per connection"). Both find every row through a primary
--- key (`id = ANY(array)`, a join on id), so the plan that does not know the parameters is the
--- plan that knows them; planning them took as long as running them (about 10 ms and 5 ms per
--- batch of 100 on the benchmark's machine). The repository prepares them on the server
--- (psycopg `prepare=True`) and runs them in a transaction after this statement, so PostgreSQL
--- uses the generic plan from the first call instead of planning the first five calls per
--- connection anew (its default, `auto`), and nq_finish's nested statements follow. LOCAL: the
--- setting ends with the transaction, and no other statement of the pool's connections sees it.
-SET LOCAL plan_cache_mode = force_generic_plan
-
 -- name: claim_lock_candidates
 -- Step 1 of a claim (one transaction, two statements): lock up to %(limit)s due notifications
 -- and the rate-limit locks of their recipients.
