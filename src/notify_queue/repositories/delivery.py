@@ -216,14 +216,15 @@ class DeliveryRepository:
             "webhook_url": d.webhook_url,
         }
         if routed:
-            # The candidates' digests, locked (SKIP LOCKED) in a statement of their own: Citus
-            # answers a FOR UPDATE CTE read by a later CTE in the wrong copy format ("PGCOPY"),
-            # so the admit statement reads the ids this one locked (docs/digests.md).
-            digests = await conn.fetch_one(
-                "claim_lock_digests_bucket", {**bucket, "ids": locked["ids"]}
-            )
-            admit_params["digest_ids"] = digests["ids"] if digests is not None else []
+            # Both steps are functions delegated to the bucket's node (citus_functions.sql); the
+            # first locked the candidates' digests too (SKIP LOCKED), which the second reads.
+            admit_params["digest_ids"] = locked["digest_ids"]
             rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
+            if rows and rows[0]["kube_ids"]:
+                await _status_outbox_queue(
+                    conn, rows[0]["kube_ids"], rows[0]["kube_old_statuses"],
+                    rows[0]["kube_new_statuses"],
+                )
         else:
             rows = await conn.fetch_all("claim_admit_candidates", admit_params)
         claimed = [_claimed(r, claim_token) for r in rows if r["id"] is not None]
@@ -269,16 +270,17 @@ class DeliveryRepository:
         if not await self._citus():
             async with self._db.connection() as conn:
                 return await self._complete(conn, completions)
-        # Citus: the lock routes only with the bucket; the rows' buckets are read first (one
-        # lock-free look), then one statement per bucket, each its own transaction (a result is
-        # independent of the others, as it is on plain PostgreSQL's one statement).
+        # Citus: the rows' buckets are read first (one lock-free look), then one delegated call
+        # per bucket, each its own transaction (a result is independent of the others, as it is
+        # on plain PostgreSQL's one statement) with its coordinator writes.
         by_id = {c.id: c for c in completions}
         accepted: set[uuid.UUID] = set()
         async with self._db.connection() as conn:
             buckets = await conn.fetch_all("citus_job_buckets", {"ids": list(by_id)})
             for row in buckets:
                 part = [by_id[i] for i in row["ids"]]
-                accepted |= await self._complete(conn, part, bucket=row["bucket"])
+                async with conn.transaction():
+                    accepted |= await self._complete(conn, part, bucket=row["bucket"])
         return accepted
 
     async def _citus(self) -> bool:
@@ -316,9 +318,23 @@ class DeliveryRepository:
         # Each statement named at its call (the security test reads the names from the code).
         if bucket is None:
             row = await conn.fetch_one("complete_deliveries", params)
-        else:
-            row = await conn.fetch_one("complete_deliveries_bucket", {**params, "bucket": bucket})
-        return set(row["accepted"]) if row else set()
+            return set(row["accepted"]) if row else set()
+        # Citus: the function delegated to the bucket's node; what it cannot write there (the
+        # coordinator's outbox and its NOTIFY, a reference table) is written here, in the
+        # caller's transaction, so it commits with the completion.
+        row = await conn.fetch_one("complete_deliveries_bucket", {**params, "bucket": bucket})
+        if row is None:
+            return set()
+        if row["kube_ids"]:
+            await _status_outbox_queue(
+                conn, row["kube_ids"], row["kube_old_statuses"], row["kube_new_statuses"]
+            )
+        if row["gone_recipient_ids"]:
+            await conn.execute(
+                "citus_push_tokens_gone",
+                {"recipient_ids": row["gone_recipient_ids"], "tokens": row["gone_tokens"]},
+            )
+        return set(row["accepted_ids"])
 
     async def claims_release(self, *, claims: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> int:
         """Hand claimed, untried notifications back without using an attempt."""
@@ -441,6 +457,18 @@ class DeliveryRepository:
         self, stop: asyncio.Event, *, on_state: Callable[[bool], None] | None = None
     ) -> AsyncIterator[str]:
         return self._db.listen(WAKEUP_CHANNEL, stop, on_state=on_state)
+
+
+async def _status_outbox_queue(
+    conn: Connection, ids: Sequence[uuid.UUID], old: Sequence[str], new: Sequence[str]
+) -> None:
+    """Citus: the status writes of Kubernetes objects' rows that a delegated function changed,
+    on the coordinator (where the outbox and the operator's LISTEN are), in `conn`'s
+    transaction."""
+    await conn.fetch_one(
+        "citus_status_outbox_queue",
+        {"ids": list(ids), "old_statuses": list(old), "new_statuses": list(new)},
+    )
 
 
 def _quiet_held(locked: dict[str, Any], quiet_hours: QuietHours | None) -> set[uuid.UUID]:
