@@ -693,6 +693,77 @@ BEGIN
     ORDER BY a.priority, a.next_attempt_at, a.created_at;
 END $fn$;
 
+-- recover_expired_leases (delivery.sql) within one bucket, delegated to its node: the leases that
+-- ran out locked (SKIP LOCKED, oldest first); those on their last attempt DEAD_LETTERED through
+-- nq_finish_bucket, the others PENDING again, due now. Returns the counts and the Kubernetes
+-- rows' changes for the caller's outbox.
+CREATE OR REPLACE FUNCTION nq_recover_expired_leases_bucket(
+    p_bucket smallint, p_limit integer, p_default_webhook_url text,
+    OUT recovered bigint, OUT dead_lettered bigint, OUT kube_ids uuid[],
+    OUT kube_old_statuses text[], OUT kube_new_statuses text[])
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    v_dead uuid[];
+    v_dead_errors text[];
+    v_live uuid[];
+    f record;
+    t record;
+BEGIN
+    recovered := 0; dead_lettered := 0;
+    kube_ids := '{}'; kube_old_statuses := '{}'; kube_new_statuses := '{}';
+    WITH expired AS (
+        SELECT j.id, j.attempt_count, j.max_attempts FROM nq_jobs j
+        WHERE j.bucket = p_bucket AND j.status = 'PROCESSING' AND j.lease_expires_at < now()
+        ORDER BY j.lease_expires_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    )
+    SELECT ARRAY(SELECT e.id FROM expired e WHERE e.attempt_count > e.max_attempts ORDER BY e.id),
+           ARRAY(SELECT 'lease expired during attempt ' || e.attempt_count::text || ' (worker lost)'
+                 FROM expired e WHERE e.attempt_count > e.max_attempts ORDER BY e.id),
+           ARRAY(SELECT e.id FROM expired e WHERE e.attempt_count <= e.max_attempts)
+    INTO v_dead, v_dead_errors, v_live;
+    IF cardinality(v_dead) > 0 THEN
+        FOR f IN SELECT * FROM nq_finish_bucket(
+                p_bucket, v_dead, array_fill('DEAD_LETTERED'::text, ARRAY[cardinality(v_dead)]),
+                v_dead_errors, NULL, NULL, NULL, NULL, p_default_webhook_url) LOOP
+            dead_lettered := dead_lettered + 1;
+            IF f.source = 'kubernetes' THEN
+                kube_ids := kube_ids || f.id;
+                kube_old_statuses := kube_old_statuses || f.old_status;
+                kube_new_statuses := kube_new_statuses || f.status;
+            END IF;
+        END LOOP;
+    END IF;
+    IF cardinality(v_live) > 0 THEN
+        FOR t IN
+            UPDATE nq_jobs n
+            SET status = 'PENDING',
+                -- ::text: `text || integer` is STABLE, refused on a column in a Citus UPDATE.
+                last_error = 'lease expired during attempt ' || n.attempt_count::text
+                             || ' (worker lost)',
+                next_attempt_at = now(),
+                claim_token = NULL,
+                lease_expires_at = NULL,
+                -- Due now (see release_claims).
+                waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
+                updated_at = now()
+            WHERE n.bucket = p_bucket AND n.id = ANY(v_live)
+            RETURNING n.id, n.source
+        LOOP
+            recovered := recovered + 1;
+            IF t.source = 'kubernetes' THEN
+                kube_ids := kube_ids || t.id;
+                kube_old_statuses := kube_old_statuses || 'PROCESSING'::text;
+                kube_new_statuses := kube_new_statuses || 'PENDING'::text;
+            END IF;
+        END LOOP;
+    END IF;
+    -- As recover_expired_leases: `recovered` counts the dead-lettered too.
+    recovered := recovered + dead_lettered;
+END $$;
+
 -- Distributed by bucket, co-located with the queue, forced into the caller's transaction (the
 -- claim's steps and a completion run in one; nq_finish_bucket is also called by the others on
 -- their node, under the same bucket): only when not distributed yet, so a second
@@ -705,7 +776,8 @@ BEGIN
         'nq_finish_bucket(smallint, uuid[], text[], text[], integer[], text[], text[], jsonb[], text)',
         'nq_complete_bucket(smallint, uuid[], uuid[], text[], float8[], text[], text[], text[], jsonb, boolean[], timestamptz[], boolean[], text[], text[], text[], text)',
         'nq_claim_lock_bucket(smallint, smallint[], text[], integer)',
-        'nq_claim_admit_bucket(smallint, uuid[], uuid, integer, float8, float8, float8, float8, text[], text[], text[], uuid[], uuid[], text)'
+        'nq_claim_admit_bucket(smallint, uuid[], uuid, integer, float8, float8, float8, float8, text[], text[], text[], uuid[], uuid[], text)',
+        'nq_recover_expired_leases_bucket(smallint, integer, text)'
     ] LOOP
         IF NOT EXISTS (SELECT FROM pg_dist_object
                        WHERE classid = 'pg_proc'::regclass AND objid = f::regprocedure

@@ -24,7 +24,7 @@ from notify_queue.models import (
 )
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import EngineRepository
-from notify_queue.repositories.notifications import citus_finish
+from notify_queue.repositories.notifications import citus_finish, citus_status_outbox_queue
 
 WAKEUP_CHANNEL = "nq_wakeup"
 
@@ -142,6 +142,10 @@ class DeliveryRepository:
         # per bucket in that order, each in its own transaction, until the batch is full.
         async with self._db.connection() as conn:
             due = await conn.fetch_all("claim_due_buckets", lock_params)
+            if due:
+                # Today's log partition, which nq_finish makes on plain PostgreSQL: a delegated
+                # move runs on a worker node, where no partition can be created (DDL).
+                await conn.fetch_one("notification_log_ready")
         batch = ClaimedBatch([], [], [])
         for row in due:
             left = limit - len(batch.claimed) - len(batch.screened or [])
@@ -221,7 +225,7 @@ class DeliveryRepository:
             admit_params["digest_ids"] = locked["digest_ids"]
             rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
             if rows and rows[0]["kube_ids"]:
-                await _status_outbox_queue(
+                await citus_status_outbox_queue(
                     conn, rows[0]["kube_ids"], rows[0]["kube_old_statuses"],
                     rows[0]["kube_new_statuses"],
                 )
@@ -276,6 +280,7 @@ class DeliveryRepository:
         by_id = {c.id: c for c in completions}
         accepted: set[uuid.UUID] = set()
         async with self._db.connection() as conn:
+            await conn.fetch_one("notification_log_ready")  # see notifications_claim
             buckets = await conn.fetch_all("citus_job_buckets", {"ids": list(by_id)})
             for row in buckets:
                 part = [by_id[i] for i in row["ids"]]
@@ -326,7 +331,7 @@ class DeliveryRepository:
         if row is None:
             return set()
         if row["kube_ids"]:
-            await _status_outbox_queue(
+            await citus_status_outbox_queue(
                 conn, row["kube_ids"], row["kube_old_statuses"], row["kube_new_statuses"]
             )
         if row["gone_recipient_ids"]:
@@ -383,10 +388,20 @@ class DeliveryRepository:
             return (int(row["recovered"]), int(row["dead_lettered"])) if row else (0, 0)
         recovered = dead = 0
         async with self._db.connection() as conn:
+            await conn.fetch_one("notification_log_ready")  # see notifications_claim
             for part in await conn.fetch_all("lease_expired_buckets", {"limit": limit}):
-                row = await conn.fetch_one(
-                    "recover_expired_leases_bucket", {**params, "bucket": part["bucket"]}
-                )
+                # Delegated to the bucket's node; the outbox written here, in one transaction.
+                async with conn.transaction():
+                    row = await conn.fetch_one(
+                        "recover_expired_leases_bucket", {**params, "bucket": part["bucket"]}
+                    )
+                    if row and row["kube_ids"]:
+                        await citus_status_outbox_queue(
+                            conn,
+                            row["kube_ids"],
+                            row["kube_old_statuses"],
+                            row["kube_new_statuses"],
+                        )
                 if row:
                     recovered += int(row["recovered"])
                     dead += int(row["dead_lettered"])
@@ -399,6 +414,7 @@ class DeliveryRepository:
             return int(row["expired"]) if row else 0
         expired = 0
         async with self._db.connection() as conn:
+            await conn.fetch_one("notification_log_ready")  # see notifications_claim
             for part in await conn.fetch_all("overdue_buckets", {"limit": limit}):
                 # Locked by bucket, moved on the coordinator, in one transaction (sql/citus.sql).
                 async with conn.transaction():
@@ -408,6 +424,7 @@ class DeliveryRepository:
                     if overdue:
                         await citus_finish(
                             conn,
+                            bucket=part["bucket"],
                             ids=[r["id"] for r in overdue],
                             status=Status.EXPIRED,
                             last_errors=[r["last_error"] for r in overdue],
@@ -457,18 +474,6 @@ class DeliveryRepository:
         self, stop: asyncio.Event, *, on_state: Callable[[bool], None] | None = None
     ) -> AsyncIterator[str]:
         return self._db.listen(WAKEUP_CHANNEL, stop, on_state=on_state)
-
-
-async def _status_outbox_queue(
-    conn: Connection, ids: Sequence[uuid.UUID], old: Sequence[str], new: Sequence[str]
-) -> None:
-    """Citus: the status writes of Kubernetes objects' rows that a delegated function changed,
-    on the coordinator (where the outbox and the operator's LISTEN are), in `conn`'s
-    transaction."""
-    await conn.fetch_one(
-        "citus_status_outbox_queue",
-        {"ids": list(ids), "old_statuses": list(old), "new_statuses": list(new)},
-    )
 
 
 def _quiet_held(locked: dict[str, Any], quiet_hours: QuietHours | None) -> set[uuid.UUID]:

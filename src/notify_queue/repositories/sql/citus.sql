@@ -16,22 +16,28 @@
 --   completer and housekeeping retry a failed batch).
 -- - No non-IMMUTABLE function inside CASE or COALESCE in a multi-shard UPDATE's SET: the values
 --   are computed first, in a CTE the coordinator evaluates.
--- - nq_finish (0012) and nq_note_changes must run on the coordinator: the status outbox and the
---   Kubernetes links are coordinator tables, and the operator LISTENs there. A statement whose
+-- - The drain's per-bucket steps (the claim, the completion, lease recovery) and every move into
+--   the log (citus_finish) are functions delegated to the node that holds the bucket
+--   (citus_functions.sql, whose header says what their bodies may do); these statements call
+--   them. What a node cannot write (the status outbox, the Kubernetes links and the NOTIFY the
+--   operator LISTENs for: coordinator tables; a reference table's rows) comes back from the
+--   function and is written by citus_status_outbox_queue / citus_push_tokens_gone on the
+--   coordinator in the caller's transaction.
+-- - nq_note_changes (the counters and the outbox) must run on the coordinator: a statement whose
 --   every distributed table names one bucket is sent to that shard's node WHOLE, functions
---   included (EXPLAIN: one Task, the Function Scan on the worker node); only a statement Citus
---   plans in parts (a CTE that joins a reference table, or more than one shard: complete_,
---   recover_, claim_admit_..._bucket) keeps them on the coordinator. So a statement that would be
---   sent whole locks by bucket and returns ids, and the caller runs citus_finish or
---   citus_note_changes (no distributed table: the coordinator) in the same transaction.
+--   included (EXPLAIN: one Task, the Function Scan on the worker node). So a statement that
+--   would be sent whole locks by bucket and returns ids, and the caller runs citus_finish or
+--   citus_note_changes in the same transaction.
 
 -- name: citus_finish
--- nq_finish (the move into the log, its outbox rows and webhook events) on the coordinator, for
--- rows a router statement of the same transaction locked: no distributed table is named here,
--- so Citus runs it where it is called; its DELETE and INSERT are distributed statements of their
--- own (by id: one index probe per shard).
-SELECT f.id FROM nq_finish(%(ids)b::uuid[], %(statuses)b::text[], %(last_errors)b::text[],
-                           NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+-- The move into the log (its webhook events, counters) of rows a router statement of the same
+-- transaction locked in one bucket: nq_finish_bucket (citus_functions.sql), delegated to the
+-- bucket's node. The caller writes the Kubernetes rows' changes to the outbox
+-- (citus_status_outbox_queue), on the coordinator, in the same transaction.
+SELECT id, status, old_status, source
+FROM nq_finish_bucket(%(bucket)s::smallint, %(ids)b::uuid[], %(statuses)b::text[],
+                      %(last_errors)b::text[], NULL::integer[], NULL::text[], NULL::text[],
+                      NULL::jsonb[], %(default_webhook_url)s::text)
 
 -- name: citus_note_changes
 -- nq_note_changes on the coordinator for rows a router statement of this transaction changed.
@@ -151,40 +157,12 @@ WHERE status = 'PROCESSING' AND lease_expires_at < now()
 GROUP BY bucket ORDER BY min(lease_expires_at) LIMIT %(limit)s
 
 -- name: recover_expired_leases_bucket
--- recover_expired_leases within one bucket.
-WITH expired AS (
-    SELECT id, attempt_count, max_attempts, source FROM nq_jobs
-    WHERE bucket = %(bucket)s AND status = 'PROCESSING' AND lease_expires_at < now()
-    ORDER BY lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), dead AS (
-    SELECT f.* FROM nq_finish(
-        ARRAY(SELECT id FROM expired WHERE attempt_count > max_attempts),
-        ARRAY(SELECT 'DEAD_LETTERED' FROM expired WHERE attempt_count > max_attempts),
-        ARRAY(SELECT 'lease expired during attempt ' || attempt_count || ' (worker lost)'
-              FROM expired WHERE attempt_count > max_attempts),
-        NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
-), recovered AS (
-    UPDATE nq_jobs n
-    SET status = 'PENDING',
-        last_error = 'lease expired during attempt ' || n.attempt_count || ' (worker lost)',
-        next_attempt_at = now(),
-        claim_token = NULL,
-        lease_expires_at = NULL,
-        -- Due now (see release_claims).
-        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
-        updated_at = now()
-    WHERE n.bucket = %(bucket)s
-      AND n.id = ANY(ARRAY(SELECT id FROM expired WHERE attempt_count <= max_attempts))
-    RETURNING n.id, n.source
-), noted AS (
-    SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
-                           array_agg('PENDING'::text)) AS n
-    FROM recovered WHERE source = 'kubernetes'
-)
-SELECT (SELECT count(*) FROM recovered) + (SELECT count(*) FROM dead) AS recovered,
-       (SELECT count(*) FROM dead) AS dead_lettered, (SELECT n FROM noted) AS noted
+-- recover_expired_leases within one bucket: nq_recover_expired_leases_bucket
+-- (citus_functions.sql), delegated to the bucket's node; the caller writes the Kubernetes rows'
+-- changes to the outbox in the same transaction (citus_status_outbox_queue).
+SELECT recovered, dead_lettered, kube_ids, kube_old_statuses, kube_new_statuses
+FROM nq_recover_expired_leases_bucket(%(bucket)s::smallint, %(limit)s::integer,
+                                      %(default_webhook_url)s::text)
 
 -- name: overdue_buckets
 -- The buckets with a PENDING notification whose expiresAt passed (lock-free, multi-shard).
