@@ -226,7 +226,9 @@ class DeliveryRepository:
             rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
             if rows and rows[0]["kube_ids"]:
                 await citus_status_outbox_queue(
-                    conn, rows[0]["kube_ids"], rows[0]["kube_old_statuses"],
+                    conn,
+                    rows[0]["kube_ids"],
+                    rows[0]["kube_old_statuses"],
                     rows[0]["kube_new_statuses"],
                 )
         else:
