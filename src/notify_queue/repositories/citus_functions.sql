@@ -512,7 +512,7 @@ BEGIN
                NOT EXISTS (SELECT 1 FROM nq_jobs j
                            WHERE j.bucket = p_bucket AND j.bucket = d.bucket AND j.id = d.carrier_id) AS orphaned
         FROM nq_digests d
-        -- Locked by claim_lock_digests_bucket in this transaction (a FOR UPDATE CTE is what the
+        -- Locked by nq_claim_lock_bucket in this transaction (a FOR UPDATE CTE is what the
         -- plain claim uses; Citus returns its rows to later CTEs in the wrong format).
         WHERE d.bucket = p_bucket AND d.id = ANY(p_digest_ids)
     ), digest_roles AS (
