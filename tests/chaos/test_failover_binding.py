@@ -50,7 +50,9 @@ def _file(tmp_path: Path, a: FakeProvider, b: FakeProvider, *, a_timeout: str = 
                 "channels": ["email"],
                 "url": a.url,
                 "timeout": a_timeout,
-                "circuitBreaker": {"failures": 1, "openFor": "3s"},
+                # Open for an hour: a test that needs it closed closes it (`_set_circuit`), so
+                # no wait it checks can end on its own before it is seen on a loaded machine.
+                "circuitBreaker": {"failures": 1, "openFor": "1h"},
             },
             {"name": "b", "type": "http", "channels": ["email"], "url": b.url, "timeout": "30s"},
         ],
@@ -97,6 +99,16 @@ async def _set_circuit(db: Database, name: str, *, open_for_seconds: float | Non
     )
 
 
+async def _due_now(db: Database, id_: uuid.UUID) -> None:
+    """A waiting notification's time has come (the test's stand-in for the clock)."""
+    await read_rows(
+        db,
+        "UPDATE nq_jobs SET next_attempt_at = now(), waiting_until = now()"
+        " WHERE id = %(id)s AND status = 'PENDING' RETURNING id",
+        {"id": id_},
+    )
+
+
 def _keys(provider: FakeProvider) -> set[str]:
     return {key for _, key in provider.arrivals}
 
@@ -132,9 +144,12 @@ async def test_after_a_timeout_an_open_circuit_makes_the_default_wait_for_the_sa
     if failover is None:
         await poll(lambda: _circuit_is(db, "a", "open"), timeout=30, what="A's circuit open")
         a.hang = False  # A answers again, but its circuit stays open for its cool-down
-        # While it is open the notification waits for A, and says so; B is never asked.
-        waiting = await poll(lambda: _waiting_or_final(db, id_, "a"), timeout=30, what="a wait")
-        row = await poll(lambda: _final(db, id_), timeout=30, what="sent")
+        # While it is open the notification waits for A, and says so; B is never asked. Then
+        # the cool-down ends for the circuit and the row alike.
+        waiting = await poll(lambda: _waits_for(db, id_, "a"), timeout=60, what="a wait")
+        await _set_circuit(db, "a", open_for_seconds=None)
+        await _due_now(db, id_)
+        row = await poll(lambda: _final(db, id_), timeout=60, what="sent")
         assert key not in _keys(b), "delivered by A's timed-out call, then by B"
         assert row["status"] == Status.SENT and row["provider"] == "a"
         assert {x["provider"] for x in row["delivery_attempts"]} == {"a"}
@@ -145,10 +160,6 @@ async def test_after_a_timeout_an_open_circuit_makes_the_default_wait_for_the_sa
         assert row["status"] == Status.SENT and row["provider"] == "b"
         assert key in _keys(a) and key in _keys(b)
     assert worker.poll() is None
-
-
-async def _waiting_or_final(db: Database, id_: uuid.UUID, name: str) -> dict[str, Any] | None:
-    return await _waits_for(db, id_, name) or await _final(db, id_)
 
 
 async def _circuit_is(db: Database, name: str, state: str) -> bool:
@@ -189,14 +200,20 @@ async def test_a_worker_killed_during_the_call_leaves_the_notification_with_that
     procs.kill9(doomed)
     first.hang = False
     if called == "head":
-        await _set_circuit(db, "a", open_for_seconds=6)
+        # Open for an hour, so the recovered notification is seen waiting however long the
+        # survivor takes to start and the lease to run out on a loaded machine (a 6 s circuit had
+        # closed and the row was SENT before the poll looked); then the hour passes for the
+        # circuit and the row alike.
+        await _set_circuit(db, "a", open_for_seconds=3600)
     else:
         await _set_circuit(db, "a", open_for_seconds=None)
     survivor = procs.start(*flags)
     await procs.ready(survivor)
     waiting = None
     if called == "head":
-        waiting = await poll(lambda: _waiting_or_final(db, id_, "a"), timeout=30, what="a wait")
+        waiting = await poll(lambda: _waits_for(db, id_, "a"), timeout=60, what="a wait")
+        await _set_circuit(db, "a", open_for_seconds=None)
+        await _due_now(db, id_)
     row = await poll(lambda: _final(db, id_), timeout=60, what="sent")
     assert key not in _keys(other), f"{key} was sent to both providers"
     assert row["status"] == Status.SENT

@@ -144,7 +144,9 @@ async def test_a_digest_and_an_escalation_on_citus(
                 ).fetchone()
             assert enqueued["digest"]["count"] == 1
 
-            # An escalation: push now, sms after 30 s.
+            # An escalation: push now, sms after an hour: the second step must still be waiting
+            # when the acknowledgement comes (with 30 s, a loaded machine took longer than that to
+            # send the digests, the step was claimed first, and the answer showed it PROCESSING).
             user = "u-oncall"
             profile = {"email": "oncall@example.com", "phone": "+4915112345678"}
             put = await http.put(f"/recipients/{user}", json={**profile, "pushTokens": ["dev-1"]})
@@ -155,7 +157,7 @@ async def test_a_digest_and_an_escalation_on_citus(
                     "recipientId": user,
                     "body": "disk full on db-1",
                     "escalation": {
-                        "steps": [{"channel": "push"}, {"channel": "sms", "afterSeconds": 30}]
+                        "steps": [{"channel": "push"}, {"channel": "sms", "afterSeconds": 3600}]
                     },
                 },
                 headers={"Idempotency-Key": "esc-1"},
