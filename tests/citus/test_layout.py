@@ -14,7 +14,7 @@ import httpx
 import psycopg
 import pytest
 
-from notify_queue.models import Channel, Priority
+from notify_queue.models import Channel, Completion, Priority, Status
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryRepository
 from tests.citus.cluster import CitusCluster
@@ -43,7 +43,23 @@ COORDINATOR_ONLY = {"nq_provider_schedule", "nq_provider_circuits"}
 # The operator's: written with every change of an object's row and locked by the operator, joined
 # with no distributed table in a locking statement: plain tables on the coordinator.
 OPERATOR_ON_COORDINATOR = {"nq_kube_links", "nq_status_outbox"}
-CO_LOCATED = ["nq_jobs", "nq_delivery_log", "nq_rate_windows", "nq_webhook_events", "nq_digests"]
+CO_LOCATED = [
+    "nq_jobs",
+    "nq_delivery_log",
+    "nq_rate_windows",
+    "nq_webhook_events",
+    "nq_digests",
+    # So a function delegated by bucket counts on its own node (citus_functions.sql).
+    "nq_counters",
+]
+# The drain's per-bucket steps, delegated to the node holding the bucket (citus_functions.sql).
+DELEGATED = {
+    "nq_finish_bucket",
+    "nq_complete_bucket",
+    "nq_claim_lock_bucket",
+    "nq_claim_admit_bucket",
+    "nq_recover_expired_leases_bucket",
+}
 
 
 def migrate(url: str) -> str:
@@ -72,11 +88,29 @@ def layout(url: str) -> dict[str, tuple[str, str | None, int]]:
     return {t: (m, c, g) for t, m, c, g in rows}
 
 
+def delegated(url: str) -> dict[str, tuple[int | None, int | None, bool | None]]:
+    """Distributed function -> (distribution argument index, co-location group, forced)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            """
+            SELECT p.proname, o.distribution_argument_index, o.colocationid, o.force_delegation
+            FROM pg_dist_object o JOIN pg_proc p ON p.oid = o.objid
+            WHERE o.classid = 'pg_proc'::regclass AND p.proname LIKE 'nq\\_%\\_bucket'
+            """
+        ).fetchall()
+    return {name: (index, group, forced) for name, index, group, forced in rows}
+
+
 def test_migrate_twice_distributes_the_schema_once(citus_database: str) -> None:
     migrate(citus_database)
     first = layout(citus_database)
+    functions = delegated(citus_database)
     assert "0 migrations applied" in migrate(citus_database)
     assert layout(citus_database) == first
+    assert delegated(citus_database) == functions
+    # Each by its first argument (p_bucket), with the queue's shards, forced into the caller's
+    # transaction.
+    assert functions == {name: (0, first["nq_jobs"][2], True) for name in DELEGATED}
 
     for table, column in DISTRIBUTED.items():
         assert first[table][:2] == ("h", column), table
@@ -164,3 +198,43 @@ async def test_creates_spread_over_both_workers_and_claims_route_per_bucket(
         assert conn.execute("SELECT status, count(*) FROM nq_jobs GROUP BY 1").fetchall() == [
             ("PROCESSING", 40)
         ]
+        # The completion is delegated whole to the node holding the bucket: one task there,
+        # the function run on it, nothing planned in parts on the coordinator.
+        bucket, port = conn.execute(
+            """
+            SELECT j.bucket, n.nodeport FROM nq_jobs j
+            JOIN pg_dist_placement p
+              ON p.shardid = get_shard_id_for_distribution_column('nq_jobs', j.bucket)
+            JOIN pg_dist_node n ON n.groupid = p.groupid
+            LIMIT 1
+            """
+        ).fetchone()
+        plan = "\n".join(
+            r[0]
+            for r in conn.execute(
+                "EXPLAIN (COSTS OFF) SELECT * FROM nq_complete_bucket(%s::smallint, '{}', '{}',"
+                " '{}', '{}', '{}', '{}', '{}', '[]', '{}', '{}', '{}', '{}', '{}', '{}', NULL)",
+                [bucket],
+            )
+        )
+    assert "Task Count: 1" in plan and f"port={port}" in plan, plan
+    assert "Subplan" not in plan, plan
+
+    # Every claimed row completes through the delegated function: moved, counted, once.
+    async with Database(citus_database, pool_size=2) as db:
+        repository = DeliveryRepository(db, defaults())
+        accepted = await repository.deliveries_complete(
+            completions=[
+                Completion(c.id, c.claim_token, Status.SENT, None, None, f"m-{c.id}", "smtp")
+                for c in claimed
+            ]
+        )
+    assert accepted == {c.id for c in claimed}
+    with psycopg.connect(citus_database) as conn:
+        assert conn.execute("SELECT count(*) FROM nq_jobs").fetchone() == (0,)
+        assert conn.execute(
+            "SELECT status, count(*) FROM nq_delivery_log GROUP BY 1"
+        ).fetchall() == [("SENT", 40)]
+        assert conn.execute(
+            "SELECT sum(n) FROM nq_counters WHERE name = 'notifications:SENT'"
+        ).fetchone() == (40,)

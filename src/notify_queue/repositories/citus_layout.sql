@@ -10,8 +10,9 @@
 --   the relay's claim each name one bucket and route to one node.
 -- - The idempotency keys are distributed by key: their uniqueness is the key's own, and a
 --   constraint on a distributed table must include its distribution column.
--- - The counters are distributed by their shard column (a connection's own row: writes spread,
---   the reader sums every shard).
+-- - The counters are distributed by their shard column, co-located with the queue (a
+--   connection's own row, or a delegated function's bucket row: writes spread, the reader sums
+--   every shard).
 -- - The small tables every delivery reads (policies, recipients, templates) are reference
 --   tables: a copy on every node, so a router statement on any shard can join them.
 -- - The providers' send schedules and circuits (nq_provider_schedule, nq_provider_circuits) stay
@@ -112,9 +113,11 @@ BEGIN
                                          colocate_with => 'none');
     END IF;
 
+    -- The counters: by their `shard` column, co-located with the queue, so a function delegated
+    -- by bucket (citus_functions.sql) counts on its own node in the bucket's row (shard = the
+    -- bucket); every other writer keeps its connection's row (the pid modulo 16).
     IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'nq_counters'::regclass) THEN
-        PERFORM create_distributed_table('nq_counters', 'shard', shard_count => shards,
-                                         colocate_with => 'none');
+        PERFORM create_distributed_table('nq_counters', 'shard', colocate_with => 'nq_jobs');
     END IF;
 
     FOREACH t IN ARRAY ARRAY['nq_policies', 'nq_templates', 'nq_recipients',

@@ -24,7 +24,7 @@ from notify_queue.models import (
 )
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import EngineRepository
-from notify_queue.repositories.notifications import citus_finish
+from notify_queue.repositories.notifications import citus_finish, citus_status_outbox_queue
 
 WAKEUP_CHANNEL = "nq_wakeup"
 
@@ -142,6 +142,10 @@ class DeliveryRepository:
         # per bucket in that order, each in its own transaction, until the batch is full.
         async with self._db.connection() as conn:
             due = await conn.fetch_all("claim_due_buckets", lock_params)
+            if due:
+                # Today's log partition, which nq_finish makes on plain PostgreSQL: a delegated
+                # move runs on a worker node, where no partition can be created (DDL).
+                await conn.fetch_one("notification_log_ready")
         batch = ClaimedBatch([], [], [])
         for row in due:
             left = limit - len(batch.claimed) - len(batch.screened or [])
@@ -216,14 +220,17 @@ class DeliveryRepository:
             "webhook_url": d.webhook_url,
         }
         if routed:
-            # The candidates' digests, locked (SKIP LOCKED) in a statement of their own: Citus
-            # answers a FOR UPDATE CTE read by a later CTE in the wrong copy format ("PGCOPY"),
-            # so the admit statement reads the ids this one locked (docs/digests.md).
-            digests = await conn.fetch_one(
-                "claim_lock_digests_bucket", {**bucket, "ids": locked["ids"]}
-            )
-            admit_params["digest_ids"] = digests["ids"] if digests is not None else []
+            # Both steps are functions delegated to the bucket's node (citus_functions.sql); the
+            # first locked the candidates' digests too (SKIP LOCKED), which the second reads.
+            admit_params["digest_ids"] = locked["digest_ids"]
             rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
+            if rows and rows[0]["kube_ids"]:
+                await citus_status_outbox_queue(
+                    conn,
+                    rows[0]["kube_ids"],
+                    rows[0]["kube_old_statuses"],
+                    rows[0]["kube_new_statuses"],
+                )
         else:
             # Prepared at its first run on this connection, not its fifth (docs/performance.md,
             # "The drain's CPU, step by step": a worker's pool hands its connections out in turn,
@@ -272,16 +279,18 @@ class DeliveryRepository:
         if not await self._citus():
             async with self._db.connection() as conn:
                 return await self._complete(conn, completions)
-        # Citus: the lock routes only with the bucket; the rows' buckets are read first (one
-        # lock-free look), then one statement per bucket, each its own transaction (a result is
-        # independent of the others, as it is on plain PostgreSQL's one statement).
+        # Citus: the rows' buckets are read first (one lock-free look), then one delegated call
+        # per bucket, each its own transaction (a result is independent of the others, as it is
+        # on plain PostgreSQL's one statement) with its coordinator writes.
         by_id = {c.id: c for c in completions}
         accepted: set[uuid.UUID] = set()
         async with self._db.connection() as conn:
+            await conn.fetch_one("notification_log_ready")  # see notifications_claim
             buckets = await conn.fetch_all("citus_job_buckets", {"ids": list(by_id)})
             for row in buckets:
                 part = [by_id[i] for i in row["ids"]]
-                accepted |= await self._complete(conn, part, bucket=row["bucket"])
+                async with conn.transaction():
+                    accepted |= await self._complete(conn, part, bucket=row["bucket"])
         return accepted
 
     async def _citus(self) -> bool:
@@ -320,9 +329,23 @@ class DeliveryRepository:
         if bucket is None:
             # Prepared at its first run on this connection (as the admission).
             row = await conn.fetch_one("complete_deliveries", params, prepare=True)
-        else:
-            row = await conn.fetch_one("complete_deliveries_bucket", {**params, "bucket": bucket})
-        return set(row["accepted"]) if row else set()
+            return set(row["accepted"]) if row else set()
+        # Citus: the function delegated to the bucket's node; what it cannot write there (the
+        # coordinator's outbox and its NOTIFY, a reference table) is written here, in the
+        # caller's transaction, so it commits with the completion.
+        row = await conn.fetch_one("complete_deliveries_bucket", {**params, "bucket": bucket})
+        if row is None:
+            return set()
+        if row["kube_ids"]:
+            await citus_status_outbox_queue(
+                conn, row["kube_ids"], row["kube_old_statuses"], row["kube_new_statuses"]
+            )
+        if row["gone_recipient_ids"]:
+            await conn.execute(
+                "citus_push_tokens_gone",
+                {"recipient_ids": row["gone_recipient_ids"], "tokens": row["gone_tokens"]},
+            )
+        return set(row["accepted_ids"])
 
     async def claims_release(self, *, claims: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> int:
         """Hand claimed, untried notifications back without using an attempt."""
@@ -371,10 +394,20 @@ class DeliveryRepository:
             return (int(row["recovered"]), int(row["dead_lettered"])) if row else (0, 0)
         recovered = dead = 0
         async with self._db.connection() as conn:
+            await conn.fetch_one("notification_log_ready")  # see notifications_claim
             for part in await conn.fetch_all("lease_expired_buckets", {"limit": limit}):
-                row = await conn.fetch_one(
-                    "recover_expired_leases_bucket", {**params, "bucket": part["bucket"]}
-                )
+                # Delegated to the bucket's node; the outbox written here, in one transaction.
+                async with conn.transaction():
+                    row = await conn.fetch_one(
+                        "recover_expired_leases_bucket", {**params, "bucket": part["bucket"]}
+                    )
+                    if row and row["kube_ids"]:
+                        await citus_status_outbox_queue(
+                            conn,
+                            row["kube_ids"],
+                            row["kube_old_statuses"],
+                            row["kube_new_statuses"],
+                        )
                 if row:
                     recovered += int(row["recovered"])
                     dead += int(row["dead_lettered"])
@@ -387,6 +420,7 @@ class DeliveryRepository:
             return int(row["expired"]) if row else 0
         expired = 0
         async with self._db.connection() as conn:
+            await conn.fetch_one("notification_log_ready")  # see notifications_claim
             for part in await conn.fetch_all("overdue_buckets", {"limit": limit}):
                 # Locked by bucket, moved on the coordinator, in one transaction (sql/citus.sql).
                 async with conn.transaction():
@@ -396,6 +430,7 @@ class DeliveryRepository:
                     if overdue:
                         await citus_finish(
                             conn,
+                            bucket=part["bucket"],
                             ids=[r["id"] for r in overdue],
                             status=Status.EXPIRED,
                             last_errors=[r["last_error"] for r in overdue],

@@ -107,6 +107,7 @@ class EscalationRepository:
             if pending:
                 await citus_finish(
                     conn,
+                    bucket=locked["bucket"],
                     ids=[r["id"] for r in pending],
                     status=Status.CANCELLED,
                     last_errors=["acknowledged"] * len(pending),

@@ -191,6 +191,7 @@ class NotificationRepository:
                 if locked is not None:
                     cancelled = await citus_finish(
                         conn,
+                        bucket=bucket,
                         ids=[id],
                         status=Status.CANCELLED,
                         default_webhook_url=self._default_webhook_url,
@@ -221,6 +222,7 @@ class NotificationRepository:
                     if left is not None:
                         left = await citus_finish(
                             conn,
+                            bucket=digest["bucket"],
                             ids=[id],
                             status=Status.CANCELLED,
                             default_webhook_url=self._default_webhook_url,
@@ -300,22 +302,46 @@ class NotificationRepository:
 async def citus_finish(
     conn: Connection,
     *,
+    bucket: int,
     ids: Sequence[uuid.UUID],
     status: Status,
     last_errors: Sequence[str] | None = None,
     default_webhook_url: str | None,
 ) -> Row | None:
-    """Citus: move rows a router statement of `conn`'s transaction locked into the log with
-    `status`, on the coordinator (citus_finish: the outbox and its NOTIFY are there); the first
+    """Citus: move rows of `bucket` that a router statement of `conn`'s transaction locked into
+    the log with `status` (nq_finish_bucket, delegated to the bucket's node), and queue the
+    Kubernetes objects' status writes on the coordinator in the same transaction; the first
     moved row, or None."""
-    return await conn.fetch_one(
+    rows = await conn.fetch_all(
         "citus_finish",
         {
+            "bucket": bucket,
             "ids": list(ids),
             "statuses": [status.value] * len(ids),
             "last_errors": None if last_errors is None else list(last_errors),
             "default_webhook_url": default_webhook_url,
         },
+    )
+    kube = [r for r in rows if r["source"] == "kubernetes"]
+    if kube:
+        await citus_status_outbox_queue(
+            conn,
+            [r["id"] for r in kube],
+            [r["old_status"] for r in kube],
+            [r["status"] for r in kube],
+        )
+    return rows[0] if rows else None
+
+
+async def citus_status_outbox_queue(
+    conn: Connection, ids: Sequence[uuid.UUID], old: Sequence[str], new: Sequence[str]
+) -> None:
+    """Citus: the status writes of Kubernetes objects' rows that a delegated function changed,
+    on the coordinator (where the outbox and the operator's LISTEN are), in `conn`'s
+    transaction."""
+    await conn.fetch_one(
+        "citus_status_outbox_queue",
+        {"ids": list(ids), "old_statuses": list(old), "new_statuses": list(new)},
     )
 
 

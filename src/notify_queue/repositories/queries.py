@@ -23,6 +23,9 @@ _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _FRAGMENT = re.compile(r"\{\{(_\w+)\}\}")
 
 
+_FRAGMENTS: dict[str, str] = {}
+
+
 def _load() -> dict[str, str]:
     queries: dict[str, str] = {}
     for entry in sorted(resources.files("notify_queue.repositories.sql").iterdir(), key=str):
@@ -34,11 +37,18 @@ def _load() -> dict[str, str]:
                 raise RuntimeError(f"query {name} is defined twice")
             queries[name] = text.strip()
     fragments = {name: _without_comments(text) for name, text in queries.items() if name[0] == "_"}
+    _FRAGMENTS.update(fragments)
     return {
         name: _FRAGMENT.sub(lambda m: fragments[m[1]], text)
         for name, text in queries.items()
         if name[0] != "_"
     }
+
+
+def expand_fragments(text: str) -> str:
+    """`text` (SQL outside these files: citus_functions.sql) with each `{{_name}}` replaced by
+    the fragment's text, as in a query."""
+    return _FRAGMENT.sub(lambda m: _FRAGMENTS[m[1]], text)
 
 
 def _without_comments(text: str) -> str:

@@ -41,12 +41,15 @@ from notify_queue.errors import DatabaseBusy, OlderReleaseRunning
 from notify_queue.models import Engine
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import database_engine_read
+from notify_queue.repositories.queries import expand_fragments
 
 log = logging.getLogger(__name__)
 
 MIGRATIONS_PACKAGE = "notify_queue.repositories.migrations"
 # The distributed layout, run after the migrations on a Citus coordinator with worker nodes.
 CITUS_LAYOUT = "citus_layout.sql"
+# The drain's per-bucket functions, delegated to the node that holds the bucket (Citus only).
+CITUS_FUNCTIONS = "citus_functions.sql"
 # 0.1.0's last migration: the versions recorded where 0.1.0 looks (see the module docstring).
 BASELINE_VERSION = 8
 # A migration's lock waits, and how often it is tried again after losing one (module docstring).
@@ -238,15 +241,24 @@ async def _lay_out(conn: Connection) -> None:
     engine = await database_engine_read(conn)
     if engine.engine is not Engine.CITUS:
         return
-    script = _read_layout()
+    layout, functions = _read_layout()
     async with conn.transaction():
-        await conn.execute_script(script)
+        await conn.execute_script(layout)
+    # Its own transaction: create_distributed_function after the tables are distributed.
+    async with conn.transaction():
+        await conn.execute_script(functions)
     log.info("distributed layout checked on Citus (%d worker nodes)", engine.worker_nodes)
 
 
 @functools.cache
-def _read_layout() -> str:
-    return resources.files("notify_queue.repositories").joinpath(CITUS_LAYOUT).read_text("utf-8")
+def _read_layout() -> tuple[str, str]:
+    """The layout, and the delegated functions with the SQL files' fragments (`{{_name}}`) in
+    place: a function body shares them with the plain statement it stands for."""
+    files = resources.files("notify_queue.repositories")
+    return (
+        files.joinpath(CITUS_LAYOUT).read_text("utf-8"),
+        expand_fragments(files.joinpath(CITUS_FUNCTIONS).read_text("utf-8")),
+    )
 
 
 ENQUEUE_ROLE = "notify_queue_enqueue"

@@ -16,22 +16,28 @@
 --   completer and housekeeping retry a failed batch).
 -- - No non-IMMUTABLE function inside CASE or COALESCE in a multi-shard UPDATE's SET: the values
 --   are computed first, in a CTE the coordinator evaluates.
--- - nq_finish (0012) and nq_note_changes must run on the coordinator: the status outbox and the
---   Kubernetes links are coordinator tables, and the operator LISTENs there. A statement whose
+-- - The drain's per-bucket steps (the claim, the completion, lease recovery) and every move into
+--   the log (citus_finish) are functions delegated to the node that holds the bucket
+--   (citus_functions.sql, whose header says what their bodies may do); these statements call
+--   them. What a node cannot write (the status outbox, the Kubernetes links and the NOTIFY the
+--   operator LISTENs for: coordinator tables; a reference table's rows) comes back from the
+--   function and is written by citus_status_outbox_queue / citus_push_tokens_gone on the
+--   coordinator in the caller's transaction.
+-- - nq_note_changes (the counters and the outbox) must run on the coordinator: a statement whose
 --   every distributed table names one bucket is sent to that shard's node WHOLE, functions
---   included (EXPLAIN: one Task, the Function Scan on the worker node); only a statement Citus
---   plans in parts (a CTE that joins a reference table, or more than one shard: complete_,
---   recover_, claim_admit_..._bucket) keeps them on the coordinator. So a statement that would be
---   sent whole locks by bucket and returns ids, and the caller runs citus_finish or
---   citus_note_changes (no distributed table: the coordinator) in the same transaction.
+--   included (EXPLAIN: one Task, the Function Scan on the worker node). So a statement that
+--   would be sent whole locks by bucket and returns ids, and the caller runs citus_finish or
+--   citus_note_changes in the same transaction.
 
 -- name: citus_finish
--- nq_finish (the move into the log, its outbox rows and webhook events) on the coordinator, for
--- rows a router statement of the same transaction locked: no distributed table is named here,
--- so Citus runs it where it is called; its DELETE and INSERT are distributed statements of their
--- own (by id: one index probe per shard).
-SELECT f.id FROM nq_finish(%(ids)b::uuid[], %(statuses)b::text[], %(last_errors)b::text[],
-                           NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+-- The move into the log (its webhook events, counters) of rows a router statement of the same
+-- transaction locked in one bucket: nq_finish_bucket (citus_functions.sql), delegated to the
+-- bucket's node. The caller writes the Kubernetes rows' changes to the outbox
+-- (citus_status_outbox_queue), on the coordinator, in the same transaction.
+SELECT id, status, old_status, source
+FROM nq_finish_bucket(%(bucket)s::smallint, %(ids)b::uuid[], %(statuses)b::text[],
+                      %(last_errors)b::text[], NULL::integer[], NULL::text[], NULL::text[],
+                      NULL::jsonb[], %(default_webhook_url)s::text)
 
 -- name: citus_note_changes
 -- nq_note_changes on the coordinator for rows a router statement of this transaction changed.
@@ -49,125 +55,68 @@ ORDER BY bucket
 SELECT bucket, array_agg(id) AS ids FROM nq_delivery_log WHERE id = ANY(%(ids)b::uuid[])
 GROUP BY bucket ORDER BY bucket
 
+-- name: claim_lock_candidates_bucket
+-- A claim's first step in one bucket: nq_claim_lock_bucket (citus_functions.sql), delegated whole
+-- to the node holding the bucket and run there on its shards (claim_lock_candidates' locks, the
+-- quiet-hours facts, the candidates' digests locked SKIP LOCKED).
+SELECT ids, quiet_ids, quiet_priorities, quiet_categories, quiet_timezones, quiet_starts,
+       quiet_ends, digest_ids
+FROM nq_claim_lock_bucket(%(bucket)s::smallint, %(priorities)b::smallint[],
+                          %(channels)b::text[], %(limit)s::integer)
+
+-- name: claim_admit_candidates_bucket
+-- A claim's second step in one bucket, in the same transaction: nq_claim_admit_bucket
+-- (claim_admit_candidates' decisions), delegated to the bucket's node; rows in claim order, each
+-- with the Kubernetes rows' changes for citus_status_outbox_queue.
+SELECT * FROM nq_claim_admit_bucket(
+    %(bucket)s::smallint, %(ids)b::uuid[], %(claim_token)s::uuid, %(rate_limit)s::integer,
+    %(rate_window_seconds)s::float8, %(lease_seconds)s::float8,
+    %(backoff_base_seconds)s::float8, %(backoff_max_seconds)s::float8,
+    %(chain_channels)b::text[], %(chain_heads)b::text[], %(known_providers)b::text[],
+    %(quiet_ids)b::uuid[], %(digest_ids)b::uuid[], %(webhook_url)s::text)
+
 -- name: complete_deliveries_bucket
--- complete_deliveries within one bucket: `held`, `retried` and `released` name the bucket (router
--- statements; `held` keeps its FOR UPDATE); the window's places are locked by `released` itself;
--- the wait's wording uses the searched CASE (see the top of this file).
-WITH results AS (
-    SELECT r.*, a.attempts FROM unnest(
-        %(ids)b::uuid[], %(claim_tokens)b::uuid[], %(statuses)b::text[],
-        %(retry_in_seconds)b::float8[], %(last_errors)b::text[],
-        %(provider_message_ids)b::text[], %(providers)b::text[],
-        %(give_back)b::bool[], %(next_attempt_ats)b::timestamptz[], %(addresses_gone)b::bool[],
-        %(bound_providers)b::text[], %(waiting_reasons)b::text[], %(waiting_details)b::text[]
-    ) WITH ORDINALITY AS r(id, claim_token, status, retry_in_seconds, last_error,
-                           provider_message_id, provider, give_back, next_attempt_at,
-                           address_gone, bound_provider, waiting_reason, waiting_detail,
-                           position)
-    JOIN jsonb_array_elements(%(attempts)s::jsonb) WITH ORDINALITY AS a(attempts, position)
-      USING (position)
-), held AS (
-    -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
-    -- Locked, so what is read here is what nq_finish moves and `retried` updates.
-    SELECT n.id, n.claim_token, n.bucket, n.recipient, n.attempt_count, n.provider_message_id,
-           n.delivery_attempts, n.next_attempt_at, n.source, n.digest_id
-    FROM nq_jobs n
-    WHERE n.bucket = %(bucket)s AND n.id = ANY(%(ids)b::uuid[]) AND n.status = 'PROCESSING'
-    ORDER BY n.id
-    FOR UPDATE
-), accepted AS (
-    SELECT r.*, h.bucket, h.recipient, h.source, h.digest_id,
-           h.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END AS final_attempt_count,
-           COALESCE(r.provider_message_id, h.provider_message_id) AS final_provider_message_id,
-           CASE WHEN r.status = 'SENT' THEN r.provider ELSE r.bound_provider END AS final_provider,
-           nq_attempts_append(h.delivery_attempts, r.attempts) AS final_delivery_attempts,
-           COALESCE(r.next_attempt_at, now() + make_interval(secs => r.retry_in_seconds),
-                    h.next_attempt_at) AS final_next_attempt_at
-    FROM results r JOIN held h ON h.id = r.id AND h.claim_token = r.claim_token
-), digest_items AS (
-    -- [digests] complete_deliveries' digest_items within the bucket (docs/digests.md), without
-    -- its FOR UPDATE: Citus hands a FOR UPDATE CTE joined to another CTE to the next one in the
-    -- wrong copy format ("PGCOPY"). nq_finish's DELETE locks each item all the same; a closed
-    -- digest's parked items are written by nothing else (a cancel of one is refused), so no
-    -- other writer is waited for here.
-    SELECT n.id, a.status, a.last_error, a.final_attempt_count, a.final_provider_message_id,
-           a.final_provider, a.final_delivery_attempts
-    FROM accepted a JOIN nq_jobs n ON n.bucket = a.bucket AND n.digest_id = a.digest_id
-    WHERE n.bucket = %(bucket)s AND a.status <> 'PENDING' AND a.digest_id IS NOT NULL
-      AND n.id <> a.id AND n.status = 'PENDING'
-), ending AS (
-    SELECT id, status, last_error, final_attempt_count, final_provider_message_id,
-           final_provider, final_delivery_attempts
-    FROM accepted WHERE status <> 'PENDING'
-    UNION ALL SELECT * FROM digest_items
-), finished AS (
-    SELECT f.* FROM nq_finish(
-        ARRAY(SELECT id FROM ending ORDER BY id),
-        ARRAY(SELECT status FROM ending ORDER BY id),
-        ARRAY(SELECT last_error FROM ending ORDER BY id),
-        ARRAY(SELECT final_attempt_count FROM ending ORDER BY id),
-        ARRAY(SELECT final_provider_message_id FROM ending ORDER BY id),
-        ARRAY(SELECT final_provider FROM ending ORDER BY id),
-        ARRAY(SELECT final_delivery_attempts FROM ending ORDER BY id),
-        %(default_webhook_url)s) AS f
-), retried AS (
-    UPDATE nq_jobs n
-    SET status = 'PENDING',
-        next_attempt_at = a.final_next_attempt_at,
-        last_error = a.last_error,
-        provider_message_id = a.final_provider_message_id,
-        provider = a.final_provider,
-        delivery_attempts = a.final_delivery_attempts,
-        attempt_count = a.final_attempt_count,
-        claim_token = NULL,
-        lease_expires_at = NULL,
-        waiting_reason = a.waiting_reason,
-        waiting_until = a.final_next_attempt_at,
-        -- The worker words what only it knows (CircuitOpen, ProviderRateLimit: the providers it
-        -- skipped and why, services/failover.py); the others are worded here from the result.
-        waiting_detail = COALESCE(a.waiting_detail, CASE
-            WHEN a.waiting_reason = 'Backoff' THEN 'retry after attempt ' || a.final_attempt_count || ': '
-                                || left(a.last_error, 200)
-            WHEN a.waiting_reason = 'QuietHours' THEN 'the recipient''s quiet hours'
-            ELSE left(a.last_error, 200) END),
-        updated_at = now()
-    FROM accepted a
-    WHERE n.bucket = %(bucket)s AND n.id = ANY(ARRAY(SELECT id FROM accepted WHERE status = 'PENDING')) AND n.id = a.id
-    RETURNING n.id, n.source, n.bucket, n.recipient
-), noted AS (
-    SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
-                           array_agg('PENDING'::text)) AS n
-    FROM retried WHERE source = 'kubernetes'
-), gone_tokens AS (
-    -- One row per recipient (an UPDATE ... FROM applies one joined row per target row).
-    UPDATE nq_recipients rc
-    SET push_tokens = ARRAY(SELECT t FROM unnest(rc.push_tokens) t WHERE t <> ALL(g.tokens)),
-        updated_at = now()
-    FROM (SELECT recipient_id, array_agg(recipient) AS tokens FROM finished
-          WHERE status <> 'SENT' AND channel = 'push' AND recipient_id IS NOT NULL
-            AND id = ANY(ARRAY(SELECT id FROM accepted WHERE address_gone))
-          GROUP BY recipient_id) g
-    WHERE rc.id = g.recipient_id
-), given_back AS (
-    -- Places in the window of attempts that sent nothing, by recipient.
-    SELECT bucket, recipient, array_agg(id) AS ids
-    FROM (SELECT id, bucket, recipient FROM finished WHERE status <> 'SENT'
-          UNION ALL SELECT id, bucket, recipient FROM retried) g
-    GROUP BY bucket, recipient
-), released AS (
-    UPDATE nq_rate_windows w
-    SET (ids, taken) = (
-        SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
-               COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
-        FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
-    FROM given_back g
-    WHERE w.bucket = %(bucket)s
-      AND w.bucket = g.bucket AND w.recipient = g.recipient
+-- complete_deliveries for one bucket's results: nq_complete_bucket (citus_functions.sql),
+-- delegated whole to the node holding the bucket (one call, its statements local there). Returns
+-- the ids accepted, the Kubernetes rows' changes (citus_status_outbox_queue) and the push tokens
+-- gone (citus_push_tokens_gone), which the caller writes on the coordinator in the same
+-- transaction.
+SELECT accepted_ids, kube_ids, kube_old_statuses, kube_new_statuses, gone_recipient_ids,
+       gone_tokens
+FROM nq_complete_bucket(
+    %(bucket)s::smallint, %(ids)b::uuid[], %(claim_tokens)b::uuid[], %(statuses)b::text[],
+    %(retry_in_seconds)b::float8[], %(last_errors)b::text[], %(provider_message_ids)b::text[],
+    %(providers)b::text[], %(attempts)s::jsonb, %(give_back)b::bool[],
+    %(next_attempt_ats)b::timestamptz[], %(addresses_gone)b::bool[],
+    %(bound_providers)b::text[], %(waiting_reasons)b::text[], %(waiting_details)b::text[],
+    %(default_webhook_url)s::text)
+
+-- name: citus_status_outbox_queue
+-- The status writes of Kubernetes objects' rows a delegated function changed (it returns them:
+-- the outbox and the links are coordinator tables, and the operator LISTENs here), in the
+-- caller's transaction; nq_note_changes' outbox part.
+WITH queued AS (
+    INSERT INTO nq_status_outbox (uid, namespace, name, notification_id, old_status, new_status)
+    SELECT l.uid, l.namespace, l.name, c.id, c.old_status, c.new_status
+    FROM unnest(%(ids)b::uuid[], %(old_statuses)b::text[], %(new_statuses)b::text[])
+         AS c(id, old_status, new_status)
+    JOIN nq_kube_links l ON l.notification_id = c.id
+    RETURNING 1
 )
--- noted is read here (once, as an init plan) so that it runs. One row: the ids accepted.
-SELECT ARRAY(SELECT id FROM finished WHERE id = ANY(ARRAY(SELECT id FROM accepted))
-             UNION ALL SELECT id FROM retried) AS accepted,
-       (SELECT n FROM noted) AS noted
+SELECT count(*) AS queued,
+       CASE WHEN count(*) > 0 THEN pg_notify('nq_status_outbox', '') END AS notified
+FROM queued
+
+-- name: citus_push_tokens_gone
+-- The push tokens a provider said are gone, out of their recipients (a reference table: written
+-- by the coordinator, not by the delegated completion), in the completion's transaction.
+UPDATE nq_recipients rc
+SET push_tokens = ARRAY(SELECT t FROM unnest(rc.push_tokens) t WHERE t <> ALL(g.tokens)),
+    updated_at = now()
+FROM (SELECT g.recipient_id, array_agg(g.token) AS tokens
+      FROM unnest(%(recipient_ids)b::text[], %(tokens)b::text[]) AS g(recipient_id, token)
+      GROUP BY g.recipient_id) g
+WHERE rc.id = g.recipient_id
 
 -- name: release_claims_bucket
 -- release_claims within one bucket (see complete_deliveries_bucket for the window's lock).
@@ -208,40 +157,12 @@ WHERE status = 'PROCESSING' AND lease_expires_at < now()
 GROUP BY bucket ORDER BY min(lease_expires_at) LIMIT %(limit)s
 
 -- name: recover_expired_leases_bucket
--- recover_expired_leases within one bucket.
-WITH expired AS (
-    SELECT id, attempt_count, max_attempts, source FROM nq_jobs
-    WHERE bucket = %(bucket)s AND status = 'PROCESSING' AND lease_expires_at < now()
-    ORDER BY lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), dead AS (
-    SELECT f.* FROM nq_finish(
-        ARRAY(SELECT id FROM expired WHERE attempt_count > max_attempts),
-        ARRAY(SELECT 'DEAD_LETTERED' FROM expired WHERE attempt_count > max_attempts),
-        ARRAY(SELECT 'lease expired during attempt ' || attempt_count || ' (worker lost)'
-              FROM expired WHERE attempt_count > max_attempts),
-        NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
-), recovered AS (
-    UPDATE nq_jobs n
-    SET status = 'PENDING',
-        last_error = 'lease expired during attempt ' || n.attempt_count || ' (worker lost)',
-        next_attempt_at = now(),
-        claim_token = NULL,
-        lease_expires_at = NULL,
-        -- Due now (see release_claims).
-        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
-        updated_at = now()
-    WHERE n.bucket = %(bucket)s
-      AND n.id = ANY(ARRAY(SELECT id FROM expired WHERE attempt_count <= max_attempts))
-    RETURNING n.id, n.source
-), noted AS (
-    SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
-                           array_agg('PENDING'::text)) AS n
-    FROM recovered WHERE source = 'kubernetes'
-)
-SELECT (SELECT count(*) FROM recovered) + (SELECT count(*) FROM dead) AS recovered,
-       (SELECT count(*) FROM dead) AS dead_lettered, (SELECT n FROM noted) AS noted
+-- recover_expired_leases within one bucket: nq_recover_expired_leases_bucket
+-- (citus_functions.sql), delegated to the bucket's node; the caller writes the Kubernetes rows'
+-- changes to the outbox in the same transaction (citus_status_outbox_queue).
+SELECT recovered, dead_lettered, kube_ids, kube_old_statuses, kube_new_statuses
+FROM nq_recover_expired_leases_bucket(%(bucket)s::smallint, %(limit)s::integer,
+                                      %(default_webhook_url)s::text)
 
 -- name: overdue_buckets
 -- The buckets with a PENDING notification whose expiresAt passed (lock-free, multi-shard).

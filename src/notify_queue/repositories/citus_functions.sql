@@ -1,0 +1,791 @@
+-- The drain's per-bucket steps as Citus distributed functions delegated by bucket (issue 21,
+-- docs/scaling.md "Citus: the drain as delegated functions"). Not a numbered migration: like
+-- citus_layout.sql, `notify-queue migrate` runs it after the layout whenever the engine is Citus
+-- (repositories/schema.py); plain PostgreSQL never has these functions. CREATE OR REPLACE and
+-- create_distributed_function are idempotent, so a second `migrate` changes nothing.
+--
+-- Each `nq_*_bucket` function with a `p_bucket` argument is distributed with
+-- distribution_arg_name => 'p_bucket', colocate_with => 'nq_jobs' and force_delegation: the
+-- coordinator sends `SELECT * FROM nq_x_bucket(<bucket>, ...)` whole to the node that holds the
+-- bucket's shards (also inside the caller's transaction), and every statement of the body runs
+-- there by local execution on those shards: no intermediate results, no statement planned in
+-- parts on the coordinator. The coordinator commits the caller's transaction, one phase when it
+-- wrote nothing itself. Rules the bodies follow (Citus 14.0.1, force delegation):
+-- - Every statement that reads or writes a distributed table names `bucket = p_bucket` (the
+--   counters: `shard = p_bucket`; nq_counters is co-located with nq_jobs, citus_layout.sql):
+--   a force-delegated function may touch only the co-located shards of its argument's value
+--   ("queries must filter by the distribution argument ...").
+-- - No INSERT inside a CTE (Citus plans it through intermediate results): a move is an
+--   INSERT ... SELECT from the co-located queue row, then the DELETE, as statements of their
+--   own; webhook event ids come from gen_random_uuid() in PL/pgSQL first (no volatile function
+--   in a pushed-down INSERT ... SELECT).
+-- - Nothing the coordinator owns: the status outbox and the Kubernetes links (coordinator
+--   tables), its NOTIFY (a NOTIFY on a worker node reaches no LISTEN on the coordinator), the
+--   reference tables' writes (a write on every node) and the providers' tables. The functions
+--   return what the caller writes there in the same transaction: the Kubernetes rows' changes
+--   (citus_status_outbox_queue) and the push tokens a provider said are gone.
+-- - No nested function that itself runs a distributed statement inside a statement (it would
+--   run as a query on a shard): nq_finish_bucket is PERFORMed / selected on its own.
+
+-- The move of finished rows from the queue into the log within one bucket (nq_finish, 0012, for
+-- a delegated caller): each row locked and read with its final values, its log row and its
+-- webhook event inserted, then the DELETE, then the counters (shard = the bucket). The
+-- Kubernetes rows' changes are returned for the caller's outbox (no outbox here, see above).
+-- Arrays as nq_finish's: a NULL array keeps the row's own value. One INSERT ... VALUES per row:
+-- an INSERT ... SELECT, even one Citus pushes down to the one shard, carries no distribution
+-- value for the force-delegation check and is refused in a delegated function.
+CREATE OR REPLACE FUNCTION nq_finish_bucket(
+    p_bucket smallint, p_ids uuid[], p_statuses text[], p_last_errors text[],
+    p_attempt_counts integer[], p_provider_message_ids text[], p_providers text[],
+    p_delivery_attempts jsonb[], p_default_webhook_url text
+) RETURNS TABLE (id uuid, status text, old_status text, source text, channel text,
+                 recipient text, recipient_id text)
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    v_ids uuid[] := '{}';
+    v_old text[] := '{}';
+    v_new text[] := '{}';
+    v_sources text[] := '{}';
+    v_channels text[] := '{}';
+    v_recipients text[] := '{}';
+    v_recipient_ids text[] := '{}';
+    v_policies nq_policies[];
+    v_event uuid;
+    r record;
+    c record;
+BEGIN
+    IF COALESCE(cardinality(p_ids), 0) = 0 THEN
+        RETURN;
+    END IF;
+    -- The policies (a reference table: read alone, a statement of a force-delegated function
+    -- names only tables of the bucket's co-location group), for the webhook URL.
+    v_policies := ARRAY(SELECT p FROM nq_policies p);
+    FOR r IN
+        SELECT j AS job, j.status AS old_status,
+               COALESCE(g.status, j.status) AS final_status,
+               CASE WHEN p_last_errors IS NULL THEN j.last_error ELSE g.last_error END
+                   AS final_last_error,
+               COALESCE(g.attempt_count, j.attempt_count) AS final_attempt_count,
+               CASE WHEN p_provider_message_ids IS NULL THEN j.provider_message_id
+                    ELSE g.provider_message_id END AS final_provider_message_id,
+               CASE WHEN p_providers IS NULL THEN j.provider ELSE g.provider END
+                   AS final_provider,
+               COALESCE(g.delivery_attempts, j.delivery_attempts) AS final_delivery_attempts,
+               COALESCE(j.webhook_url, p.webhook_url, p_default_webhook_url) AS hook_url,
+               p.name AS hook_policy
+        FROM nq_jobs j
+        JOIN unnest(p_ids, p_statuses, p_last_errors, p_attempt_counts, p_provider_message_ids,
+                    p_providers, p_delivery_attempts)
+             AS g(id, status, last_error, attempt_count, provider_message_id, provider,
+                  delivery_attempts) ON g.id = j.id
+        LEFT JOIN unnest(v_policies) p ON p.name = j.policy
+        WHERE j.bucket = p_bucket AND j.id = ANY(p_ids)
+        ORDER BY j.id
+        FOR UPDATE OF j
+    LOOP
+        INSERT INTO nq_delivery_log (
+            id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
+            status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
+            last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
+            source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
+            recipient_id, category, template_name, template_version, provider,
+            delivery_attempts, bucket, digest_id, escalation_id, traceparent)
+        VALUES (
+            (r.job).id, (r.job).idempotency_key, (r.job).request_hash, (r.job).channel,
+            (r.job).recipient, (r.job).subject, (r.job).body, (r.job).priority, r.final_status,
+            (r.job).send_at, (r.job).next_attempt_at, (r.job).expires_at,
+            r.final_attempt_count, (r.job).max_attempts, r.final_last_error,
+            CASE WHEN r.final_status = 'SENT' THEN COALESCE((r.job).sent_at, now())
+                 ELSE (r.job).sent_at END,
+            r.final_provider_message_id, NULL, NULL, (r.job).retries, (r.job).source,
+            (r.job).policy, (r.job).webhook_url, (r.job).metadata, (r.job).created_at, now(),
+            COALESCE((r.job).finished_at, now()), (r.job).recipient_id, (r.job).category,
+            (r.job).template_name, (r.job).template_version, r.final_provider,
+            r.final_delivery_attempts, p_bucket, (r.job).digest_id, (r.job).escalation_id,
+            (r.job).traceparent);
+        IF r.final_status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'EXPIRED', 'SUPPRESSED')
+           AND r.hook_url IS NOT NULL THEN
+            v_event := gen_random_uuid();
+            INSERT INTO nq_webhook_events (id, notification_id, url, policy, payload, bucket)
+            VALUES (v_event, (r.job).id, r.hook_url, r.hook_policy,
+                    json_build_object(
+                        'eventId', v_event,
+                        'jobId', (r.job).id,
+                        'status', r.final_status,
+                        'attemptCount', r.final_attempt_count,
+                        'timestamp', to_char(now() AT TIME ZONE 'UTC',
+                                             'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                        'provider', r.final_provider
+                    )::text,
+                    p_bucket);
+        END IF;
+        v_ids := v_ids || (r.job).id;
+        v_old := v_old || r.old_status;
+        v_new := v_new || r.final_status;
+        v_sources := v_sources || (r.job).source;
+        v_channels := v_channels || (r.job).channel;
+        v_recipients := v_recipients || (r.job).recipient;
+        v_recipient_ids := v_recipient_ids || (r.job).recipient_id;
+    END LOOP;
+    IF cardinality(v_ids) = 0 THEN
+        RETURN;
+    END IF;
+    DELETE FROM nq_jobs j WHERE j.bucket = p_bucket AND j.id = ANY(v_ids);
+    -- Counters (nq_count's rule: +1 into a state, -1 out of it, unfinished states uncounted), in
+    -- name order, on the bucket's counter rows.
+    FOR c IN
+        SELECT x.s, sum(x.d) AS d
+        FROM (SELECT t.s, 1 AS d FROM unnest(v_new) AS t(s)
+              UNION ALL
+              SELECT f.s, -1 FROM unnest(v_old) AS f(s)) x
+        WHERE x.s <> ALL('{PENDING,PROCESSING}')
+        GROUP BY x.s HAVING sum(x.d) <> 0 ORDER BY 1
+    LOOP
+        INSERT INTO nq_counters AS k (name, shard, n)
+        VALUES ('notifications:' || c.s, p_bucket, c.d)
+        ON CONFLICT (name, shard) DO UPDATE SET n = k.n + excluded.n;
+    END LOOP;
+    RETURN QUERY
+    SELECT o.i, o.s, o.f, o.source, o.channel, o.recipient, o.recipient_id
+    FROM unnest(v_ids, v_new, v_old, v_sources, v_channels, v_recipients, v_recipient_ids)
+         AS o(i, s, f, source, channel, recipient, recipient_id);
+END $$;
+
+-- complete_deliveries (delivery.sql) for the results of one bucket, delegated to its node: the
+-- results matched to their rows (locked, by claim token), the rows that end moved by
+-- nq_finish_bucket (with a closed digest's parked items), the retried ones back to PENDING and
+-- the window places of attempts that sent nothing given back. Returns the ids accepted, the
+-- Kubernetes rows' changes (the caller's outbox) and the push tokens a provider said are gone
+-- (the caller's update of nq_recipients, a reference table).
+CREATE OR REPLACE FUNCTION nq_complete_bucket(
+    p_bucket smallint, p_ids uuid[], p_claim_tokens uuid[], p_statuses text[],
+    p_retry_in_seconds float8[], p_last_errors text[], p_provider_message_ids text[],
+    p_providers text[], p_attempts jsonb, p_give_back boolean[],
+    p_next_attempt_ats timestamptz[], p_addresses_gone boolean[], p_bound_providers text[],
+    p_waiting_reasons text[], p_waiting_details text[], p_default_webhook_url text,
+    OUT accepted_ids uuid[], OUT kube_ids uuid[], OUT kube_old_statuses text[],
+    OUT kube_new_statuses text[], OUT gone_recipient_ids text[], OUT gone_tokens text[])
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    e_ids uuid[]; e_statuses text[]; e_errors text[]; e_counts integer[]; e_pmids text[];
+    e_providers text[]; e_attempts jsonb[];
+    r_ids uuid[]; r_next timestamptz[]; r_errors text[]; r_pmids text[]; r_providers text[];
+    r_attempts jsonb[]; r_counts integer[]; r_reasons text[]; r_details text[];
+    v_accepted uuid[]; v_gone uuid[];
+    b_ids uuid[] := '{}'; b_recipients text[] := '{}';
+    f record;
+    t record;
+BEGIN
+    kube_ids := '{}'; kube_old_statuses := '{}'; kube_new_statuses := '{}';
+    gone_recipient_ids := '{}'; gone_tokens := '{}';
+    WITH results AS (
+        SELECT r.*, a.attempts FROM unnest(
+            p_ids, p_claim_tokens, p_statuses, p_retry_in_seconds, p_last_errors,
+            p_provider_message_ids, p_providers, p_give_back, p_next_attempt_ats,
+            p_addresses_gone, p_bound_providers, p_waiting_reasons, p_waiting_details
+        ) WITH ORDINALITY AS r(id, claim_token, status, retry_in_seconds, last_error,
+                               provider_message_id, provider, give_back, next_attempt_at,
+                               address_gone, bound_provider, waiting_reason, waiting_detail,
+                               position)
+        JOIN jsonb_array_elements(p_attempts) WITH ORDINALITY AS a(attempts, position)
+          USING (position)
+    ), held AS (
+        -- Locked, so what is read here is what the move and the retry write.
+        SELECT n.id, n.claim_token, n.bucket, n.recipient, n.attempt_count,
+               n.provider_message_id, n.delivery_attempts, n.next_attempt_at, n.digest_id
+        FROM nq_jobs n
+        WHERE n.bucket = p_bucket AND n.id = ANY(p_ids) AND n.status = 'PROCESSING'
+        ORDER BY n.id
+        FOR UPDATE
+    ), accepted AS (
+        SELECT r.*, h.digest_id,
+               h.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END AS final_attempt_count,
+               COALESCE(r.provider_message_id, h.provider_message_id) AS final_provider_message_id,
+               CASE WHEN r.status = 'SENT' THEN r.provider ELSE r.bound_provider END
+                   AS final_provider,
+               nq_attempts_append(h.delivery_attempts, r.attempts) AS final_delivery_attempts,
+               COALESCE(r.next_attempt_at, now() + make_interval(secs => r.retry_in_seconds),
+                        h.next_attempt_at) AS final_next_attempt_at
+        FROM results r JOIN held h ON h.id = r.id AND h.claim_token = r.claim_token
+    ), digest_items AS (
+        -- [digests] A closed digest's parked items end with their carrier (docs/digests.md);
+        -- nq_finish_bucket locks them.
+        SELECT n.id, a.status, a.last_error, a.final_attempt_count, a.final_provider_message_id,
+               a.final_provider, a.final_delivery_attempts
+        FROM accepted a JOIN nq_jobs n ON n.digest_id = a.digest_id
+        WHERE n.bucket = p_bucket AND a.status <> 'PENDING' AND a.digest_id IS NOT NULL
+          AND n.id <> a.id AND n.status = 'PENDING'
+    ), ending AS (
+        SELECT id, status, last_error, final_attempt_count, final_provider_message_id,
+               final_provider, final_delivery_attempts
+        FROM accepted WHERE status <> 'PENDING'
+        UNION ALL SELECT * FROM digest_items
+    )
+    SELECT ARRAY(SELECT id FROM ending ORDER BY id),
+           ARRAY(SELECT status FROM ending ORDER BY id),
+           ARRAY(SELECT last_error FROM ending ORDER BY id),
+           ARRAY(SELECT final_attempt_count FROM ending ORDER BY id),
+           ARRAY(SELECT final_provider_message_id FROM ending ORDER BY id),
+           ARRAY(SELECT final_provider FROM ending ORDER BY id),
+           ARRAY(SELECT final_delivery_attempts FROM ending ORDER BY id),
+           ARRAY(SELECT id FROM accepted WHERE status = 'PENDING' ORDER BY id),
+           ARRAY(SELECT final_next_attempt_at FROM accepted WHERE status = 'PENDING' ORDER BY id),
+           ARRAY(SELECT last_error FROM accepted WHERE status = 'PENDING' ORDER BY id),
+           ARRAY(SELECT final_provider_message_id FROM accepted WHERE status = 'PENDING'
+                 ORDER BY id),
+           ARRAY(SELECT final_provider FROM accepted WHERE status = 'PENDING' ORDER BY id),
+           ARRAY(SELECT final_delivery_attempts FROM accepted WHERE status = 'PENDING'
+                 ORDER BY id),
+           ARRAY(SELECT final_attempt_count FROM accepted WHERE status = 'PENDING' ORDER BY id),
+           ARRAY(SELECT waiting_reason FROM accepted WHERE status = 'PENDING' ORDER BY id),
+           ARRAY(SELECT waiting_detail FROM accepted WHERE status = 'PENDING' ORDER BY id),
+           ARRAY(SELECT id FROM accepted),
+           ARRAY(SELECT id FROM accepted WHERE address_gone)
+    INTO e_ids, e_statuses, e_errors, e_counts, e_pmids, e_providers, e_attempts,
+         r_ids, r_next, r_errors, r_pmids, r_providers, r_attempts, r_counts, r_reasons,
+         r_details, v_accepted, v_gone;
+    accepted_ids := v_accepted;
+
+    FOR f IN SELECT * FROM nq_finish_bucket(p_bucket, e_ids, e_statuses, e_errors, e_counts,
+                                            e_pmids, e_providers, e_attempts,
+                                            p_default_webhook_url) LOOP
+        IF f.source = 'kubernetes' THEN
+            kube_ids := kube_ids || f.id;
+            kube_old_statuses := kube_old_statuses || f.old_status;
+            kube_new_statuses := kube_new_statuses || f.status;
+        END IF;
+        IF f.status <> 'SENT' THEN
+            -- Places in the window of attempts that sent nothing.
+            b_ids := b_ids || f.id;
+            b_recipients := b_recipients || f.recipient;
+            IF f.channel = 'push' AND f.recipient_id IS NOT NULL AND f.id = ANY(v_gone) THEN
+                gone_recipient_ids := gone_recipient_ids || f.recipient_id;
+                gone_tokens := gone_tokens || f.recipient;
+            END IF;
+        END IF;
+    END LOOP;
+
+    IF cardinality(r_ids) = 0 AND cardinality(b_ids) = 0 THEN
+        RETURN;
+    END IF;
+    FOR t IN
+        WITH retried AS (
+            UPDATE nq_jobs n
+            SET status = 'PENDING',
+                next_attempt_at = r.next_attempt_at,
+                last_error = r.last_error,
+                provider_message_id = r.provider_message_id,
+                provider = r.provider,
+                delivery_attempts = r.delivery_attempts,
+                attempt_count = r.attempt_count,
+                claim_token = NULL,
+                lease_expires_at = NULL,
+                waiting_reason = r.waiting_reason,
+                waiting_until = r.next_attempt_at,
+                -- The worker words what only it knows (CircuitOpen, ProviderRateLimit); the
+                -- others are worded here from the result (searched CASE: citus.sql's header).
+                waiting_detail = COALESCE(r.waiting_detail, CASE
+                    WHEN r.waiting_reason = 'Backoff'
+                        THEN 'retry after attempt ' || r.attempt_count::text || ': '
+                             || left(r.last_error, 200)
+                    WHEN r.waiting_reason = 'QuietHours' THEN 'the recipient''s quiet hours'
+                    ELSE left(r.last_error, 200) END),
+                updated_at = now()
+            FROM unnest(r_ids, r_next, r_errors, r_pmids, r_providers, r_attempts, r_counts,
+                        r_reasons, r_details)
+                 AS r(id, next_attempt_at, last_error, provider_message_id, provider,
+                      delivery_attempts, attempt_count, waiting_reason, waiting_detail)
+            WHERE n.bucket = p_bucket AND n.id = ANY(r_ids) AND n.id = r.id
+            RETURNING n.id, n.source, n.recipient
+        ), given_back AS (
+            SELECT g.recipient, array_agg(g.id) AS ids
+            FROM (SELECT b.id, b.recipient FROM unnest(b_ids, b_recipients) AS b(id, recipient)
+                  UNION ALL SELECT id, recipient FROM retried) g
+            GROUP BY g.recipient
+        ), released AS (
+            UPDATE nq_rate_windows w
+            SET (ids, taken) = (
+                SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
+                       COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
+                FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
+            FROM given_back g
+            WHERE w.bucket = p_bucket AND w.recipient = g.recipient
+        )
+        SELECT id, source FROM retried
+    LOOP
+        IF t.source = 'kubernetes' THEN
+            kube_ids := kube_ids || t.id;
+            kube_old_statuses := kube_old_statuses || 'PROCESSING'::text;
+            kube_new_statuses := kube_new_statuses || 'PENDING'::text;
+        END IF;
+    END LOOP;
+END $$;
+
+-- A claim's first step within one bucket, delegated to its node (claim_lock_candidates on plain
+-- PostgreSQL): up to p_limit due rows locked (SKIP LOCKED) in claim order (the index (priority,
+-- next_attempt_at, created_at) gives HIGH before NORMAL before LOW within the bucket), their
+-- recipients' advisory locks (taken on the bucket's node, where every claim of that recipient
+-- runs), the quiet-hours facts of their stored recipients for the worker's decision, and the
+-- digests of the candidates locked with SKIP LOCKED (as the plain claim's digest_locked: a create
+-- joining a digest or a cancel leaving it holds it a moment, its item is looked at again soon).
+CREATE OR REPLACE FUNCTION nq_claim_lock_bucket(
+    p_bucket smallint, p_priorities smallint[], p_channels text[], p_limit integer,
+    OUT ids uuid[], OUT quiet_ids uuid[], OUT quiet_priorities smallint[],
+    OUT quiet_categories text[], OUT quiet_timezones text[], OUT quiet_starts time[],
+    OUT quiet_ends time[], OUT digest_ids uuid[])
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_ids uuid[];
+    v_recipient_ids text[];
+    v_stored_ids uuid[];
+    v_priorities smallint[];
+    v_categories text[];
+BEGIN
+    WITH candidates AS (
+        SELECT j.id, j.recipient, j.recipient_id, j.priority, j.category
+        FROM nq_jobs j
+        WHERE j.bucket = p_bucket AND j.status = 'PENDING'
+          AND j.priority = ANY(p_priorities)
+          AND j.next_attempt_at <= now()
+          AND j.channel = ANY(p_channels)
+          AND (j.expires_at IS NULL OR j.expires_at > now())
+        ORDER BY j.priority, j.next_attempt_at, j.created_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), recipient_locks AS (
+        SELECT pg_advisory_xact_lock(k.key)
+        FROM (SELECT DISTINCT hashtextextended(c.recipient, 0) AS key FROM candidates c
+              ORDER BY key) k
+    )
+    SELECT ARRAY(SELECT c.id FROM candidates c),
+           ARRAY(SELECT c.recipient_id FROM candidates c WHERE c.recipient_id IS NOT NULL),
+           ARRAY(SELECT c.id FROM candidates c WHERE c.recipient_id IS NOT NULL),
+           ARRAY(SELECT c.priority FROM candidates c WHERE c.recipient_id IS NOT NULL),
+           ARRAY(SELECT c.category FROM candidates c WHERE c.recipient_id IS NOT NULL)
+    INTO v_ids, v_recipient_ids, v_stored_ids, v_priorities, v_categories
+    WHERE (SELECT count(*) FROM recipient_locks) >= 0;
+    -- The stored recipients' quiet hours, in a statement of its own: Citus refuses a reference
+    -- table beside a distributed one in a force-delegated function (the statement's tables must
+    -- all be of the bucket's co-location group).
+    IF cardinality(v_recipient_ids) > 0 THEN
+        SELECT array_agg(c.id), array_agg(c.priority), array_agg(c.category),
+               array_agg(r.timezone), array_agg(r.quiet_start), array_agg(r.quiet_end)
+        INTO quiet_ids, quiet_priorities, quiet_categories, quiet_timezones, quiet_starts,
+             quiet_ends
+        FROM unnest(v_stored_ids, v_recipient_ids, v_priorities, v_categories)
+             AS c(id, recipient_id, priority, category)
+        JOIN nq_recipients r ON r.id = c.recipient_id
+        WHERE r.quiet_start IS NOT NULL AND r.quiet_end IS NOT NULL;
+    END IF;
+    ids := v_ids;
+    digest_ids := '{}';
+    IF cardinality(v_ids) > 0 THEN
+        digest_ids := ARRAY(
+            SELECT d.id FROM nq_digests d
+            WHERE d.bucket = p_bucket
+              AND d.id IN (SELECT j.digest_id FROM nq_jobs j
+                           WHERE j.bucket = p_bucket AND j.id = ANY(v_ids)
+                             AND j.digest_id IS NOT NULL)
+            FOR UPDATE SKIP LOCKED);
+    END IF;
+END $$;
+
+-- A claim's second step within one bucket, delegated to its node (claim_admit_candidates on plain
+-- PostgreSQL, whose comment says what it decides): of the rows nq_claim_lock_bucket locked,
+-- admit those within their recipient's window, defer the others, hold those of a policy that is
+-- not Ready, close or park digests. Escalation steps whose escalation is acknowledged are moved
+-- first (CANCELLED, nq_finish_bucket) and left out of the statement. The Kubernetes rows'
+-- changes come back on every row (kube_*) for the caller's outbox.
+CREATE OR REPLACE FUNCTION nq_claim_admit_bucket(
+    p_bucket smallint, p_ids uuid[], p_claim_token uuid, p_rate_limit integer,
+    p_rate_window_seconds float8, p_lease_seconds float8, p_backoff_base_seconds float8,
+    p_backoff_max_seconds float8, p_chain_channels text[], p_chain_heads text[],
+    p_known_providers text[], p_quiet_ids uuid[], p_digest_ids uuid[], p_webhook_url text
+) RETURNS TABLE (
+    deferred_channels text[], escalation_steps_stopped integer, kube_ids uuid[],
+    kube_old_statuses text[], kube_new_statuses text[],
+    id uuid, channel text, recipient text, subject text, body text, metadata jsonb,
+    attempt_count integer, max_attempts integer, priority smallint,
+    backoff_base_seconds float8, backoff_max_seconds float8, failover text, providers text[],
+    category text, expires_at timestamptz, recipient_id text, recipient_exists boolean,
+    timezone text, opt_out_all boolean, opt_out_channels text[], opt_out_categories text[],
+    quiet_start time, quiet_end time, bound_provider text, sticky_provider text,
+    next_attempt_at timestamptz, created_at timestamptz, send_at timestamptz,
+    traceparent text, digest_id uuid, digest_bucket smallint)
+LANGUAGE plpgsql VOLATILE AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_acknowledged uuid[];
+    v_recipient_ids text[];
+    v_new_windows text[];
+    v_recipient text;
+    v_policies nq_policies[];
+    v_recipients nq_recipients[];
+    v_stopped integer := 0;
+    v_kube_ids uuid[] := '{}';
+    v_kube_new text[] := '{}';
+    fin record;
+BEGIN
+    -- ESCALATION GUARD (docs/escalation.md): read after step 1's lock, as the plain statement
+    -- reads it; a step whose escalation is acknowledged is not handed out but cancelled.
+    SELECT COALESCE(array_agg(n.id) FILTER (
+               WHERE n.escalation_id IS NOT NULL
+                 AND EXISTS (SELECT 1 FROM nq_escalations e
+                             WHERE e.bucket = p_bucket AND e.id = n.escalation_id
+                               AND e.acknowledged_at IS NOT NULL)), '{}'),
+           COALESCE(array_agg(DISTINCT n.recipient_id) FILTER (WHERE n.recipient_id IS NOT NULL),
+                    '{}'),
+           ARRAY(SELECT DISTINCT x.recipient
+                 FROM unnest(array_agg(n.recipient)) AS x(recipient)
+                 WHERE NOT EXISTS (SELECT 1 FROM nq_rate_windows w
+                                   WHERE w.bucket = p_bucket AND w.recipient = x.recipient)
+                 ORDER BY x.recipient)
+    INTO v_acknowledged, v_recipient_ids, v_new_windows
+    FROM nq_jobs n
+    WHERE n.bucket = p_bucket AND n.id = ANY(p_ids);
+    -- An empty window for each recipient that has none yet (the statement below updates windows
+    -- in place), in recipient order as every writer of windows; an unused one is pruned later.
+    FOREACH v_recipient IN ARRAY v_new_windows LOOP
+        INSERT INTO nq_rate_windows (bucket, recipient, ids, taken, last_taken_at)
+        VALUES (p_bucket, v_recipient, '{}', '{}', now())
+        ON CONFLICT (bucket, recipient) DO NOTHING;
+    END LOOP;
+    -- The reference tables the statement joins, read first (a statement of a force-delegated
+    -- function may name only tables of the bucket's co-location group beside the bucket): the
+    -- policies (a handful of rows) and the batch's stored recipients, each as an array of rows
+    -- that the statement unnests where the plain one joins the table.
+    v_policies := ARRAY(SELECT p FROM nq_policies p);
+    v_recipients := ARRAY(SELECT r FROM nq_recipients r WHERE r.id = ANY(v_recipient_ids));
+    IF cardinality(v_acknowledged) > 0 THEN
+        FOR fin IN SELECT * FROM nq_finish_bucket(
+                p_bucket, v_acknowledged,
+                array_fill('CANCELLED'::text, ARRAY[cardinality(v_acknowledged)]),
+                array_fill('acknowledged'::text, ARRAY[cardinality(v_acknowledged)]),
+                NULL, NULL, NULL, NULL, p_webhook_url) LOOP
+            v_stopped := v_stopped + 1;
+            IF fin.source = 'kubernetes' THEN
+                v_kube_ids := v_kube_ids || fin.id;
+                v_kube_new := v_kube_new || fin.status;
+            END IF;
+        END LOOP;
+        p_ids := ARRAY(SELECT x FROM unnest(p_ids) AS x WHERE x <> ALL(v_acknowledged));
+    END IF;
+    RETURN QUERY
+    WITH batch_all AS (
+        SELECT n.id, n.bucket, n.recipient, n.priority, n.next_attempt_at, n.created_at, n.source,
+               n.attempt_count, n.digest_id,
+               COALESCE(p.rate_limit, p_rate_limit) AS rate_limit,
+               make_interval(secs => COALESCE(p.rate_window_seconds, p_rate_window_seconds)) AS win,
+               -- Policies fail closed (migration 0006): a row whose NotificationPolicy exists but is
+               -- not Ready is held, never sent under the defaults. No policy row: the defaults.
+               COALESCE(NOT p.ready, false) AS held,
+               n.id = ANY(p_quiet_ids) AS quiet,
+               -- ESCALATION GUARD (docs/escalation.md): a step whose escalation is acknowledged is
+               -- not handed out but cancelled (`stopped`). Read from this statement's snapshot, never
+               -- locked: an acknowledgement committed before it started is seen; one not yet
+               -- committed waits for these rows (it locks the escalation, then its steps), so the
+               -- step goes out only if it was due before that acknowledgement commits.
+               CASE WHEN n.escalation_id IS NULL THEN false
+                    ELSE EXISTS (SELECT 1 FROM nq_escalations e
+                                 WHERE e.bucket = p_bucket AND e.id = n.escalation_id
+                                   AND e.acknowledged_at IS NOT NULL) END AS acknowledged,
+               n.provider AS sticky_provider,
+               COALESCE(
+                   (SELECT u.name FROM unnest(p.providers) WITH ORDINALITY AS u(name, position)
+                    WHERE u.name = ANY(p_known_providers) ORDER BY u.position LIMIT 1),
+                   (SELECT c.head FROM unnest(p_chain_channels, p_chain_heads)
+                        AS c(channel, head)
+                    WHERE c.channel = n.channel)) AS chain_head
+        FROM nq_jobs n
+        LEFT JOIN unnest(v_policies) p ON p.name = n.policy
+        WHERE n.bucket = p_bucket AND n.id = ANY(p_ids)
+    ), digest_locked AS (
+        -- [digests] docs/digests.md. The digests of the batch's items, through their primary key (a
+        -- batch without digest items reads nothing), SKIP LOCKED: a create joining a digest or a
+        -- cancel leaving it holds it for a moment, and its item is looked at again in a second.
+        -- Never a wait here, so this side needs no lock order between items and digests. An item
+        -- whose carrier has left the queue without sending it (its lease lost on the last attempt)
+        -- takes over: `orphaned`.
+        SELECT d.bucket, d.id, d.carrier_id,
+               NOT EXISTS (SELECT 1 FROM nq_jobs j
+                           WHERE j.bucket = p_bucket AND j.bucket = d.bucket AND j.id = d.carrier_id) AS orphaned
+        FROM nq_digests d
+        -- Locked by nq_claim_lock_bucket in this transaction (a FOR UPDATE CTE is what the
+        -- plain claim uses; Citus returns its rows to later CTEs in the wrong format).
+        WHERE d.bucket = p_bucket AND d.id = ANY(p_digest_ids)
+    ), digest_roles AS (
+    {{_claim_digest_roles}}
+    ), windows AS (
+        -- Per recipient and window length (a policy may set its own): the entries in the window.
+        SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
+               COALESCE(w.taken, '{}') AS taken,
+               (SELECT count(*) FROM unnest(w.taken) AS t WHERE t > now() - r.win) AS used
+        FROM (SELECT DISTINCT bucket, recipient, win FROM batch) r
+        LEFT JOIN LATERAL (
+            SELECT ids, taken FROM nq_rate_windows w
+            WHERE w.bucket = p_bucket AND w.recipient = r.recipient
+            FOR UPDATE
+        ) w ON true
+    ), decided AS (
+        SELECT b.id, b.bucket, b.recipient, b.win, w.used, w.taken, b.rate_limit, b.held, b.quiet,
+               b.acknowledged, b.source, b.attempt_count, b.sticky_provider, b.chain_head,
+               -- A row whose lease was recovered after a crash still holds the place its lost
+               -- attempt took. That place stands for the one delivery its key can make (the re-check
+               -- goes out with the same idempotency key), so the row is admitted on it (renewing it)
+               -- and does not compete for another: it must not wait a whole window behind itself.
+               EXISTS (SELECT 1 FROM unnest(w.ids, w.taken) AS e(id, t)
+                       WHERE e.id = b.id AND e.t > now() - b.win) AS holds_slot
+        FROM batch b JOIN windows w USING (bucket, recipient, win)
+    ), ranked AS (
+        SELECT d.*,
+               -- Held and quiet rows rank apart, so they never take a place from a sendable row.
+               row_number() OVER (PARTITION BY d.bucket, d.recipient, d.holds_slot, d.held, d.quiet,
+                                               d.acknowledged
+                                  ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank
+        FROM decided d JOIN batch b USING (id)
+    ), admitted AS (
+        UPDATE nq_jobs n
+        SET status = 'PROCESSING',
+            attempt_count = n.attempt_count + 1,
+            claim_token = p_claim_token,
+            lease_expires_at = now() + make_interval(secs => p_lease_seconds),
+            provider = COALESCE(n.provider, r.chain_head),
+            waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
+            updated_at = now()
+        FROM ranked r
+        -- These rows are locked by step 1 of this transaction, so they are still PENDING. Found
+        -- through the primary key, then matched to their decision (as `deferred` below).
+        WHERE n.bucket = p_bucket AND n.id = ANY(ARRAY(SELECT id FROM ranked
+                               WHERE NOT held AND NOT acknowledged
+                                 AND (quiet OR holds_slot OR rank <= rate_limit - used)))
+          AND n.id = r.id
+        RETURNING n.id, n.bucket, n.channel, n.recipient, n.subject, n.body, n.metadata,
+                  n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
+                  n.created_at, n.category, n.expires_at, n.recipient_id, n.source,
+                  n.provider AS bound_provider, r.sticky_provider, r.quiet, n.send_at,
+                  n.traceparent, n.digest_id
+    ), waiting AS (
+        -- The place a waiting row waits for is the (used - limit + rank)-th oldest entry in the
+        -- window; when that one is not taken yet (a burst within one batch), a full window from now.
+        SELECT r.id,
+               COALESCE((SELECT t FROM unnest(r.taken) AS t
+                         WHERE t > now() - r.win
+                         ORDER BY t
+                         OFFSET GREATEST(r.used - r.rate_limit + r.rank - 1, 0) LIMIT 1),
+                        now()) + r.win AS frees_at,
+               r.rate_limit, r.win
+        FROM ranked r
+        WHERE NOT r.held AND NOT r.quiet AND NOT r.holds_slot AND NOT r.acknowledged
+          AND r.rank > r.rate_limit - r.used
+    ), held_back AS (
+        -- Held by a policy that is not Ready: look again in 30 s, no attempt used, nothing returned
+        -- (not a rate-limit deferral). Moving it out of the claim index's head keeps claims cheap
+        -- and the worker from waking for it; the operator shows it as Reconciling/PolicyNotReady.
+        UPDATE nq_jobs n
+        SET next_attempt_at = now() + interval '30 seconds',
+            waiting_reason = 'PolicyNotReady', waiting_until = now() + interval '30 seconds',
+            waiting_detail = 'policy ' || n.policy || ' is not Ready; looked at again every 30 s',
+            updated_at = now()
+        WHERE n.bucket = p_bucket
+          AND n.id = ANY(ARRAY(SELECT id FROM ranked WHERE held AND NOT acknowledged))
+        RETURNING n.id, n.source
+    ), deferred AS (
+        UPDATE nq_jobs n
+        SET next_attempt_at = w.frees_at, updated_at = now(),
+            waiting_reason = 'RecipientRateLimit', waiting_until = w.frees_at,
+            -- ::text: `text || integer` is a STABLE operator, which Citus refuses on a column
+            -- in an UPDATE (and then plans the statement in parts); the cast is immutable.
+            waiting_detail = 'recipient reached ' || w.rate_limit::text || ' per '
+                             || extract(epoch FROM w.win)::bigint::text || ' s'
+        FROM waiting w
+        WHERE n.bucket = p_bucket AND n.id = ANY(ARRAY(SELECT id FROM waiting)) AND n.id = w.id
+        RETURNING n.id, n.channel, n.source
+    ), windowed AS (
+        -- Admitted rows that send take their place (a row holding its place renews it); entries no
+        -- window in use counts any more are dropped on the way. An UPDATE, not the plain claim's
+        -- upsert: Citus plans an INSERT inside a CTE in parts, which a delegated function cannot
+        -- run; the batch's recipients without a window got an empty one first (above).
+        UPDATE nq_rate_windows w
+        SET ids = m.ids, taken = m.taken, last_taken_at = now()
+        FROM (SELECT bucket, recipient, array_agg(id) AS ids FROM admitted WHERE NOT quiet
+              GROUP BY bucket, recipient) a
+        CROSS JOIN LATERAL (
+            SELECT array_agg(e.id ORDER BY e.t, e.id) AS ids, array_agg(e.t ORDER BY e.t, e.id) AS taken
+            FROM (SELECT o.id, o.t
+                  FROM (SELECT v.ids, v.taken FROM windows v
+                        WHERE v.bucket = a.bucket AND v.recipient = a.recipient LIMIT 1) v,
+                       unnest(v.ids, v.taken) AS o(id, t)
+                  WHERE o.t > now() - make_interval(secs => (
+                          SELECT GREATEST(p_rate_window_seconds, COALESCE(max(rate_window_seconds), 0))
+                          FROM unnest(v_policies)))
+                    AND o.id <> ALL(a.ids)
+                  UNION ALL
+                  SELECT x.id, now() FROM unnest(a.ids) AS x(id)) e) m
+        WHERE w.bucket = p_bucket AND w.recipient = a.recipient
+    ), digest_closed AS (
+        -- [digests] A claimed carrier closes its digest: a create from now on opens a new one, and
+        -- what the carrier sends is every item that joined before, read after this commits (a
+        -- joining create held the digest until its commit, so none is missing). An item taking over
+        -- an orphaned digest closes it again: retention counts from the last close.
+        UPDATE nq_digests d
+        SET state = 'closed', closed_at = now(), carrier_id = r.id
+        FROM digest_roles r
+        WHERE d.bucket = p_bucket
+          AND d.id = ANY(ARRAY(SELECT digest_id FROM digest_roles WHERE role = 'carrier'))
+          AND d.bucket = r.bucket AND d.id = r.digest_id AND r.role = 'carrier'
+        RETURNING d.id
+    ), digest_parked AS (
+        -- [digests] Parked a day (the carrier's result ends it before), or a second when busy.
+        UPDATE nq_jobs n
+        -- now() outside CASE, and CASE in its searched form: Citus refuses a non-immutable function
+        -- inside CASE or COALESCE in a distributed UPDATE, and misplans `CASE x WHEN` (citus.sql).
+        SET next_attempt_at = now() + CASE WHEN r.role = 'busy' THEN interval '1 second'
+                                           ELSE interval '1 day' END,
+            waiting_reason = 'DigestWindow',
+            waiting_until = now() + CASE WHEN r.role = 'busy' THEN interval '1 second' END,
+            waiting_detail = CASE WHEN r.role = 'busy' THEN 'its digest is being joined or left'
+                                  ELSE 'sent with its digest' END,
+            updated_at = now()
+        FROM digest_roles r
+        WHERE n.bucket = p_bucket AND n.id = ANY(ARRAY(SELECT id FROM digest_roles WHERE role <> 'carrier'))
+          AND n.id = r.id
+        RETURNING n.id, n.source
+    ), kube AS (
+        -- Kubernetes rows only: their status writes, by the caller on the coordinator (the
+        -- counters do not change: nothing finished).
+        SELECT array_agg(c.id) AS ids, array_agg(c.new_status) AS new_statuses
+        FROM (SELECT id, source, 'PROCESSING' AS new_status FROM admitted
+              UNION ALL SELECT id, source, 'PENDING' FROM held_back
+              UNION ALL SELECT id, source, 'PENDING' FROM deferred
+              UNION ALL SELECT id, source, 'PENDING' FROM digest_parked) c
+        WHERE c.source = 'kubernetes'
+    )
+    -- Admitted rows in claim order, so the worker starts the most urgent deliveries first; each
+    -- carries the channels the claim deferred (the same on every row; one row of NULLs and the
+    -- channels when nothing was admitted). the Kubernetes rows' changes
+    -- (the caller's outbox), with the acknowledged steps' from before the statement.
+    SELECT f.deferred_channels, v_stopped,
+           v_kube_ids || COALESCE(f.kube_ids, '{}'),
+           array_fill('PENDING'::text, ARRAY[cardinality(v_kube_ids)])
+               || array_fill('PENDING'::text, ARRAY[COALESCE(cardinality(f.kube_ids), 0)]),
+           v_kube_new || COALESCE(f.kube_new, '{}'), a.*
+    FROM (SELECT ARRAY(SELECT channel FROM deferred) AS deferred_channels,
+                 (SELECT k.ids FROM kube k) AS kube_ids,
+                 (SELECT k.new_statuses FROM kube k) AS kube_new) f
+    LEFT JOIN (
+        SELECT a.id, a.channel, a.recipient, a.subject, a.body, a.metadata, a.attempt_count,
+               a.max_attempts, a.priority,
+               COALESCE(p.backoff_base_seconds, p_backoff_base_seconds) AS backoff_base_seconds,
+               COALESCE(p.backoff_max_seconds, p_backoff_max_seconds) AS backoff_max_seconds,
+               p.failover, p.providers, a.category, a.expires_at, a.recipient_id,
+               -- A user-targeted notification carries its recipient's preferences as of this claim,
+               -- read in this transaction (a primary-key lookup), so the send-time check (services/
+               -- preferences.py) never works from a stale copy. A deleted recipient reads as absent.
+               r.id IS NOT NULL AS recipient_exists, r.timezone, r.opt_out_all, r.opt_out_channels,
+               r.opt_out_categories, r.quiet_start, r.quiet_end, a.bound_provider, a.sticky_provider,
+               a.next_attempt_at, a.created_at, a.send_at, a.traceparent,
+               a.digest_id, a.bucket AS digest_bucket  -- [digests]
+        FROM admitted a LEFT JOIN unnest(v_policies) p ON p.name = a.policy
+        LEFT JOIN unnest(v_recipients) r ON r.id = a.recipient_id
+    ) a ON true
+    ORDER BY a.priority, a.next_attempt_at, a.created_at;
+END $fn$;
+
+-- recover_expired_leases (delivery.sql) within one bucket, delegated to its node: the leases that
+-- ran out locked (SKIP LOCKED, oldest first); those on their last attempt DEAD_LETTERED through
+-- nq_finish_bucket, the others PENDING again, due now. Returns the counts and the Kubernetes
+-- rows' changes for the caller's outbox.
+CREATE OR REPLACE FUNCTION nq_recover_expired_leases_bucket(
+    p_bucket smallint, p_limit integer, p_default_webhook_url text,
+    OUT recovered bigint, OUT dead_lettered bigint, OUT kube_ids uuid[],
+    OUT kube_old_statuses text[], OUT kube_new_statuses text[])
+LANGUAGE plpgsql VOLATILE AS $$
+#variable_conflict use_column
+DECLARE
+    v_dead uuid[];
+    v_dead_errors text[];
+    v_live uuid[];
+    f record;
+    t record;
+BEGIN
+    recovered := 0; dead_lettered := 0;
+    kube_ids := '{}'; kube_old_statuses := '{}'; kube_new_statuses := '{}';
+    WITH expired AS (
+        SELECT j.id, j.attempt_count, j.max_attempts FROM nq_jobs j
+        WHERE j.bucket = p_bucket AND j.status = 'PROCESSING' AND j.lease_expires_at < now()
+        ORDER BY j.lease_expires_at
+        LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    )
+    SELECT ARRAY(SELECT e.id FROM expired e WHERE e.attempt_count > e.max_attempts ORDER BY e.id),
+           ARRAY(SELECT 'lease expired during attempt ' || e.attempt_count::text || ' (worker lost)'
+                 FROM expired e WHERE e.attempt_count > e.max_attempts ORDER BY e.id),
+           ARRAY(SELECT e.id FROM expired e WHERE e.attempt_count <= e.max_attempts)
+    INTO v_dead, v_dead_errors, v_live;
+    IF cardinality(v_dead) > 0 THEN
+        FOR f IN SELECT * FROM nq_finish_bucket(
+                p_bucket, v_dead, array_fill('DEAD_LETTERED'::text, ARRAY[cardinality(v_dead)]),
+                v_dead_errors, NULL, NULL, NULL, NULL, p_default_webhook_url) LOOP
+            dead_lettered := dead_lettered + 1;
+            IF f.source = 'kubernetes' THEN
+                kube_ids := kube_ids || f.id;
+                kube_old_statuses := kube_old_statuses || f.old_status;
+                kube_new_statuses := kube_new_statuses || f.status;
+            END IF;
+        END LOOP;
+    END IF;
+    IF cardinality(v_live) > 0 THEN
+        FOR t IN
+            UPDATE nq_jobs n
+            SET status = 'PENDING',
+                -- ::text: `text || integer` is STABLE, refused on a column in a Citus UPDATE.
+                last_error = 'lease expired during attempt ' || n.attempt_count::text
+                             || ' (worker lost)',
+                next_attempt_at = now(),
+                claim_token = NULL,
+                lease_expires_at = NULL,
+                -- Due now (see release_claims).
+                waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
+                updated_at = now()
+            WHERE n.bucket = p_bucket AND n.id = ANY(v_live)
+            RETURNING n.id, n.source
+        LOOP
+            recovered := recovered + 1;
+            IF t.source = 'kubernetes' THEN
+                kube_ids := kube_ids || t.id;
+                kube_old_statuses := kube_old_statuses || 'PROCESSING'::text;
+                kube_new_statuses := kube_new_statuses || 'PENDING'::text;
+            END IF;
+        END LOOP;
+    END IF;
+    -- As recover_expired_leases: `recovered` counts the dead-lettered too.
+    recovered := recovered + dead_lettered;
+END $$;
+
+-- Distributed by bucket, co-located with the queue, forced into the caller's transaction (the
+-- claim's steps and a completion run in one; nq_finish_bucket is also called by the others on
+-- their node, under the same bucket): only when not distributed yet, so a second
+-- `migrate` changes nothing (CREATE OR REPLACE above propagates a changed body to every node).
+DO $distribute$
+DECLARE
+    f text;
+BEGIN
+    FOREACH f IN ARRAY ARRAY[
+        'nq_finish_bucket(smallint, uuid[], text[], text[], integer[], text[], text[], jsonb[], text)',
+        'nq_complete_bucket(smallint, uuid[], uuid[], text[], float8[], text[], text[], text[], jsonb, boolean[], timestamptz[], boolean[], text[], text[], text[], text)',
+        'nq_claim_lock_bucket(smallint, smallint[], text[], integer)',
+        'nq_claim_admit_bucket(smallint, uuid[], uuid, integer, float8, float8, float8, float8, text[], text[], text[], uuid[], uuid[], text)',
+        'nq_recover_expired_leases_bucket(smallint, integer, text)'
+    ] LOOP
+        IF NOT EXISTS (SELECT FROM pg_dist_object
+                       WHERE classid = 'pg_proc'::regclass AND objid = f::regprocedure
+                         AND distribution_argument_index IS NOT NULL) THEN
+            PERFORM create_distributed_function(f::regprocedure, distribution_arg_name => 'p_bucket',
+                                                colocate_with => 'nq_jobs',
+                                                force_delegation => true);
+        END IF;
+    END LOOP;
+END
+$distribute$;
