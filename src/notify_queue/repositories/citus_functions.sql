@@ -15,10 +15,11 @@
 --   counters: `shard = p_bucket`; nq_counters is co-located with nq_jobs, citus_layout.sql):
 --   a force-delegated function may touch only the co-located shards of its argument's value
 --   ("queries must filter by the distribution argument ...").
--- - No INSERT inside a CTE (Citus plans it through intermediate results): a move is an
---   INSERT ... SELECT from the co-located queue row, then the DELETE, as statements of their
---   own; webhook event ids come from gen_random_uuid() in PL/pgSQL first (no volatile function
---   in a pushed-down INSERT ... SELECT).
+-- - No INSERT inside a CTE (Citus plans it through intermediate results) and no INSERT ...
+--   SELECT (it carries no distribution value for the force-delegation check): a move reads the
+--   locked queue rows, inserts each log row and webhook event by INSERT ... VALUES, then
+--   DELETEs, as statements of their own; webhook event ids come from gen_random_uuid() in
+--   PL/pgSQL.
 -- - Nothing the coordinator owns: the status outbox and the Kubernetes links (coordinator
 --   tables), its NOTIFY (a NOTIFY on a worker node reaches no LISTEN on the coordinator), the
 --   reference tables' writes (a write on every node) and the providers' tables. The functions
