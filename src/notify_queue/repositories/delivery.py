@@ -24,7 +24,7 @@ from notify_queue.models import (
 )
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import EngineRepository
-from notify_queue.repositories.notifications import citus_finish, citus_status_outbox_queue
+from notify_queue.repositories.notifications import citus_finish, citus_queue_returned_changes
 
 WAKEUP_CHANNEL = "nq_wakeup"
 
@@ -224,13 +224,7 @@ class DeliveryRepository:
             # first locked the candidates' digests too (SKIP LOCKED), which the second reads.
             admit_params["digest_ids"] = locked["digest_ids"]
             rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
-            if rows and rows[0]["kube_ids"]:
-                await citus_status_outbox_queue(
-                    conn,
-                    rows[0]["kube_ids"],
-                    rows[0]["kube_old_statuses"],
-                    rows[0]["kube_new_statuses"],
-                )
+            await citus_queue_returned_changes(conn, rows[0] if rows else None)
         else:
             # Prepared at its first run on this connection, not its fifth (docs/performance.md,
             # "The drain's CPU, step by step": a worker's pool hands its connections out in turn,
@@ -336,10 +330,7 @@ class DeliveryRepository:
         row = await conn.fetch_one("complete_deliveries_bucket", {**params, "bucket": bucket})
         if row is None:
             return set()
-        if row["kube_ids"]:
-            await citus_status_outbox_queue(
-                conn, row["kube_ids"], row["kube_old_statuses"], row["kube_new_statuses"]
-            )
+        await citus_queue_returned_changes(conn, row)
         if row["gone_recipient_ids"]:
             await conn.execute(
                 "citus_push_tokens_gone",
@@ -401,13 +392,7 @@ class DeliveryRepository:
                     row = await conn.fetch_one(
                         "recover_expired_leases_bucket", {**params, "bucket": part["bucket"]}
                     )
-                    if row and row["kube_ids"]:
-                        await citus_status_outbox_queue(
-                            conn,
-                            row["kube_ids"],
-                            row["kube_old_statuses"],
-                            row["kube_new_statuses"],
-                        )
+                    await citus_queue_returned_changes(conn, row)
                 if row:
                     recovered += int(row["recovered"])
                     dead += int(row["dead_lettered"])

@@ -345,6 +345,15 @@ async def citus_status_outbox_queue(
     )
 
 
+async def citus_queue_returned_changes(conn: Connection, row: Row | None) -> None:
+    """The Kubernetes rows' changes a delegated function returned (`kube_ids`,
+    `kube_old_statuses`, `kube_new_statuses`), queued by citus_status_outbox_queue."""
+    if row is not None and row["kube_ids"]:
+        await citus_status_outbox_queue(
+            conn, row["kube_ids"], row["kube_old_statuses"], row["kube_new_statuses"]
+        )
+
+
 async def _insert(
     conn: Connection, params: dict[str, object], *, born_final: bool, digests: bool = False
 ) -> list[Notification]:
