@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -238,3 +240,77 @@ async def test_creates_spread_over_both_workers_and_claims_route_per_bucket(
         assert conn.execute(
             "SELECT sum(n) FROM nq_counters WHERE name = 'notifications:SENT'"
         ).fetchone() == (40,)
+
+
+async def test_a_claim_takes_every_urgent_row_and_fills_up_from_few_buckets(
+    citus_database: str, tmp_path: Path
+) -> None:
+    """Strict priority, concentrated fairness (docs/scaling.md "Citus: the claim"): HIGH rows
+    in 8 buckets, a NORMAL backlog alternating over 2 other buckets. A claim of 20 takes all 8
+    HIGH rows, then its 12 NORMAL rows from the bucket of the oldest NORMAL row alone; the next
+    claim starts from the other bucket, whose oldest row is then the oldest."""
+    migrate(citus_database)
+    with psycopg.connect(citus_database) as conn:
+        candidates = [f"r-{i}@example.com" for i in range(2000)]
+        bucket_of = dict(
+            conn.execute(
+                "SELECT r, nq_bucket(r) FROM unnest(%s::text[]) r", [candidates]
+            ).fetchall()
+        )
+    by_bucket: dict[int, list[str]] = {}
+    for recipient, bucket in bucket_of.items():
+        by_bucket.setdefault(bucket, []).append(recipient)
+    full = sorted(b for b, rs in by_bucket.items() if len(rs) >= 18)
+    a, b, high_buckets = full[0], full[1], full[2:10]
+    assert len(high_buckets) == 8
+    # NORMAL rows alternate between buckets a and b, oldest first; the HIGH rows are the newest.
+    # Bucket a has 6 more, newer than all of b's.
+    normal = [r for pair in zip(by_bucket[a][:12], by_bucket[b][:12], strict=True) for r in pair]
+    normal += by_bucket[a][12:18]
+    high = [by_bucket[x][0] for x in high_buckets]
+    headers = {"Authorization": "Bearer t"}
+    async with running_api(citus_database, tmp_path / "api.log", "--api-token", "t") as base:
+        async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as http:
+            batch = await http.post(
+                "/notifications/batch",
+                json={
+                    "notifications": [
+                        {
+                            "channel": "email",
+                            "recipient": r,
+                            "body": "hello",
+                            "idempotencyKey": f"k-{r}",
+                            "priority": "NORMAL" if r in normal else "HIGH",
+                        }
+                        for r in normal + high
+                    ]
+                },
+            )
+            assert [r["status"] for r in batch.json()["results"]] == [201] * 38, batch.text
+    with psycopg.connect(citus_database, autocommit=True) as conn:
+        # Due times one second apart in that order (one batch shares its transaction's now()).
+        for i, r in enumerate(normal + high):
+            conn.execute(
+                "UPDATE nq_jobs SET next_attempt_at = %s::timestamptz - %s * interval '1 second'"
+                " WHERE bucket = %s AND recipient = %s",
+                [datetime.now(UTC), 100 - i, bucket_of[r], r],
+            )
+
+    async with Database(citus_database, pool_size=2) as db:
+        repository = DeliveryRepository(db, defaults())
+        first = await repository.notifications_claim(
+            priorities=list(Priority), channels=list(Channel), limit=20
+        )
+        claimed = first.claimed
+        assert sorted(c.recipient for c in claimed if c.priority is Priority.HIGH) == sorted(high)
+        normal_buckets = Counter(
+            bucket_of[c.recipient] for c in claimed if c.priority is Priority.NORMAL
+        )
+        # Per-look sizes would have taken 6 from each; the oldest NORMAL row's bucket gives all 12.
+        assert normal_buckets == {a: 12}
+        # No bucket starves: the next claim starts from bucket b, whose oldest row is now oldest
+        # (a still has 6, newer).
+        second = await repository.notifications_claim(
+            priorities=list(Priority), channels=list(Channel), limit=12
+        )
+        assert Counter(bucket_of[c.recipient] for c in second.claimed) == {b: 12}

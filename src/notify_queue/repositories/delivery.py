@@ -138,8 +138,8 @@ class DeliveryRepository:
                     quiet_hours,
                     chain_heads,
                 )
-        # Citus: the buckets of the most urgent due rows, without locks, then one router claim
-        # per bucket in that order, each in its own transaction, until the batch is full.
+        # Citus: a lock-free look at the most urgent due rows, then one router claim per bucket
+        # in the order and with the sizes of _bucket_visits, each in its own transaction.
         async with self._db.connection() as conn:
             due = await conn.fetch_all("claim_due_buckets", lock_params)
             if due:
@@ -147,14 +147,24 @@ class DeliveryRepository:
                 # move runs on a worker node, where no partition can be created (DDL).
                 await conn.fetch_one("notification_log_ready")
         batch = ClaimedBatch([], [], [])
-        for row in due:
+        visits = _bucket_visits(due)
+        for i, visit in enumerate(visits):
             left = limit - len(batch.claimed) - len(batch.screened or [])
-            if left <= 0:
-                break
-            # As many rows as the bucket has among the most urgent: HIGH rows of the next bucket
-            # come before this bucket's NORMAL ones.
-            take = min(left, int(row["n"]))
-            params = {**lock_params, "limit": take, "bucket": row["bucket"]}
+            if visit.last:
+                # Room for the more urgent rows of the buckets still to visit is kept back; the
+                # rest of the batch is this bucket's: its urgent rows, then its oldest P* rows.
+                take = left - sum(v.urgent for v in visits[i + 1 :])
+            else:
+                take = min(left, visit.urgent)
+            priorities = [p for p in lock_params["priorities"] if visit.allows(p)]
+            if take <= 0 or not priorities:
+                continue
+            params = {
+                **lock_params,
+                "priorities": priorities,
+                "limit": take,
+                "bucket": visit.bucket,
+            }
             try:
                 async with self._db.transaction() as conn:
                     part = await self._claim_in(
@@ -465,6 +475,44 @@ class DeliveryRepository:
         self, stop: asyncio.Event, *, on_state: Callable[[bool], None] | None = None
     ) -> AsyncIterator[str]:
         return self._db.listen(WAKEUP_CHANNEL, stop, on_state=on_state)
+
+
+@dataclass(frozen=True, slots=True)
+class _BucketVisit:
+    """One bucket's router claim within a Citus claim (docs/scaling.md "Citus: the claim")."""
+
+    bucket: int
+    # Rows of the look more urgent than its least urgent priority P*: all claimed in this batch.
+    urgent: int
+    # P* itself (a rank: higher is less urgent).
+    last_priority: int
+    # Whether the bucket had P* rows in the look: then it may fill the batch's room with them.
+    last: bool
+
+    def allows(self, rank: int) -> bool:
+        """The priorities its lock statement may take: up to P* when it fills room with P*
+        rows, only the more urgent ones otherwise (so no P* row jumps the fairness order)."""
+        return rank <= self.last_priority if self.last else rank < self.last_priority
+
+
+def _bucket_visits(due: Sequence[dict[str, Any]]) -> list[_BucketVisit]:
+    """The order of a Citus claim's buckets from the look (`claim_due_buckets`): first the
+    buckets that have only rows more urgent than P*, most urgent first; then those with P*
+    rows, the one whose oldest P* row is oldest first, each filling what the batch has left
+    after the urgent rows of the buckets still to visit (notifications_claim)."""
+    urgent_only = sorted(
+        (r for r in due if r["last_due"] is None),
+        key=lambda r: (r["priority"], r["due"], r["bucket"]),
+    )
+    with_last = sorted(
+        (r for r in due if r["last_due"] is not None), key=lambda r: (r["last_due"], r["bucket"])
+    )
+    return [
+        _BucketVisit(
+            int(r["bucket"]), int(r["urgent"]), int(r["last_priority"]), r["last_due"] is not None
+        )
+        for r in urgent_only + with_last
+    ]
 
 
 def _quiet_held(locked: dict[str, Any], quiet_hours: QuietHours | None) -> set[uuid.UUID]:

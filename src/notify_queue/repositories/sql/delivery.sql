@@ -311,24 +311,31 @@ LEFT JOIN (
 ORDER BY a.priority, a.next_attempt_at, a.created_at
 
 -- name: claim_due_buckets
--- Citus only (docs/scaling.md "The claim"): FOR UPDATE SKIP LOCKED runs only in a query that
--- names one bucket (one shard), so a claim first looks, without locks, at the most urgent due
--- rows across every shard (Citus pushes the ORDER BY ... LIMIT down to each shard, one probe of
--- each shard's claim index, and merges), and answers their buckets in urgency order: the bucket
--- of the most urgent row first, with how many of those rows each holds. The worker then claims
--- that many rows bucket by bucket
--- (claim_lock_candidates_bucket, claim_admit_candidates_bucket in citus.sql: functions delegated
--- to the bucket's node) until its batch is full. The
+-- Citus only (docs/scaling.md "Citus: the claim"): FOR UPDATE SKIP LOCKED runs only in a query
+-- that names one bucket (one shard), so a claim first looks, without locks, at the %(limit)s most
+-- urgent due rows across every shard (Citus pushes the ORDER BY ... LIMIT down to each shard, one
+-- probe of each shard's claim index, and merges). Of those rows, `last_priority` is the least
+-- urgent priority among them (P*: every due row more urgent than it is among them); per bucket,
+-- `urgent` counts its rows more urgent than P*, `last_due` is its oldest P* row's due time (NULL:
+-- none among them), `priority` and `due` its most urgent row's. The worker then claims bucket by
+-- bucket (claim_lock_candidates_bucket, claim_admit_candidates_bucket in citus.sql: functions
+-- delegated to the bucket's node) in the order and with the sizes of
+-- DeliveryRepository.notifications_claim: every urgent row, and the batch's remaining room filled
+-- with P* rows from as few buckets as possible, the bucket of the oldest P* row first. The
 -- filters are claim_lock_candidates'. On plain PostgreSQL the one-statement claim is kept (no
 -- extra round trip per bucket).
-SELECT bucket, count(*) AS n, min(priority) AS priority, min(next_attempt_at) AS due
-FROM (SELECT bucket, priority, next_attempt_at FROM nq_jobs
-      WHERE status = 'PENDING' AND priority = ANY(%(priorities)b::smallint[])
-        AND next_attempt_at <= now() AND channel = ANY(%(channels)b::text[])
-        AND (expires_at IS NULL OR expires_at > now())
-      ORDER BY priority, next_attempt_at LIMIT %(limit)s) d
+SELECT bucket, max(top) AS last_priority,
+       count(*) FILTER (WHERE priority < top) AS urgent,
+       min(next_attempt_at) FILTER (WHERE priority = top) AS last_due,
+       min(priority) AS priority, min(next_attempt_at) AS due
+FROM (SELECT bucket, priority, next_attempt_at, max(priority) OVER () AS top
+      FROM (SELECT bucket, priority, next_attempt_at FROM nq_jobs
+            WHERE status = 'PENDING' AND priority = ANY(%(priorities)b::smallint[])
+              AND next_attempt_at <= now() AND channel = ANY(%(channels)b::text[])
+              AND (expires_at IS NULL OR expires_at > now())
+            ORDER BY priority, next_attempt_at LIMIT %(limit)s) d) d
 GROUP BY bucket
-ORDER BY min(priority), min(next_attempt_at)
+ORDER BY bucket
 
 -- name: complete_deliveries
 -- Record a batch of results in one statement. A result is accepted only from the holder of the
