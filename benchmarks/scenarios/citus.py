@@ -55,6 +55,13 @@ from benchmarks.scenarios.ingest import start_api
 
 IDLE_SECONDS = 10.0
 TOP_STATEMENTS = 8
+# The drain's functions delegated to a worker node (citus_functions.sql): their calls there, the
+# rows pg_stat_statements counted for them, and the rows each call served (docs/scaling.md "Fewer
+# calls"). Matched on the top-level statements of the worker nodes (the call as the coordinator
+# sent it); a claim's rows are its admission's (one row per claimed notification), a completion's
+# are the log rows its moves inserted (one INSERT ... VALUES per row, nested).
+DELEGATED = ("nq_claim_lock_bucket", "nq_claim_admit_bucket", "nq_complete_bucket")
+LOG_INSERT = "INSERT INTO nq_delivery_log"
 SENT_COUNT = "SELECT coalesce(sum(n), 0)::bigint FROM nq_counters WHERE name = 'notifications:SENT'"
 
 
@@ -193,6 +200,7 @@ def _leg(ctx: Context, cluster: CitusCluster, name: str, url: str, n: int) -> di
         drain_seconds = time.monotonic() - started
         p3 = _point(cluster)
         statements = {node.name: _top_statements(node, str(database)) for node in nodes}
+        delegated = _delegated_calls(cluster, str(database)) if name == "citus" else None
     finally:
         stop_all(procs)
         bar.close()
@@ -205,6 +213,8 @@ def _leg(ctx: Context, cluster: CitusCluster, name: str, url: str, n: int) -> di
         "drain_notifications_per_second": round(n / drain_seconds, 1),
         "drain_statements": statements,
     }
+    if delegated is not None:
+        metrics["delegated_calls"] = delegated
     ingest, drain = metrics["ingest"], metrics["drain"]
     metrics["cpu_us_per_notification"] = round(ingest["cpu_us"] + drain["cpu_us"], 1)
     metrics["wal_bytes_per_notification"] = round(ingest["wal_bytes"] + drain["wal_bytes"], 1)
@@ -249,6 +259,43 @@ def _top_statements(node: Node, database: str) -> list[dict[str, Any]]:
     ]
 
 
+def _delegated_calls(cluster: CitusCluster, database: str) -> dict[str, dict[str, Any]]:
+    """Calls and rows of each delegated drain function, summed over the worker nodes, with the
+    notifications each call served (`rows_per_call`)."""
+    calls = dict.fromkeys(DELEGATED, 0)
+    rows = dict.fromkeys(DELEGATED, 0)
+    moved = 0
+    for node in cluster.workers:
+        with psycopg.connect(node.url(database), autocommit=True) as conn:
+            for query, n_calls, n_rows, toplevel in conn.execute(
+                "SELECT s.query, s.calls, s.rows, s.toplevel"
+                " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+                " WHERE d.datname = %s",
+                [database],
+            ).fetchall():
+                text = str(query)
+                if toplevel:
+                    for function in DELEGATED:
+                        if f"{function}(" in text:
+                            calls[function] += int(n_calls)
+                            rows[function] += int(n_rows)
+                elif text.lstrip().startswith(LOG_INSERT):
+                    moved += int(n_calls)
+    served = {
+        "nq_claim_lock_bucket": rows["nq_claim_admit_bucket"],
+        "nq_claim_admit_bucket": rows["nq_claim_admit_bucket"],
+        "nq_complete_bucket": moved,
+    }
+    return {
+        f: {
+            "calls": calls[f],
+            "rows": rows[f],
+            "rows_per_call": round(served[f] / calls[f], 1) if calls[f] else 0.0,
+        }
+        for f in DELEGATED
+    }
+
+
 def _print(figures: dict[str, dict[str, Any]], idle: dict[str, float]) -> None:
     plain, citus = figures["postgresql"], figures["citus"]
     rows = [
@@ -264,6 +311,11 @@ def _print(figures: dict[str, dict[str, Any]], idle: dict[str, float]) -> None:
         say(f"  {label:<44} {a:>10,.1f}{unit:<2} {b:>10,.1f}{unit:<2} {b / a if a else 0:>6.2f}x")
     for node, value in citus["cpu_us_per_node"].items():
         say(f"  Citus CPU on {node:<31} {value:>12,.1f}µs  (idle: {idle[node]:,.0f} µs/s)")
+    for function, figures_ in citus.get("delegated_calls", {}).items():
+        say(
+            f"  Citus {function:<38} {figures_['calls']:>7,} calls"
+            f" {figures_['rows_per_call']:>6.1f} rows a call"
+        )
     for leg, figures_ in (("PostgreSQL", plain), ("Citus", citus)):
         for node, top in figures_["drain_statements"].items():
             say(f"[citus] {leg} drain, {node}: calls, ms per call, ms in all, statement")
