@@ -59,7 +59,7 @@ TOP_STATEMENTS = 8
 # rows pg_stat_statements counted for them, and the rows each call served (docs/scaling.md "Fewer
 # calls"). Matched on the top-level statements of the worker nodes (the call as the coordinator
 # sent it); a claim's rows are its admission's (one row per claimed notification), a completion's
-# are the log rows its moves inserted (one INSERT ... VALUES per row, nested).
+# are the rows its moves inserted into the log (nested INSERT statements).
 DELEGATED = ("nq_claim_lock_bucket", "nq_claim_admit_bucket", "nq_complete_bucket")
 LOG_INSERT = "INSERT INTO nq_delivery_log"
 SENT_COUNT = "SELECT coalesce(sum(n), 0)::bigint FROM nq_counters WHERE name = 'notifications:SENT'"
@@ -280,7 +280,7 @@ def _delegated_calls(cluster: CitusCluster, database: str) -> dict[str, dict[str
                             calls[function] += int(n_calls)
                             rows[function] += int(n_rows)
                 elif text.lstrip().startswith(LOG_INSERT):
-                    moved += int(n_calls)
+                    moved += int(n_rows)
     served = {
         "nq_claim_lock_bucket": rows["nq_claim_admit_bucket"],
         "nq_claim_admit_bucket": rows["nq_claim_admit_bucket"],
