@@ -312,7 +312,7 @@ ORDER BY a.priority, a.next_attempt_at, a.created_at
 
 -- name: claim_due_buckets
 -- Citus only (docs/scaling.md "Citus: the claim"): FOR UPDATE SKIP LOCKED runs only in a query
--- that names one bucket (one shard), so a claim first looks, without locks, at the %(limit)s most
+-- that names one bucket (one shard), so a claim first looks, without locks, at the `limit` most
 -- urgent due rows across every shard (Citus pushes the ORDER BY ... LIMIT down to each shard, one
 -- probe of each shard's claim index, and merges). Of those rows, `last_priority` is the least
 -- urgent priority among them (P*: every due row more urgent than it is among them); per bucket,
