@@ -5,6 +5,12 @@ global lock at commit in PostgreSQL). The first poke in a quiet period is sent a
 edge, so a lone one-time code is not delayed); pokes during the interval collapse into one sent
 at its end (trailing edge, so the last notification of a burst is not missed). Workers also poll,
 so a lost hint costs at most one poll interval.
+
+A writer can carry the wake-up in its own statement instead of a statement after it (the API's
+enqueue: `pg_notify` in the insert's transaction, one round trip and one statement fewer per
+create statement): `take()` before the statement says whether this one should, under the same
+debounce, and `poke()` afterwards covers the rest (a statement that did not send what it took,
+rows written without taking).
 """
 
 from __future__ import annotations
@@ -35,6 +41,20 @@ class DebouncedWaker:
             await self._send_quietly()
         elif self._trailing is None:
             self._trailing = asyncio.create_task(self._send_later(max(wait, 0.0)))
+
+    def take(self) -> bool:
+        """Hand the next wake-up to a statement about to be written, which sends it itself (in
+        its transaction) if it writes work: True when poke() would send one now, the leading
+        edge of a quiet period, or a trailing one is owed and its time has come (it is sent by
+        that statement instead, and not again here). A caller given True whose statement sent
+        nothing (it failed, or wrote no work) calls poke(), so what it took is not lost."""
+        if time.monotonic() < self._last_sent + self._interval:
+            return False
+        if self._trailing is not None:
+            self._trailing.cancel()
+            self._trailing = None
+        self._last_sent = time.monotonic()
+        return True
 
     async def _send_later(self, delay: float) -> None:
         await asyncio.sleep(delay)
