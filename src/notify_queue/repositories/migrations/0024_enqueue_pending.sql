@@ -64,10 +64,11 @@ WITH request AS (
               n.waiting_until, n.waiting_detail, n.metadata
 ), woken AS (
     -- A hint, not a message (notification_wake_workers); one per statement at most, and only
-    -- when it inserted a row: a statement of existing keys only wakes nobody.
-    SELECT pg_notify('nq_wakeup', '') AS sent
+    -- when it inserted a row: a statement of existing keys only wakes nobody. Counted, not
+    -- selected: Citus keeps a CTE's rows as an intermediate result, which cannot hold a void.
+    SELECT count(*) AS sent FROM pg_notify('nq_wakeup', '')
     WHERE p_wake AND EXISTS (SELECT FROM queued)
 )
 -- woken is read (once, as an init plan) so that it runs.
-SELECT q.* FROM queued q WHERE (SELECT count(*) FROM woken) >= 0
+SELECT q.* FROM queued q WHERE (SELECT sent FROM woken) >= 0
 $$;
