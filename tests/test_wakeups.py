@@ -1,10 +1,11 @@
 """The debounced wake-up, when a create's own statement carries it (DebouncedWaker.take).
 
 A burst of create statements wakes the workers at most once per interval, whether the wake-up
-goes inside a statement (`take()` said so) or as a statement of its own (`poke()`, the trailing
-edge); a wake-up a statement took and did not send is handed back with `poke()`. The waker's
-clock is replaced here, so nothing depends on how fast the machine is; the last test shows the
-wake-up of a create arriving from the create's own statement (a LISTEN on the real database).
+goes inside a statement (`take()` said so) or as a statement of its own (the owed one, at the
+interval's end); a wake-up a statement took and did not send is handed back with `owe()`. The
+waker's clock is a test's own here, so nothing depends on how fast the machine is; the last test
+shows the wake-up of a create arriving from the create's own statement (a LISTEN on the real
+database).
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ import asyncio
 import uuid
 
 import psycopg
-import pytest
 
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import WAKEUP_CHANNEL
 from notify_queue.repositories.notifications import NotificationRepository
-from notify_queue.services import wakeups
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.wakeups import DebouncedWaker
-from tests.support import new
+from tests.support import eventually, new
 
 
 class _Clock:
@@ -32,13 +31,6 @@ class _Clock:
         return self.now
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> _Clock:
-    fake = _Clock()
-    monkeypatch.setattr(wakeups.time, "monotonic", fake)
-    return fake
-
-
 class _Sent:
     def __init__(self) -> None:
         self.count = 0
@@ -47,42 +39,46 @@ class _Sent:
         self.count += 1
 
 
-async def test_a_quiet_waker_hands_the_wake_up_to_the_first_statement_only(clock: _Clock) -> None:
+async def test_a_quiet_waker_hands_the_wake_up_to_the_first_statement_only() -> None:
     sent = _Sent()
-    waker = DebouncedWaker(sent, interval_seconds=10.0)
+    waker = DebouncedWaker(sent, interval_seconds=10.0, clock=_Clock())
 
     assert waker.take() is True  # the statement sends it
     assert waker.take() is False  # within the interval: the next one does not
-    await waker.poke()  # rows of that one: a trailing wake-up is owed
+    waker.owe()  # rows of that one: a wake-up is owed, at the interval's end
     assert sent.count == 0
     await waker.close()
 
 
-async def test_a_statement_after_the_interval_carries_the_owed_trailing_wake_up(
-    clock: _Clock,
-) -> None:
+async def test_the_next_statement_after_the_interval_carries_the_owed_wake_up() -> None:
     sent = _Sent()
-    waker = DebouncedWaker(sent, interval_seconds=10.0)
+    clock = _Clock()
+    waker = DebouncedWaker(sent, interval_seconds=10.0, clock=clock)
     assert waker.take() is True
-    await waker.poke()  # owed, at the interval's end
-
+    assert waker.take() is False
     clock.now += 10.0
-    assert waker.take() is True  # this statement sends the owed one
-    await asyncio.sleep(0)
+    waker.owe()  # the interval is over: owed now, unless a statement takes it first
 
+    assert waker.take() is True  # the next statement, started before the loop ran, takes it
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
     assert sent.count == 0  # and the waker does not send it again
     await waker.close()
 
 
-async def test_a_wake_up_taken_and_not_sent_is_sent_by_poke(clock: _Clock) -> None:
+async def test_an_owed_wake_up_no_statement_takes_is_sent_on_its_own() -> None:
     sent = _Sent()
-    waker = DebouncedWaker(sent, interval_seconds=0.0)
+    waker = DebouncedWaker(sent, interval_seconds=0.0, clock=_Clock())
 
     assert waker.take() is True
-    await waker.poke()  # the statement failed or inserted nothing
+    waker.owe()  # the statement failed or inserted nothing: handed back
 
-    assert sent.count == 1
+    await eventually(lambda: _count_is(sent, 1), what="the owed wake-up sent")
     await waker.close()
+
+
+async def _count_is(sent: _Sent, n: int) -> bool:
+    return sent.count == n
 
 
 async def test_a_create_wakes_the_listeners_from_its_own_statement(

@@ -243,7 +243,7 @@ class NotificationService:
         if len(notifications) > MAX_BATCH:
             raise ValidationFailed([FieldError("notifications", f"at most {MAX_BATCH} items")])
         # The wake-up goes with the insert when the waker says one is due now (its statement
-        # sends it at commit, if it inserted a row); otherwise, or if it sent none, poke after.
+        # sends it at commit, if it inserted a row); otherwise, or if it sent none, it is owed.
         wake = self._waker.take() if self._waker is not None else False
         try:
             inserted = {
@@ -256,11 +256,11 @@ class NotificationService:
             }
         except BaseException:
             if wake and self._waker is not None:
-                await self._waker.poke()  # hand back what this statement took and did not send
+                self._waker.owe()  # hand back what this statement took and did not send
             raise
         if self._waker is not None and (wake != bool(inserted)):
             # Rows inserted without the wake-up, or a wake-up taken and not sent (no row).
-            await self._waker.poke()
+            self._waker.owe()
         missing = [n.idempotency_key for n in notifications if n.idempotency_key not in inserted]
         existing = (
             await self._repository.notifications_get_by_keys(idempotency_keys=missing)
