@@ -192,10 +192,15 @@ class Database:
             return await conn.fetch_one(query, params)
 
     async def fetch_all(
-        self, query: str, params: Params | None = None, *, binary: bool = False
+        self,
+        query: str,
+        params: Params | None = None,
+        *,
+        binary: bool = False,
+        prepare: bool = False,
     ) -> list[Row]:
         async with self.connection() as conn:
-            return await conn.fetch_all(query, params, binary=binary)
+            return await conn.fetch_all(query, params, binary=binary, prepare=prepare)
 
     @asynccontextmanager
     async def session(self) -> AsyncIterator[Connection]:

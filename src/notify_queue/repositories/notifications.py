@@ -26,6 +26,7 @@ from notify_queue.models import (
 from notify_queue.repositories.db import Connection, Database, Row
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import (
+    enqueued_notification,
     notification_from_row,
     recipient_from_row,
     template_from_row,
@@ -55,35 +56,35 @@ class NotificationRepository:
         notifications: Sequence[NewNotification],
         default_max_attempts: int,
         conn: Connection | None = None,
+        wake: bool = False,
     ) -> list[Notification]:
-        """Insert the batch; return the rows inserted (absent: the key already existed)."""
+        """Insert the batch; return the rows inserted (absent: the key already existed).
+
+        `wake`: the workers' wake-up is sent at the insert's commit, in its transaction, when it
+        inserted a row (the caller's debounced waker decided one is due); else none is sent."""
         if not notifications:
             return []
+        born_final = any(n.status is not Status.PENDING for n in notifications)
+        digests = any(n.digest is not None for n in notifications)
+        if not born_final and not digests:
+            # The common batch: every row PENDING. Only what the server decides comes back
+            # (nq_enqueue_pending, 0024), read in binary; the rest is the request's.
+            pending = [_pending_item(i, n) for i, n in enumerate(notifications)]
+            params = {
+                "items": jsontext.dumps_text(pending),
+                "default_max_attempts": default_max_attempts,
+                "wake": wake,
+            }
+            rows = await (conn or self._db).fetch_all(
+                "notification_enqueue_pending", params, binary=True, prepare=True
+            )
+            by_id = {n.id: n for n in notifications}
+            return [enqueued_notification(by_id[r["id"]], r) for r in rows]
         items = [
             {
-                "position": position,
-                "id": str(n.id),
-                "idempotency_key": n.idempotency_key,
-                "request_hash": n.request_hash,
-                "channel": n.channel.value,
-                "recipient": n.recipient,
-                "subject": n.subject,
-                "body": n.body,
-                "priority": n.priority.rank,
-                # Written as RFC 3339 by the JSON encoder (orjson: far cheaper than isoformat).
-                "send_at": n.send_at,
-                "expires_at": n.expires_at,
-                "source": n.source.value,
-                "policy": n.policy,
-                "webhook_url": n.webhook_url,
-                "metadata": n.metadata,
+                **_pending_item(position, n),
                 "status": n.status.value,
                 "last_error": n.last_error,
-                "category": n.category,
-                "recipient_id": n.recipient_id,
-                "template_name": n.template.name if n.template else None,
-                "template_version": n.template.version if n.template else None,
-                "traceparent": n.traceparent,
                 # Digests (0019): only set for an item of one; a plain row sends nulls.
                 **(
                     {
@@ -104,16 +105,10 @@ class NotificationRepository:
             "default_max_attempts": default_max_attempts,
             "default_webhook_url": self._default_webhook_url,
         }
-        born_final = any(n.status is not Status.PENDING for n in notifications)
-        digests = any(n.digest is not None for n in notifications)
-        if conn is None and not born_final and not digests:
-            # Read in binary: 1,000 whole rows decode cheaper than their text (times, uuids).
-            rows = await self._db.fetch_all("notification_insert_many", params, binary=True)
-            return await _notifications(self._db, rows)
         if conn is not None:
-            return await _insert(conn, params, born_final=born_final, digests=digests)
+            return await _insert(conn, params, born_final=born_final, digests=digests, wake=wake)
         async with self._db.transaction() as own:
-            return await _insert(own, params, born_final=born_final, digests=digests)
+            return await _insert(own, params, born_final=born_final, digests=digests, wake=wake)
 
     async def notifications_get_by_keys(
         self, *, idempotency_keys: Sequence[str], conn: Connection | None = None
@@ -355,7 +350,12 @@ async def citus_queue_returned_changes(conn: Connection, row: Row | None) -> Non
 
 
 async def _insert(
-    conn: Connection, params: dict[str, object], *, born_final: bool, digests: bool = False
+    conn: Connection,
+    params: dict[str, object],
+    *,
+    born_final: bool,
+    digests: bool = False,
+    wake: bool = False,
 ) -> list[Notification]:
     if born_final:
         await conn.fetch_one("notification_log_ready")
@@ -363,7 +363,37 @@ async def _insert(
         rows = await conn.fetch_all("notification_insert_many_digests", params, binary=True)
     else:
         rows = await conn.fetch_all("notification_insert_many", params, binary=True)
+    if wake and rows:  # in the insert's transaction: sent at its commit
+        await conn.execute("notification_wake_workers")
     return await _notifications(conn, rows)
+
+
+def _pending_item(position: int, n: NewNotification) -> dict[str, Any]:
+    """One notification of an enqueue batch as its JSON object (the statements' json_to_recordset
+    names these fields)."""
+    return {
+        "position": position,
+        "id": str(n.id),
+        "idempotency_key": n.idempotency_key,
+        "request_hash": n.request_hash,
+        "channel": n.channel.value,
+        "recipient": n.recipient,
+        "subject": n.subject,
+        "body": n.body,
+        "priority": n.priority.rank,
+        # Written as RFC 3339 by the JSON encoder (orjson: far cheaper than isoformat).
+        "send_at": n.send_at,
+        "expires_at": n.expires_at,
+        "source": n.source.value,
+        "policy": n.policy,
+        "webhook_url": n.webhook_url,
+        "metadata": n.metadata,
+        "category": n.category,
+        "recipient_id": n.recipient_id,
+        "template_name": n.template.name if n.template else None,
+        "template_version": n.template.version if n.template else None,
+        "traceparent": n.traceparent,
+    }
 
 
 async def _retry_citus(conn: Connection, id: uuid.UUID) -> int:

@@ -7,6 +7,7 @@ from typing import Any
 
 from notify_queue.models import (
     Channel,
+    NewNotification,
     Notification,
     Preferences,
     Priority,
@@ -70,6 +71,48 @@ def notification_from_row(row: dict[str, Any]) -> Notification:
             now=datetime.now(UTC),
         ),
         escalation_id=row.get("escalation_id"),
+    )
+
+
+def enqueued_notification(n: NewNotification, row: dict[str, Any]) -> Notification:
+    """A notification just inserted by notification_enqueue_pending: what the request said, and
+    what the server decided (`row`: max_attempts, the times, the waiting fields, metadata as
+    jsonb stores it). Equal to notification_from_row of the stored row, so the create's answer
+    is the one a read gives (tests/api/test_create_answer.py)."""
+    return Notification(
+        id=row["id"],
+        idempotency_key=n.idempotency_key,
+        channel=n.channel,
+        recipient=n.recipient,
+        subject=n.subject,
+        body=n.body,
+        priority=n.priority,
+        status=Status.PENDING,
+        send_at=n.send_at,
+        next_attempt_at=n.send_at,
+        expires_at=n.expires_at,
+        attempt_count=0,
+        max_attempts=row["max_attempts"],
+        last_error=None,
+        sent_at=None,
+        provider_message_id=None,
+        retries=[],
+        source=n.source,
+        policy=n.policy,
+        webhook_url=n.webhook_url,
+        metadata=row["metadata"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        category=n.category,
+        recipient_id=n.recipient_id,
+        template=n.template,
+        waiting=current_waiting(
+            Status.PENDING,
+            row["waiting_reason"],
+            row["waiting_until"],
+            row["waiting_detail"],
+            now=datetime.now(UTC),
+        ),
     )
 
 

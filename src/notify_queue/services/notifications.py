@@ -242,20 +242,31 @@ class NotificationService:
         """Enqueue a batch in two statements at most; one result per item, in order."""
         if len(notifications) > MAX_BATCH:
             raise ValidationFailed([FieldError("notifications", f"at most {MAX_BATCH} items")])
-        inserted = {
-            n.idempotency_key: n
-            for n in await self._repository.notifications_insert(
-                notifications=notifications, default_max_attempts=self._default_max_attempts
-            )
-        }
+        # The wake-up goes with the insert when the waker says one is due now (its statement
+        # sends it at commit, if it inserted a row); otherwise, or if it sent none, it is owed.
+        wake = self._waker.take() if self._waker is not None else False
+        try:
+            inserted = {
+                n.idempotency_key: n
+                for n in await self._repository.notifications_insert(
+                    notifications=notifications,
+                    default_max_attempts=self._default_max_attempts,
+                    wake=wake,
+                )
+            }
+        except BaseException:
+            if wake and self._waker is not None:
+                self._waker.owe()  # hand back what this statement took and did not send
+            raise
+        if self._waker is not None and (wake != bool(inserted)):
+            # Rows inserted without the wake-up, or a wake-up taken and not sent (no row).
+            self._waker.owe()
         missing = [n.idempotency_key for n in notifications if n.idempotency_key not in inserted]
         existing = (
             await self._repository.notifications_get_by_keys(idempotency_keys=missing)
             if missing
             else {}
         )
-        if inserted and self._waker is not None:
-            await self._waker.poke()
         results: list[CreateResult] = []
         first_of_key: set[str] = set()
         for n in notifications:

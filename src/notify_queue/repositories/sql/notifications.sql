@@ -29,6 +29,14 @@ n.waiting_until, n.waiting_detail, n.digest_id, n.escalation_id, n.traceparent
 SELECT * FROM nq_insert_notifications(%(items)s::json, %(default_max_attempts)s,
                                       %(default_webhook_url)s)
 
+-- name: notification_enqueue_pending
+-- notification_insert_many for the API's common batch, every row PENDING and none a digest's item
+-- (nq_enqueue_pending, 0024): no log half, the workers' wake-up sent in this statement's
+-- transaction when %(wake)s and a row was inserted (the caller's debounced waker decides), and
+-- only the columns the server decides returned: the caller builds each notification from its
+-- request and these (repositories.rows.enqueued_notification).
+SELECT * FROM nq_enqueue_pending(%(items)s::json, %(default_max_attempts)s, %(wake)s)
+
 -- name: notification_insert_many_digests
 -- notification_insert_many for a batch with a digest's item (0019, docs/digests.md): each such
 -- item joins its recipient's open digest (nq_digest_join) in this statement; the batch's other
@@ -134,7 +142,8 @@ SELECT (SELECT count(*) FROM retried) AS retried,
 
 -- name: notification_wake_workers
 -- A hint, not a message: workers LISTEN on nq_wakeup and look for due work when one arrives.
--- Sent after commit by a debounced waker (never one per row); a lost hint costs one poll interval.
+-- Sent by a debounced waker (never one per row); a lost hint costs one poll interval. The
+-- common create carries it inside its own statement instead (notification_enqueue_pending).
 SELECT pg_notify('nq_wakeup', '')
 
 -- name: queue_status_counts
