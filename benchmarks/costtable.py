@@ -49,7 +49,18 @@ SUMMARY = [
     ("  of which HOT", "hot_updates"),
     ("row versions deleted", "deletes"),
     ("index entries inserted (from WAL)", "index_entries"),
+    ("plans made in the drain (track_planning)", "drain_plans"),
+    ("  their planning time, µs (wall)", "drain_planning_us"),
 ]
+
+
+def _headline_value(m: dict[str, Any], key: str) -> Any:
+    """A summary figure; the drain's plans also from runs whose headline predates them."""
+    if key in m["headline"]:
+        return m["headline"][key]
+    if key.startswith("drain_"):
+        return m.get("drain", {}).get(key.removeprefix("drain_"))
+    return None
 
 
 def summary(doc: dict[str, Any]) -> list[str]:
@@ -61,7 +72,7 @@ def summary(doc: dict[str, Any]) -> list[str]:
         "|---" * (len(cols) + 1) + "|",
     ]
     for label, key in SUMMARY:
-        cells = [_fmt(m["headline"].get(key)) for _, m in cols]
+        cells = [_fmt(_headline_value(m, key)) for _, m in cols]
         out.append(f"| {label} | " + " | ".join(cells) + " |")
     return out
 

@@ -22,7 +22,8 @@ difference of two snapshots is what the phase cost:
   went during the phase are counted too. The observer's own backend is subtracted.
 - statements: `pg_stat_statements` (track = all, set on the database), top-level calls and the
   statements run inside functions and triggers apart, keyed by queryid; the observer's role is
-  left out.
+  left out. With `track_planning` (also set on the database) each statement's plans and planning
+  time too: a statement prepared on a connection is planned once there, or on every call.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ def prepare_database(admin_url: str, database: str) -> None:
     """Every statement counted, nested ones too (functions, triggers)."""
     with psycopg.connect(admin_url, autocommit=True) as conn:
         conn.execute(f"ALTER DATABASE {database} SET pg_stat_statements.track = 'all'")
+        conn.execute(f"ALTER DATABASE {database} SET pg_stat_statements.track_planning = on")
 
 
 def _cpu(pid: int, *, children: bool) -> float:
@@ -141,9 +143,11 @@ FROM pg_stat_user_tables GROUP BY 1
 """
 TABLE_KEYS = ("ins", "upd", "hot_upd", "del", "newpage_upd", "autovacuum", "autoanalyze")
 
+STATEMENT_SUMS = ("calls", "total_ms", "rows", "wal_bytes", "wal_fpi", "plans", "plan_ms")
+
 _STATEMENTS = """
 SELECT queryid, toplevel, calls, total_exec_time, rows, wal_bytes, wal_fpi,
-       left(regexp_replace(query, '\\s+', ' ', 'g'), 160)
+       left(regexp_replace(query, '\\s+', ' ', 'g'), 160), plans, total_plan_time
 FROM pg_stat_statements
 WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
   AND userid <> (SELECT oid FROM pg_roles WHERE rolname = %s)
@@ -203,6 +207,8 @@ class Observer:
                 "wal_bytes": int(r[5]),
                 "wal_fpi": int(r[6]),
                 "query": r[7],
+                "plans": int(r[8]),
+                "plan_ms": float(r[9]),
             }
             for r in self.conn.execute(_STATEMENTS, (OBSERVER,)).fetchall()
         }
@@ -231,7 +237,7 @@ class Observer:
             if calls <= 0:
                 continue
             s = dict(after)
-            for k in ("calls", "total_ms", "rows", "wal_bytes", "wal_fpi"):
+            for k in STATEMENT_SUMS:
                 s[k] = after[k] - (before[k] if before else 0)
             statements.append(s)
         statements.sort(key=lambda s: -s["total_ms"])
@@ -356,6 +362,11 @@ def per_unit(phase: Phase, units: int) -> dict[str, Any]:
         "statements": per(statements),
         "nested_statements": per(nested),
         "foreign_key_checks": per(fk_checks),
+        # Plans made (top-level and nested) and their planning time, per unit (track_planning).
+        "plans": per(sum(s["plans"] for s in phase.statements)),
+        "planning_us": (
+            round(sum(s["plan_ms"] for s in phase.statements) * 1000 / units, 2) if units else None
+        ),
         "row_versions": total,
         "row_versions_by_table": rows,
         "autovacuum_runs": {
@@ -398,6 +409,9 @@ def per_unit(phase: Phase, units: int) -> dict[str, Any]:
             "exec_us_per_unit": round(s["total_ms"] * 1000 / units, 2) if units else None,
             "wal_bytes_per_unit": per(s["wal_bytes"]),
             "rows": s["rows"],
+            "plans": s["plans"],
+            "plan_ms_per_plan": round(s["plan_ms"] / s["plans"], 2) if s["plans"] else None,
+            "plan_us_per_unit": round(s["plan_ms"] * 1000 / units, 2) if units else None,
         }
         for s in phase.statements[:10]
     ]
@@ -421,7 +435,7 @@ def combine(name: str, phases: list[Phase]) -> Phase:
             if key not in statements:
                 statements[key] = dict(s)
             else:
-                for k in ("calls", "total_ms", "rows", "wal_bytes", "wal_fpi"):
+                for k in STATEMENT_SUMS:
                     statements[key][k] += s[k]
         for r in p.wal_by_rmgr:
             m = rmgrs.setdefault(r["rmgr"], dict.fromkeys(r, 0) | {"rmgr": r["rmgr"]})

@@ -462,4 +462,6 @@ def _headline(metrics: dict[str, Any]) -> dict[str, Any]:
         "hot_updates": rows.get("hot_upd"),
         "deletes": rows.get("del"),
         "index_entries": total.get("index_entries"),
+        "drain_plans": metrics.get("drain", {}).get("plans"),
+        "drain_planning_us": metrics.get("drain", {}).get("planning_us"),
     }

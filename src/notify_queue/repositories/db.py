@@ -318,6 +318,13 @@ class Connection:
         except _UNAVAILABLE as exc:
             raise _translate(exc) from None
 
+    async def plan_generic(self) -> None:
+        """In this transaction, prepared statements use their generic plan from the first call
+        (`plan_generic_in_transaction`); nothing on a connection that prepares nothing, whose
+        statements would be planned generically on every call."""
+        if self._conn.prepare_threshold is not None:
+            await self.execute("plan_generic_in_transaction")
+
     def _prepare(self, prepare: bool) -> bool | None:
         """True: prepare now, at the statement's first run on this connection (the drain's two
         big statements: parsed once, and PostgreSQL's choice between custom and generic plans

@@ -205,7 +205,11 @@ class DeliveryRepository:
         if routed:
             locked = await conn.fetch_one("claim_lock_candidates_bucket", lock_params)
         else:
-            locked = await conn.fetch_one("claim_lock_candidates", lock_params)
+            # One plan per connection for the claim's statements and the screened completions
+            # in this transaction, each prepared at its first run (docs/performance.md, "The
+            # drain's CPU, step by step": a plan per call cost as much as running it).
+            await conn.plan_generic()
+            locked = await conn.fetch_one("claim_lock_candidates", lock_params, prepare=True)
         if locked is None or not locked["ids"]:
             return ClaimedBatch([], [])
         quiet = _quiet_held(locked, quiet_hours)
@@ -236,9 +240,9 @@ class DeliveryRepository:
             rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
             await citus_queue_returned_changes(conn, rows[0] if rows else None)
         else:
-            # Prepared at its first run on this connection, not its fifth (docs/performance.md,
-            # "The drain's CPU, step by step": a worker's pool hands its connections out in turn,
-            # so a burst was parsed and planned anew on almost every call).
+            # Prepared at its first run on this connection, not its fifth, and planned once
+            # there (plan_generic above): a worker's pool hands its connections out in turn, so a
+            # burst was parsed and planned anew on almost every call.
             rows = await conn.fetch_all("claim_admit_candidates", admit_params, prepare=True)
         claimed = [_claimed(r, claim_token) for r in rows if r["id"] is not None]
         screened: list[Completion] = []
@@ -281,7 +285,10 @@ class DeliveryRepository:
         if not completions:
             return set()
         if not await self._citus():
-            async with self._db.connection() as conn:
+            # A transaction of its own, for plan_generic: the statement is as atomic alone, and
+            # its plan (with nq_finish's) is made once per connection instead of once per call.
+            async with self._db.transaction() as conn:
+                await conn.plan_generic()
                 return await self._complete(conn, completions)
         # Citus: the rows' buckets are read first (one lock-free look), then one delegated call
         # per bucket, each its own transaction (a result is independent of the others, as it is
@@ -331,7 +338,7 @@ class DeliveryRepository:
         }
         # Each statement named at its call (the security test reads the names from the code).
         if bucket is None:
-            # Prepared at its first run on this connection (as the admission).
+            # Prepared at its first run on this connection, planned once (as the admission).
             row = await conn.fetch_one("complete_deliveries", params, prepare=True)
             return set(row["accepted"]) if row else set()
         # Citus: the function delegated to the bucket's node; what it cannot write there (the
