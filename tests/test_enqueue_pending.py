@@ -20,7 +20,7 @@ from psycopg.rows import dict_row
 from notify_queue import jsontext
 from notify_queue.models import NewNotification, Policy, TemplateRef
 from notify_queue.repositories.db import Database
-from notify_queue.repositories.notifications import _pending_item
+from notify_queue.repositories.notifications import enqueue_item
 from notify_queue.repositories.policies import PolicyRepository
 from tests.support import new
 
@@ -50,7 +50,7 @@ def _variety() -> list[NewNotification]:
 def _items(notifications: list[NewNotification]) -> str:
     # The full function also takes a status (and a reason for a row born final).
     return jsontext.dumps_text(
-        [_pending_item(i, n) | {"status": "PENDING"} for i, n in enumerate(notifications)]
+        [enqueue_item(i, n) | {"status": "PENDING"} for i, n in enumerate(notifications)]
     )
 
 

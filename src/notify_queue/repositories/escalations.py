@@ -27,6 +27,7 @@ from notify_queue.repositories.notifications import (
     NotificationRepository,
     TargetedTransaction,
     citus_finish,
+    enqueue_item,
 )
 from notify_queue.repositories.rows import notification_from_row
 
@@ -139,28 +140,11 @@ class EscalationTransaction:
     ) -> list[Notification]:
         """Insert the escalation and its steps (each with its afterSeconds); the rows inserted,
         in step order (fewer than the steps: a key was taken, roll back)."""
+        # Each step is an enqueue item (the same JSON fields) with its delay instead of a time.
         items: list[dict[str, Any]] = [
             {
-                "position": position,
-                "id": str(n.id),
-                "idempotency_key": n.idempotency_key,
-                "request_hash": n.request_hash,
-                "channel": n.channel.value,
-                "recipient": n.recipient,
-                "subject": n.subject,
-                "body": n.body,
-                "priority": n.priority.rank,
+                **{k: v for k, v in enqueue_item(position, n).items() if k != "send_at"},
                 "after_seconds": after,
-                "expires_at": n.expires_at,
-                "source": n.source.value,
-                "policy": n.policy,
-                "webhook_url": n.webhook_url,
-                "metadata": n.metadata,
-                "category": n.category,
-                "recipient_id": n.recipient_id,
-                "template_name": n.template.name if n.template else None,
-                "template_version": n.template.version if n.template else None,
-                "traceparent": n.traceparent,
                 "waiting_detail": n.escalation_detail,
             }
             for position, (n, after) in enumerate(steps)

@@ -69,7 +69,7 @@ class NotificationRepository:
         if not born_final and not digests:
             # The common batch: every row PENDING. Only what the server decides comes back
             # (nq_enqueue_pending, 0024), read in binary; the rest is the request's.
-            pending = [_pending_item(i, n) for i, n in enumerate(notifications)]
+            pending = [enqueue_item(i, n) for i, n in enumerate(notifications)]
             params = {
                 "items": jsontext.dumps_text(pending),
                 "default_max_attempts": default_max_attempts,
@@ -82,7 +82,7 @@ class NotificationRepository:
             return [enqueued_notification(by_id[r["id"]], r) for r in rows]
         items = [
             {
-                **_pending_item(position, n),
+                **enqueue_item(position, n),
                 "status": n.status.value,
                 "last_error": n.last_error,
                 # Digests (0019): only set for an item of one; a plain row sends nulls.
@@ -368,7 +368,7 @@ async def _insert(
     return await _notifications(conn, rows)
 
 
-def _pending_item(position: int, n: NewNotification) -> dict[str, Any]:
+def enqueue_item(position: int, n: NewNotification) -> dict[str, Any]:
     """One notification of an enqueue batch as its JSON object (the statements' json_to_recordset
     names these fields)."""
     return {
