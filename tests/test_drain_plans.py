@@ -41,13 +41,13 @@ async def _drain(db: Database) -> None:
             priorities=list(Priority), channels=list(Channel), limit=BATCH
         )
         assert len(batch.claimed) == BATCH
-        accepted = await repository.deliveries_complete(
+        recorded = await repository.deliveries_complete(
             completions=[
                 Completion(c.id, c.claim_token, Status.SENT, None, None, f"m-{c.id}", "log")
                 for c in batch.claimed
             ]
         )
-        assert accepted == {c.id for c in batch.claimed}
+        assert recorded.accepted == {c.id for c in batch.claimed}
 
 
 async def _unfinished_and_sent(db: Database) -> tuple[int, int]:

@@ -19,10 +19,10 @@ async def test_a_due_notification_is_claimed_and_completed_as_sent(db: Database)
     assert [c.id for c in batch.claimed] == [created.notification.id]
     assert batch.claimed[0].attempt_count == 1
 
-    _completions, accepted = await delivery.complete(
+    _completions, recorded = await delivery.complete(
         [(batch.claimed[0], DeliveryResult(Outcome.SENT, provider_message_id="m-1"))]
     )
-    assert accepted == {created.notification.id}
+    assert recorded.accepted == {created.notification.id}
     stored = await notifications.get(created.notification.id)
     assert stored.status is Status.SENT and stored.provider_message_id == "m-1"
     events = await db.fetch_all("webhook_events_for_notification", {"notification_id": stored.id})

@@ -102,14 +102,14 @@ async def test_a_result_from_a_stale_claim_token_is_rejected_and_the_newer_one_s
     assert second.id == first.id and second.claim_token != first.claim_token
     assert second.attempt_count == 2
 
-    _, accepted = await fast.complete(
+    _, recorded = await fast.complete(
         [(second, DeliveryResult(Outcome.SENT, provider_message_id="new"))]
     )
-    assert accepted == {second.id}
-    _, accepted_late = await slow.complete(
+    assert recorded.accepted == {second.id}
+    _, recorded_late = await slow.complete(
         [(first, DeliveryResult(Outcome.PERMANENT_FAILURE, error="late"))]
     )
-    assert accepted_late == set()
+    assert recorded_late.accepted == set()
     stored = await notification_service(db).get(created.notification.id)
     assert stored.status is Status.SENT and stored.provider_message_id == "new"
 

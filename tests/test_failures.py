@@ -116,8 +116,8 @@ async def test_waits_of_zero_as_int_and_as_float_are_recorded_in_one_batch(db: D
         DeliveryResult(Outcome.PROVIDER_LIMITED, error="limited", retry_after_seconds=0),
         DeliveryResult(Outcome.PROVIDER_LIMITED, error="limited", retry_after_seconds=0.5),
     ]
-    _, accepted = await service.complete(list(zip([first, second], waits, strict=True)))
-    assert accepted == {first.id, second.id}
+    _, recorded = await service.complete(list(zip([first, second], waits, strict=True)))
+    assert recorded.accepted == {first.id, second.id}
 
 
 async def test_a_notification_that_always_fails_temporarily_is_dead_lettered_after_six_attempts(

@@ -133,11 +133,30 @@ async def _event_state(db: Database, id: object, state: str) -> bool:
 
 
 async def test_no_webhook_url_anywhere_means_no_event(db: Database) -> None:
+    """Nor a wake-up of the relay: the completion says no event can have been written."""
     created = await notification_service(db).enqueue(new())
     service = delivery_service(db)
     claimed = (await service.claim(1)).claimed[0]
-    await service.complete([(claimed, DeliveryResult(Outcome.SENT))])
+    _, recorded = await service.complete([(claimed, DeliveryResult(Outcome.SENT))])
     assert await _events(db, created.notification.id) == []
+    assert recorded.accepted == {claimed.id} and not recorded.events_possible
+
+
+async def test_a_completion_says_when_it_may_have_written_events(db: Database) -> None:
+    """The worker wakes its relay on this answer: a row's own URL, or the worker's default URL,
+    says yes for a final result; a retry (no event) says no."""
+    own = await notification_service(db).enqueue(new(webhook_url="http://hooks.example/a"))
+    plain = await notification_service(db).enqueue(new())
+    service = delivery_service(db)
+    claimed = {c.id: c for c in (await service.claim(2)).claimed}
+    _, retried = await service.complete(
+        [(claimed[own.notification.id], DeliveryResult(Outcome.TEMPORARY_FAILURE, error="busy"))]
+    )
+    assert not retried.events_possible and await _events(db, own.notification.id) == []
+    _, sent = await delivery_service(db, webhook_url="http://default.example/hook").complete(
+        [(claimed[plain.notification.id], DeliveryResult(Outcome.SENT))]
+    )
+    assert sent.events_possible and len(await _events(db, plain.notification.id)) == 1
 
 
 async def test_the_default_webhook_url_is_used_when_the_notification_has_none(db: Database) -> None:

@@ -225,13 +225,13 @@ async def test_creates_spread_over_both_workers_and_claims_route_per_bucket(
     # Every claimed row completes through the delegated function: moved, counted, once.
     async with Database(citus_database, pool_size=2) as db:
         repository = DeliveryRepository(db, defaults())
-        accepted = await repository.deliveries_complete(
+        recorded = await repository.deliveries_complete(
             completions=[
                 Completion(c.id, c.claim_token, Status.SENT, None, None, f"m-{c.id}", "smtp")
                 for c in claimed
             ]
         )
-    assert accepted == {c.id for c in claimed}
+    assert recorded.accepted == {c.id for c in claimed}
     with psycopg.connect(citus_database) as conn:
         assert conn.execute("SELECT count(*) FROM nq_jobs").fetchone() == (0,)
         assert conn.execute(

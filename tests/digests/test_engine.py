@@ -87,10 +87,10 @@ async def test_items_of_one_digest_are_sent_as_one_message_and_end_together(
     assert later.notification.digest is not None
     assert later.notification.digest.id != digest.id and later.notification.digest.count == 1
 
-    _, accepted = await delivery.complete(
+    _, recorded = await delivery.complete(
         [(carrier, DeliveryResult(Outcome.SENT, provider_message_id="pm-1"))]
     )
-    assert accepted == {carrier.id}
+    assert recorded.accepted == {carrier.id}
     for n in every:
         stored = await notifications.get(n.id)
         assert stored.status is Status.SENT and stored.provider_message_id == "pm-1"

@@ -152,10 +152,10 @@ async def test_a_notification_recovered_from_a_crashed_worker_is_not_held_back_b
     assert recovered == 1
     again = await delivery_service(db, rate_limit=1).claim(10)
     assert [c.id for c in again.claimed] == [created[0].id], "deferred by its own slot"
-    _, accepted = await delivery_service(db).complete(
+    _, recorded = await delivery_service(db).complete(
         [(again.claimed[0], DeliveryResult(Outcome.SENT))]
     )
-    assert accepted == {created[0].id}
+    assert recorded.accepted == {created[0].id}
     slots = await raw.rows("SELECT count(*) AS n FROM nq_rate_window_entries")
     assert slots[0]["n"] == 1
 

@@ -44,6 +44,17 @@ Screen = Callable[[ClaimedNotification, bool], Completion | None]
 
 
 @dataclass(frozen=True, slots=True)
+class Recorded:
+    """What a completion recorded: the ids whose result was accepted (a stale claim token's
+    is not), and whether it may have written webhook events (a finished row with a URL of its
+    own or a policy, or the worker's default URL). The worker wakes its relay only then: a
+    deployment without webhooks never runs the relay's claim after a completion."""
+
+    accepted: set[uuid.UUID]
+    events_possible: bool
+
+
+@dataclass(frozen=True, slots=True)
 class DigestContents:
     """A closed digest as its carrier sends it: key, template and items in the order they
     joined (each `subject`, `body`, `metadata`, `createdAt`)."""
@@ -280,10 +291,10 @@ class DeliveryRepository:
             for r in rows
         }
 
-    async def deliveries_complete(self, *, completions: Sequence[Completion]) -> set[uuid.UUID]:
-        """Record results; return the ids accepted (a stale claim token's result is not)."""
+    async def deliveries_complete(self, *, completions: Sequence[Completion]) -> Recorded:
+        """Record results: the ids accepted, and whether webhook events may have been written."""
         if not completions:
-            return set()
+            return Recorded(set(), False)
         if not await self._citus():
             # A transaction of its own, for plan_generic: the statement is as atomic alone, and
             # its plan (with nq_finish's) is made once per connection instead of once per call.
@@ -301,8 +312,11 @@ class DeliveryRepository:
             for row in buckets:
                 part = [by_id[i] for i in row["ids"]]
                 async with conn.transaction():
-                    accepted |= await self._complete(conn, part, bucket=row["bucket"])
-        return accepted
+                    accepted |= (await self._complete(conn, part, bucket=row["bucket"])).accepted
+        # The delegated completion does not say whether it wrote events: any accepted final
+        # result may have one.
+        final = any(by_id[i].status is not Status.PENDING for i in accepted)
+        return Recorded(accepted, final)
 
     async def _citus(self) -> bool:
         """Whether statements take their Citus shape (docs/scaling.md, "every role")."""
@@ -310,7 +324,7 @@ class DeliveryRepository:
 
     async def _complete(
         self, conn: Connection, completions: Sequence[Completion], *, bucket: int | None = None
-    ) -> set[uuid.UUID]:
+    ) -> Recorded:
         """One completion statement; with `bucket` (Citus), its routed shape for that bucket,
         whose rows all of `completions` are."""
         params = {
@@ -340,20 +354,22 @@ class DeliveryRepository:
         if bucket is None:
             # Prepared at its first run on this connection, planned once (as the admission).
             row = await conn.fetch_one("complete_deliveries", params, prepare=True)
-            return set(row["accepted"]) if row else set()
+            if row is None:
+                return Recorded(set(), False)
+            return Recorded(set(row["accepted"]), bool(row["events_possible"]))
         # Citus: the function delegated to the bucket's node; what it cannot write there (the
         # coordinator's outbox and its NOTIFY, a reference table) is written here, in the
         # caller's transaction, so it commits with the completion.
         row = await conn.fetch_one("complete_deliveries_bucket", {**params, "bucket": bucket})
         if row is None:
-            return set()
+            return Recorded(set(), False)
         await citus_queue_returned_changes(conn, row)
         if row["gone_recipient_ids"]:
             await conn.execute(
                 "citus_push_tokens_gone",
                 {"recipient_ids": row["gone_recipient_ids"], "tokens": row["gone_tokens"]},
             )
-        return set(row["accepted_ids"])
+        return Recorded(set(row["accepted_ids"]), True)
 
     async def claims_release(self, *, claims: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> int:
         """Hand claimed, untried notifications back without using an attempt."""

@@ -16,7 +16,6 @@ import asyncio
 import dataclasses
 import logging
 import random
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 
@@ -35,6 +34,7 @@ from notify_queue.repositories.delivery import (
     ChainHeads,
     ClaimedBatch,
     DeliveryRepository,
+    Recorded,
 )
 from notify_queue.services.backoff import backoff_seconds, retry_after_seconds
 from notify_queue.services.digests import DigestRenderFailed, render_digest
@@ -227,11 +227,11 @@ class DeliveryService:
 
     async def complete(
         self, results: Sequence[tuple[ClaimedNotification, DeliveryResult]]
-    ) -> tuple[list[Completion], set[uuid.UUID]]:
-        """Decide and record; return the completions and the ids whose result was accepted."""
+    ) -> tuple[list[Completion], Recorded]:
+        """Decide and record; return the completions and what was recorded."""
         completions = [decide_completion(claimed, result) for claimed, result in results]
-        accepted = await self._repository.deliveries_complete(completions=completions)
-        return completions, accepted
+        recorded = await self._repository.deliveries_complete(completions=completions)
+        return completions, recorded
 
     async def release(self, claims: Sequence[ClaimedNotification]) -> int:
         return await self._repository.claims_release(claims=[(c.id, c.claim_token) for c in claims])

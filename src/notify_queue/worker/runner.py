@@ -322,7 +322,7 @@ class Worker:
                 with tracing.span("notify_queue.complete", root=True) as span:
                     if span is not None:
                         span.set_attribute(tracing.BATCH_SIZE, len(chunk))
-                    completions, accepted = await self._service.complete(chunk)
+                    completions, recorded = await self._service.complete(chunk)
             except DatabaseUnavailable as exc:
                 # Results are kept and written once the database is back; the leases are
                 # long enough that nobody else takes these notifications meanwhile.
@@ -331,15 +331,13 @@ class Worker:
                 continue
             del self._results[: len(chunk)]
             if self._arrived:
-                self._trace_completions(chunk, completions, accepted)
+                self._trace_completions(chunk, completions, recorded.accepted)
             await self._router.circuits.flush()
-            stale = len(chunk) - len(accepted)
+            stale = len(chunk) - len(recorded.accepted)
             if stale:
                 STALE_RESULTS.inc(stale)
                 log.warning("%d results arrived after their claim expired; dropped", stale)
-            if self._dispatcher is not None and any(
-                c.status is not Status.PENDING for c in completions
-            ):
+            if self._dispatcher is not None and recorded.events_possible:
                 self._dispatcher.poke()
             if any(c.status is Status.PENDING for c in completions):
                 # A retry later: the claimer's timer must know its new due time (no other

@@ -501,9 +501,14 @@ WITH results AS (
     WHERE (w.bucket, w.recipient) IN (SELECT bucket, recipient FROM windows_locked)
       AND w.bucket = g.bucket AND w.recipient = g.recipient
 )
--- noted is read here (once, as an init plan) so that it runs. One row: the ids accepted.
+-- noted is read here (once, as an init plan) so that it runs. One row: the ids accepted, and
+-- whether a finished row may have its webhook event (nq_finish writes one for a row with a URL of
+-- its own, its policy's, or the default): the worker wakes its relay only then.
 SELECT ARRAY(SELECT id FROM finished WHERE id = ANY(ARRAY(SELECT id FROM accepted))
              UNION ALL SELECT id FROM retried) AS accepted,
+       %(default_webhook_url)s::text IS NOT NULL
+           OR EXISTS (SELECT 1 FROM finished WHERE webhook_url IS NOT NULL OR policy IS NOT NULL)
+           AS events_possible,
        (SELECT n FROM noted) AS noted
 
 -- name: release_claims
