@@ -78,6 +78,25 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     set_json_loads(_json_loads, conn)
 
 
+class _MostRecentFirstPool(AsyncConnectionPool[Any]):
+    """psycopg_pool hands out its idle connections in turn (the longest idle first). A worker
+    runs a handful of statements over and over from two or three tasks at a time; in turn, each
+    of its pooled connections planned each statement and filled its catalog caches anew (a
+    connection's first claim cost 23-34 ms of the server's CPU, docs/performance.md), and each was
+    idle long enough to be checked again before use. Handed out most recently returned first,
+    the connections a role needs at once stay warm and the others idle at the far end, where the
+    pool's own shrinking (`max_idle`) closes them first."""
+
+    async def _get_ready_connection(self, timeout: float | None) -> Any:
+        if self._pool and not (timeout is not None and timeout <= 0.0):
+            # psycopg_pool's own bookkeeping (_nconns_min: the fewest idle connections since
+            # the last shrink) as in its popleft() branch.
+            conn = self._pool.pop()
+            self._nconns_min = min(self._nconns_min, len(self._pool))
+            return conn
+        return await super()._get_ready_connection(timeout)
+
+
 class Database:
     """A pool of connections to one PostgreSQL database."""
 
@@ -94,7 +113,7 @@ class Database:
         self.url = url
         self.session_url = session_url or url
         self._name = name
-        self._pool = AsyncConnectionPool(
+        self._pool = _MostRecentFirstPool(
             url,
             min_size=1,
             max_size=pool_size,
