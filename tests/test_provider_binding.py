@@ -50,8 +50,8 @@ async def _retry_now(
     service: DeliveryService, claimed: ClaimedNotification, bound: str | None
 ) -> None:
     result = DeliveryResult(Outcome.TEMPORARY_FAILURE, error="timeout", bound_provider=bound)
-    completions, accepted = await service.complete([(claimed, result)])
-    assert accepted == {claimed.id} and completions[0].status is Status.PENDING
+    completions, recorded = await service.complete([(claimed, result)])
+    assert recorded.accepted == {claimed.id} and completions[0].status is Status.PENDING
 
 
 async def test_a_claim_binds_to_the_chain_head_and_an_unknown_outcome_makes_the_binding_sticky(

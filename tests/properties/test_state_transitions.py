@@ -195,8 +195,8 @@ async def _apply(
                 m.due = True
             return
         result = RESULTS[str(op[2])]
-        _, accepted = await service.complete([(claim, result)])
-        assert accepted == ({claim.id} if current else set())
+        _, recorded = await service.complete([(claim, result)])
+        assert recorded.accepted == ({claim.id} if current else set())
         if current:
             if result.outcome is Outcome.SENT:
                 world.move(claim.id, "SENT")
