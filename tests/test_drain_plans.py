@@ -8,11 +8,19 @@ connection and statement, and a worker's pool handing out its connections in tur
 nearly every call. Counted from the connection's own `pg_prepared_statements` (generic and custom
 plans per prepared statement), never timed. Without prepared statements (a pooler that keeps
 none) nothing is forced: an unprepared statement would build a generic plan on every call.
+
+A plan kept per connection must not depend on the statistics it was made with: the completion
+finds its rows through the primary key, never through the lease index whose predicate
+(status = 'PROCESSING') its status check would match, which on a young queue's statistics the
+generic plan took, reading every row in flight to complete a batch. Counted from the lease
+index's scans in pg_stat_user_indexes; the negative control is the generic plan of the old scan.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import psycopg
 
 from notify_queue.models import Channel, Completion, Priority, Status
 from notify_queue.repositories.db import Database
@@ -88,4 +96,55 @@ async def test_without_prepared_statements_nothing_is_forced(database_url: str) 
     ) as db:
         await _drain(db)
         assert await _plans(db) == {}
+        assert await _unfinished_and_sent(db) == (0, CLAIMS * BATCH)
+
+
+async def _lease_index_scans(db: Database, database_url: str) -> int:
+    """nq_jobs_lease's scans so far, with the pool's connection's own counts flushed."""
+    async with db.connection() as conn:
+        raw: Any = conn._conn
+        await raw.execute("SELECT pg_stat_force_next_flush()")
+    async with await psycopg.AsyncConnection.connect(database_url) as observer:
+        cur = await observer.execute(
+            "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'nq_jobs_lease'"
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+async def test_a_completion_reads_its_rows_by_primary_key_with_claims_in_flight(
+    database_url: str,
+) -> None:
+    async with Database(database_url, pool_size=1, name="notify-queue-worker") as db:
+        await notification_service(db, announce=False).enqueue_many(
+            [new() for _ in range(CLAIMS * BATCH)]
+        )
+        repository = DeliveryRepository(db, defaults(rate_limit=1_000))
+        in_flight = [
+            (
+                await repository.notifications_claim(
+                    priorities=list(Priority), channels=list(Channel), limit=BATCH
+                )
+            ).claimed
+            for _ in range(CLAIMS)
+        ]
+        async with await psycopg.AsyncConnection.connect(database_url) as observer:
+            # What made the old scan go wrong: the lease index matches a status check, and the
+            # generic plan of a young queue prefers it to the primary key.
+            cur = await observer.execute(
+                "EXPLAIN (GENERIC_PLAN) SELECT id FROM nq_jobs n"
+                " WHERE n.id = ANY($1::uuid[]) AND n.status = 'PROCESSING' FOR UPDATE"
+            )
+            assert "nq_jobs_lease" in "\n".join(r[0] for r in await cur.fetchall())
+        before = await _lease_index_scans(db, database_url)
+        for claimed in in_flight:
+            recorded = await repository.deliveries_complete(
+                completions=[
+                    Completion(c.id, c.claim_token, Status.SENT, None, None, f"m-{c.id}", "log")
+                    for c in claimed
+                ]
+            )
+            assert recorded.accepted == {c.id for c in claimed}
+        assert await _lease_index_scans(db, database_url) == before
         assert await _unfinished_and_sent(db) == (0, CLAIMS * BATCH)

@@ -193,11 +193,13 @@ BEGIN
         JOIN jsonb_array_elements(p_attempts) WITH ORDINALITY AS a(attempts, position)
           USING (position)
     ), held AS (
-        -- Locked, so what is read here is what the move and the retry write.
-        SELECT n.id, n.claim_token, n.bucket, n.recipient, n.attempt_count,
+        -- Locked, so what is read here is what the move and the retry write. The status is
+        -- checked in `accepted`: here it would match the lease index's predicate, which a
+        -- generic plan may prefer to the primary key (complete_deliveries in delivery.sql).
+        SELECT n.id, n.status, n.claim_token, n.bucket, n.recipient, n.attempt_count,
                n.provider_message_id, n.delivery_attempts, n.next_attempt_at, n.digest_id
         FROM nq_jobs n
-        WHERE n.bucket = p_bucket AND n.id = ANY(p_ids) AND n.status = 'PROCESSING'
+        WHERE n.bucket = p_bucket AND n.id = ANY(p_ids)
         ORDER BY n.id
         FOR UPDATE
     ), accepted AS (
@@ -209,7 +211,8 @@ BEGIN
                nq_attempts_append(h.delivery_attempts, r.attempts) AS final_delivery_attempts,
                COALESCE(r.next_attempt_at, now() + make_interval(secs => r.retry_in_seconds),
                         h.next_attempt_at) AS final_next_attempt_at
-        FROM results r JOIN held h ON h.id = r.id AND h.claim_token = r.claim_token
+        FROM results r
+        JOIN held h ON h.id = r.id AND h.claim_token = r.claim_token AND h.status = 'PROCESSING'
     ), digest_items AS (
         -- [digests] A closed digest's parked items end with their carrier (docs/digests.md);
         -- nq_finish_bucket locks them.

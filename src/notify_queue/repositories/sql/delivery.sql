@@ -392,11 +392,16 @@ WITH results AS (
       USING (position)
 ), held AS (
     -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
-    -- Locked, so what is read here is what nq_finish moves and `retried` updates.
-    SELECT n.id, n.claim_token, n.bucket, n.recipient, n.attempt_count, n.provider_message_id,
-           n.delivery_attempts, n.next_attempt_at, n.source, n.digest_id
+    -- Locked, so what is read here is what nq_finish moves and `retried` updates. The status is
+    -- checked in `accepted`, not here: `status = 'PROCESSING'` in this scan is the predicate of
+    -- the lease index (nq_jobs_lease), and the plan this statement keeps per connection (made
+    -- before any ANALYZE of a young queue, which it takes for a few rows) read every PROCESSING
+    -- row through that index and filtered them by id: 500 rows for a batch of 100 with two
+    -- workers, and a completion that grows with every claim in flight (tests/test_drain_plans.py).
+    SELECT n.id, n.status, n.claim_token, n.bucket, n.recipient, n.attempt_count,
+           n.provider_message_id, n.delivery_attempts, n.next_attempt_at, n.source, n.digest_id
     FROM nq_jobs n
-    WHERE n.id = ANY(%(ids)b::uuid[]) AND n.status = 'PROCESSING'
+    WHERE n.id = ANY(%(ids)b::uuid[])
     ORDER BY n.id
     FOR UPDATE
 ), accepted AS (
@@ -407,7 +412,8 @@ WITH results AS (
            nq_attempts_append(h.delivery_attempts, r.attempts) AS final_delivery_attempts,
            COALESCE(r.next_attempt_at, now() + make_interval(secs => r.retry_in_seconds),
                     h.next_attempt_at) AS final_next_attempt_at
-    FROM results r JOIN held h ON h.id = r.id AND h.claim_token = r.claim_token
+    FROM results r
+    JOIN held h ON h.id = r.id AND h.claim_token = r.claim_token AND h.status = 'PROCESSING'
 ), digest_items AS (
     -- [digests] docs/digests.md. A carrier's final result is its digest's: the digest's other
     -- items end with it in this statement (each its own log row and webhook event, nq_finish),
