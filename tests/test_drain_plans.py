@@ -9,11 +9,13 @@ nearly every call. Counted from the connection's own `pg_prepared_statements` (g
 plans per prepared statement), never timed. Without prepared statements (a pooler that keeps
 none) nothing is forced: an unprepared statement would build a generic plan on every call.
 
-A plan kept per connection must not depend on the statistics it was made with: the completion
-finds its rows through the primary key, never through the lease index whose predicate
+A plan kept per connection must not depend on the statistics it was made with (step 10): the
+completion finds its rows through the primary key, never through the lease index whose predicate
 (status = 'PROCESSING') its status check would match, which on a young queue's statistics the
-generic plan took, reading every row in flight to complete a batch. Counted from the lease
-index's scans in pg_stat_user_indexes; the negative control is the generic plan of the old scan.
+generic plan took, reading every row in flight to complete a batch; and the admission reads the
+recipients' rate windows by key after an ANALYZE that found none, where its plan read the whole
+windows table once per recipient. Counted from pg_stat_user_indexes and pg_stat_user_tables;
+the negative controls are the old scan's generic plan and the drain without its settings.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 
 from notify_queue.models import Channel, Completion, Priority, Status
-from notify_queue.repositories.db import Database
+from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.delivery import DeliveryRepository
 from tests.support import defaults, new, notification_service, status_counts
 
@@ -43,6 +46,10 @@ async def _drain(db: Database) -> None:
     await notification_service(db, announce=False).enqueue_many(
         [new() for _ in range(CLAIMS * BATCH)]
     )
+    await _drain_backlog(db)
+
+
+async def _drain_backlog(db: Database) -> None:
     repository = DeliveryRepository(db, defaults(rate_limit=1_000))
     for _ in range(CLAIMS):
         batch = await repository.notifications_claim(
@@ -99,18 +106,32 @@ async def test_without_prepared_statements_nothing_is_forced(database_url: str) 
         assert await _unfinished_and_sent(db) == (0, CLAIMS * BATCH)
 
 
-async def _lease_index_scans(db: Database, database_url: str) -> int:
-    """nq_jobs_lease's scans so far, with the pool's connection's own counts flushed."""
+async def _scans(db: Database, database_url: str, query: str) -> int:
+    """A scan count from the statistics views, with the pool's connection's own counts flushed."""
     async with db.connection() as conn:
         raw: Any = conn._conn
         await raw.execute("SELECT pg_stat_force_next_flush()")
     async with await psycopg.AsyncConnection.connect(database_url) as observer:
-        cur = await observer.execute(
-            "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'nq_jobs_lease'"
-        )
+        cur = await observer.execute(query)
         row = await cur.fetchone()
         assert row is not None
         return int(row[0])
+
+
+async def _lease_index_scans(db: Database, database_url: str) -> int:
+    return await _scans(
+        db,
+        database_url,
+        "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'nq_jobs_lease'",
+    )
+
+
+async def _window_table_scans(db: Database, database_url: str) -> int:
+    return await _scans(
+        db,
+        database_url,
+        "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'nq_rate_windows'",
+    )
 
 
 async def test_a_completion_reads_its_rows_by_primary_key_with_claims_in_flight(
@@ -148,3 +169,34 @@ async def test_a_completion_reads_its_rows_by_primary_key_with_claims_in_flight(
             assert recorded.accepted == {c.id for c in claimed}
         assert await _lease_index_scans(db, database_url) == before
         assert await _unfinished_and_sent(db) == (0, CLAIMS * BATCH)
+
+
+async def _after_an_analyze_of_no_windows(database_url: str) -> int:
+    """Sequential scans of nq_rate_windows in a drain whose plans were made after an ANALYZE
+    that found the table empty (as after a VACUUM (ANALYZE) of a new installation)."""
+    async with Database(database_url, pool_size=1, name="notify-queue-worker") as db:
+        await notification_service(db, announce=False).enqueue_many(
+            [new() for _ in range(CLAIMS * BATCH)]
+        )
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            await conn.execute("VACUUM (ANALYZE)")
+        before = await _window_table_scans(db, database_url)
+        await _drain_backlog(db)
+        return await _window_table_scans(db, database_url) - before
+
+
+async def test_the_admission_reads_windows_by_key_after_an_analyze_found_none(
+    database_url: str,
+) -> None:
+    assert await _after_an_analyze_of_no_windows(database_url) == 0
+
+
+async def test_without_the_drains_settings_the_windows_are_scanned_whole(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def generic_plans_only(self: Connection) -> None:
+        raw: Any = self._conn
+        await raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+
+    monkeypatch.setattr(Connection, "drain_plans", generic_plans_only)
+    assert await _after_an_analyze_of_no_windows(database_url) > 0

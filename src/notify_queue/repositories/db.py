@@ -337,12 +337,14 @@ class Connection:
         except _UNAVAILABLE as exc:
             raise _translate(exc) from None
 
-    async def plan_generic(self) -> None:
-        """In this transaction, prepared statements use their generic plan from the first call
-        (`plan_generic_in_transaction`); nothing on a connection that prepares nothing, whose
-        statements would be planned generically on every call."""
-        if self._conn.prepare_threshold is not None:
-            await self.execute("plan_generic_in_transaction")
+    async def drain_plans(self) -> None:
+        """In this transaction, statements read tables through their indexes whatever the
+        statistics say, and prepared ones use their generic plan from the first call
+        (`drain_plans_in_transaction`); no generic plan on a connection that prepares nothing,
+        whose statements would be planned generically on every call."""
+        await self.fetch_one(
+            "drain_plans_in_transaction", {"generic": self._conn.prepare_threshold is not None}
+        )
 
     def _prepare(self, prepare: bool) -> bool | None:
         """True: prepare now, at the statement's first run on this connection (the drain's two

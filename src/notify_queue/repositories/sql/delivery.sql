@@ -1,19 +1,31 @@
 -- The worker's hot path. Every statement here serves a whole batch in one round trip.
 
--- name: plan_generic_in_transaction
--- The claim (both steps) and the completion use one plan per connection, made at the first call
--- on it, instead of a plan per call (docs/performance.md, "The drain's CPU, step by step", step
--- 7). Each finds its rows through primary keys and partial indexes whose predicates are
--- constants, so the plan that does not know the parameters is the plan that knows them; a custom
--- plan cost 3-8 ms of planning per batch of 100, and PostgreSQL's own choice (`auto`) makes five
--- custom plans per connection and statement before it considers the generic one, which a
--- worker's pool, handing its connections out in turn, never got past in a burst. The generic plan
--- runs no slower (measured per call with the backend's CPU: 7.7-8.9 against 10.4-12.3 ms for the
--- admission). nq_finish's and nq_count's statements follow it. LOCAL: it ends with the
--- transaction, and no other statement on the pool's connections sees it. Sent only where the
--- statements are prepared (repositories/db.py, `Connection.plan_generic`): an unprepared
+-- name: drain_plans_in_transaction
+-- The claim (both steps) and the completion read every table through an index, whatever the
+-- statistics say, and use one plan per connection. Both LOCAL: they end with the transaction,
+-- and no other statement on the pool's connections sees them.
+--
+-- enable_seqscan off: every row these statements touch is found by key (the batch's ids, its
+-- recipients' windows, policies, recipients, digests), so a plan that reads a whole table costs
+-- per table size what the index costs per row, and is chosen only when the statistics say the
+-- table is empty. After an ANALYZE that found no rate windows (a new installation, a VACUUM
+-- (ANALYZE) before a burst), the admission read the windows by sequential scan once per
+-- recipient: each claim cost more than the last, 2 -> 13 ms in twelve claims of 100, until
+-- autovacuum analysed again (docs/performance.md, "The drain's CPU, step by step", step 10).
+-- A scan no index can replace is still planned (the setting makes it a last resort).
+--
+-- plan_cache_mode force_generic_plan, only where the statements are prepared (`generic`): each
+-- finds its rows through primary keys and partial indexes whose predicates are constants, so the
+-- plan that does not know the parameters is the plan that knows them; a custom plan cost 3-8 ms
+-- of planning per batch of 100, and PostgreSQL's own choice (`auto`) makes five custom plans per
+-- connection and statement before it considers the generic one, which a worker's pool, handing
+-- its connections out in turn, never got past in a burst (step 7). The generic plan runs no
+-- slower (measured per call with the backend's CPU: 7.7-8.9 against 10.4-12.3 ms for the
+-- admission). nq_finish's and nq_count's statements follow both settings. An unprepared
 -- statement would build a generic plan on every call, which costs more than a custom one.
-SET LOCAL plan_cache_mode = force_generic_plan
+SELECT set_config('enable_seqscan', 'off', true) AS enable_seqscan,
+       CASE WHEN %(generic)s THEN set_config('plan_cache_mode', 'force_generic_plan', true)
+       END AS plan_cache_mode
 
 -- name: claim_lock_candidates
 -- Step 1 of a claim (one transaction, two statements): lock up to %(limit)s due notifications
