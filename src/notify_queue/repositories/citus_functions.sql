@@ -27,6 +27,11 @@
 --   (citus_status_outbox_queue) and the push tokens a provider said are gone.
 -- - No nested function that itself runs a distributed statement inside a statement (it would
 --   run as a query on a shard): nq_finish_bucket is PERFORMed / selected on its own.
+-- - Every row a body touches is found by key (the bucket and the batch's ids, its recipients'
+--   windows, its digests), so each function runs with `enable_seqscan = off`: a shard's plan
+--   that reads a whole table is taken only where no index can serve, never because a shard's
+--   statistics say the table is empty (the drain's transactions on plain PostgreSQL do the same:
+--   drain_plans_in_transaction in delivery.sql; docs/performance.md, step 10).
 
 -- The move of finished rows from the queue into the log within one bucket (nq_finish, 0012, for
 -- a delegated caller): each row locked and read with its final values, its log row and its
@@ -41,7 +46,7 @@ CREATE OR REPLACE FUNCTION nq_finish_bucket(
     p_delivery_attempts jsonb[], p_default_webhook_url text
 ) RETURNS TABLE (id uuid, status text, old_status text, source text, channel text,
                  recipient text, recipient_id text)
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
     v_ids uuid[] := '{}';
@@ -167,7 +172,7 @@ CREATE OR REPLACE FUNCTION nq_complete_bucket(
     p_waiting_reasons text[], p_waiting_details text[], p_default_webhook_url text,
     OUT accepted_ids uuid[], OUT kube_ids uuid[], OUT kube_old_statuses text[],
     OUT kube_new_statuses text[], OUT gone_recipient_ids text[], OUT gone_tokens text[])
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
     e_ids uuid[]; e_statuses text[]; e_errors text[]; e_counts integer[]; e_pmids text[];
@@ -339,7 +344,7 @@ CREATE OR REPLACE FUNCTION nq_claim_lock_bucket(
     OUT ids uuid[], OUT quiet_ids uuid[], OUT quiet_priorities smallint[],
     OUT quiet_categories text[], OUT quiet_timezones text[], OUT quiet_starts time[],
     OUT quiet_ends time[], OUT digest_ids uuid[])
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
 DECLARE
     v_ids uuid[];
     v_recipient_ids text[];
@@ -418,7 +423,7 @@ CREATE OR REPLACE FUNCTION nq_claim_admit_bucket(
     quiet_start time, quiet_end time, bound_provider text, sticky_provider text,
     next_attempt_at timestamptz, created_at timestamptz, send_at timestamptz,
     traceparent text, digest_id uuid, digest_bucket smallint)
-LANGUAGE plpgsql VOLATILE AS $fn$
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $fn$
 #variable_conflict use_column
 DECLARE
     v_acknowledged uuid[];
@@ -540,15 +545,19 @@ BEGIN
                -- goes out with the same idempotency key), so the row is admitted on it (renewing it)
                -- and does not compete for another: it must not wait a whole window behind itself.
                EXISTS (SELECT 1 FROM unnest(w.ids, w.taken) AS e(id, t)
-                       WHERE e.id = b.id AND e.t > now() - b.win) AS holds_slot
+                       WHERE e.id = b.id AND e.t > now() - b.win) AS holds_slot,
+               b.priority, b.next_attempt_at, b.created_at
         FROM batch b JOIN windows w USING (bucket, recipient, win)
     ), ranked AS (
         SELECT d.*,
                -- Held and quiet rows rank apart, so they never take a place from a sendable row.
                row_number() OVER (PARTITION BY d.bucket, d.recipient, d.holds_slot, d.held, d.quiet,
                                                d.acknowledged
-                                  ORDER BY b.priority, b.next_attempt_at, b.created_at) AS rank
-        FROM decided d JOIN batch b USING (id)
+                                  ORDER BY d.priority, d.next_attempt_at, d.created_at) AS rank
+        -- From `decided` alone, which carries the order's columns, as claim_admit_candidates
+        -- ranks (delivery.sql): not joined back to `batch` on id, a join that a generic plan
+        -- makes a nested loop of every decision against every row.
+        FROM decided d
     ), admitted AS (
         UPDATE nq_jobs n
         SET status = 'PROCESSING',
@@ -705,7 +714,7 @@ CREATE OR REPLACE FUNCTION nq_recover_expired_leases_bucket(
     p_bucket smallint, p_limit integer, p_default_webhook_url text,
     OUT recovered bigint, OUT dead_lettered bigint, OUT kube_ids uuid[],
     OUT kube_old_statuses text[], OUT kube_new_statuses text[])
-LANGUAGE plpgsql VOLATILE AS $$
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
     v_dead uuid[];
