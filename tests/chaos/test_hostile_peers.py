@@ -298,9 +298,14 @@ async def test_a_receiver_that_hangs_for_some_events_causes_no_resend_of_the_oth
     # Longer than an event's lease (2 x timeout + 5 s): a re-claim of a delivered event would
     # have happened by now.
     await asyncio.sleep(8)
-    # Every event was POSTed exactly once: the 300 answered, the 200 hung until the timeout
-    # (with one attempt allowed, they are failed, not retried).
-    assert len(peer.calls) == 500
+    # No event was POSTed twice: each delivered one reached the receiver once, and each failed
+    # one at most once (with one attempt allowed, they are failed, not retried). A failed one
+    # may not have reached it at all: on a busy machine the receiver (in this test's own event
+    # loop) can read a request only after the worker's 1 s timeout ended it (27 of 500 seen so
+    # with a full suite beside this one).
+    delivered = await read_rows(db, "SELECT id FROM nq_webhook_events WHERE state = 'delivered'")
+    assert {str(r["id"]) for r in delivered} <= set(peer.calls)
+    assert len(peer.calls) <= 500
     assert max(peer.calls.values()) == 1, Counter(peer.calls.values())
     assert worker.poll() is None, procs.log(worker)
 
