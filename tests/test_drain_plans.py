@@ -41,11 +41,16 @@ STATEMENTS = {
 }
 
 
-async def _drain(db: Database) -> None:
-    """CLAIMS claims of BATCH rows, each completed as SENT, on the pool's one connection."""
+async def _backlog(db: Database) -> None:
+    """CLAIMS * BATCH due notifications, each its own recipient."""
     await notification_service(db, announce=False).enqueue_many(
         [new() for _ in range(CLAIMS * BATCH)]
     )
+
+
+async def _drain(db: Database) -> None:
+    """CLAIMS claims of BATCH rows, each completed as SENT, on the pool's one connection."""
+    await _backlog(db)
     await _drain_backlog(db)
 
 
@@ -118,29 +123,15 @@ async def _scans(db: Database, database_url: str, query: str) -> int:
         return int(row[0])
 
 
-async def _lease_index_scans(db: Database, database_url: str) -> int:
-    return await _scans(
-        db,
-        database_url,
-        "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'nq_jobs_lease'",
-    )
-
-
-async def _window_table_scans(db: Database, database_url: str) -> int:
-    return await _scans(
-        db,
-        database_url,
-        "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'nq_rate_windows'",
-    )
+LEASE_INDEX_SCANS = "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'nq_jobs_lease'"
+WINDOW_TABLE_SCANS = "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'nq_rate_windows'"
 
 
 async def test_a_completion_reads_its_rows_by_primary_key_with_claims_in_flight(
     database_url: str,
 ) -> None:
     async with Database(database_url, pool_size=1, name="notify-queue-worker") as db:
-        await notification_service(db, announce=False).enqueue_many(
-            [new() for _ in range(CLAIMS * BATCH)]
-        )
+        await _backlog(db)
         repository = DeliveryRepository(db, defaults(rate_limit=1_000))
         in_flight = [
             (
@@ -158,7 +149,7 @@ async def test_a_completion_reads_its_rows_by_primary_key_with_claims_in_flight(
                 " WHERE n.id = ANY($1::uuid[]) AND n.status = 'PROCESSING' FOR UPDATE"
             )
             assert "nq_jobs_lease" in "\n".join(r[0] for r in await cur.fetchall())
-        before = await _lease_index_scans(db, database_url)
+        before = await _scans(db, database_url, LEASE_INDEX_SCANS)
         for claimed in in_flight:
             recorded = await repository.deliveries_complete(
                 completions=[
@@ -167,7 +158,7 @@ async def test_a_completion_reads_its_rows_by_primary_key_with_claims_in_flight(
                 ]
             )
             assert recorded.accepted == {c.id for c in claimed}
-        assert await _lease_index_scans(db, database_url) == before
+        assert await _scans(db, database_url, LEASE_INDEX_SCANS) == before
         assert await _unfinished_and_sent(db) == (0, CLAIMS * BATCH)
 
 
@@ -175,14 +166,12 @@ async def _after_an_analyze_of_no_windows(database_url: str) -> int:
     """Sequential scans of nq_rate_windows in a drain whose plans were made after an ANALYZE
     that found the table empty (as after a VACUUM (ANALYZE) of a new installation)."""
     async with Database(database_url, pool_size=1, name="notify-queue-worker") as db:
-        await notification_service(db, announce=False).enqueue_many(
-            [new() for _ in range(CLAIMS * BATCH)]
-        )
+        await _backlog(db)
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
             await conn.execute("VACUUM (ANALYZE)")
-        before = await _window_table_scans(db, database_url)
+        before = await _scans(db, database_url, WINDOW_TABLE_SCANS)
         await _drain_backlog(db)
-        return await _window_table_scans(db, database_url) - before
+        return await _scans(db, database_url, WINDOW_TABLE_SCANS) - before
 
 
 async def test_the_admission_reads_windows_by_key_after_an_analyze_found_none(
