@@ -65,18 +65,50 @@ WHERE id = ANY(ARRAY(SELECT notification_id FROM nq_idempotency_keys
 -- name: notification_get
 SELECT {{_notification_columns}} FROM nq_all_notifications n WHERE id = %(id)s
 
+-- name: _notification_list_filters
+-- The list's filters on a row `n` (notification_list's three parts).
+(%(channel)s::text IS NULL OR n.channel = %(channel)s)
+AND (%(recipient)s::text IS NULL OR n.recipient = %(recipient)s)
+AND (%(recipient_id)s::text IS NULL OR n.recipient_id = %(recipient_id)s)
+AND (%(after_created_at)s::timestamptz IS NULL
+     OR (n.created_at, n.id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
+
 -- name: notification_list
 -- Keyset pagination, oldest first: (created_at, id) strictly after the cursor, so rows added
--- while a client pages (always newer) never shift a page: no gaps, no repeats. Each filter
--- has an index that starts with it and continues with (created_at, id).
-SELECT {{_notification_columns}} FROM nq_all_notifications n
-WHERE (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(channel)s::text IS NULL OR channel = %(channel)s)
-  AND (%(recipient)s::text IS NULL OR recipient = %(recipient)s)
-  AND (%(recipient_id)s::text IS NULL OR recipient_id = %(recipient_id)s)
-  AND (%(after_created_at)s::timestamptz IS NULL
-       OR (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
-ORDER BY created_at, id
+-- while a client pages (always newer) never shift a page: no gaps, no repeats.
+-- Three parts, each the first %(limit)s of its own rows in that order, merged: PENDING rows
+-- through nq_jobs_pending_created, PROCESSING rows (the few in flight) through nq_jobs_lease and
+-- a sort, finished rows through the log's indexes, which start with the filter and continue with
+-- (created_at, id). The queue's order is kept for PENDING rows only, so a claim writes no entry
+-- there (0026). Not a query over nq_all_notifications with the status split into its parts: a
+-- part of a UNION ALL with a WHERE of its own is planned apart, for all its rows (a sort of the
+-- whole backlog), not for the first rows of the merge. A part the status filter excludes is cut
+-- by a condition on the parameter alone, so a plan kept for the statement never reads it.
+SELECT {{_notification_columns}} FROM (
+    (SELECT {{_notification_columns}} FROM nq_jobs n
+     WHERE n.status = 'PENDING' AND (%(status)s::text IS NULL OR %(status)s::text = 'PENDING')
+       AND {{_notification_list_filters}}
+     ORDER BY n.created_at, n.id
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT {{_notification_columns}} FROM nq_jobs n
+     WHERE n.status = 'PROCESSING'
+       AND (%(status)s::text IS NULL OR %(status)s::text = 'PROCESSING')
+       AND {{_notification_list_filters}}
+     ORDER BY n.created_at, n.id
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT {{_notification_columns}}
+     FROM (SELECT l.*, NULL::text AS waiting_reason, NULL::timestamptz AS waiting_until,
+                  NULL::text AS waiting_detail
+           FROM nq_delivery_log l) n
+     WHERE (%(status)s::text IS NULL OR %(status)s::text NOT IN ('PENDING', 'PROCESSING'))
+       AND (%(status)s::text IS NULL OR n.status = %(status)s)
+       AND {{_notification_list_filters}}
+     ORDER BY n.created_at, n.id
+     LIMIT %(limit)s)
+) n
+ORDER BY n.created_at, n.id
 LIMIT %(limit)s
 
 -- name: notification_list_waiting

@@ -1,0 +1,17 @@
+-- The claim writes one index entry fewer (issue 20; docs/performance.md "The drain's CPU, step by
+-- step", step 11), expand half; 0027 drops the index it replaces.
+--
+-- A claim rewrites its rows (PENDING to PROCESSING), and that update is not HOT: it changes the
+-- status, which the partial indexes' predicates read. A version that is not HOT gets an entry in
+-- every index whose predicate it matches, so nq_jobs_created (created_at, id), which has no
+-- predicate, took an entry per claim (80 B of WAL, its share of page splits and its CPU) for a
+-- key the claim never changes. Its one reader is the list (GET /notifications, oldest first),
+-- whose rows in flight are few (workers x batch size) and found through nq_jobs_lease, the
+-- index of PROCESSING rows. So the order of the queue's rows is kept for PENDING ones only: a
+-- claim writes no entry here, a retry (back to PENDING) writes one as before.
+--
+-- Why: CONCURRENTLY cannot run in the migrator's transaction; nq_jobs holds only the unfinished
+-- notifications (the backlog, not the history), so the build is a read of the backlog, as 0017's
+-- and 0019's indexes are, during the pre-upgrade migrate.
+-- squawk-ignore require-concurrent-index-creation
+CREATE INDEX nq_jobs_pending_created ON nq_jobs (created_at, id) WHERE status = 'PENDING';

@@ -1,0 +1,13 @@
+-- The claim writes one index entry fewer, contract half (0026 is the expand half).
+-- phase: contract
+--
+-- The list of this release reads the queue's PENDING rows through nq_jobs_pending_created and
+-- its PROCESSING rows through nq_jobs_lease (notification_list); the previous release's list read
+-- nq_jobs_created, so it is dropped once no process of that release is connected.
+--
+-- Why: CONCURRENTLY cannot run in the migrator's transaction; a drop holds the ACCESS EXCLUSIVE
+-- lock for the moment it takes to unlink the index (no scan), and the migrator gives up a lock
+-- wait after 2 s and tries again (repositories/schema.py), so claims queue behind it that long
+-- at most.
+-- squawk-ignore require-concurrent-index-deletion
+DROP INDEX nq_jobs_created;

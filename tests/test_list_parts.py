@@ -1,0 +1,198 @@
+"""The list (GET /notifications) reads three parts and merges them (migrations 0026/0027,
+docs/performance.md "The drain's CPU, step by step", step 11).
+
+The queue keeps the (created_at, id) order for its PENDING rows only (nq_jobs_pending_created),
+so a claim, which turns a row PROCESSING, writes no entry there: counted from the WAL a claim
+writes (pg_walinspect), with a full (created_at, id) index beside it as the negative control,
+which takes an entry for every row claimed. The list finds the rows in flight through the lease
+index instead, and pages through waiting, claimed and finished rows in one order; a plan kept for
+the statement (a generic plan) never reads a part the status filter excludes, which it does when
+the finished part's status conditions mention the row (the negative control).
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+import psycopg
+import pytest
+
+from notify_queue.models import Channel, Completion, Priority, Status
+from notify_queue.repositories.db import Database
+from notify_queue.repositories.delivery import DeliveryRepository
+from notify_queue.repositories.notifications import NotificationRepository
+from notify_queue.repositories.queries import QUERIES
+from tests.support import defaults, new, notification_service
+
+ROWS = 16
+SENT_ATTEMPT = '[{"provider": "log", "outcome": "sent", "ms": 1}]'
+
+
+async def _in_every_part(db: Database) -> dict[Status, set[uuid.UUID]]:
+    """ROWS notifications created one after another, every other one HIGH; the HIGH ones claimed
+    (so claimed rows lie between waiting ones in created order), half of those finished."""
+    service = notification_service(db, announce=False)
+    for i in range(ROWS):
+        await service.enqueue_many([new(priority=Priority.HIGH if i % 2 else Priority.NORMAL)])
+    repository = DeliveryRepository(db, defaults(rate_limit=1_000))
+    claimed = (
+        await repository.notifications_claim(
+            priorities=[Priority.HIGH], channels=list(Channel), limit=ROWS
+        )
+    ).claimed
+    assert len(claimed) == ROWS // 2
+    finishing = claimed[: ROWS // 4]
+    outcomes = [Status.SENT if i % 2 else Status.FAILED for i in range(len(finishing))]
+    await repository.deliveries_complete(
+        completions=[
+            Completion(c.id, c.claim_token, status, None, None, f"m-{c.id}", "log")
+            for c, status in zip(finishing, outcomes, strict=True)
+        ]
+    )
+    parts: dict[Status, set[uuid.UUID]] = {s: set() for s in Status}
+    for c, status in zip(finishing, outcomes, strict=True):
+        parts[status].add(c.id)
+    parts[Status.PROCESSING] = {c.id for c in claimed[ROWS // 4 :]}
+    return parts
+
+
+async def _page_through(
+    repository: NotificationRepository, status: Status | None, limit: int
+) -> list[tuple[datetime, uuid.UUID, Status]]:
+    seen: list[tuple[datetime, uuid.UUID, Status]] = []
+    after: tuple[datetime, uuid.UUID] | None = None
+    while True:
+        page = await repository.notifications_list(
+            status=status, channel=None, recipient=None, after=after, limit=limit
+        )
+        seen += [(n.created_at, n.id, n.status) for n in page]
+        if len(page) < limit:
+            return seen
+        after = (page[-1].created_at, page[-1].id)
+
+
+async def test_a_list_pages_through_waiting_claimed_and_finished_rows_in_one_order(
+    db: Database,
+) -> None:
+    parts = await _in_every_part(db)
+    repository = NotificationRepository(db)
+    everything = await _page_through(repository, None, limit=3)
+    assert len(everything) == ROWS
+    assert [(t, i) for t, i, _ in everything] == sorted((t, i) for t, i, _ in everything)
+    assert {s for _, _, s in everything} == {
+        Status.PENDING,
+        Status.PROCESSING,
+        Status.SENT,
+        Status.FAILED,
+    }
+    for status in (Status.PROCESSING, Status.SENT, Status.FAILED):
+        assert {i for _, i, _ in await _page_through(repository, status, limit=2)} == parts[status]
+    pending = await _page_through(repository, Status.PENDING, limit=2)
+    assert len(pending) == ROWS // 2 and {s for _, _, s in pending} == {Status.PENDING}
+    assert await _page_through(repository, Status.CANCELLED, limit=2) == []
+
+
+async def _index_entries_of_a_claim(database_url: str, db: Database) -> dict[str, int]:
+    """Btree leaf inserts per queue index while ROWS rows are claimed, from the WAL."""
+    await notification_service(db, announce=False).enqueue_many([new() for _ in range(ROWS)])
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        now = await conn.execute("SELECT pg_current_wal_insert_lsn()")
+        start = (await now.fetchone())[0]  # type: ignore[index]
+        claimed = await DeliveryRepository(db, defaults(rate_limit=1_000)).notifications_claim(
+            priorities=list(Priority), channels=list(Channel), limit=ROWS
+        )
+        assert len(claimed.claimed) == ROWS
+        # A message flushed to the WAL: the end of what is read (the tests' server commits
+        # without waiting for the flush, and only flushed WAL can be read).
+        flushed = await conn.execute("SELECT pg_logical_emit_message(false, 'nq', '', true)")
+        end = (await flushed.fetchone())[0]  # type: ignore[index]
+        cur = await conn.execute(
+            "SELECT c.relname, count(*) FROM pg_get_wal_records_info(%s, %s) r"
+            " JOIN pg_get_wal_block_info(%s, %s) b"
+            "   ON b.start_lsn = r.start_lsn AND b.block_id = 0"
+            " JOIN pg_class c ON c.relfilenode = b.relfilenode"
+            " WHERE r.resource_manager = 'Btree' AND r.record_type = 'INSERT_LEAF'"
+            "   AND c.relname LIKE 'nq_jobs%%' GROUP BY 1",
+            (start, end, start, end),
+        )
+        rows: list[Any] = await cur.fetchall()
+    return {name: int(n) for name, n in rows}
+
+
+async def test_a_claim_writes_no_entry_in_the_queues_order(database_url: str) -> None:
+    async with Database(database_url, pool_size=1, name="notify-queue-worker") as db:
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+            # The negative control: an index of the same key without the predicate.
+            await conn.execute("CREATE INDEX nq_jobs_every_created ON nq_jobs (created_at, id)")
+        entries = await _index_entries_of_a_claim(database_url, db)
+    assert entries.get("nq_jobs_pending_created", 0) == 0
+    assert entries["nq_jobs_every_created"] == ROWS
+    assert entries["nq_jobs_lease"] == ROWS
+
+
+LOG_INDEX_READS = (
+    "SELECT COALESCE(sum(idx_tup_read), 0) FROM pg_stat_user_indexes"
+    " WHERE relname LIKE 'nq_delivery_log%'"
+)
+
+
+async def _log_index_reads(db: Database, database_url: str) -> int:
+    async with db.connection() as conn:
+        raw: Any = conn._conn
+        await raw.execute("SELECT pg_stat_force_next_flush()")
+    async with await psycopg.AsyncConnection.connect(database_url) as observer:
+        return int((await (await observer.execute(LOG_INDEX_READS)).fetchone())[0])  # type: ignore[index]
+
+
+async def _log_reads_of_a_kept_plan_listing_pending(database_url: str) -> int:
+    """Log index entries read by seven lists of PENDING rows on one connection whose plans are
+    generic (the fifth run on a connection prepares the statement)."""
+    async with Database(database_url, pool_size=1) as db:
+        await _in_every_part(db)
+        async with db.connection() as conn:
+            raw: Any = conn._conn
+            await raw.execute("SET plan_cache_mode = force_generic_plan")
+        before = await _log_index_reads(db, database_url)
+        repository = NotificationRepository(db)
+        for _ in range(7):
+            listed = await repository.notifications_list(
+                status=Status.PENDING, channel=None, recipient=None, after=None, limit=50
+            )
+            assert len(listed) == ROWS // 2
+        async with db.connection() as conn:
+            raw = conn._conn
+            cur = await raw.execute(
+                "SELECT generic_plans FROM pg_prepared_statements"
+                " WHERE statement LIKE '%ORDER BY n.created_at, n.id%'"
+            )
+            generic = [r["generic_plans"] for r in await cur.fetchall()]
+            assert len(generic) == 1 and generic[0] >= 1, generic
+        return await _log_index_reads(db, database_url) - before
+
+
+async def test_a_kept_plan_never_reads_a_part_the_status_excludes(database_url: str) -> None:
+    assert await _log_reads_of_a_kept_plan_listing_pending(database_url) == 0
+
+
+async def test_with_the_status_checked_per_row_a_kept_plan_reads_the_log(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The negative control: the finished part's status conditions as one, which mentions the
+    # row, so a generic plan cannot drop the part before reading it.
+    one_time = (
+        "(%(status)s::text IS NULL OR %(status)s::text NOT IN ('PENDING', 'PROCESSING'))\n"
+        "       AND (%(status)s::text IS NULL OR n.status = %(status)s)"
+    )
+    per_row = (
+        "(%(status)s::text IS NULL\n"
+        "            OR (%(status)s::text NOT IN ('PENDING', 'PROCESSING')"
+        " AND n.status = %(status)s))"
+    )
+    assert one_time in QUERIES["notification_list"]
+    monkeypatch.setitem(
+        QUERIES, "notification_list", QUERIES["notification_list"].replace(one_time, per_row)
+    )
+    assert await _log_reads_of_a_kept_plan_listing_pending(database_url) > 0
