@@ -1,18 +1,21 @@
-"""The list (GET /notifications) reads three parts and merges them (migrations 0026/0027,
-docs/performance.md "The drain's CPU, step by step", step 11).
+"""The list (GET /notifications) reads four parts and merges them (migrations 0026-0029,
+docs/performance.md "The drain's CPU, step by step", steps 11 and 12).
 
 The queue keeps the (created_at, id) order for its PENDING rows only (nq_jobs_pending_created),
-so a claim, which turns a row PROCESSING, writes no entry there: counted from the WAL a claim
-writes (pg_walinspect), with a full (created_at, id) index beside it as the negative control,
-which takes an entry for every row claimed. The list finds the rows in flight through the lease
-index instead, and pages through waiting, claimed and finished rows in one order; a plan kept for
-the statement (a generic plan) never reads a part the status filter excludes, which it does when
-the finished part's status conditions mention the row (the negative control).
+so a claim, which turns a row PROCESSING, writes no entry there; the log keeps its status index
+for the rows not SENT (nq_delivery_log_unsent), so a sent row's completion writes none there.
+Counted from the WAL (pg_walinspect), with an index of the same key without the predicate beside
+each as the negative control, which takes an entry for every row. The list finds the rows in
+flight through the lease index and lists of SENT rows through the log's (created_at, id) index,
+and pages through waiting, claimed and finished rows in one order; a plan kept for the statement
+(a generic plan) never reads a part the status filter excludes, which it does when a part's
+status conditions mention the row (the negative control).
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -94,43 +97,94 @@ async def test_a_list_pages_through_waiting_claimed_and_finished_rows_in_one_ord
     assert await _page_through(repository, Status.CANCELLED, limit=2) == []
 
 
-async def _index_entries_of_a_claim(database_url: str, db: Database) -> dict[str, int]:
-    """Btree leaf inserts per queue index while ROWS rows are claimed, from the WAL."""
-    await notification_service(db, announce=False).enqueue_many([new() for _ in range(ROWS)])
+async def _index_entries(database_url: str, work: Callable[[], Awaitable[None]]) -> dict[str, int]:
+    """Btree leaf inserts per index while `work` runs, from the WAL; a partition's index counts
+    for the log's index it is a part of."""
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         now = await conn.execute("SELECT pg_current_wal_insert_lsn()")
         start = (await now.fetchone())[0]  # type: ignore[index]
-        claimed = await DeliveryRepository(db, defaults(rate_limit=1_000)).notifications_claim(
-            priorities=list(Priority), channels=list(Channel), limit=ROWS
-        )
-        assert len(claimed.claimed) == ROWS
+        await work()
         # A message flushed to the WAL: the end of what is read (the tests' server commits
         # without waiting for the flush, and only flushed WAL can be read).
         flushed = await conn.execute("SELECT pg_logical_emit_message(false, 'nq', '', true)")
         end = (await flushed.fetchone())[0]  # type: ignore[index]
         cur = await conn.execute(
-            "SELECT c.relname, count(*) FROM pg_get_wal_records_info(%s, %s) r"
+            "SELECT COALESCE((SELECT p.inhparent::regclass::text FROM pg_inherits p"
+            "                 WHERE p.inhrelid = c.oid), c.relname), count(*)"
+            " FROM pg_get_wal_records_info(%s, %s) r"
             " JOIN pg_get_wal_block_info(%s, %s) b"
             "   ON b.start_lsn = r.start_lsn AND b.block_id = 0"
             " JOIN pg_class c ON c.relfilenode = b.relfilenode"
-            " WHERE r.resource_manager = 'Btree' AND r.record_type = 'INSERT_LEAF'"
-            "   AND c.relname LIKE 'nq_jobs%%' GROUP BY 1",
+            " WHERE r.resource_manager = 'Btree' AND r.record_type = 'INSERT_LEAF' GROUP BY 1",
             (start, end, start, end),
         )
         rows: list[Any] = await cur.fetchall()
     return {name: int(n) for name, n in rows}
 
 
+async def _create_index(database_url: str, statement: str) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(statement)  # type: ignore[arg-type]
+
+
 async def test_a_claim_writes_no_entry_in_the_queues_order(database_url: str) -> None:
+    # The negative control: an index of the same key without the predicate.
+    await _create_index(
+        database_url, "CREATE INDEX nq_jobs_every_created ON nq_jobs (created_at, id)"
+    )
     async with Database(database_url, pool_size=1, name="notify-queue-worker") as db:
-        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-            # The negative control: an index of the same key without the predicate.
-            await conn.execute("CREATE INDEX nq_jobs_every_created ON nq_jobs (created_at, id)")
-        entries = await _index_entries_of_a_claim(database_url, db)
+        await notification_service(db, announce=False).enqueue_many([new() for _ in range(ROWS)])
+
+        async def claim() -> None:
+            claimed = await DeliveryRepository(db, defaults(rate_limit=1_000)).notifications_claim(
+                priorities=list(Priority), channels=list(Channel), limit=ROWS
+            )
+            assert len(claimed.claimed) == ROWS
+
+        entries = await _index_entries(database_url, claim)
     assert entries.get("nq_jobs_pending_created", 0) == 0
     assert entries["nq_jobs_every_created"] == ROWS
     assert entries["nq_jobs_lease"] == ROWS
+
+
+async def test_a_sent_rows_completion_writes_no_entry_in_the_logs_status_index(
+    database_url: str,
+) -> None:
+    # The negative control: the status index 0029 dropped, every row in it.
+    await _create_index(
+        database_url,
+        "CREATE INDEX nq_delivery_log_every_status ON nq_delivery_log (status, created_at, id)",
+    )
+    async with Database(database_url, pool_size=1, name="notify-queue-worker") as db:
+        await notification_service(db, announce=False).enqueue_many([new() for _ in range(ROWS)])
+        repository = DeliveryRepository(db, defaults(rate_limit=1_000))
+        claimed = (
+            await repository.notifications_claim(
+                priorities=list(Priority), channels=list(Channel), limit=ROWS
+            )
+        ).claimed
+
+        async def complete() -> None:
+            await repository.deliveries_complete(
+                completions=[
+                    Completion(
+                        c.id,
+                        c.claim_token,
+                        Status.SENT if i % 4 else Status.FAILED,
+                        None,
+                        None if i % 4 else "refused",
+                        f"m-{c.id}",
+                        "log",
+                    )
+                    for i, c in enumerate(claimed)
+                ]
+            )
+
+        entries = await _index_entries(database_url, complete)
+    assert entries["nq_delivery_log_unsent"] == ROWS // 4
+    assert entries["nq_delivery_log_every_status"] == ROWS
+    assert entries["nq_delivery_log_created"] == ROWS
 
 
 LOG_INDEX_READS = (
@@ -183,13 +237,11 @@ async def test_with_the_status_checked_per_row_a_kept_plan_reads_the_log(
     # The negative control: the finished part's status conditions as one, which mentions the
     # row, so a generic plan cannot drop the part before reading it.
     one_time = (
-        "(%(status)s::text IS NULL OR %(status)s::text NOT IN ('PENDING', 'PROCESSING'))\n"
-        "       AND (%(status)s::text IS NULL OR n.status = %(status)s)"
+        "WHERE (%(status)s::text IS NULL OR %(status)s::text = 'SENT')\n"
+        "       AND (%(status)s::text IS NULL OR n.status = 'SENT')"
     )
     per_row = (
-        "(%(status)s::text IS NULL\n"
-        "            OR (%(status)s::text NOT IN ('PENDING', 'PROCESSING')"
-        " AND n.status = %(status)s))"
+        "WHERE (%(status)s::text IS NULL OR (%(status)s::text = 'SENT' AND n.status = 'SENT'))"
     )
     assert one_time in QUERIES["notification_list"]
     monkeypatch.setitem(

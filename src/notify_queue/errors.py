@@ -62,6 +62,11 @@ class OlderReleaseRunning(NotifyQueueError):
     destructive steps would break that process (docs/upgrading.md)."""
 
 
+class ContractStepWaits(NotifyQueueError):
+    """A contract step found the work it depends on not done yet (an index the workers are still
+    building, 0029); nothing was applied, and running it again later succeeds."""
+
+
 @dataclass
 class ConfigurationError(NotifyQueueError):
     """A setting is invalid or a combination of settings cannot work."""

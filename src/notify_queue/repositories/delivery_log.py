@@ -8,12 +8,17 @@ with its rows' counts. Every step is safe to repeat, so a run cut short is finis
 
 from __future__ import annotations
 
+import logging
 import uuid
 from dataclasses import dataclass
+
+import psycopg
 
 from notify_queue.models import Engine
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.engine import EngineRepository
+
+log = logging.getLogger(__name__)
 
 _UUID_ZERO = uuid.UUID(int=0)
 
@@ -35,6 +40,40 @@ class DeliveryLogRepository:
         """Create the partitions from today to `days_ahead` days ahead; return how many were new."""
         row = await self._db.fetch_one("delivery_log_prepare", {"days_ahead": days_ahead})
         return int(row["created"]) if row else 0
+
+    async def partitions_index(self) -> list[str]:
+        """Build and attach each partition's part of the log's indexes that a migration left to
+        the workers (0028: the partitions that had rows); return the partitions done. Does
+        nothing while another process runs it. On a session connection: CONCURRENTLY cannot run
+        inside a transaction, and the run holds a session-level lock across its statements."""
+        done: list[str] = []
+        async with self._db.session() as conn:
+            locked = await conn.fetch_one("delivery_log_index_lock")
+            if not locked or not locked["locked"]:
+                return done
+            try:
+                for m in await conn.fetch_all("delivery_log_unsent_missing"):
+                    index = {"index": m["index_name"]}
+                    try:
+                        if m["index_valid"] is False:  # a build cut short
+                            await conn.execute_on("delivery_log_index_drop", index)
+                        if not m["index_valid"]:
+                            await conn.execute_on(
+                                "delivery_log_unsent_build",
+                                index | {"partition": m["partition_name"]},
+                            )
+                        await conn.execute_on("delivery_log_unsent_attach", index)
+                    except psycopg.errors.DatabaseError as exc:
+                        # Left for the next run (an invalid part is dropped and built again);
+                        # the partition is read through the index 0028 replaces meanwhile.
+                        log.warning(
+                            "delivery log: %s not indexed yet: %s", m["partition_name"], exc
+                        )
+                        continue
+                    done.append(m["partition_name"])
+            finally:
+                await conn.execute("delivery_log_index_unlock")
+        return done
 
     async def digests_forget(self, *, retention_seconds: float) -> int:
         """Remove digests closed before the retention (docs/digests.md); return how many."""

@@ -37,7 +37,7 @@ from importlib import resources
 import psycopg
 
 from notify_queue import __version__
-from notify_queue.errors import DatabaseBusy, OlderReleaseRunning
+from notify_queue.errors import ContractStepWaits, DatabaseBusy, OlderReleaseRunning
 from notify_queue.models import Engine
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import database_engine_read
@@ -58,6 +58,8 @@ LOCK_ATTEMPTS = 30
 _LOCK_BACKOFF_SECONDS = (0.2, 3.0)  # the first pause and the longest
 # An arbitrary constant that identifies "Notify Queue is migrating" among advisory locks.
 _MIGRATION_LOCK_KEY = 7_305_826_031
+# The SQLSTATE a step raises when what it depends on is not done yet (ContractStepWaits).
+_STEP_WAITS = "NQW01"
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 # The phase header: a comment line of its own among the file's leading comment lines.
 _PHASE = re.compile(r"^--\s*phase:\s*(\S+)\s*$")
@@ -216,6 +218,12 @@ async def _apply(conn: Connection, migration: Migration) -> None:
                 await conn.execute_script(migration.script)
                 await _record(conn, migration)
             return
+        except psycopg.Error as exc:
+            if exc.sqlstate == _STEP_WAITS and exc.diag.message_primary:
+                raise ContractStepWaits(
+                    f"{migration.version:04d}_{migration.name}: {exc.diag.message_primary}"
+                ) from None
+            raise
         except DatabaseBusy as exc:
             if attempt == LOCK_ATTEMPTS:
                 raise

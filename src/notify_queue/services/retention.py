@@ -19,10 +19,13 @@ class DeliveryLogKeeper:
         self._retention_seconds = retention_days * 86_400
 
     async def maintain(self) -> list[Dropped]:
-        """Create the coming days' partitions; drop those past the retention (0 keeps all)."""
+        """Create the coming days' partitions, build the index parts a migration left to the
+        workers (0028); drop the partitions past the retention (0 keeps all)."""
         created = await self._repository.partitions_prepare(days_ahead=DAYS_AHEAD)
         if created:
             log.info("delivery log: created %d partitions ahead", created)
+        for partition in await self._repository.partitions_index():
+            log.info("delivery log: %s has its part of the log's indexes", partition)
         if self._retention_seconds <= 0:
             return []
         dropped = await self._repository.partitions_drop_expired(

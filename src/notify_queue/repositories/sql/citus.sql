@@ -375,7 +375,9 @@ SELECT q.id FROM queued q WHERE (SELECT n FROM noted) IS NOT DISTINCT FROM (SELE
 -- name: notification_retry_pick
 -- The operator's batch retry on Citus: the oldest rows in %(status)s, without locks (the lock is
 -- taken per row by the steps above, and a row another retry moved first is skipped there).
-SELECT id FROM nq_delivery_log WHERE status = %(status)s ORDER BY created_at, id LIMIT %(limit)s
+-- Never SENT: through the status index of the rows not sent (0028), whose predicate is stated.
+SELECT id FROM nq_delivery_log WHERE status = %(status)s AND status <> 'SENT'
+ORDER BY created_at, id LIMIT %(limit)s
 
 -- name: notification_status_count
 -- How many notifications are in a final status (the counters, as notification_retry_batch).

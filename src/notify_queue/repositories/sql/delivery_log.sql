@@ -29,3 +29,30 @@ ALTER TABLE nq_delivery_log DETACH PARTITION {partition} CONCURRENTLY
 -- name: delivery_log_detach_finalize
 -- A concurrent detach that was interrupted leaves the partition "detach pending": finish it.
 ALTER TABLE nq_delivery_log DETACH PARTITION {partition} FINALIZE
+
+-- name: delivery_log_unsent_missing
+-- The partitions whose part of nq_delivery_log_unsent (0028) is not attached yet.
+SELECT partition_name, index_name, index_valid FROM nq_delivery_log_unsent_missing()
+
+-- name: delivery_log_index_lock
+-- One build of the log's missing index parts at a time across workers (session-level: the
+-- CONCURRENTLY builds run outside a transaction).
+SELECT pg_try_advisory_lock(hashtextextended('nq delivery log indexes', 0)) AS locked
+
+-- name: delivery_log_index_unlock
+SELECT pg_advisory_unlock(hashtextextended('nq delivery log indexes', 0))
+
+-- name: delivery_log_index_drop
+-- An index part whose CONCURRENTLY build was cut short (left invalid): dropped before it is
+-- built again. {index} is an identifier the driver quotes (Connection.execute_on).
+DROP INDEX CONCURRENTLY IF EXISTS {index}
+
+-- name: delivery_log_unsent_build
+-- A partition's part of nq_delivery_log_unsent, built without holding its writers back
+-- (CONCURRENTLY: two scans of the partition, waiting for the transactions that were writing it).
+-- The definition is 0028's; an index that does not match it cannot be attached.
+CREATE INDEX CONCURRENTLY {index} ON {partition} (status, created_at, id) WHERE status <> 'SENT'
+
+-- name: delivery_log_unsent_attach
+-- With its last part attached, nq_delivery_log_unsent becomes valid (0029 waits for that).
+ALTER INDEX nq_delivery_log_unsent ATTACH PARTITION {index}

@@ -76,14 +76,17 @@ AND (%(after_created_at)s::timestamptz IS NULL
 -- name: notification_list
 -- Keyset pagination, oldest first: (created_at, id) strictly after the cursor, so rows added
 -- while a client pages (always newer) never shift a page: no gaps, no repeats.
--- Three parts, each the first %(limit)s of its own rows in that order, merged: PENDING rows
--- through nq_jobs_pending_created, PROCESSING rows (the few in flight) through nq_jobs_lease and
--- a sort, finished rows through the log's indexes, which start with the filter and continue with
--- (created_at, id). The queue's order is kept for PENDING rows only, so a claim writes no entry
--- there (0026). Not a query over nq_all_notifications with the status split into its parts: a
--- part of a UNION ALL with a WHERE of its own is planned apart, for all its rows (a sort of the
--- whole backlog), not for the first rows of the merge. A part the status filter excludes is cut
--- by a condition on the parameter alone, so a plan kept for the statement never reads it.
+-- Four parts, each the first %(limit)s of its own rows in that order, merged (docs/design.md,
+-- "Reads"): PENDING rows through nq_jobs_pending_created; PROCESSING rows (the few in flight)
+-- through nq_jobs_lease and a sort; finished rows, all of them or the SENT ones, through the
+-- log's (created_at, id) index or the one that starts with the recipient filter; finished rows
+-- of one other status through nq_delivery_log_unsent (status, created_at, id). The queue keeps
+-- its order for PENDING rows only and the log its status index for the rows not SENT, so a
+-- claim and a sent row's completion write no entry in them (0026, 0028). Not a query over
+-- nq_all_notifications with the status split into its parts: a part of a UNION ALL with a WHERE
+-- of its own is planned apart, for all its rows (a sort of the whole backlog), not for the first
+-- rows of the merge. The part a status filter needs is chosen by conditions on the parameter
+-- alone, so a plan kept for the statement never reads the others (tests/test_list_parts.py).
 SELECT {{_notification_columns}} FROM (
     (SELECT {{_notification_columns}} FROM nq_jobs n
      WHERE n.status = 'PENDING' AND (%(status)s::text IS NULL OR %(status)s::text = 'PENDING')
@@ -98,18 +101,28 @@ SELECT {{_notification_columns}} FROM (
      ORDER BY n.created_at, n.id
      LIMIT %(limit)s)
     UNION ALL
-    (SELECT {{_notification_columns}}
-     FROM (SELECT l.*, NULL::text AS waiting_reason, NULL::timestamptz AS waiting_until,
-                  NULL::text AS waiting_detail
-           FROM nq_delivery_log l) n
-     WHERE (%(status)s::text IS NULL OR %(status)s::text NOT IN ('PENDING', 'PROCESSING'))
-       AND (%(status)s::text IS NULL OR n.status = %(status)s)
+    (SELECT {{_notification_columns}} FROM ({{_finished_notifications}}) n
+     WHERE (%(status)s::text IS NULL OR %(status)s::text = 'SENT')
+       AND (%(status)s::text IS NULL OR n.status = 'SENT')
+       AND {{_notification_list_filters}}
+     ORDER BY n.created_at, n.id
+     LIMIT %(limit)s)
+    UNION ALL
+    (SELECT {{_notification_columns}} FROM ({{_finished_notifications}}) n
+     WHERE %(status)s::text NOT IN ('PENDING', 'PROCESSING', 'SENT')
+       AND n.status <> 'SENT' AND n.status = %(status)s
        AND {{_notification_list_filters}}
      ORDER BY n.created_at, n.id
      LIMIT %(limit)s)
 ) n
 ORDER BY n.created_at, n.id
 LIMIT %(limit)s
+
+-- name: _finished_notifications
+-- The log's rows with the columns only an unfinished row has, as nq_all_notifications gives them.
+SELECT l.*, NULL::text AS waiting_reason, NULL::timestamptz AS waiting_until,
+       NULL::text AS waiting_detail
+FROM nq_delivery_log l
 
 -- name: notification_list_waiting
 -- notification_list for `?waiting=R`: only a PENDING row can wait, so only the queue is read,
@@ -157,8 +170,10 @@ SELECT nq_retry(ARRAY[%(id)s::uuid]) AS id
 -- Rows whose key retention already forgot (their partition is being dropped, 0011) are not
 -- picked: nq_delivery_log_retry would refuse them, and as the oldest they would fill every batch.
 WITH picked AS (
+    -- Never SENT (nq_retry takes FAILED and DEAD_LETTERED only): through the status index of the
+    -- rows not sent (0028), whose predicate this condition states.
     SELECT id FROM nq_delivery_log l
-    WHERE status = %(status)s
+    WHERE status = %(status)s AND status <> 'SENT'
       AND EXISTS (SELECT 1 FROM nq_idempotency_keys k
                   WHERE k.key = l.idempotency_key AND k.notification_id = l.id)
     ORDER BY created_at, id

@@ -1,0 +1,64 @@
+-- The log's status index without SENT rows (issue 20; docs/performance.md "The drain's CPU, step
+-- by step", step 12), expand half; 0029 drops the index it replaces.
+--
+-- Every completion wrote an entry in nq_delivery_log_status_created (status, created_at, id) for
+-- its row: 88 B of WAL, its share of page splits and its CPU, for an index whose readers want
+-- the rows that were not sent (the operator's batch retry of FAILED or DEAD_LETTERED rows, a
+-- list of one such status). A list of SENT rows, the most of the log, reads the (created_at, id)
+-- index and keeps the SENT ones, as many as it reads (notification_list's parts). So the index
+-- keeps the other rows only, and a SENT row, the usual completion, writes no entry there.
+--
+-- The log is partitioned and holds the history: building an index on it in the migrator's
+-- transaction would read every partition while holding the log's writers back. So the index is
+-- made on the parent alone (ON ONLY: invalid, no partition read), each partition without rows
+-- gets its part here (nothing to read: the days ahead, and every partition of a new database),
+-- and the partitions with rows get theirs from the workers' housekeeping, built CONCURRENTLY
+-- and attached (repositories/delivery_log.py); with the last one attached the index is valid,
+-- which 0029 waits for. A partition made from now on gets its part when it is attached.
+-- Until then a partition without its part is read through the old index, which 0029 drops.
+
+-- Why: ON ONLY reads no partition; the partitions' parts are built below (empty ones) and by the
+-- workers, CONCURRENTLY (the ones with rows).
+-- squawk-ignore require-concurrent-index-creation
+CREATE INDEX nq_delivery_log_unsent ON ONLY nq_delivery_log (status, created_at, id)
+    WHERE status <> 'SENT';
+
+-- The partitions whose part of nq_delivery_log_unsent is not attached yet: the name the part
+-- gets there, whether an index of that name is there already (valid: attach it; invalid: a
+-- CONCURRENTLY build cut short, dropped and built again) and whether the partition has rows.
+CREATE FUNCTION nq_delivery_log_unsent_missing()
+RETURNS TABLE (partition_name text, index_name text, index_valid boolean, has_rows boolean)
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    part text;
+BEGIN
+    FOR part IN
+        SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+        WHERE i.inhparent = 'nq_delivery_log'::regclass
+          AND NOT EXISTS (SELECT 1 FROM pg_inherits x JOIN pg_index ix ON ix.indexrelid = x.inhrelid
+                          WHERE x.inhparent = 'nq_delivery_log_unsent'::regclass
+                            AND ix.indrelid = i.inhrelid)
+        ORDER BY c.relname
+    LOOP
+        partition_name := part;
+        index_name := part || '_unsent';
+        index_valid := (SELECT ix.indisvalid FROM pg_index ix
+                        WHERE ix.indexrelid = to_regclass(quote_ident(index_name)));
+        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I)', part) INTO has_rows;
+        RETURN NEXT;
+    END LOOP;
+END $$;
+
+DO $$
+DECLARE
+    m record;
+BEGIN
+    FOR m IN SELECT * FROM nq_delivery_log_unsent_missing() WHERE NOT has_rows LOOP
+        IF m.index_valid IS DISTINCT FROM true THEN
+            EXECUTE format('DROP INDEX IF EXISTS %I', m.index_name);
+            EXECUTE format('CREATE INDEX %I ON %I (status, created_at, id) WHERE status <> %L',
+                           m.index_name, m.partition_name, 'SENT');
+        END IF;
+        EXECUTE format('ALTER INDEX nq_delivery_log_unsent ATTACH PARTITION %I', m.index_name);
+    END LOOP;
+END $$;

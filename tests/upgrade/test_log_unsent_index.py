@@ -1,0 +1,119 @@
+"""The log's status index without SENT rows on an installation that has history (migrations
+0028/0029, docs/upgrading.md).
+
+0028 makes the index on the log alone and builds its part only on partitions without rows; the
+partitions with rows get theirs from the workers' housekeeping, CONCURRENTLY, and until then
+`migrate --contract` refuses to drop the index 0028 replaces, saying why. A build cut short (an
+invalid index left under the part's name) is dropped and built again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from notify_queue.errors import ContractStepWaits
+from notify_queue.models import Channel, Completion, Priority, Status
+from notify_queue.repositories.db import Database
+from notify_queue.repositories.delivery import DeliveryRepository
+from notify_queue.repositories.delivery_log import DeliveryLogRepository
+from notify_queue.repositories.notifications import NotificationRepository
+from notify_queue.repositories.schema import migrate
+from tests.support import defaults, new, notification_service
+
+ROWS = 12
+
+
+def _one(url: str, query: str, *params: Any) -> Any:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(query, params or None).fetchone()
+        assert row is not None
+        return row[0]
+
+
+async def _finish_some(db: Database) -> set[Any]:
+    """ROWS notifications through the drain, every third FAILED; return the FAILED ids."""
+    await notification_service(db, announce=False).enqueue_many([new() for _ in range(ROWS)])
+    repository = DeliveryRepository(db, defaults(rate_limit=1_000))
+    claimed = (
+        await repository.notifications_claim(
+            priorities=list(Priority), channels=list(Channel), limit=ROWS
+        )
+    ).claimed
+    outcomes = [Status.FAILED if i % 3 == 0 else Status.SENT for i in range(len(claimed))]
+    await repository.deliveries_complete(
+        completions=[
+            Completion(
+                c.id,
+                c.claim_token,
+                status,
+                None,
+                "refused" if status is Status.FAILED else None,
+                f"m-{c.id}",
+                "log",
+            )
+            for c, status in zip(claimed, outcomes, strict=True)
+        ]
+    )
+    return {c.id for c, s in zip(claimed, outcomes, strict=True) if s is Status.FAILED}
+
+
+async def test_partitions_with_rows_get_their_part_from_the_workers_then_contract_drops_the_old(
+    empty_database_url: str,
+) -> None:
+    url = empty_database_url
+    async with Database(url, pool_size=2) as db:
+        await migrate(db, target=27)
+        failed = await _finish_some(db)
+        today = _one(url, "SELECT tableoid::regclass::text FROM nq_delivery_log LIMIT 1")
+
+        assert await migrate(db) == [28]
+        assert (
+            _one(
+                url,
+                "SELECT indisvalid FROM pg_index"
+                " WHERE indexrelid = 'nq_delivery_log_unsent'::regclass",
+            )
+            is False
+        )
+        missing = [r["partition_name"] for r in await db.fetch_all("delivery_log_unsent_missing")]
+        assert missing == [today]
+
+        with pytest.raises(ContractStepWaits, match="on 1 partitions"):
+            await migrate(db, contract=True)
+        assert _one(url, "SELECT to_regclass('nq_delivery_log_status_created') IS NOT NULL")
+
+        # A build cut short leaves an invalid index under the part's name.
+        with psycopg.connect(url, autocommit=True) as conn, pytest.raises(psycopg.Error):
+            conn.execute(f"CREATE UNIQUE INDEX CONCURRENTLY {today}_unsent ON {today} (channel)")
+        assert (
+            _one(
+                url,
+                "SELECT indisvalid FROM pg_index WHERE indexrelid = %s::regclass",
+                f"{today}_unsent",
+            )
+            is False
+        )
+
+        assert await DeliveryLogRepository(db).partitions_index() == [today]
+        assert await DeliveryLogRepository(db).partitions_index() == []
+        assert (
+            _one(
+                url,
+                "SELECT indisvalid FROM pg_index"
+                " WHERE indexrelid = 'nq_delivery_log_unsent'::regclass",
+            )
+            is True
+        )
+        assert _one(url, "SELECT pg_get_indexdef(%s::regclass)", f"{today}_unsent").endswith(
+            "(status, created_at, id) WHERE (status <> 'SENT'::text)"
+        )
+
+        assert await migrate(db, contract=True) == [29]
+        assert _one(url, "SELECT to_regclass('nq_delivery_log_status_created') IS NULL")
+        listed = await NotificationRepository(db).notifications_list(
+            status=Status.FAILED, channel=None, recipient=None, after=None, limit=50
+        )
+        assert {n.id for n in listed} == failed
