@@ -17,11 +17,14 @@ import psycopg
 import pytest
 
 from notify_queue.models import Channel, Completion, Priority, Status
+from notify_queue.repositories import schema
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryRepository
+from notify_queue.repositories.delivery_log import DeliveryLogRepository
+from notify_queue.repositories.notifications import NotificationRepository
 from tests.citus.cluster import CitusCluster
 from tests.citus.test_cluster import rows_per_worker
-from tests.support import defaults, running_api
+from tests.support import defaults, new, notification_service, running_api
 
 pytestmark = pytest.mark.citus
 
@@ -314,3 +317,60 @@ async def test_a_claim_takes_every_urgent_row_and_fills_up_from_few_buckets(
             priorities=list(Priority), channels=list(Channel), limit=12
         )
         assert Counter(bucket_of[c.recipient] for c in second.claimed) == {b: 12}
+
+
+async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
+    citus_database: str,
+) -> None:
+    """An installation distributed before migrations 0026-0029 (docs/upgrading.md): the queue's
+    PENDING order and the log's index of rows not sent are made on the distributed tables, the
+    log's parts on partitions with rows by the workers' housekeeping, and the contract steps drop
+    what they replace once it is whole."""
+    async with Database(citus_database, pool_size=2) as db:
+        await schema.migrate(db, target=25)
+        async with db.connection() as conn:
+            await schema._lay_out(conn)
+        await notification_service(db, announce=False).enqueue_many([new() for _ in range(12)])
+        repository = DeliveryRepository(db, defaults())
+        claimed = (
+            await repository.notifications_claim(
+                priorities=list(Priority), channels=list(Channel), limit=12
+            )
+        ).claimed
+        assert len(claimed) == 12
+        failed = {c.id for c in claimed[:3]}
+        await repository.deliveries_complete(
+            completions=[
+                Completion(
+                    c.id,
+                    c.claim_token,
+                    Status.FAILED if c.id in failed else Status.SENT,
+                    None,
+                    "refused" if c.id in failed else None,
+                    f"m-{c.id}",
+                    "smtp",
+                )
+                for c in claimed
+            ]
+        )
+        assert await schema.migrate(db, target=26) == [26]
+        assert await schema.migrate(db) == [28]
+        partitions = await DeliveryLogRepository(db).partitions_index()
+        assert len(partitions) == 1
+        assert await schema.migrate(db, contract=True) == [27, 29]
+        listed = await NotificationRepository(db).notifications_list(
+            status=Status.FAILED, channel=None, recipient=None, after=None, limit=50
+        )
+        assert {n.id for n in listed} == failed
+        everything = await NotificationRepository(db).notifications_list(
+            status=None, channel=None, recipient=None, after=None, limit=50
+        )
+        assert {n.id for n in everything} == {c.id for c in claimed}
+    with psycopg.connect(citus_database) as conn:
+        assert conn.execute(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'nq_delivery_log_unsent'::regclass"
+        ).fetchone() == (True,)
+        gone = (
+            "SELECT to_regclass('nq_jobs_created'), to_regclass('nq_delivery_log_status_created')"
+        )
+        assert conn.execute(gone).fetchone() == (None, None)

@@ -7,6 +7,13 @@
 -- no process of that release is connected and nq_delivery_log_unsent is whole: every partition
 -- with rows before 0028 gets its part from the workers' housekeeping (built CONCURRENTLY, at a
 -- worker's start and hourly), and until then those partitions are read through the old index.
+-- The drop through EXECUTE, in the same block: on a Citus coordinator a statement is sent on to
+-- the worker nodes as the text it was given, and as part of this file's text it is several
+-- commands, which the nodes refuse (0028).
+-- A drop holds the ACCESS EXCLUSIVE lock on the log for the moment it takes to unlink the index
+-- and its parts (no scan; CONCURRENTLY cannot run in the migrator's transaction, nor on a
+-- partitioned index), and the migrator gives up a lock wait after 2 s and tries again
+-- (repositories/schema.py), so completions queue behind it that long at most.
 DO $$
 DECLARE
     left_to_build integer;
@@ -20,11 +27,5 @@ BEGIN
             -- NQW01: the migrator's ContractStepWaits (repositories/schema.py).
             USING ERRCODE = 'NQW01';
     END IF;
+    EXECUTE 'DROP INDEX nq_delivery_log_status_created';
 END $$;
-
--- Why: CONCURRENTLY cannot run in the migrator's transaction, nor on a partitioned index; a drop
--- holds the ACCESS EXCLUSIVE lock on the log for the moment it takes to unlink the index and its
--- parts (no scan), and the migrator gives up a lock wait after 2 s and tries again
--- (repositories/schema.py), so completions queue behind it that long at most.
--- squawk-ignore require-concurrent-index-deletion
-DROP INDEX nq_delivery_log_status_created;
