@@ -81,6 +81,31 @@ def test_the_post_client_benchmark_writes_its_figures(tmp_path: Path, project_ro
     assert all(len(runs) == 1 for runs in latest["runs"].values())
 
 
+def test_the_bucket_cost_benchmark_writes_both_twins_of_each_table(
+    tmp_path: Path, project_root: Path
+) -> None:
+    run = subprocess.run(
+        [
+            *(sys.executable, "-W", "ignore", "-m", "benchmarks.bucketcost"),
+            *("--notifications", "500", "--rounds", "1", "--output-dir", str(tmp_path)),
+        ],
+        cwd=project_root,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    (written,) = tmp_path.glob("*-bucketcost.json")
+    result = json.loads(written.read_text())
+    assert result["notifications"] == 500
+    assert len(result["tables"]) == 3
+    for pair in result["tables"].values():
+        # The column is two bytes: a row without it is never longer.
+        assert pair["with_bucket"]["tuple_bytes"] >= pair["without_bucket"]["tuple_bytes"]
+    assert result["nq_bucket_us_per_call"] >= 0
+
+
 def test_the_cost_smoke_run_counts_what_each_phase_wrote_per_notification(
     tmp_path: Path, project_root: Path
 ) -> None:
