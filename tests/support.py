@@ -15,14 +15,22 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from notify_queue.models import Channel, NewNotification, Priority, Source
+from notify_queue.models import (
+    Channel,
+    ClaimedNotification,
+    Completion,
+    NewNotification,
+    Priority,
+    Source,
+    Status,
+)
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryRepository
 from notify_queue.repositories.notifications import NotificationRepository
@@ -123,6 +131,41 @@ def new(
 # trip can take several times what it takes on a quiet machine, so no deadline is shorter than
 # this. Tests never assert that something was fast by a poll's deadline.
 MIN_DEADLINE_SECONDS = 30.0
+
+
+async def claim_new(db: Database, count: int) -> list[ClaimedNotification]:
+    """`count` new notifications, each its own recipient, claimed in one batch."""
+    await notification_service(db, announce=False).enqueue_many([new() for _ in range(count)])
+    return await claim_due(db, count)
+
+
+async def claim_due(db: Database, count: int) -> list[ClaimedNotification]:
+    """`count` due notifications claimed in one batch (there must be that many)."""
+    claimed = await DeliveryRepository(db, defaults(rate_limit=1_000)).notifications_claim(
+        priorities=list(Priority), channels=list(Channel), limit=count
+    )
+    assert len(claimed.claimed) == count
+    return list(claimed.claimed)
+
+
+async def finish(
+    db: Database, claimed: Collection[ClaimedNotification], *, failed: Collection[uuid.UUID] = ()
+) -> None:
+    """Each claimed notification SENT, or FAILED ("refused") when its id is in `failed`."""
+    await DeliveryRepository(db, defaults(rate_limit=1_000)).deliveries_complete(
+        completions=[
+            Completion(
+                c.id,
+                c.claim_token,
+                Status.FAILED if c.id in failed else Status.SENT,
+                None,
+                "refused" if c.id in failed else None,
+                f"m-{c.id}",
+                "log",
+            )
+            for c in claimed
+        ]
+    )
 
 
 async def eventually(

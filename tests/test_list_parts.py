@@ -22,15 +22,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from notify_queue.models import Channel, Completion, Priority, Status
+from notify_queue.models import Channel, Priority, Status
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.queries import QUERIES
-from tests.support import defaults, new, notification_service
+from tests.support import claim_due, claim_new, defaults, finish, new, notification_service
 
 ROWS = 16
-SENT_ATTEMPT = '[{"provider": "log", "outcome": "sent", "ms": 1}]'
 
 
 async def _in_every_part(db: Database) -> dict[Status, set[uuid.UUID]]:
@@ -47,16 +46,10 @@ async def _in_every_part(db: Database) -> dict[Status, set[uuid.UUID]]:
     ).claimed
     assert len(claimed) == ROWS // 2
     finishing = claimed[: ROWS // 4]
-    outcomes = [Status.SENT if i % 2 else Status.FAILED for i in range(len(finishing))]
-    await repository.deliveries_complete(
-        completions=[
-            Completion(c.id, c.claim_token, status, None, None, f"m-{c.id}", "log")
-            for c, status in zip(finishing, outcomes, strict=True)
-        ]
-    )
+    await finish(db, finishing, failed={c.id for c in finishing[::2]})
     parts: dict[Status, set[uuid.UUID]] = {s: set() for s in Status}
-    for c, status in zip(finishing, outcomes, strict=True):
-        parts[status].add(c.id)
+    parts[Status.FAILED] = {c.id for c in finishing[::2]}
+    parts[Status.SENT] = {c.id for c in finishing[1::2]}
     parts[Status.PROCESSING] = {c.id for c in claimed[ROWS // 4 :]}
     return parts
 
@@ -137,10 +130,7 @@ async def test_a_claim_writes_no_entry_in_the_queues_order(database_url: str) ->
         await notification_service(db, announce=False).enqueue_many([new() for _ in range(ROWS)])
 
         async def claim() -> None:
-            claimed = await DeliveryRepository(db, defaults(rate_limit=1_000)).notifications_claim(
-                priorities=list(Priority), channels=list(Channel), limit=ROWS
-            )
-            assert len(claimed.claimed) == ROWS
+            await claim_due(db, ROWS)
 
         entries = await _index_entries(database_url, claim)
     assert entries.get("nq_jobs_pending_created", 0) == 0
@@ -157,29 +147,10 @@ async def test_a_sent_rows_completion_writes_no_entry_in_the_logs_status_index(
         "CREATE INDEX nq_delivery_log_every_status ON nq_delivery_log (status, created_at, id)",
     )
     async with Database(database_url, pool_size=1, name="notify-queue-worker") as db:
-        await notification_service(db, announce=False).enqueue_many([new() for _ in range(ROWS)])
-        repository = DeliveryRepository(db, defaults(rate_limit=1_000))
-        claimed = (
-            await repository.notifications_claim(
-                priorities=list(Priority), channels=list(Channel), limit=ROWS
-            )
-        ).claimed
+        claimed = await claim_new(db, ROWS)
 
         async def complete() -> None:
-            await repository.deliveries_complete(
-                completions=[
-                    Completion(
-                        c.id,
-                        c.claim_token,
-                        Status.SENT if i % 4 else Status.FAILED,
-                        None,
-                        None if i % 4 else "refused",
-                        f"m-{c.id}",
-                        "log",
-                    )
-                    for i, c in enumerate(claimed)
-                ]
-            )
+            await finish(db, claimed, failed={c.id for c in claimed[::4]})
 
         entries = await _index_entries(database_url, complete)
     assert entries["nq_delivery_log_unsent"] == ROWS // 4

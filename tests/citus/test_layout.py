@@ -24,7 +24,7 @@ from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from tests.citus.cluster import CitusCluster
 from tests.citus.test_cluster import rows_per_worker
-from tests.support import defaults, new, notification_service, running_api
+from tests.support import claim_new, defaults, finish, running_api
 
 pytestmark = pytest.mark.citus
 
@@ -330,29 +330,9 @@ async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
         await schema.migrate(db, target=25)
         async with db.connection() as conn:
             await schema._lay_out(conn)
-        await notification_service(db, announce=False).enqueue_many([new() for _ in range(12)])
-        repository = DeliveryRepository(db, defaults())
-        claimed = (
-            await repository.notifications_claim(
-                priorities=list(Priority), channels=list(Channel), limit=12
-            )
-        ).claimed
-        assert len(claimed) == 12
+        claimed = await claim_new(db, 12)
         failed = {c.id for c in claimed[:3]}
-        await repository.deliveries_complete(
-            completions=[
-                Completion(
-                    c.id,
-                    c.claim_token,
-                    Status.FAILED if c.id in failed else Status.SENT,
-                    None,
-                    "refused" if c.id in failed else None,
-                    f"m-{c.id}",
-                    "smtp",
-                )
-                for c in claimed
-            ]
-        )
+        await finish(db, claimed, failed=failed)
         assert await schema.migrate(db, target=26) == [26]
         assert await schema.migrate(db) == [28]
         partitions = await DeliveryLogRepository(db).partitions_index()

@@ -15,13 +15,12 @@ import psycopg
 import pytest
 
 from notify_queue.errors import ContractStepWaits
-from notify_queue.models import Channel, Completion, Priority, Status
+from notify_queue.models import Status
 from notify_queue.repositories.db import Database
-from notify_queue.repositories.delivery import DeliveryRepository
 from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.schema import migrate
-from tests.support import defaults, new, notification_service
+from tests.support import claim_new, finish
 
 ROWS = 12
 
@@ -33,40 +32,15 @@ def _one(url: str, query: str, *params: Any) -> Any:
         return row[0]
 
 
-async def _finish_some(db: Database) -> set[Any]:
-    """ROWS notifications through the drain, every third FAILED; return the FAILED ids."""
-    await notification_service(db, announce=False).enqueue_many([new() for _ in range(ROWS)])
-    repository = DeliveryRepository(db, defaults(rate_limit=1_000))
-    claimed = (
-        await repository.notifications_claim(
-            priorities=list(Priority), channels=list(Channel), limit=ROWS
-        )
-    ).claimed
-    outcomes = [Status.FAILED if i % 3 == 0 else Status.SENT for i in range(len(claimed))]
-    await repository.deliveries_complete(
-        completions=[
-            Completion(
-                c.id,
-                c.claim_token,
-                status,
-                None,
-                "refused" if status is Status.FAILED else None,
-                f"m-{c.id}",
-                "log",
-            )
-            for c, status in zip(claimed, outcomes, strict=True)
-        ]
-    )
-    return {c.id for c, s in zip(claimed, outcomes, strict=True) if s is Status.FAILED}
-
-
 async def test_partitions_with_rows_get_their_part_from_the_workers_then_contract_drops_the_old(
     empty_database_url: str,
 ) -> None:
     url = empty_database_url
     async with Database(url, pool_size=2) as db:
         await migrate(db, target=27)
-        failed = await _finish_some(db)
+        claimed = await claim_new(db, ROWS)
+        failed = {c.id for c in claimed[::3]}
+        await finish(db, claimed, failed=failed)
         today = _one(url, "SELECT tableoid::regclass::text FROM nq_delivery_log LIMIT 1")
 
         assert await migrate(db) == [28]
