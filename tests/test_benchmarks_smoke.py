@@ -12,30 +12,32 @@ import sys
 from pathlib import Path
 
 
+def _run(
+    project_root: Path, module: str, *args: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """`python -m <module> <args>` from the project's root; its exit status checked."""
+    run = subprocess.run(
+        [sys.executable, "-W", "ignore", "-m", module, *args],
+        cwd=project_root,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return run
+
+
 def test_the_benchmark_smoke_run_writes_a_valid_results_document(
     tmp_path: Path, project_root: Path
 ) -> None:
     out = tmp_path / "results"
-    run = subprocess.run(
-        [
-            sys.executable,
-            "-W",
-            "ignore",
-            "-m",
-            "benchmarks",
-            "--smoke",
-            "--skip",
-            "peers,cost,citus",
-            "--output-dir",
-            str(out),
-        ],
-        cwd=project_root,
-        capture_output=True,
-        text=True,
+    run = _run(
+        project_root,
+        "benchmarks",
+        *("--smoke", "--skip", "peers,cost,citus", "--output-dir", str(out)),
         timeout=600,
-        check=False,
     )
-    assert run.returncode == 0, run.stderr[-3000:]
     latest = json.loads((out / "latest.json").read_text())
     assert latest["mode"] == "smoke" and not latest["errors"]
     assert {r["scenario"] for r in latest["results"]} == {
@@ -64,18 +66,12 @@ def test_the_benchmark_smoke_run_writes_a_valid_results_document(
 
 
 def test_the_post_client_benchmark_writes_its_figures(tmp_path: Path, project_root: Path) -> None:
-    run = subprocess.run(
-        [
-            *(sys.executable, "-W", "ignore", "-m", "benchmarks.post_client"),
-            *("--posts", "50", "--rounds", "1", "--output-dir", str(tmp_path)),
-        ],
-        cwd=project_root,
-        capture_output=True,
-        text=True,
+    _run(
+        project_root,
+        "benchmarks.post_client",
+        *("--posts", "50", "--rounds", "1", "--output-dir", str(tmp_path)),
         timeout=120,
-        check=False,
     )
-    assert run.returncode == 0, run.stderr[-3000:]
     latest = json.loads((tmp_path / "latest.json").read_text())
     assert set(latest["best_client_cpu_us_per_post"]) == {"aiohttp", "relay", "bare"}
     assert all(len(runs) == 1 for runs in latest["runs"].values())
@@ -84,18 +80,12 @@ def test_the_post_client_benchmark_writes_its_figures(tmp_path: Path, project_ro
 def test_the_bucket_cost_benchmark_writes_both_twins_of_each_table(
     tmp_path: Path, project_root: Path
 ) -> None:
-    run = subprocess.run(
-        [
-            *(sys.executable, "-W", "ignore", "-m", "benchmarks.bucketcost"),
-            *("--notifications", "500", "--rounds", "1", "--output-dir", str(tmp_path)),
-        ],
-        cwd=project_root,
-        capture_output=True,
-        text=True,
+    _run(
+        project_root,
+        "benchmarks.bucketcost",
+        *("--notifications", "500", "--rounds", "1", "--output-dir", str(tmp_path)),
         timeout=300,
-        check=False,
     )
-    assert run.returncode == 0, run.stderr[-3000:]
     (written,) = tmp_path.glob("*-bucketcost.json")
     result = json.loads(written.read_text())
     assert result["notifications"] == 500
@@ -110,18 +100,12 @@ def test_the_cost_smoke_run_counts_what_each_phase_wrote_per_notification(
     tmp_path: Path, project_root: Path
 ) -> None:
     out = tmp_path / "results"
-    run = subprocess.run(
-        [
-            *(sys.executable, "-W", "ignore", "-m", "benchmarks", "--smoke", "--only", "cost"),
-            *("--output-dir", str(out)),
-        ],
-        cwd=project_root,
-        capture_output=True,
-        text=True,
+    run = _run(
+        project_root,
+        "benchmarks",
+        *("--smoke", "--only", "cost", "--output-dir", str(out)),
         timeout=600,
-        check=False,
     )
-    assert run.returncode == 0, run.stderr[-3000:]
     # Its own files: the suite's latest.json (the docs' tables) is left alone.
     assert not (out / "latest.json").exists()
     assert len(list(out.glob("*-cost-smoke.json"))) == 1

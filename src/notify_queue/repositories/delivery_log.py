@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import psycopg
 
 from notify_queue.models import Engine
-from notify_queue.repositories.db import Database
+from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import EngineRepository
 
 log = logging.getLogger(__name__)
@@ -44,36 +46,46 @@ class DeliveryLogRepository:
     async def partitions_index(self) -> list[str]:
         """Build and attach each partition's part of the log's indexes that a migration left to
         the workers (0028: the partitions that had rows); return the partitions done. Does
-        nothing while another process runs it. On a session connection: CONCURRENTLY cannot run
-        inside a transaction, and the run holds a session-level lock across its statements."""
+        nothing while another process runs it. CONCURRENTLY, so on a session connection
+        (`_alone`)."""
         done: list[str] = []
-        async with self._db.session() as conn:
-            locked = await conn.fetch_one("delivery_log_index_lock")
-            if not locked or not locked["locked"]:
+        async with self._alone("nq delivery log indexes") as conn:
+            if conn is None:
                 return done
-            try:
-                for m in await conn.fetch_all("delivery_log_unsent_missing"):
-                    index = {"index": m["index_name"]}
-                    try:
-                        if m["index_valid"] is False:  # a build cut short
-                            await conn.execute_on("delivery_log_index_drop", index)
-                        if not m["index_valid"]:
-                            await conn.execute_on(
-                                "delivery_log_unsent_build",
-                                index | {"partition": m["partition_name"]},
-                            )
-                        await conn.execute_on("delivery_log_unsent_attach", index)
-                    except psycopg.errors.DatabaseError as exc:
-                        # Left for the next run (an invalid part is dropped and built again);
-                        # the partition is read through the index 0028 replaces meanwhile.
-                        log.warning(
-                            "delivery log: %s not indexed yet: %s", m["partition_name"], exc
+            for m in await conn.fetch_all("delivery_log_unsent_missing"):
+                index = {"index": m["index_name"]}
+                try:
+                    if m["index_valid"] is False:  # a build cut short
+                        await conn.execute_on("delivery_log_index_drop", index)
+                    if not m["index_valid"]:
+                        await conn.execute_on(
+                            "delivery_log_unsent_build",
+                            index | {"partition": m["partition_name"]},
                         )
-                        continue
-                    done.append(m["partition_name"])
-            finally:
-                await conn.execute("delivery_log_index_unlock")
+                    await conn.execute_on("delivery_log_unsent_attach", index)
+                except psycopg.errors.DatabaseError as exc:
+                    # Left for the next run (an invalid part is dropped and built again); the
+                    # partition is read through the index 0028 replaces meanwhile.
+                    log.warning("delivery log: %s not indexed yet: %s", m["partition_name"], exc)
+                    continue
+                done.append(m["partition_name"])
         return done
+
+    @asynccontextmanager
+    async def _alone(self, run: str) -> AsyncIterator[Connection | None]:
+        """A session connection (`Database.session`) holding `run`'s advisory lock, or None
+        while another process holds it. Session-level: a run spans transactions (DETACH and
+        CREATE INDEX ... CONCURRENTLY cannot run inside one), which a transaction-mode pooler
+        would take on one server connection and leave held there."""
+        async with self._db.session() as conn:
+            locked = await conn.fetch_one("delivery_log_lock", {"run": run})
+            if not locked or not locked["locked"]:
+                yield None
+                return
+            try:
+                yield conn
+            finally:
+                await conn.execute("delivery_log_unlock", {"run": run})
 
     async def digests_forget(self, *, retention_seconds: float) -> int:
         """Remove digests closed before the retention (docs/digests.md); return how many."""
@@ -83,41 +95,33 @@ class DeliveryLogRepository:
         self, *, retention_seconds: float, keys_per_chunk: int = 10_000
     ) -> list[Dropped]:
         """Drop every partition wholly older than the retention. Does nothing while another
-        process runs it.
-
-        On a session connection (`Database.session`): the run holds a session-level lock across
-        its statements (DETACH ... CONCURRENTLY cannot run inside a transaction), which a
-        transaction-mode pooler would take on one server connection and leave held there."""
+        process runs it. DETACH ... CONCURRENTLY, so on a session connection (`_alone`)."""
         dropped: list[Dropped] = []
-        async with self._db.session() as conn:
-            locked = await conn.fetch_one("delivery_log_lock")
-            if not locked or not locked["locked"]:
+        async with self._alone("nq delivery log retention") as conn:
+            if conn is None:
                 return dropped
-            try:
-                citus = (await self._engine.engine_get(conn=conn)).engine is Engine.CITUS
-                expired = await conn.fetch_all(
-                    "delivery_log_expired", {"retention_seconds": retention_seconds}
-                )
-                for p in expired:
-                    name = p["partition_name"]
-                    after = _UUID_ZERO
-                    while True:
-                        chunk = {"partition": name, "after": after, "limit": keys_per_chunk}
-                        if citus:
-                            row = await conn.fetch_one("delivery_log_forget_keys_unlocked", chunk)
-                        else:
-                            row = await conn.fetch_one("delivery_log_forget_keys", chunk)
-                        if row is None or row["last_id"] is None:
-                            break
-                        after = row["last_id"]
-                    if p["detach_pending"]:  # a concurrent detach was interrupted
-                        await conn.execute_on("delivery_log_detach_finalize", {"partition": name})
-                    elif p["attached"] and citus:
-                        await conn.execute_on("delivery_log_detach_citus", {"partition": name})
-                    elif p["attached"]:
-                        await conn.execute_on("delivery_log_detach", {"partition": name})
-                    row = await conn.fetch_one("delivery_log_drop", {"partition": name})
-                    dropped.append(Dropped(name, int(row["dropped"]) if row else 0))
-            finally:
-                await conn.execute("delivery_log_unlock")
+            citus = (await self._engine.engine_get(conn=conn)).engine is Engine.CITUS
+            expired = await conn.fetch_all(
+                "delivery_log_expired", {"retention_seconds": retention_seconds}
+            )
+            for p in expired:
+                name = p["partition_name"]
+                after = _UUID_ZERO
+                while True:
+                    chunk = {"partition": name, "after": after, "limit": keys_per_chunk}
+                    if citus:
+                        row = await conn.fetch_one("delivery_log_forget_keys_unlocked", chunk)
+                    else:
+                        row = await conn.fetch_one("delivery_log_forget_keys", chunk)
+                    if row is None or row["last_id"] is None:
+                        break
+                    after = row["last_id"]
+                if p["detach_pending"]:  # a concurrent detach was interrupted
+                    await conn.execute_on("delivery_log_detach_finalize", {"partition": name})
+                elif p["attached"] and citus:
+                    await conn.execute_on("delivery_log_detach_citus", {"partition": name})
+                elif p["attached"]:
+                    await conn.execute_on("delivery_log_detach", {"partition": name})
+                row = await conn.fetch_one("delivery_log_drop", {"partition": name})
+                dropped.append(Dropped(name, int(row["dropped"]) if row else 0))
         return dropped

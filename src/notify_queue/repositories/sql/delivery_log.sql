@@ -14,11 +14,12 @@ SELECT nq_delivery_log_forget_keys(%(partition)s, %(after)s, %(limit)s) AS last_
 SELECT nq_delivery_log_drop(%(partition)s) AS dropped
 
 -- name: delivery_log_lock
--- One retention run at a time across workers (session-level: the run spans transactions).
-SELECT pg_try_advisory_lock(hashtextextended('nq delivery log retention', 0)) AS locked
+-- One run of %(run)s (retention, the index parts' build) at a time across workers; session-level:
+-- the run spans transactions.
+SELECT pg_try_advisory_lock(hashtextextended(%(run)s, 0)) AS locked
 
 -- name: delivery_log_unlock
-SELECT pg_advisory_unlock(hashtextextended('nq delivery log retention', 0))
+SELECT pg_advisory_unlock(hashtextextended(%(run)s, 0))
 
 -- name: delivery_log_detach
 -- {partition} is an identifier the driver quotes (Connection.execute_on): DETACH takes no
@@ -33,14 +34,6 @@ ALTER TABLE nq_delivery_log DETACH PARTITION {partition} FINALIZE
 -- name: delivery_log_unsent_missing
 -- The partitions whose part of nq_delivery_log_unsent (0028) is not attached yet.
 SELECT partition_name, index_name, index_valid FROM nq_delivery_log_unsent_missing()
-
--- name: delivery_log_index_lock
--- One build of the log's missing index parts at a time across workers (session-level: the
--- CONCURRENTLY builds run outside a transaction).
-SELECT pg_try_advisory_lock(hashtextextended('nq delivery log indexes', 0)) AS locked
-
--- name: delivery_log_index_unlock
-SELECT pg_advisory_unlock(hashtextextended('nq delivery log indexes', 0))
 
 -- name: delivery_log_index_drop
 -- An index part whose CONCURRENTLY build was cut short (left invalid): dropped before it is
