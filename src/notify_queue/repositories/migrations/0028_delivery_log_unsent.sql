@@ -49,7 +49,7 @@ BEGIN
         index_name := part || '_unsent';
         index_valid := (SELECT ix.indisvalid FROM pg_index ix
                         WHERE ix.indexrelid = to_regclass(quote_ident(index_name)));
-        EXECUTE format('SELECT EXISTS (SELECT 1 FROM %I)', part) INTO has_rows;
+        EXECUTE 'SELECT EXISTS (SELECT 1 FROM ' || quote_ident(part) || ')' INTO has_rows;
         RETURN NEXT;
     END LOOP;
 END $$;
@@ -60,10 +60,12 @@ DECLARE
 BEGIN
     FOR m IN SELECT * FROM nq_delivery_log_unsent_missing() WHERE NOT has_rows LOOP
         IF m.index_valid IS DISTINCT FROM true THEN
-            EXECUTE format('DROP INDEX IF EXISTS %I', m.index_name);
-            EXECUTE format('CREATE INDEX %I ON %I (status, created_at, id) WHERE status <> %L',
-                           m.index_name, m.partition_name, 'SENT');
+            EXECUTE 'DROP INDEX IF EXISTS ' || quote_ident(m.index_name);
+            EXECUTE 'CREATE INDEX ' || quote_ident(m.index_name) || ' ON '
+                    || quote_ident(m.partition_name)
+                    || ' (status, created_at, id) WHERE status <> ''SENT''';
         END IF;
-        EXECUTE format('ALTER INDEX nq_delivery_log_unsent ATTACH PARTITION %I', m.index_name);
+        EXECUTE 'ALTER INDEX nq_delivery_log_unsent ATTACH PARTITION '
+                || quote_ident(m.index_name);
     END LOOP;
 END $$;

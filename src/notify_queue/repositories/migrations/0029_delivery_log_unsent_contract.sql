@@ -21,11 +21,11 @@ BEGIN
     IF NOT (SELECT indisvalid FROM pg_index
             WHERE indexrelid = 'nq_delivery_log_unsent'::regclass) THEN
         left_to_build := (SELECT count(*) FROM nq_delivery_log_unsent_missing());
-        RAISE EXCEPTION 'the delivery log''s index nq_delivery_log_unsent is not built on % '
-                        'partitions yet; a running worker builds them (at its start and hourly): '
-                        'run migrate --contract again once it has', left_to_build
-            -- NQW01: the migrator's ContractStepWaits (repositories/schema.py).
-            USING ERRCODE = 'NQW01';
+        -- NQW01: the migrator's ContractStepWaits (repositories/schema.py).
+        RAISE EXCEPTION USING ERRCODE = 'NQW01', MESSAGE =
+            'the delivery log''s index nq_delivery_log_unsent is not built on ' || left_to_build
+            || ' partitions yet; a running worker builds them (at its start and hourly): run '
+            || 'migrate --contract again once it has';
     END IF;
     EXECUTE 'DROP INDEX nq_delivery_log_status_created';
 END $$;
