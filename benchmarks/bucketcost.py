@@ -7,12 +7,12 @@ server nothing routes by it. What it costs there, measured on twins of the table
 without the column, filled with the same rows:
 
 - bytes per row and WAL per insert: a fresh embedded PostgreSQL, `notify-queue migrate`, N
-  notifications made by the API's own batch statement (NotificationService, 200-character
-  bodies, each its own recipient); their rows copied into a twin of nq_jobs and of the log with
-  and without `bucket` (CREATE TABLE AS, so the column is absent, not dropped), and one window
-  per recipient into a twin of nq_rate_windows keyed (bucket, recipient) and one keyed
-  (recipient); WAL from pg_current_wal_insert_lsn around each insert, sizes from pg_relation_size
-  (the heap) and pg_indexes_size;
+  notifications made by the API's own batch statement (benchmarks.plancost.ingest,
+  200-character bodies, each its own recipient); their rows copied into a twin of nq_jobs and
+  of the log with and without `bucket` (CREATE TABLE AS, so the column is absent, not
+  dropped), and one window per recipient into a twin of nq_rate_windows keyed (bucket,
+  recipient) and one keyed (recipient); WAL from pg_current_wal_insert_lsn around each insert,
+  sizes from pg_relation_size (the heap) and pg_indexes_size;
 - CPU of nq_bucket: `count(nq_bucket(recipient))` against `count(recipient)` over the N rows,
   the best of --rounds each, per call.
 
@@ -34,12 +34,9 @@ from typing import Any
 
 import psycopg
 
+from benchmarks import queue
 from benchmarks.env import BenchPostgres
-from notify_queue.models import Channel, NewNotification, Priority, Source
-from notify_queue.repositories.db import Database
-from notify_queue.repositories.notifications import NotificationRepository
-from notify_queue.repositories.schema import migrate
-from notify_queue.services.notifications import NotificationService
+from benchmarks.plancost import ingest
 
 RESULTS = Path(__file__).parent / "results" / "bucketcost"
 
@@ -91,35 +88,13 @@ def _best_seconds(conn: psycopg.Connection[Any], query: str, rounds: int) -> flo
     return best
 
 
-async def _enqueue(url: str, n: int) -> None:
-    async with Database(url, pool_size=2) as db:
-        await migrate(db)
-        service = NotificationService(NotificationRepository(db), default_max_attempts=6)
-        now = datetime.now(UTC)
-        for start in range(0, n, 500):
-            await service.enqueue_many(
-                [
-                    NewNotification(
-                        idempotency_key=f"bucket-{i}",
-                        request_hash=f"h-{i}",
-                        channel=Channel.EMAIL,
-                        recipient=f"user-{i}@example.com",
-                        body="x" * 200,
-                        priority=Priority.NORMAL,
-                        send_at=now,
-                        source=Source.API,
-                    )
-                    for i in range(start, min(start + 500, n))
-                ]
-            )
-
-
 def measure(n: int, rounds: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="nq-bucketcost-") as workdir:
         pg = BenchPostgres(Path(workdir))
         try:
             name = pg.database("bucket")
-            asyncio.run(_enqueue(pg.url(name), n))
+            queue.migrate(pg.url(name))
+            asyncio.run(ingest(pg.url(name), n, subject=None, body_chars=200))
             with psycopg.connect(pg.url(name), autocommit=True) as conn:
                 # Hint bits set and pages frozen before anything is counted: with data checksums
                 # (PostgreSQL 18's default) the first read of a page after a checkpoint that sets

@@ -71,7 +71,10 @@ def ms(ns: float) -> str:
     return f"{ns / 1e6:.2f}"
 
 
-async def ingest(url: str, n: int) -> None:
+async def ingest(
+    url: str, n: int, *, subject: str | None = "Your receipt", body_chars: int = 120
+) -> None:
+    """`n` due notifications, each its own recipient, by the API's batch statement (500 a call)."""
     db = Database(url, pool_size=2, name="notify-queue-api")
     await db.open()
     try:
@@ -87,8 +90,8 @@ async def ingest(url: str, n: int) -> None:
                         request_hash="h-" + key,
                         channel=Channel.EMAIL,
                         recipient=f"{key}@example.com",
-                        subject="Your receipt",
-                        body="x" * 120,
+                        subject=subject,
+                        body="x" * body_chars,
                         priority=Priority.NORMAL,
                         send_at=now,
                         source=Source.API,

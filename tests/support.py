@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 
 from notify_queue.models import (
     Channel,
@@ -166,6 +167,19 @@ async def finish(
             for c in claimed
         ]
     )
+
+
+async def statistics_count(db: Database, database_url: str, query: str) -> int:
+    """A count from the statistics views (`query`: one row, one number), with the counts of the
+    pool's connection flushed first (a backend sends its own at most once a second)."""
+    async with db.connection() as conn:
+        raw: Any = conn._conn
+        await raw.execute("SELECT pg_stat_force_next_flush()")
+    async with await psycopg.AsyncConnection.connect(database_url) as observer:
+        cur = await observer.execute(query)  # type: ignore[arg-type]
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0])
 
 
 async def eventually(

@@ -28,7 +28,7 @@ import pytest
 from notify_queue.models import Channel, Completion, Priority, Status
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.delivery import DeliveryRepository
-from tests.support import defaults, new, notification_service, status_counts
+from tests.support import defaults, new, notification_service, statistics_count, status_counts
 
 CLAIMS = 7
 BATCH = 20
@@ -111,18 +111,6 @@ async def test_without_prepared_statements_nothing_is_forced(database_url: str) 
         assert await _unfinished_and_sent(db) == (0, CLAIMS * BATCH)
 
 
-async def _scans(db: Database, database_url: str, query: str) -> int:
-    """A scan count from the statistics views, with the pool's connection's own counts flushed."""
-    async with db.connection() as conn:
-        raw: Any = conn._conn
-        await raw.execute("SELECT pg_stat_force_next_flush()")
-    async with await psycopg.AsyncConnection.connect(database_url) as observer:
-        cur = await observer.execute(query)
-        row = await cur.fetchone()
-        assert row is not None
-        return int(row[0])
-
-
 LEASE_INDEX_SCANS = "SELECT idx_scan FROM pg_stat_user_indexes WHERE indexrelname = 'nq_jobs_lease'"
 WINDOW_TABLE_SCANS = "SELECT seq_scan FROM pg_stat_user_tables WHERE relname = 'nq_rate_windows'"
 
@@ -149,7 +137,7 @@ async def test_a_completion_reads_its_rows_by_primary_key_with_claims_in_flight(
                 " WHERE n.id = ANY($1::uuid[]) AND n.status = 'PROCESSING' FOR UPDATE"
             )
             assert "nq_jobs_lease" in "\n".join(r[0] for r in await cur.fetchall())
-        before = await _scans(db, database_url, LEASE_INDEX_SCANS)
+        before = await statistics_count(db, database_url, LEASE_INDEX_SCANS)
         for claimed in in_flight:
             recorded = await repository.deliveries_complete(
                 completions=[
@@ -158,7 +146,7 @@ async def test_a_completion_reads_its_rows_by_primary_key_with_claims_in_flight(
                 ]
             )
             assert recorded.accepted == {c.id for c in claimed}
-        assert await _scans(db, database_url, LEASE_INDEX_SCANS) == before
+        assert await statistics_count(db, database_url, LEASE_INDEX_SCANS) == before
         assert await _unfinished_and_sent(db) == (0, CLAIMS * BATCH)
 
 
@@ -169,9 +157,9 @@ async def _after_an_analyze_of_no_windows(database_url: str) -> int:
         await _backlog(db)
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
             await conn.execute("VACUUM (ANALYZE)")
-        before = await _scans(db, database_url, WINDOW_TABLE_SCANS)
+        before = await statistics_count(db, database_url, WINDOW_TABLE_SCANS)
         await _drain_backlog(db)
-        return await _scans(db, database_url, WINDOW_TABLE_SCANS) - before
+        return await statistics_count(db, database_url, WINDOW_TABLE_SCANS) - before
 
 
 async def test_the_admission_reads_windows_by_key_after_an_analyze_found_none(

@@ -27,7 +27,15 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.queries import QUERIES
-from tests.support import claim_due, claim_new, defaults, finish, new, notification_service
+from tests.support import (
+    claim_due,
+    claim_new,
+    defaults,
+    finish,
+    new,
+    notification_service,
+    statistics_count,
+)
 
 ROWS = 16
 
@@ -164,14 +172,6 @@ LOG_INDEX_READS = (
 )
 
 
-async def _log_index_reads(db: Database, database_url: str) -> int:
-    async with db.connection() as conn:
-        raw: Any = conn._conn
-        await raw.execute("SELECT pg_stat_force_next_flush()")
-    async with await psycopg.AsyncConnection.connect(database_url) as observer:
-        return int((await (await observer.execute(LOG_INDEX_READS)).fetchone())[0])  # type: ignore[index]
-
-
 async def _log_reads_of_a_kept_plan_listing_pending(database_url: str) -> int:
     """Log index entries read by seven lists of PENDING rows on one connection whose plans are
     generic (the fifth run on a connection prepares the statement)."""
@@ -180,7 +180,7 @@ async def _log_reads_of_a_kept_plan_listing_pending(database_url: str) -> int:
         async with db.connection() as conn:
             raw: Any = conn._conn
             await raw.execute("SET plan_cache_mode = force_generic_plan")
-        before = await _log_index_reads(db, database_url)
+        before = await statistics_count(db, database_url, LOG_INDEX_READS)
         repository = NotificationRepository(db)
         for _ in range(7):
             listed = await repository.notifications_list(
@@ -195,7 +195,7 @@ async def _log_reads_of_a_kept_plan_listing_pending(database_url: str) -> int:
             )
             generic = [r["generic_plans"] for r in await cur.fetchall()]
             assert len(generic) == 1 and generic[0] >= 1, generic
-        return await _log_index_reads(db, database_url) - before
+        return await statistics_count(db, database_url, LOG_INDEX_READS) - before
 
 
 async def test_a_kept_plan_never_reads_a_part_the_status_excludes(database_url: str) -> None:
