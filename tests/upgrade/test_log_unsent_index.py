@@ -9,6 +9,9 @@ invalid index left under the part's name) is dropped and built again.
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
 from typing import Any
 
 import psycopg
@@ -57,6 +60,19 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
 
         with pytest.raises(ContractStepWaits, match="on 1 partitions"):
             await migrate(db, contract=True)
+        # The command an operator runs: exit 1 and one line saying why, nothing applied.
+        refused = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "notify_queue", "migrate", "--contract", "--database-url", url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert refused.returncode == 1, refused.stderr
+        last = refused.stderr.strip().splitlines()[-1]
+        assert last.startswith("notify-queue migrate: 0029_delivery_log_unsent_contract: ")
+        assert "not built on 1 partitions yet" in last and "Traceback" not in refused.stderr
         assert _one(url, "SELECT to_regclass('nq_delivery_log_status_created') IS NOT NULL")
 
         # A build cut short leaves an invalid index under the part's name.
