@@ -52,8 +52,8 @@ def set_status_sql(where: str) -> str:
         "  WHERE id IN (SELECT id FROM target) AND %(status)s IN ('PENDING', 'PROCESSING')"
         "  RETURNING id),"
         " finished AS (SELECT id FROM target WHERE %(status)s NOT IN ('PENDING', 'PROCESSING'))"
-        " SELECT (SELECT count(*) FROM updated) + (SELECT count(*) FROM nq_finish("
-        "  ARRAY(SELECT id FROM finished), ARRAY(SELECT %(status)s::text FROM finished),"
+        " SELECT (SELECT count(*) FROM updated) + (SELECT count(*) FROM nq_finish_held("
+        "  ARRAY(SELECT id FROM finished), NULL, ARRAY(SELECT %(status)s::text FROM finished),"
         "  NULL, NULL, NULL, NULL, NULL, NULL)) AS changed"
     )
 
@@ -167,6 +167,35 @@ async def finish(
             for c in claimed
         ]
     )
+
+
+async def wal_records(
+    database_url: str, work: Callable[[], Awaitable[None]], resource_manager: str, record_type: str
+) -> dict[str, int]:
+    """WAL records of one kind (pg_walinspect: `Btree` `INSERT_LEAF` is an index entry, `Heap`
+    `LOCK` a row lock) per relation while `work` runs. An index of a partition counts for the
+    index it is a part of, a partition for its parent."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        now = await conn.execute("SELECT pg_current_wal_insert_lsn()")
+        start = (await now.fetchone())[0]  # type: ignore[index]
+        await work()
+        # A message flushed to the WAL: the end of what is read (the tests' server commits
+        # without waiting for the flush, and only flushed WAL can be read).
+        flushed = await conn.execute("SELECT pg_logical_emit_message(false, 'nq', '', true)")
+        end = (await flushed.fetchone())[0]  # type: ignore[index]
+        cur = await conn.execute(
+            "SELECT COALESCE((SELECT p.inhparent::regclass::text FROM pg_inherits p"
+            "                 WHERE p.inhrelid = c.oid), c.relname), count(*)"
+            " FROM pg_get_wal_records_info(%s, %s) r"
+            " JOIN pg_get_wal_block_info(%s, %s) b"
+            "   ON b.start_lsn = r.start_lsn AND b.block_id = 0"
+            " JOIN pg_class c ON c.relfilenode = b.relfilenode"
+            " WHERE r.resource_manager = %s AND r.record_type = %s GROUP BY 1",
+            (start, end, start, end, resource_manager, record_type),
+        )
+        rows: list[Any] = await cur.fetchall()
+    return {name: int(n) for name, n in rows}
 
 
 async def statistics_count(db: Database, database_url: str, query: str) -> int:

@@ -15,7 +15,6 @@ status conditions mention the row (the negative control).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -35,6 +34,7 @@ from tests.support import (
     new,
     notification_service,
     statistics_count,
+    wal_records,
 )
 
 ROWS = 16
@@ -98,32 +98,6 @@ async def test_a_list_pages_through_waiting_claimed_and_finished_rows_in_one_ord
     assert await _page_through(repository, Status.CANCELLED, limit=2) == []
 
 
-async def _index_entries(database_url: str, work: Callable[[], Awaitable[None]]) -> dict[str, int]:
-    """Btree leaf inserts per index while `work` runs, from the WAL; a partition's index counts
-    for the log's index it is a part of."""
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-        now = await conn.execute("SELECT pg_current_wal_insert_lsn()")
-        start = (await now.fetchone())[0]  # type: ignore[index]
-        await work()
-        # A message flushed to the WAL: the end of what is read (the tests' server commits
-        # without waiting for the flush, and only flushed WAL can be read).
-        flushed = await conn.execute("SELECT pg_logical_emit_message(false, 'nq', '', true)")
-        end = (await flushed.fetchone())[0]  # type: ignore[index]
-        cur = await conn.execute(
-            "SELECT COALESCE((SELECT p.inhparent::regclass::text FROM pg_inherits p"
-            "                 WHERE p.inhrelid = c.oid), c.relname), count(*)"
-            " FROM pg_get_wal_records_info(%s, %s) r"
-            " JOIN pg_get_wal_block_info(%s, %s) b"
-            "   ON b.start_lsn = r.start_lsn AND b.block_id = 0"
-            " JOIN pg_class c ON c.relfilenode = b.relfilenode"
-            " WHERE r.resource_manager = 'Btree' AND r.record_type = 'INSERT_LEAF' GROUP BY 1",
-            (start, end, start, end),
-        )
-        rows: list[Any] = await cur.fetchall()
-    return {name: int(n) for name, n in rows}
-
-
 async def _create_index(database_url: str, statement: str) -> None:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await conn.execute(statement)  # type: ignore[arg-type]
@@ -140,7 +114,7 @@ async def test_a_claim_writes_no_entry_in_the_queues_order(database_url: str) ->
         async def claim() -> None:
             await claim_due(db, ROWS)
 
-        entries = await _index_entries(database_url, claim)
+        entries = await wal_records(database_url, claim, "Btree", "INSERT_LEAF")
     assert entries.get("nq_jobs_pending_created", 0) == 0
     assert entries["nq_jobs_every_created"] == ROWS
     assert entries["nq_jobs_lease"] == ROWS
@@ -160,7 +134,7 @@ async def test_a_sent_rows_completion_writes_no_entry_in_the_logs_status_index(
         async def complete() -> None:
             await finish(db, claimed, failed={c.id for c in claimed[::4]})
 
-        entries = await _index_entries(database_url, complete)
+        entries = await wal_records(database_url, complete, "Btree", "INSERT_LEAF")
     assert entries["nq_delivery_log_unsent"] == ROWS // 4
     assert entries["nq_delivery_log_every_status"] == ROWS
     assert entries["nq_delivery_log_created"] == ROWS

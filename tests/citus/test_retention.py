@@ -65,7 +65,7 @@ async def test_a_partition_past_the_retention_is_dropped_with_its_keys_on_citus(
             )
             conn.execute("UPDATE nq_jobs SET finished_at = %s::timestamptz", [f"{day} 12:00Z"])
             conn.execute(
-                "SELECT count(*) FROM nq_finish(%s::uuid[], %s::text[],"
+                "SELECT count(*) FROM nq_finish_held(%s::uuid[], NULL, %s::text[],"
                 " NULL, NULL, NULL, NULL, NULL, NULL)",
                 [ids, ["SENT"] * N],
             )

@@ -49,9 +49,10 @@ def test_a_file_is_an_expand_step_unless_its_leading_comments_say_contract() -> 
     assert phases == {1: Phase.EXPAND, 9: Phase.EXPAND, 10: Phase.CONTRACT, 11: Phase.EXPAND}
     # 0.2.0's contract steps: the queue's compatibility view, triggers and slots for 0.1.0 (0013)
     # the constraint that the queue holds unfinished rows only (0014), the queue's order index that
-    # every claim wrote to (0027) and the log's status index that every completion wrote to (0029).
+    # every claim wrote to (0027), the log's status index that every completion wrote to (0029)
+    # and nq_finish, replaced by nq_finish_held (0031).
     contract = {m.version for m in available_migrations() if m.phase is Phase.CONTRACT}
-    assert contract == {13, 14, 27, 29}
+    assert contract == {13, 14, 27, 29, 31}
 
 
 async def test_the_shipped_migrations_leave_the_baseline_ledger_at_eight_for_0_1_0(

@@ -23,7 +23,7 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.schema import migrate
-from tests.support import claim_new, finish
+from tests.support import new, notification_service
 
 ROWS = 12
 
@@ -41,12 +41,23 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
     url = empty_database_url
     async with Database(url, pool_size=2) as db:
         await migrate(db, target=27)
-        claimed = await claim_new(db, ROWS)
-        failed = {c.id for c in claimed[::3]}
-        await finish(db, claimed, failed=failed)
+        created = await notification_service(db, announce=False).enqueue_many(
+            [new() for _ in range(ROWS)]
+        )
+        ids = [r.notification.id for r in created]
+        failed = set(ids[::3])
+        # History written with the schema-27 release's move (nq_finish): this release's claim
+        # and completion name nq_finish_held, which comes with 0030.
+        _one(
+            url,
+            "SELECT count(*) FROM nq_finish(%s::uuid[], %s::text[],"
+            " NULL, NULL, NULL, NULL, NULL, NULL)",
+            ids,
+            ["FAILED" if i in failed else "SENT" for i in ids],
+        )
         today = _one(url, "SELECT tableoid::regclass::text FROM nq_delivery_log LIMIT 1")
 
-        assert await migrate(db) == [28]
+        assert await migrate(db) == [28, 30]
         assert (
             _one(
                 url,
@@ -101,7 +112,7 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
             "(status, created_at, id) WHERE (status <> 'SENT'::text)"
         )
 
-        assert await migrate(db, contract=True) == [29]
+        assert await migrate(db, contract=True) == [29, 31]
         assert _one(url, "SELECT to_regclass('nq_delivery_log_status_created') IS NULL")
         listed = await NotificationRepository(db).notifications_list(
             status=Status.FAILED, channel=None, recipient=None, after=None, limit=50

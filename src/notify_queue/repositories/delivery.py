@@ -154,7 +154,7 @@ class DeliveryRepository:
         async with self._db.connection() as conn:
             due = await conn.fetch_all("claim_due_buckets", lock_params)
             if due:
-                # Today's log partition, which nq_finish makes on plain PostgreSQL: a delegated
+                # Today's log partition, which nq_finish_held makes on plain PostgreSQL: a delegated
                 # move runs on a worker node, where no partition can be created (DDL).
                 await conn.fetch_one("notification_log_ready")
         batch = ClaimedBatch([], [], [])
@@ -240,8 +240,8 @@ class DeliveryRepository:
             "chain_heads": list(chain_heads.channels.values()),
             "known_providers": list(chain_heads.known),
             "quiet_ids": list(quiet),
-            # For nq_finish when the claim cancels acknowledged escalation steps (no event:
-            # CANCELLED has none; passed so the call is nq_finish's usual one).
+            # For nq_finish_held when the claim cancels acknowledged escalation steps (no event:
+            # CANCELLED has none; passed so the call is nq_finish_held's usual one).
             "webhook_url": d.webhook_url,
         }
         if routed:
@@ -297,7 +297,7 @@ class DeliveryRepository:
             return Recorded(set(), False)
         if not await self._citus():
             # A transaction of its own, for drain_plans: the statement is as atomic alone, and
-            # its plan (with nq_finish's) is made once per connection instead of once per call.
+            # its plan (with nq_finish_held's) is made once per connection instead of once per call.
             async with self._db.transaction() as conn:
                 await conn.drain_plans()
                 return await self._complete(conn, completions)

@@ -212,7 +212,7 @@ class NotificationRepository:
                     left = await conn.fetch_one("digest_item_cancel", leave)
                 else:
                     # Citus: the item's move and the digest's update in two statements, so
-                    # nq_finish stays on the coordinator (sql/citus.sql).
+                    # nq_finish_held stays on the coordinator (sql/citus.sql).
                     left = await conn.fetch_one("digest_item_cancel_bucket", leave)
                     if left is not None:
                         left = await citus_finish(

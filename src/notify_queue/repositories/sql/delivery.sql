@@ -21,7 +21,7 @@
 -- connection and statement before it considers the generic one, which a worker's pool, handing
 -- its connections out in turn, never got past in a burst (step 7). The generic plan runs no
 -- slower (measured per call with the backend's CPU: 7.7-8.9 against 10.4-12.3 ms for the
--- admission). nq_finish's and nq_count's statements follow both settings. An unprepared
+-- admission). nq_finish_held's and nq_count's statements follow both settings. An unprepared
 -- statement would build a generic plan on every call, which costs more than a custom one.
 SELECT set_config('enable_seqscan', 'off', true) AS enable_seqscan,
        CASE WHEN %(generic)s THEN set_config('plan_cache_mode', 'force_generic_plan', true)
@@ -290,10 +290,10 @@ WITH batch_all AS (
     RETURNING n.id, n.source
 ), stopped AS (
     -- ESCALATION GUARD: acknowledged steps (locked by step 1) become CANCELLED, `acknowledged`,
-    -- through nq_finish. Called only when there are some: a claim without escalation steps
+    -- through nq_finish_held. Called only when there are some: a claim without escalation steps
     -- pays one boolean per row, no function call.
-    SELECT (SELECT count(*) FROM nq_finish(
-                ARRAY(SELECT id FROM ranked WHERE acknowledged),
+    SELECT (SELECT count(*) FROM nq_finish_held(
+                ARRAY(SELECT id FROM ranked WHERE acknowledged), NULL,
                 ARRAY(SELECT 'CANCELLED' FROM ranked WHERE acknowledged),
                 ARRAY(SELECT 'acknowledged' FROM ranked WHERE acknowledged),
                 NULL, NULL, NULL, NULL, %(webhook_url)s)) AS n
@@ -371,11 +371,12 @@ ORDER BY bucket
 
 -- name: complete_deliveries
 -- Record a batch of results in one statement. A result is accepted only from the holder of the
--- current claim token of a PROCESSING row (`held`, locked here: a late result from a worker whose
--- lease expired matches nothing and is dropped; its id is absent from the answer).
+-- current claim token of a PROCESSING row: each write names the token (no lock first, `held`), so
+-- a late result from a worker whose lease expired matches nothing and is dropped; its id is
+-- absent from the answer.
 -- - A final result (SENT, FAILED, DEAD_LETTERED, SUPPRESSED, EXPIRED) moves the row to the log
---   with nq_finish (0012): the DELETE, the log row, the counters, the operator's status write
---   and the webhook event, all in this statement. No UPDATE of the queue row first: a row
+--   with nq_finish_held (0030): the DELETE, the log row, the counters, the operator's status
+--   write and the webhook event, all in this statement. No UPDATE of the queue row first: a row
 --   version and its index entries fewer per notification.
 -- - A retry (PENDING after a temporary failure, with its backoff; or at the end of quiet hours,
 --   an absolute next_attempt_at) updates the row, with the reason it waits.
@@ -402,22 +403,25 @@ WITH results AS (
                            position)
     JOIN jsonb_array_elements(%(attempts)s::jsonb) WITH ORDINALITY AS a(attempts, position)
       USING (position)
-), held AS (
+), held AS MATERIALIZED (
     -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
-    -- Locked, so what is read here is what nq_finish moves and `retried` updates. The status is
-    -- checked in `accepted`, not here: `status = 'PROCESSING'` in this scan is the predicate of
-    -- the lease index (nq_jobs_lease), and the plan this statement keeps per connection (made
-    -- before any ANALYZE of a young queue, which it takes for a few rows) read every PROCESSING
-    -- row through that index and filtered them by id: 500 rows for a batch of 100 with two
-    -- workers, and a completion that grows with every claim in flight (tests/test_drain_plans.py).
+    -- Read without a lock (0030): while a row is PROCESSING under a token, only that token's
+    -- holder changes it, so this is what the holder wrote last; the writes below (nq_finish_held's
+    -- DELETE, `retried`) name the token, and a row whose claim moved on in the meantime (its
+    -- lease recovered, claimed again) is re-read by them and left alone. The status is checked
+    -- in `accepted`, not here: `status = 'PROCESSING'` in this scan is the predicate of the
+    -- lease index (nq_jobs_lease), and the plan this statement keeps per connection (made before
+    -- any ANALYZE of a young queue, which it takes for a few rows) read every PROCESSING row
+    -- through that index and filtered them by id: 500 rows for a batch of 100 with two workers,
+    -- and a completion that grows with every claim in flight (tests/test_drain_plans.py).
+    -- MATERIALIZED for the same reason: inlined into `accepted`, its join's status check would
+    -- be a condition of this scan.
     SELECT n.id, n.status, n.claim_token, n.bucket, n.recipient, n.attempt_count,
            n.provider_message_id, n.delivery_attempts, n.next_attempt_at, n.source, n.digest_id
     FROM nq_jobs n
     WHERE n.id = ANY(%(ids)b::uuid[])
-    ORDER BY n.id
-    FOR UPDATE
 ), accepted AS (
-    SELECT r.*, h.bucket, h.recipient, h.source, h.digest_id,
+    SELECT r.*, h.status AS held_status, h.bucket, h.recipient, h.source, h.digest_id,
            h.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END AS final_attempt_count,
            COALESCE(r.provider_message_id, h.provider_message_id) AS final_provider_message_id,
            CASE WHEN r.status = 'SENT' THEN r.provider ELSE r.bound_provider END AS final_provider,
@@ -426,27 +430,40 @@ WITH results AS (
                     h.next_attempt_at) AS final_next_attempt_at
     FROM results r
     JOIN held h ON h.id = r.id AND h.claim_token = r.claim_token AND h.status = 'PROCESSING'
-), digest_items AS (
+), carriers AS (
     -- [digests] docs/digests.md. A carrier's final result is its digest's: the digest's other
-    -- items end with it in this statement (each its own log row and webhook event, nq_finish),
-    -- with its status, error, attempts and provider message id. Locked after the carrier, the
-    -- order of every writer of a closed digest's items; through nq_jobs_digest, and only for a
-    -- batch with a carrier in it.
-    SELECT n.id, a.status, a.last_error, a.final_attempt_count, a.final_provider_message_id,
-           a.final_provider, a.final_delivery_attempts
-    FROM accepted a JOIN nq_jobs n ON n.bucket = a.bucket AND n.digest_id = a.digest_id
-    WHERE a.status <> 'PENDING' AND a.digest_id IS NOT NULL
-      AND n.id <> a.id AND n.status = 'PENDING'
+    -- items end with it in this statement (`digest_items`). The carrier is locked first (the
+    -- order of every writer of a closed digest's items), and its claim checked again on the
+    -- locked version: its items must not end for a result whose claim is gone. Only for a batch
+    -- with a carrier in it; no lock at all otherwise.
+    SELECT n.id FROM nq_jobs n
+    JOIN accepted a
+      ON a.id = n.id AND a.claim_token = n.claim_token AND a.held_status = n.status
+    WHERE n.id = ANY(ARRAY(SELECT id FROM accepted
+                           WHERE digest_id IS NOT NULL AND status <> 'PENDING'))
+    ORDER BY n.id
+    FOR UPDATE OF n
+), digest_items AS (
+    -- Each item its own log row and webhook event (nq_finish_held), with the carrier's status,
+    -- error, attempts and provider message id; locked after their carrier, through
+    -- nq_jobs_digest.
+    SELECT n.id, NULL::uuid AS claim_token, a.status, a.last_error, a.final_attempt_count,
+           a.final_provider_message_id, a.final_provider, a.final_delivery_attempts
+    FROM carriers c JOIN accepted a USING (id)
+    JOIN nq_jobs n ON n.bucket = a.bucket AND n.digest_id = a.digest_id
+    WHERE n.id <> a.id AND n.status = 'PENDING'
     ORDER BY n.id
     FOR UPDATE OF n
 ), ending AS (
-    SELECT id, status, last_error, final_attempt_count, final_provider_message_id,
+    -- A carrier's token is checked again by nq_finish_held, on the version locked above.
+    SELECT id, claim_token, status, last_error, final_attempt_count, final_provider_message_id,
            final_provider, final_delivery_attempts
     FROM accepted WHERE status <> 'PENDING'
     UNION ALL SELECT * FROM digest_items
 ), finished AS (
-    SELECT f.* FROM nq_finish(
+    SELECT f.* FROM nq_finish_held(
         ARRAY(SELECT id FROM ending ORDER BY id),
+        ARRAY(SELECT claim_token FROM ending ORDER BY id),
         ARRAY(SELECT status FROM ending ORDER BY id),
         ARRAY(SELECT last_error FROM ending ORDER BY id),
         ARRAY(SELECT final_attempt_count FROM ending ORDER BY id),
@@ -479,6 +496,10 @@ WITH results AS (
     -- One primary-key probe per retried result: a nested loop from `accepted`, never the
     -- whole batch's ids scanned once per result (claim_admit_candidates, `admitted`).
     WHERE n.id = a.id AND a.status = 'PENDING'
+      -- Still the claim that was read (PROCESSING under the result's token), compared with what
+      -- `held` read rather than with a constant: `n.status = 'PROCESSING'` would be the lease
+      -- index's predicate, and a plan made on a young queue's statistics scans that index.
+      AND n.claim_token = a.claim_token AND n.status = a.held_status
     RETURNING n.id, n.source, n.bucket, n.recipient
 ), noted AS (
     -- Kubernetes rows only (PROCESSING and PENDING are not counted), and only when there are
@@ -520,8 +541,8 @@ WITH results AS (
       AND w.bucket = g.bucket AND w.recipient = g.recipient
 )
 -- noted is read here (once, as an init plan) so that it runs. One row: the ids accepted, and
--- whether a finished row may have its webhook event (nq_finish writes one for a row with a URL of
--- its own, its policy's, or the default): the worker wakes its relay only then.
+-- whether a finished row may have its webhook event (nq_finish_held writes one for a row with a
+-- URL of its own, its policy's, or the default): the worker wakes its relay only then.
 SELECT ARRAY(SELECT id FROM finished WHERE id = ANY(ARRAY(SELECT id FROM accepted))
              UNION ALL SELECT id FROM retried) AS accepted,
        %(default_webhook_url)s::text IS NOT NULL
@@ -570,7 +591,8 @@ SELECT count(*) AS released, (SELECT n FROM noted) AS noted FROM released
 -- A lease that ran out means its worker died (or hangs): put the notification back to be tried
 -- again with the same idempotency key. The attempt stays counted. A crash on the last attempt
 -- gets one final re-check (attempt max+1, same key: a provider that already delivered it says so);
--- a crash during that re-check dead-letters it (nq_finish), so a poison notification never loops.
+-- a crash during that re-check dead-letters it (nq_finish_held), so a poison notification never
+-- loops.
 -- SKIP LOCKED: several workers may run this at once; each row is recovered once.
 WITH expired AS (
     SELECT id, attempt_count, max_attempts, source FROM nq_jobs
@@ -579,8 +601,8 @@ WITH expired AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), dead AS (
-    SELECT f.* FROM nq_finish(
-        ARRAY(SELECT id FROM expired WHERE attempt_count > max_attempts),
+    SELECT f.* FROM nq_finish_held(
+        ARRAY(SELECT id FROM expired WHERE attempt_count > max_attempts), NULL,
         ARRAY(SELECT 'DEAD_LETTERED' FROM expired WHERE attempt_count > max_attempts),
         ARRAY(SELECT 'lease expired during attempt ' || attempt_count || ' (worker lost)'
               FROM expired WHERE attempt_count > max_attempts),
@@ -606,7 +628,7 @@ SELECT (SELECT count(*) FROM recovered) + (SELECT count(*) FROM dead) AS recover
        (SELECT count(*) FROM dead) AS dead_lettered, (SELECT n FROM noted) AS noted
 
 -- name: expire_overdue
--- PENDING notifications whose expiresAt passed become EXPIRED (nq_finish: the move to the log,
+-- PENDING notifications whose expiresAt passed become EXPIRED (nq_finish_held: the move to the log,
 -- the counters, the status write, the webhook event).
 WITH overdue AS (
     SELECT id, last_error FROM nq_jobs
@@ -616,8 +638,8 @@ WITH overdue AS (
     FOR UPDATE SKIP LOCKED
 )
 SELECT count(*) AS expired
-FROM nq_finish(
-    ARRAY(SELECT id FROM overdue),
+FROM nq_finish_held(
+    ARRAY(SELECT id FROM overdue), NULL,
     ARRAY(SELECT 'EXPIRED' FROM overdue),
     ARRAY(SELECT COALESCE(last_error, 'expired before it could be sent') FROM overdue),
     NULL, NULL, NULL, NULL, %(default_webhook_url)s)

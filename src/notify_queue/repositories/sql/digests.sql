@@ -38,7 +38,7 @@ FOR UPDATE OF d
 
 -- name: digest_item_cancel
 -- Cancel of a digest's item, second statement (a new snapshot, after the digest's lock: every
--- item that joined is visible). The item leaves (nq_finish: CANCELLED, its webhook event), the
+-- item that joined is visible). The item leaves (nq_finish_held: CANCELLED, its webhook event), the
 -- count drops; the last one leaving cancels the digest (nothing is sent). When the item was the
 -- carrier, the oldest item left takes over, due when the window ends.
 WITH pending AS (
@@ -46,9 +46,9 @@ WITH pending AS (
     WHERE id = %(id)s AND status = 'PENDING' AND bucket = %(bucket)s AND digest_id = %(digest_id)s
     FOR UPDATE
 ), finished AS (
-    SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending),
-                               ARRAY(SELECT 'CANCELLED' FROM pending),
-                               NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+    SELECT f.id FROM nq_finish_held(ARRAY(SELECT id FROM pending), NULL,
+                                    ARRAY(SELECT 'CANCELLED' FROM pending),
+                                    NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
 ), before AS (
     SELECT carrier_id FROM nq_digests WHERE bucket = %(bucket)s AND id = %(digest_id)s
 ), successor AS (

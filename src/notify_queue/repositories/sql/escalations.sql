@@ -84,7 +84,7 @@ WHERE bucket = %(bucket)s AND id = %(id)s AND acknowledged_at IS NULL
 
 -- name: escalation_steps_stop
 -- Step 3: every step still PENDING becomes CANCELLED with lastError `acknowledged`, through
--- nq_finish (the move to the log, counters, the operator's status write). FOR UPDATE, not SKIP
+-- nq_finish_held (the move to the log, counters, the operator's status write). FOR UPDATE, not SKIP
 -- LOCKED: a step a claim holds right now is waited for, then re-checked on its new version; a
 -- claim that won it saw the escalation active (it never waits for this transaction), so the
 -- step was due before this acknowledgement commits and may go (docs/escalation.md). Rows in id
@@ -93,10 +93,10 @@ WITH pending AS (
     SELECT id FROM nq_jobs WHERE id = ANY(%(ids)b::uuid[]) AND status = 'PENDING'
     ORDER BY id FOR UPDATE
 )
-SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending),
-                           ARRAY(SELECT 'CANCELLED' FROM pending),
-                           ARRAY(SELECT 'acknowledged' FROM pending),
-                           NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+SELECT f.id FROM nq_finish_held(ARRAY(SELECT id FROM pending), NULL,
+                                ARRAY(SELECT 'CANCELLED' FROM pending),
+                                ARRAY(SELECT 'acknowledged' FROM pending),
+                                NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
 
 -- name: escalation_note_objects
 -- Step 4, for steps mirrored from a Notification object: queue a status write for the object

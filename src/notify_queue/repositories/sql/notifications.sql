@@ -146,7 +146,7 @@ LIMIT %(limit)s
 -- name: notification_cancel
 -- Cancel and claim race through the row lock: a claim holds it, so this waits for it and then
 -- re-checks status = 'PENDING' on the newest row version; whichever commits first wins and the
--- other changes nothing. nq_finish moves the row to the log (the caller reads it back with
+-- other changes nothing. nq_finish_held moves the row to the log (the caller reads it back with
 -- notification_get, a statement of its own that sees the move).
 -- A digest's item is cancelled by digest_cancel_lock and digest_item_cancel instead (digests.sql:
 -- the digest is locked first and its count and carrier kept), so it is not matched here.
@@ -155,8 +155,9 @@ WITH pending AS (
     WHERE id = %(id)s AND status = 'PENDING' AND digest_id IS NULL
     FOR UPDATE
 )
-SELECT f.id FROM nq_finish(ARRAY(SELECT id FROM pending), ARRAY(SELECT 'CANCELLED' FROM pending),
-                           NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
+SELECT f.id FROM nq_finish_held(ARRAY(SELECT id FROM pending), NULL,
+                                ARRAY(SELECT 'CANCELLED' FROM pending),
+                                NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
 
 -- name: notification_retry
 -- Operator retry of one notification (nq_retry, 0012): only from FAILED or DEAD_LETTERED, and

@@ -1,0 +1,11 @@
+-- The completion takes no row lock, contract half (0030 is the expand half).
+-- phase: contract
+--
+-- This release finishes rows through nq_finish_held (0030); the previous release's statements
+-- call nq_finish, dropped once no process of that release is connected. Both have the same
+-- body but for the claim tokens' check.
+--
+-- Why: the clients it would break are the previous release's, and a contract step runs only once
+-- none of them is connected.
+-- squawk-ignore ban-drop-function
+DROP FUNCTION nq_finish(uuid[], text[], text[], integer[], text[], text[], jsonb[], text, boolean);
