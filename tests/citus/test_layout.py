@@ -322,10 +322,11 @@ async def test_a_claim_takes_every_urgent_row_and_fills_up_from_few_buckets(
 async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
     citus_database: str,
 ) -> None:
-    """An installation distributed before migrations 0026-0029 (docs/upgrading.md): the queue's
+    """An installation distributed before migrations 0026-0033 (docs/upgrading.md): the queue's
     PENDING order and the log's index of rows not sent are made on the distributed tables, the
-    log's parts on partitions with rows by the workers' housekeeping, and the contract steps drop
-    what they replace once it is whole."""
+    log's parts on partitions with rows by the workers' housekeeping, the request hash's column
+    made nullable beside a replaced function (0032), and the contract steps drop what they
+    replace once it is whole."""
     async with Database(citus_database, pool_size=2) as db:
         await schema.migrate(db, target=25)
         async with db.connection() as conn:
@@ -334,10 +335,10 @@ async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
         failed = {c.id for c in claimed[:3]}
         await finish(db, claimed, failed=failed)
         assert await schema.migrate(db, target=26) == [26]
-        assert await schema.migrate(db) == [28, 30]
+        assert await schema.migrate(db) == [28, 30, 32]
         partitions = await DeliveryLogRepository(db).partitions_index()
         assert len(partitions) == 1
-        assert await schema.migrate(db, contract=True) == [27, 29, 31]
+        assert await schema.migrate(db, contract=True) == [27, 29, 31, 33]
         listed = await NotificationRepository(db).notifications_list(
             status=Status.FAILED, channel=None, recipient=None, after=None, limit=50
         )

@@ -23,7 +23,10 @@ The rules every file from 0009 on follows (docs/upgrading.md has the why and a w
 - An expand step never depends on a contract step (they may run a release apart).
 - DDL of a distributed table in a file of several statements runs through `EXECUTE` in a `DO`
   block: a Citus coordinator sends it on to the worker nodes as the text it was given, the whole
-  file, which they refuse (0028; docs/upgrading.md).
+  file, which they refuse (0028; docs/upgrading.md). A function created or replaced after such
+  DDL in the same file needs `citus.multi_shard_modify_mode` set to `sequential` first (0032):
+  Citus propagates the function over one connection per node and refuses that after a parallel
+  operation on a distributed table.
 - 0001-0008 are the baseline (0.1.0), recorded in nq_schema_migrations, where 0.1.0 looks;
   every later step is recorded in nq_schema_steps with its phase. Never renumber or edit a
   shipped file.

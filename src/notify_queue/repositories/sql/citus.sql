@@ -293,11 +293,12 @@ SELECT r.id, (SELECT done FROM counted) IS NULL AS counted FROM recorded r
 -- a CTE the coordinator evaluates, then the rows by id in the queue and the log (by bucket; one
 -- probe of each shard's id index). One statement subquery across both distributions is refused.
 WITH k AS (
-    SELECT notification_id FROM nq_idempotency_keys
+    SELECT notification_id, request_hash FROM nq_idempotency_keys
     WHERE key = ANY(%(idempotency_keys)b::text[])
 )
-SELECT {{_notification_columns}} FROM nq_all_notifications n
-WHERE id = ANY(ARRAY(SELECT notification_id FROM k))
+SELECT {{_notification_columns}}, k.request_hash FROM nq_all_notifications n
+JOIN k ON k.notification_id = n.id
+WHERE n.id = ANY(ARRAY(SELECT notification_id FROM k))
 
 -- name: notification_cancel_bucket
 -- notification_cancel's lock with the row's bucket (citus_job_buckets), so it routes; the caller

@@ -34,11 +34,11 @@ WITH request AS (
     SELECT r.*, now() + make_interval(secs => r.after_seconds) AS send_at FROM request r
 )
 INSERT INTO nq_jobs AS n (
-    id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
+    id, idempotency_key, channel, recipient, subject, body, priority, status,
     send_at, next_attempt_at, expires_at, max_attempts, source, policy, webhook_url, metadata,
     category, recipient_id, template_name, template_version, bucket, traceparent, escalation_id,
     waiting_reason, waiting_until, waiting_detail)
-SELECT r.id, r.idempotency_key, r.request_hash, r.channel, r.recipient, r.subject, r.body,
+SELECT r.id, r.idempotency_key, r.channel, r.recipient, r.subject, r.body,
        r.priority, 'PENDING', r.send_at, r.send_at, r.expires_at,
        COALESCE(p.max_attempts, %(default_max_attempts)s), r.source, r.policy, r.webhook_url,
        r.metadata, r.category, r.recipient_id, r.template_name, r.template_version,

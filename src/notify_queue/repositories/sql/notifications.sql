@@ -5,7 +5,7 @@
 
 -- name: _notification_columns
 -- What a read of a notification returns (repositories/rows.py maps it by name), from a row `n`.
-n.id, n.idempotency_key, n.request_hash, n.channel, n.recipient, n.subject, n.body, n.priority,
+n.id, n.idempotency_key, n.channel, n.recipient, n.subject, n.body, n.priority,
 n.status, n.send_at, n.next_attempt_at, n.expires_at, n.attempt_count, n.max_attempts,
 n.last_error, n.sent_at, n.provider_message_id, n.retries, n.source, n.policy, n.webhook_url,
 n.metadata, n.created_at, n.updated_at, n.finished_at, n.recipient_id, n.category,
@@ -57,10 +57,16 @@ SELECT count(pg_advisory_xact_lock(hashtextextended('nq-request:' || k, 0)))
 FROM (SELECT DISTINCT k FROM unnest(%(keys)b::text[]) AS k ORDER BY k) keys
 
 -- name: notification_get_by_keys
--- Through the keys table: its primary key, then each row by id in the queue or the log.
-SELECT {{_notification_columns}} FROM nq_all_notifications n
-WHERE id = ANY(ARRAY(SELECT notification_id FROM nq_idempotency_keys
-                     WHERE key = ANY(%(idempotency_keys)b::text[])))
+-- Through the keys table: its primary key, then each row by id in the queue or the log. The hash
+-- of the request that made each row is the key's (0032): the rows' own column is not written
+-- since 0033.
+WITH k AS (
+    SELECT notification_id, request_hash FROM nq_idempotency_keys
+    WHERE key = ANY(%(idempotency_keys)b::text[])
+)
+SELECT {{_notification_columns}}, k.request_hash FROM nq_all_notifications n
+JOIN k ON k.notification_id = n.id
+WHERE n.id = ANY(ARRAY(SELECT notification_id FROM k))
 
 -- name: notification_get
 SELECT {{_notification_columns}} FROM nq_all_notifications n WHERE id = %(id)s
