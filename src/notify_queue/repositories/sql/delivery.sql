@@ -436,11 +436,10 @@ WITH results AS (
     -- order of every writer of a closed digest's items), and its claim checked again on the
     -- locked version: its items must not end for a result whose claim is gone. Only for a batch
     -- with a carrier in it; no lock at all otherwise.
-    SELECT n.id FROM nq_jobs n
-    JOIN accepted a
-      ON a.id = n.id AND a.claim_token = n.claim_token AND a.held_status = n.status
-    WHERE n.id = ANY(ARRAY(SELECT id FROM accepted
-                           WHERE digest_id IS NOT NULL AND status <> 'PENDING'))
+    SELECT n.id
+    FROM (SELECT id, claim_token, held_status FROM accepted
+          WHERE digest_id IS NOT NULL AND status <> 'PENDING') a
+    JOIN nq_jobs n ON n.id = a.id AND n.claim_token = a.claim_token AND n.status = a.held_status
     ORDER BY n.id
     FOR UPDATE OF n
 ), digest_items AS (
