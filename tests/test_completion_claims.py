@@ -8,22 +8,33 @@ claim moved on while the completion waited for it is re-read and left alone. Cou
 (pg_walinspect) with a FOR UPDATE of the same rows as the negative control, and the race shown with
 the interleaving that makes it: a recovery and new claim of the row, uncommitted while the late
 result arrives, committed while the completion waits; without the token (the negative control)
-the same interleaving moves the other worker's row.
+the same interleaving moves the other worker's row. A digest's carrier, the one row still locked
+(before its items), is checked again on the version it locked: a late carrier result ends no item
+(without that check in `carriers` the items leave the queue: tried by hand when this was written).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Collection
 from typing import TypeVar
 
 import psycopg
 
-from notify_queue.models import ClaimedNotification, Completion, Status
+from notify_queue.models import ClaimedNotification, Completion, DigestSpec, Status
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryRepository
-from tests.support import claim_new, defaults, eventually, wal_records
+from tests.support import (
+    claim_due,
+    claim_new,
+    defaults,
+    eventually,
+    new,
+    notification_service,
+    wal_records,
+)
 
 ROWS = 12
 T = TypeVar("T")
@@ -168,3 +179,35 @@ async def test_without_the_token_the_same_interleaving_moves_the_other_workers_r
     moved, _ = await _late_while_claimed_again(database_url, claimed, move_without_the_token())
     assert moved == len(claimed)
     assert await _where(database_url, claimed) == {c.id: "SENT" for c in claimed}
+
+
+async def test_a_late_result_of_a_digests_carrier_claimed_again_meanwhile_ends_no_item(
+    database_url: str,
+) -> None:
+    # The one row the completion still locks: a digest's carrier, so its items end only with a
+    # result whose claim holds (docs/digests.md); checked again on the version it locked.
+    async with Database(database_url, pool_size=2, name="notify-queue-worker") as db:
+        recipient = f"dee-{uuid.uuid4().hex[:6]}@example.com"
+        made = await notification_service(db, announce=False).enqueue_many(
+            [
+                dataclasses.replace(
+                    new(recipient=recipient, body=str(i)),
+                    digest=DigestSpec(key="likes", window_seconds=86_400, max_items=3),
+                )
+                for i in range(3)
+            ]
+        )
+        (carrier,) = await claim_due(db, 1)
+        assert carrier.digest_id is not None
+        late = DeliveryRepository(db, defaults(rate_limit=1_000)).deliveries_complete(
+            completions=_results([carrier], retried=())
+        )
+        recorded, _ = await _late_while_claimed_again(database_url, [carrier], late)
+    assert recorded.accepted == set()
+    items = {r.notification.id for r in made} - {carrier.id}
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute(
+            "SELECT id, status FROM nq_jobs WHERE id = ANY(%s)", ([*items, carrier.id],)
+        )
+        found = dict(await cur.fetchall())
+    assert found == {**dict.fromkeys(items, "PENDING"), carrier.id: "PROCESSING"}
