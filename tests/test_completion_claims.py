@@ -107,7 +107,8 @@ CLAIMED_AGAIN = (
 )
 WAITING_FOR_A_ROW = (
     "SELECT count(*) FROM pg_stat_activity"
-    " WHERE wait_event_type = 'Lock' AND wait_event = 'transactionid'"
+    " WHERE datname = current_database()"
+    " AND wait_event_type = 'Lock' AND wait_event = 'transactionid'"
 )
 
 
