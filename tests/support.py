@@ -43,8 +43,8 @@ from notify_queue.services.wakeups import DebouncedWaker
 def set_status_sql(where: str) -> str:
     """SQL that puts the unfinished notifications matching `where` (a condition on nq_jobs) in
     the status `%(status)s`, as the product would: an update for PENDING or PROCESSING, the move
-    to the log for a final one (nq_finish: counters, status write, webhook event). Test set-up
-    only; named parameters: `status` and those of `where`."""
+    to the log for a final one (nq_finish_held: counters, status write, webhook event). Test
+    set-up only; named parameters: `status` and those of `where`."""
     # `where` is the test's own SQL, never input.
     target = f"WITH target AS (SELECT id FROM nq_jobs WHERE {where} ORDER BY id FOR UPDATE),"  # noqa: S608
     return target + (  # noqa: S608

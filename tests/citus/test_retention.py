@@ -6,7 +6,7 @@ leave the status counters.
 
 Real parts: the cluster of tests/citus/cluster.py, `notify-queue migrate`, the repositories as
 the worker's housekeeping runs them. The finished notifications are put 40 days back by SQL
-(finished_at, then nq_finish, as tests/test_retention_keys.py does on plain PostgreSQL)."""
+(finished_at, then nq_finish_held, as tests/test_retention_keys.py does on plain PostgreSQL)."""
 
 from __future__ import annotations
 

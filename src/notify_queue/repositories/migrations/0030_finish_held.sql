@@ -17,8 +17,9 @@
 -- carrier), or a NULL array for all of them. The previous release calls nq_finish, which stays
 -- until the contract step.
 CREATE FUNCTION nq_finish_held(
-    p_ids uuid[], p_claim_tokens uuid[], p_statuses text[], p_last_errors text[], p_attempt_counts integer[],
-    p_provider_message_ids text[], p_providers text[], p_delivery_attempts jsonb[],
+    p_ids uuid[], p_claim_tokens uuid[], p_statuses text[], p_last_errors text[],
+    p_attempt_counts integer[], p_provider_message_ids text[], p_providers text[],
+    p_delivery_attempts jsonb[],
     p_default_webhook_url text, p_note boolean DEFAULT true
 ) RETURNS TABLE (id uuid, status text, attempt_count integer, source text, channel text,
                  recipient text, recipient_id text, bucket smallint, webhook_url text,
