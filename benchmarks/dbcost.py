@@ -291,34 +291,53 @@ def read_wal(admin_url: str, observer: Observer, phase: Phase) -> None:
                 (phase.start_lsn, phase.end_lsn),
             ).fetchall()
         ]
+        # One row per record and relation first (a split or an update names several blocks of
+        # one relation), so that a record's length counts once per relation it writes.
         rows = conn.execute(
-            """SELECT reldatabase, relfilenode, resource_manager, record_type,
-                      count(DISTINCT start_lsn), count(*) FILTER (WHERE block_fpi_length > 0),
-                      coalesce(sum(block_fpi_length), 0)
-               FROM pg_get_wal_block_info(%s, %s, false)
-               WHERE relforknumber = 0
+            """SELECT reldatabase, relfilenode, resource_manager, record_type, count(*),
+                      sum(fpis), sum(fpi_bytes), sum(record_length)
+               FROM (SELECT start_lsn, reldatabase, relfilenode, resource_manager, record_type,
+                            max(record_length) AS record_length,
+                            count(*) FILTER (WHERE block_fpi_length > 0) AS fpis,
+                            coalesce(sum(block_fpi_length), 0) AS fpi_bytes
+                     FROM pg_get_wal_block_info(%s, %s, false)
+                     WHERE relforknumber = 0
+                     GROUP BY 1, 2, 3, 4, 5) r
                GROUP BY 1, 2, 3, 4""",
             (phase.start_lsn, phase.end_lsn),
         ).fetchall()
     out: dict[str, dict[str, Any]] = {}
-    for db, node, rmgr, rtype, records, fpis, fpi_bytes in rows:
+    for db, node, rmgr, rtype, records, fpis, fpi_bytes, record_bytes in rows:
         if db != database_oid_row[0]:
             table = rel = "(other databases and shared catalogs)"
         else:
             # Relations gone by now (a detached partition dropped, a table rewritten) or mapped
             # catalogs, whose relfilenode pg_class does not hold.
             table, rel = relations.get(int(node), ("(dropped or mapped)", "(dropped or mapped)"))
-        entry = out.setdefault(
-            table, {"records": 0, "fpi": 0, "fpi_bytes": 0, "index_entries": {}, "by_type": {}}
-        )
+        entry = out.setdefault(table, _relation_entry())
         entry["records"] += int(records)
         entry["fpi"] += int(fpis)
         entry["fpi_bytes"] += int(fpi_bytes)
         kind = f"{rmgr}/{rtype}"
         entry["by_type"][kind] = entry["by_type"].get(kind, 0) + int(records)
+        of_rel = entry["bytes_by_relation"].setdefault(table if rel == "heap" else rel, {})
+        of_rel[kind] = of_rel.get(kind, 0) + int(record_bytes)
         if rmgr == "Btree" and rtype in BTREE_ENTRY_RECORDS:
             entry["index_entries"][rel] = entry["index_entries"].get(rel, 0) + int(records)
     phase.wal_by_relation = out
+
+
+def _relation_entry() -> dict[str, Any]:
+    """A table's WAL: records, FPIs, index entries per index, records per type, and the bytes
+    of the records per relation (the table or one of its indexes) and type."""
+    return {
+        "records": 0,
+        "fpi": 0,
+        "fpi_bytes": 0,
+        "index_entries": {},
+        "by_type": {},
+        "bytes_by_relation": {},
+    }
 
 
 def is_foreign_key_check(statement: dict[str, Any]) -> bool:
@@ -400,6 +419,15 @@ def per_unit(phase: Phase, units: int) -> dict[str, Any]:
             t: {"records": per(e["records"]), "fpi": per(e["fpi"])}
             for t, e in phase.wal_by_relation.items()
         }
+        # Bytes of the records (FPIs included) per relation and record type, largest first: a
+        # record naming two relations counts in each.
+        out["wal_bytes_by_relation"] = {
+            rel: {k: per(n) for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])}
+            for e in phase.wal_by_relation.values()
+            for rel, kinds in sorted(
+                e["bytes_by_relation"].items(), key=lambda kv: -sum(kv[1].values())
+            )
+        }
     out["top_statements"] = [
         {
             "query": s["query"],
@@ -442,14 +470,16 @@ def combine(name: str, phases: list[Phase]) -> Phase:
             for k in ("records", "record_bytes", "fpi_bytes"):
                 m[k] += r[k]
         for tbl, e in p.wal_by_relation.items():
-            m = relations.setdefault(
-                tbl, {"records": 0, "fpi": 0, "fpi_bytes": 0, "index_entries": {}, "by_type": {}}
-            )
+            m = relations.setdefault(tbl, _relation_entry())
             for k in ("records", "fpi", "fpi_bytes"):
                 m[k] += e[k]
             for k in ("index_entries", "by_type"):
                 for rel, count in e[k].items():
                     m[k][rel] = m[k].get(rel, 0) + count
+            for rel, kinds in e["bytes_by_relation"].items():
+                of_rel = m["bytes_by_relation"].setdefault(rel, {})
+                for kind, n in kinds.items():
+                    of_rel[kind] = of_rel.get(kind, 0) + n
     return Phase(
         name=name,
         seconds=sum(p.seconds for p in phases),
