@@ -156,7 +156,8 @@ WITH batch_all AS (
     -- Per recipient and window length (a policy may set its own): the entries in the window.
     SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
            COALESCE(w.taken, '{}') AS taken,
-           (SELECT count(*) FROM unnest(w.taken) AS t WHERE t > now() - r.win) AS used
+           (SELECT count(*) FROM unnest(w.taken) AS t WHERE t > now() - r.win) AS used,
+           w.ids IS NOT NULL AS present
     FROM (SELECT DISTINCT bucket, recipient, win FROM batch) r
     LEFT JOIN LATERAL (
         SELECT ids, taken FROM nq_rate_windows w
@@ -241,12 +242,31 @@ WITH batch_all AS (
     -- One primary-key probe per waiting row (as `admitted`).
     WHERE n.id = w.id
     RETURNING n.id, n.channel, n.source
+), opened AS (
+    -- Admitted rows that send take their place. A recipient without a window gets one by a plain
+    -- insert: windows are created only here, under the recipient's advisory lock (step 1), so
+    -- none can appear between this statement's read, whose snapshot was taken after the lock,
+    -- and this write. Plain, not the upsert below: an upsert's insert is speculative and writes
+    -- a confirmation record besides (48 B of WAL per new recipient). A prune deleting a window
+    -- meanwhile (it takes no advisory lock) only ever removes one this statement read as
+    -- present, which the upsert below then inserts again.
+    INSERT INTO nq_rate_windows (bucket, recipient, ids, taken, last_taken_at)
+    SELECT a.bucket, a.recipient, array_agg(a.id), array_agg(now()), now()
+    FROM admitted a
+    WHERE NOT a.quiet
+      AND NOT EXISTS (SELECT 1 FROM windows w
+                      WHERE w.bucket = a.bucket AND w.recipient = a.recipient AND w.present)
+    GROUP BY a.bucket, a.recipient
 ), windowed AS (
-    -- Admitted rows that send take their place (a row holding its place renews it); entries no
-    -- window in use counts any more are dropped on the way.
+    -- A window read as present is rewritten (a row holding its place renews it); entries no
+    -- window in use counts any more are dropped on the way. By upsert, in (bucket, recipient)
+    -- order: the row locks every writer of windows takes in that order.
     INSERT INTO nq_rate_windows AS w (bucket, recipient, ids, taken, last_taken_at)
     SELECT a.bucket, a.recipient, array_agg(a.id), array_agg(now()), now()
-    FROM admitted a WHERE NOT a.quiet
+    FROM admitted a
+    WHERE NOT a.quiet
+      AND EXISTS (SELECT 1 FROM windows p
+                  WHERE p.bucket = a.bucket AND p.recipient = a.recipient AND p.present)
     GROUP BY a.bucket, a.recipient
     ORDER BY a.bucket, a.recipient
     ON CONFLICT (bucket, recipient) DO UPDATE

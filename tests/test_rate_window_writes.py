@@ -1,0 +1,160 @@
+"""How a claim writes its recipients' rate windows (docs/performance.md, step 15).
+
+A recipient without a window gets one by a plain insert; a window the claim read is rewritten by
+the ordered upsert. The plain insert is safe because windows are created only by claims, under
+the recipient's advisory lock, which the claim's first statement takes before the second reads
+the windows. Counted from the WAL (pg_walinspect): no speculative insert's confirmation for new
+windows. Shown with the interleaving that matters: a claim waiting for the lock while another
+creates the window finds it and adds its place; the negative control creates the window without
+the lock, and the claim's insert then fails on the key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import psycopg
+import pytest
+
+from notify_queue.repositories.db import Database
+from tests.support import claim_due, delivery_service, eventually, new, notification_service
+
+ROWS = 12
+WAITING_FOR_AN_ADVISORY_LOCK = (
+    "SELECT count(*) FROM pg_stat_activity"
+    " WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
+)
+# A window as a claim creates it: one entry, taken now.
+WINDOW_OF_ONE = (
+    "INSERT INTO nq_rate_windows (bucket, recipient, ids, taken, last_taken_at)"
+    " SELECT bucket, recipient, ARRAY[gen_random_uuid()], ARRAY[now()], now()"
+    " FROM nq_jobs WHERE recipient = %s LIMIT 1"
+)
+
+
+async def _records(database_url: str, start: str, kind: str) -> int:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        flushed = await conn.execute("SELECT pg_logical_emit_message(false, 'nq', '', true)")
+        end = (await flushed.fetchone())[0]  # type: ignore[index]
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_get_wal_records_info(%s, %s) r"
+            " JOIN pg_get_wal_block_info(%s, %s) b"
+            "   ON b.start_lsn = r.start_lsn AND b.block_id = 0"
+            " JOIN pg_class c ON c.relfilenode = b.relfilenode"
+            " WHERE c.relname = 'nq_rate_windows' AND r.resource_manager = 'Heap'"
+            "   AND r.record_type = %s",
+            (start, end, start, end, kind),
+        )
+        return int((await cur.fetchone())[0])  # type: ignore[index]
+
+
+async def _lsn(database_url: str) -> str:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
+        cur = await conn.execute("SELECT pg_current_wal_insert_lsn()::text")
+        return str((await cur.fetchone())[0])  # type: ignore[index]
+
+
+async def _window(database_url: str, recipient: str) -> list[uuid.UUID]:
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute(
+            "SELECT ids FROM nq_rate_windows WHERE recipient = %s", (recipient,)
+        )
+        rows = await cur.fetchall()
+    assert len(rows) == 1, rows
+    return list(rows[0][0])
+
+
+async def test_new_windows_are_plain_inserts_and_known_ones_are_rewritten(
+    db: Database, database_url: str
+) -> None:
+    recipients = [f"w{i}-{uuid.uuid4().hex[:8]}@example.com" for i in range(ROWS)]
+    await notification_service(db).enqueue_many([new(recipient=r) for r in recipients])
+    start = await _lsn(database_url)
+    first = await claim_due(db, ROWS)
+    assert (
+        await _records(database_url, start, "INSERT")
+        + await _records(database_url, start, "INSERT+INIT")
+        == ROWS
+    )
+    assert await _records(database_url, start, "HEAP_CONFIRM") == 0
+
+    # The same recipients again: each window is found and rewritten, none inserted.
+    await notification_service(db).enqueue_many([new(recipient=r) for r in recipients])
+    start = await _lsn(database_url)
+    second = await claim_due(db, ROWS)
+    assert await _records(database_url, start, "INSERT") == 0
+    assert await _records(database_url, start, "HEAP_CONFIRM") == 0
+    assert (
+        await _records(database_url, start, "UPDATE")
+        + await _records(database_url, start, "HOT_UPDATE")
+        == ROWS
+    )
+    by_recipient = {c.recipient: [c.id] for c in first}
+    for c in second:
+        by_recipient[c.recipient].append(c.id)
+    for recipient in recipients:
+        assert sorted(await _window(database_url, recipient)) == sorted(by_recipient[recipient])
+
+
+async def _claim_while_another_holds_the_lock(
+    db: Database, database_url: str, *, lock: bool
+) -> tuple[asyncio.Task[object], str]:
+    """Another transaction creates `recipient`'s window, holding the recipient's advisory lock
+    (as a claim does) when `lock`; this worker's claim of the recipient's notification starts
+    meanwhile. Returns the claim (its task) and the recipient."""
+    recipient = f"both-{uuid.uuid4().hex[:8]}@example.com"
+    await notification_service(db).enqueue_many([new(recipient=recipient)])
+    other = await psycopg.AsyncConnection.connect(database_url)
+    try:
+        if lock:
+            await other.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (recipient,)
+            )
+        await other.execute(WINDOW_OF_ONE, (recipient,))
+        claim = asyncio.create_task(delivery_service(db, rate_limit=2).claim(1))
+        if lock:
+            await eventually(lambda: _count(database_url, WAITING_FOR_AN_ADVISORY_LOCK, 1))
+        else:
+            # The claim read no window (the other's is not committed) and its insert waits on
+            # the other's key.
+            await eventually(lambda: _waiting_on_a_transaction(database_url))
+        await other.commit()
+    finally:
+        await other.close()
+    return claim, recipient
+
+
+async def _count(database_url: str, query: str, expected: int) -> bool:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        return int((await (await conn.execute(query)).fetchone())[0]) == expected  # type: ignore[index]
+
+
+async def _waiting_on_a_transaction(database_url: str) -> bool:
+    return await _count(
+        database_url,
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+        " AND wait_event_type = 'Lock' AND wait_event = 'transactionid'",
+        1,
+    )
+
+
+async def test_a_claim_waiting_for_the_recipient_finds_the_window_created_meanwhile(
+    db: Database, database_url: str
+) -> None:
+    claim, recipient = await _claim_while_another_holds_the_lock(db, database_url, lock=True)
+    batch = await claim
+    assert len(batch.claimed) == 1  # type: ignore[attr-defined]
+    assert len(await _window(database_url, recipient)) == 2
+
+
+async def test_a_window_created_without_the_lock_makes_the_plain_insert_fail(
+    db: Database, database_url: str
+) -> None:
+    # The negative control: the plain insert relies on every creator of a window holding the
+    # recipient's lock. One that does not races the claim's read, and the claim fails on the key.
+    claim, recipient = await _claim_while_another_holds_the_lock(db, database_url, lock=False)
+    with pytest.raises(psycopg.errors.UniqueViolation, match="nq_rate_windows_pkey"):
+        await claim
+    assert len(await _window(database_url, recipient)) == 1
