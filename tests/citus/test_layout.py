@@ -338,7 +338,7 @@ async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
         assert await schema.migrate(db) == [28, 30, 32]
         partitions = await DeliveryLogRepository(db).partitions_index()
         assert len(partitions) == 1
-        assert await schema.migrate(db, contract=True) == [27, 29, 31, 33]
+        assert await schema.migrate(db, contract=True) == [27, 29, 31, 33, 34]
         listed = await NotificationRepository(db).notifications_list(
             status=Status.FAILED, channel=None, recipient=None, after=None, limit=50
         )

@@ -112,7 +112,7 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
             "(status, created_at, id) WHERE (status <> 'SENT'::text)"
         )
 
-        assert await migrate(db, contract=True) == [29, 31, 33]
+        assert await migrate(db, contract=True) == [29, 31, 33, 34]
         assert _one(url, "SELECT to_regclass('nq_delivery_log_status_created') IS NULL")
         listed = await NotificationRepository(db).notifications_list(
             status=Status.FAILED, channel=None, recipient=None, after=None, limit=50
