@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import linecache
 import os
 import re
@@ -113,7 +114,7 @@ def new(
         )
     return NewNotification(
         idempotency_key=key or uuid.uuid4().hex,
-        request_hash="h-" + (key or "x"),
+        request_hash=hashlib.sha256((key or "x").encode()).hexdigest(),
         channel=channel,
         recipient=recipient,
         body=body,

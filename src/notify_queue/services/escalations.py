@@ -29,7 +29,7 @@ from notify_queue.repositories.escalations import EscalationRepository
 from notify_queue.services.preferences import derived_key
 from notify_queue.services.rendering import InlineRenderer, Renderer
 from notify_queue.services.templates import render
-from notify_queue.services.validation import MAX_ESCALATION_STEPS, PreparedRequest
+from notify_queue.services.validation import MAX_ESCALATION_STEPS, PreparedRequest, same_request
 from notify_queue.services.wakeups import DebouncedWaker
 
 MAX_BY_CHARS = 255
@@ -164,8 +164,8 @@ class EscalationService:
         found = None if escalation_id is None else await self.get(escalation_id)
         conflict = (
             found is None
-            or any(h != p.request_hash for _, h in existing.values())
-            or stored_hash != p.request_hash
+            or any(not same_request(h, p.request_hash) for _, h in existing.values())
+            or not same_request(stored_hash, p.request_hash)
         )
         if found is None:
             # The key belongs to a notification that is no escalation's: a clash (409).

@@ -37,7 +37,7 @@ from notify_queue.services.coalescing import CreateCoalescer
 from notify_queue.services.preferences import derived_key, opt_out_reason
 from notify_queue.services.rendering import InlineRenderer, Renderer
 from notify_queue.services.templates import render
-from notify_queue.services.validation import PreparedRequest
+from notify_queue.services.validation import PreparedRequest, same_request
 from notify_queue.services.wakeups import DebouncedWaker
 
 MAX_BATCH = 1000
@@ -220,7 +220,7 @@ class NotificationService:
                 outcomes[index] = CreateResult(
                     made[0],
                     created=first_time,
-                    conflict=not first_time and stored_hash != p.request_hash,
+                    conflict=not first_time and not same_request(stored_hash, p.request_hash),
                     notifications=made,
                 )
                 continue
@@ -233,7 +233,7 @@ class NotificationService:
             outcomes[index] = CreateResult(
                 notifications[0],
                 created=False,
-                conflict=any(h != p.request_hash for _, h in found),
+                conflict=any(not same_request(h, p.request_hash) for _, h in found),
                 notifications=notifications,
             )
         return [o for o in outcomes if o is not None]
@@ -281,7 +281,9 @@ class NotificationService:
                 else existing[key]
             )
             results.append(
-                CreateResult(stored, created=False, conflict=stored_hash != n.request_hash)
+                CreateResult(
+                    stored, created=False, conflict=not same_request(stored_hash, n.request_hash)
+                )
             )
         return results
 

@@ -381,6 +381,16 @@ def request_hash(data: dict[str, Any]) -> str:
     return hashlib.sha256(jsontext.canonical(sent)).hexdigest()
 
 
+# A key's hash is kept as its first 128 bits (migrations 0035/0036: 16 bytes; a key of an
+# earlier release kept all 256, read back as the same 32 hex characters).
+STORED_HASH_CHARS = 32
+
+
+def same_request(a: str, b: str) -> bool:
+    """Whether two request hashes, either of them as a key keeps it, name the same request."""
+    return a[:STORED_HASH_CHARS] == b[:STORED_HASH_CHARS]
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedRequest:
     """A valid create request with its key, hash and resolved times: what the service enqueues.

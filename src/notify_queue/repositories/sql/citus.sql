@@ -293,7 +293,8 @@ SELECT r.id, (SELECT done FROM counted) IS NULL AS counted FROM recorded r
 -- a CTE the coordinator evaluates, then the rows by id in the queue and the log (by bucket; one
 -- probe of each shard's id index). One statement subquery across both distributions is refused.
 WITH k AS (
-    SELECT notification_id, request_hash FROM nq_idempotency_keys
+    SELECT notification_id, nq_stored_hash(request_digest, request_hash) AS request_hash
+    FROM nq_idempotency_keys
     WHERE key = ANY(%(idempotency_keys)b::text[])
 )
 SELECT {{_notification_columns}}, k.request_hash FROM nq_all_notifications n

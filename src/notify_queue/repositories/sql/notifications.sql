@@ -59,9 +59,11 @@ FROM (SELECT DISTINCT k FROM unnest(%(keys)b::text[]) AS k ORDER BY k) keys
 -- name: notification_get_by_keys
 -- Through the keys table: its primary key, then each row by id in the queue or the log. The hash
 -- of the request that made each row is the key's (0032): the rows' own column is not written
--- since 0033.
+-- since 0033. As stored (nq_stored_hash, 0035): its first 32 hex characters, compared with a
+-- request's by services.validation.same_request.
 WITH k AS (
-    SELECT notification_id, request_hash FROM nq_idempotency_keys
+    SELECT notification_id, nq_stored_hash(request_digest, request_hash) AS request_hash
+    FROM nq_idempotency_keys
     WHERE key = ANY(%(idempotency_keys)b::text[])
 )
 SELECT {{_notification_columns}}, k.request_hash FROM nq_all_notifications n
