@@ -171,11 +171,15 @@ async def finish(
 
 
 async def wal_records(
-    database_url: str, work: Callable[[], Awaitable[None]], resource_manager: str, record_type: str
+    database_url: str,
+    work: Callable[[], Awaitable[Any]],
+    resource_manager: str,
+    record_type: str | tuple[str, ...],
 ) -> dict[str, int]:
-    """WAL records of one kind (pg_walinspect: `Btree` `INSERT_LEAF` is an index entry, `Heap`
-    `LOCK` a row lock) per relation while `work` runs. An index of a partition counts for the
-    index it is a part of, a partition for its parent."""
+    """WAL records of one kind, or of several kinds together (pg_walinspect: `Btree`
+    `INSERT_LEAF` is an index entry, `Heap` `LOCK` a row lock) per relation while `work` runs. An
+    index of a partition counts for the index it is a part of, a partition for its parent."""
+    record_types = [record_type] if isinstance(record_type, str) else list(record_type)
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
         now = await conn.execute("SELECT pg_current_wal_insert_lsn()")
@@ -192,8 +196,8 @@ async def wal_records(
             " JOIN pg_get_wal_block_info(%s, %s) b"
             "   ON b.start_lsn = r.start_lsn AND b.block_id = 0"
             " JOIN pg_class c ON c.relfilenode = b.relfilenode"
-            " WHERE r.resource_manager = %s AND r.record_type = %s GROUP BY 1",
-            (start, end, start, end, resource_manager, record_type),
+            " WHERE r.resource_manager = %s AND r.record_type = ANY(%s) GROUP BY 1",
+            (start, end, start, end, resource_manager, record_types),
         )
         rows: list[Any] = await cur.fetchall()
     return {name: int(n) for name, n in rows}

@@ -13,14 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 
 import psycopg
 import pytest
 
+from notify_queue.models import ClaimedNotification
 from notify_queue.repositories.db import Database
-from tests.support import claim_due, delivery_service, eventually, new, notification_service
+from tests.support import (
+    claim_due,
+    delivery_service,
+    eventually,
+    new,
+    notification_service,
+    wal_records,
+)
 
 ROWS = 12
+INSERTS = ("INSERT", "INSERT+INIT")
 WAITING_FOR_AN_ADVISORY_LOCK = (
     "SELECT count(*) FROM pg_stat_activity"
     " WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
@@ -31,29 +41,6 @@ WINDOW_OF_ONE = (
     " SELECT bucket, recipient, ARRAY[gen_random_uuid()], ARRAY[now()], now()"
     " FROM nq_jobs WHERE recipient = %s LIMIT 1"
 )
-
-
-async def _records(database_url: str, start: str, kind: str) -> int:
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        flushed = await conn.execute("SELECT pg_logical_emit_message(false, 'nq', '', true)")
-        end = (await flushed.fetchone())[0]  # type: ignore[index]
-        cur = await conn.execute(
-            "SELECT count(*) FROM pg_get_wal_records_info(%s, %s) r"
-            " JOIN pg_get_wal_block_info(%s, %s) b"
-            "   ON b.start_lsn = r.start_lsn AND b.block_id = 0"
-            " JOIN pg_class c ON c.relfilenode = b.relfilenode"
-            " WHERE c.relname = 'nq_rate_windows' AND r.resource_manager = 'Heap'"
-            "   AND r.record_type = %s",
-            (start, end, start, end, kind),
-        )
-        return int((await cur.fetchone())[0])  # type: ignore[index]
-
-
-async def _lsn(database_url: str) -> str:
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        await conn.execute("CREATE EXTENSION IF NOT EXISTS pg_walinspect")
-        cur = await conn.execute("SELECT pg_current_wal_insert_lsn()::text")
-        return str((await cur.fetchone())[0])  # type: ignore[index]
 
 
 async def _window(database_url: str, recipient: str) -> list[uuid.UUID]:
@@ -69,33 +56,31 @@ async def _window(database_url: str, recipient: str) -> list[uuid.UUID]:
 async def test_new_windows_are_plain_inserts_and_known_ones_are_rewritten(
     db: Database, database_url: str
 ) -> None:
-    recipients = [f"w{i}-{uuid.uuid4().hex[:8]}@example.com" for i in range(ROWS)]
-    await notification_service(db).enqueue_many([new(recipient=r) for r in recipients])
-    start = await _lsn(database_url)
-    first = await claim_due(db, ROWS)
-    assert (
-        await _records(database_url, start, "INSERT")
-        + await _records(database_url, start, "INSERT+INIT")
-        == ROWS
-    )
-    assert await _records(database_url, start, "HEAP_CONFIRM") == 0
+    claimed: list[ClaimedNotification] = []
 
-    # The same recipients again: each window is found and rewritten, none inserted.
-    await notification_service(db).enqueue_many([new(recipient=r) for r in recipients])
-    start = await _lsn(database_url)
-    second = await claim_due(db, ROWS)
-    assert await _records(database_url, start, "INSERT") == 0
-    assert await _records(database_url, start, "HEAP_CONFIRM") == 0
-    assert (
-        await _records(database_url, start, "UPDATE")
-        + await _records(database_url, start, "HOT_UPDATE")
-        == ROWS
-    )
-    by_recipient = {c.recipient: [c.id] for c in first}
-    for c in second:
-        by_recipient[c.recipient].append(c.id)
+    def claiming(recipients: list[str]) -> Callable[[], Awaitable[None]]:
+        async def claim() -> None:
+            await notification_service(db).enqueue_many([new(recipient=r) for r in recipients])
+            claimed.extend(await claim_due(db, ROWS))
+
+        return claim
+
+    def fresh() -> list[str]:
+        return [f"w{i}-{uuid.uuid4().hex[:8]}@example.com" for i in range(ROWS)]
+
+    # New recipients: a window each, inserted without a confirmation (the upsert: ROWS of them).
+    confirmed = await wal_records(database_url, claiming(fresh()), "Heap", "HEAP_CONFIRM")
+    assert confirmed.get("nq_rate_windows", 0) == 0
+    recipients = fresh()
+    inserted = await wal_records(database_url, claiming(recipients), "Heap", INSERTS)
+    assert inserted["nq_rate_windows"] == ROWS
+    # The same recipients again: each window found and rewritten, none inserted.
+    again = await wal_records(database_url, claiming(recipients), "Heap", INSERTS)
+    assert again.get("nq_rate_windows", 0) == 0
     for recipient in recipients:
-        assert sorted(await _window(database_url, recipient)) == sorted(by_recipient[recipient])
+        assert sorted(await _window(database_url, recipient)) == sorted(
+            c.id for c in claimed if c.recipient == recipient
+        )
 
 
 async def _claim_while_another_holds_the_lock(
