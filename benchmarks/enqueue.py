@@ -4,6 +4,7 @@ INSERT, a debounced wake-up for the workers), for the latency and priority scena
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -21,7 +22,7 @@ def new_notification(
     key = f"{prefix}-{uuid.uuid4().hex}"
     return NewNotification(
         idempotency_key=key,
-        request_hash=key,
+        request_hash=hashlib.sha256(key.encode()).hexdigest(),
         channel=Channel.EMAIL,
         recipient=f"{key}@example.com",
         body="x" * 120,

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import os
 import statistics
 import subprocess
@@ -87,7 +88,7 @@ async def ingest(
                 items.append(
                     NewNotification(
                         idempotency_key=key,
-                        request_hash="h-" + key,
+                        request_hash=hashlib.sha256(key.encode()).hexdigest(),
                         channel=Channel.EMAIL,
                         recipient=f"{key}@example.com",
                         subject=subject,
