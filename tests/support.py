@@ -203,6 +203,18 @@ async def wal_records(
     return {name: int(n) for name, n in rows}
 
 
+async def waiting_for_lock(database_url: str, wait_event: str) -> bool:
+    """Whether a backend of this database waits for a lock of this kind (pg_stat_activity's
+    `wait_event`: `transactionid`, a row or key another transaction wrote; `advisory`)."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) > 0 FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND wait_event = %s",
+            (wait_event,),
+        )
+        return bool((await cur.fetchone())[0])  # type: ignore[index]
+
+
 async def statistics_count(db: Database, database_url: str, query: str) -> int:
     """A count from the statistics views (`query`: one row, one number), with the counts of the
     pool's connection flushed first (a backend sends its own at most once a second)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 
 import psycopg
 import pytest
@@ -20,13 +21,9 @@ import pytest
 from notify_queue import jsontext
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.notifications import enqueue_item
-from tests.support import eventually, new, notification_service, wal_records
+from tests.support import eventually, new, notification_service, waiting_for_lock, wal_records
 
 ROWS = 12
-WAITING_FOR_A_TRANSACTION = (
-    "SELECT count(*) = 1 FROM pg_stat_activity WHERE datname = current_database()"
-    " AND wait_event_type = 'Lock' AND wait_event = 'transactionid'"
-)
 
 
 async def _one(database_url: str, query: str, params: tuple[object, ...] = ()) -> object:
@@ -67,11 +64,14 @@ async def test_keys_repeated_in_a_batch_or_seen_before_answer_as_before(db: Data
 
 
 async def batch_while_the_key_is_created(
-    db: Database, database_url: str, key: str, waiting: str = WAITING_FOR_A_TRANSACTION
+    db: Database,
+    database_url: str,
+    key: str,
+    waiting: Callable[[], Awaitable[bool]] | None = None,
 ) -> list[object]:
     """A batch of ROWS creates, one with `key`, while another transaction creates `key`: not
     committed when the batch reads the keys, committed once the batch waits for it (`waiting`
-    says so: one row, true)."""
+    says so; by default a backend of the database waiting for another's transaction)."""
     other = await psycopg.AsyncConnection.connect(database_url)
     try:
         # The same key from another API process, with another request (its own create's insert).
@@ -81,7 +81,7 @@ async def batch_while_the_key_is_created(
         )
         items = [new(key=key)] + [new() for _ in range(ROWS - 1)]
         batch = asyncio.create_task(notification_service(db).enqueue_many(items))
-        await eventually(lambda: _one(database_url, waiting))
+        await eventually(waiting or (lambda: waiting_for_lock(database_url, "transactionid")))
         await other.commit()
     finally:
         await other.close()
@@ -129,7 +129,7 @@ async def test_without_the_fallback_the_same_interleaving_fails_on_the_key(
                     (key,),
                 )
             )
-            await eventually(lambda: _one(database_url, WAITING_FOR_A_TRANSACTION))
+            await eventually(lambda: waiting_for_lock(database_url, "transactionid"))
             await other.commit()
         finally:
             await other.close()

@@ -26,15 +26,12 @@ from tests.support import (
     eventually,
     new,
     notification_service,
+    waiting_for_lock,
     wal_records,
 )
 
 ROWS = 12
 INSERTS = ("INSERT", "INSERT+INIT")
-WAITING_FOR_AN_ADVISORY_LOCK = (
-    "SELECT count(*) FROM pg_stat_activity"
-    " WHERE datname = current_database() AND wait_event_type = 'Lock' AND wait_event = 'advisory'"
-)
 # A window as a claim creates it: one entry, taken now.
 WINDOW_OF_ONE = (
     "INSERT INTO nq_rate_windows (bucket, recipient, ids, taken, last_taken_at)"
@@ -100,29 +97,15 @@ async def _claim_while_another_holds_the_lock(
         await other.execute(WINDOW_OF_ONE, (recipient,))
         claim = asyncio.create_task(delivery_service(db, rate_limit=2).claim(1))
         if lock:
-            await eventually(lambda: _count(database_url, WAITING_FOR_AN_ADVISORY_LOCK, 1))
+            await eventually(lambda: waiting_for_lock(database_url, "advisory"))
         else:
             # The claim read no window (the other's is not committed) and its insert waits on
             # the other's key.
-            await eventually(lambda: _waiting_on_a_transaction(database_url))
+            await eventually(lambda: waiting_for_lock(database_url, "transactionid"))
         await other.commit()
     finally:
         await other.close()
     return claim, recipient
-
-
-async def _count(database_url: str, query: str, expected: int) -> bool:
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        return int((await (await conn.execute(query)).fetchone())[0]) == expected  # type: ignore[index]
-
-
-async def _waiting_on_a_transaction(database_url: str) -> bool:
-    return await _count(
-        database_url,
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-        " AND wait_event_type = 'Lock' AND wait_event = 'transactionid'",
-        1,
-    )
 
 
 async def test_a_claim_waiting_for_the_recipient_finds_the_window_created_meanwhile(

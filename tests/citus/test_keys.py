@@ -19,9 +19,13 @@ from tests.test_enqueue_keys import ROWS, batch_while_the_key_is_created
 
 pytestmark = pytest.mark.citus
 
-# The coordinator's backend waits on the worker node, where the shard's insert waits for the
-# other transaction's key: Citus shows that wait in citus_lock_waits.
-WAITING_ON_A_NODE = "SELECT count(*) >= 1 FROM citus_lock_waits"
+
+async def _waiting_on_a_node(url: str) -> bool:
+    """The coordinator's backend waits on the worker node, where the shard's insert waits for the
+    other transaction's key: Citus shows that wait in citus_lock_waits."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT count(*) > 0 FROM citus_lock_waits")
+        return bool((await cur.fetchone())[0])  # type: ignore[index]
 
 
 async def test_a_key_created_meanwhile_is_answered_as_seen_before(citus_database: str) -> None:
@@ -29,7 +33,7 @@ async def test_a_key_created_meanwhile_is_answered_as_seen_before(citus_database
     key = "raced-" + uuid.uuid4().hex
     async with Database(citus_database, pool_size=2) as db:
         raced, *rest = await batch_while_the_key_is_created(
-            db, citus_database, key, WAITING_ON_A_NODE
+            db, citus_database, key, lambda: _waiting_on_a_node(citus_database)
         )
     assert not raced.created and raced.notification.body == "the other request"  # type: ignore[attr-defined]
     assert all(r.created for r in rest)  # type: ignore[attr-defined]

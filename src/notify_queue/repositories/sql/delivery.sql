@@ -166,7 +166,7 @@ WITH batch_all AS (
 ), decided AS (
     SELECT b.id, b.bucket, b.recipient, b.win, w.used, w.taken, b.rate_limit, b.held, b.quiet,
            b.acknowledged, b.source, b.attempt_count, b.sticky_provider, b.chain_head,
-           b.priority, b.next_attempt_at, b.created_at,
+           b.priority, b.next_attempt_at, b.created_at, w.present,
            -- A row whose lease was recovered after a crash still holds the place its lost
            -- attempt took. That place stands for the one delivery its key can make (the re-check
            -- goes out with the same idempotency key), so the row is admitted on it (renewing it)
@@ -207,7 +207,7 @@ WITH batch_all AS (
               n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
               n.created_at, n.category, n.expires_at, n.recipient_id, n.source,
               n.provider AS bound_provider, r.sticky_provider, r.quiet, n.send_at,
-              n.traceparent, n.digest_id
+              n.traceparent, n.digest_id, r.present
 ), waiting AS (
     -- The place a waiting row waits for is the (used - limit + rank)-th oldest entry in the
     -- window; when that one is not taken yet (a burst within one batch), a full window from now.
@@ -252,10 +252,7 @@ WITH batch_all AS (
     -- present, which the upsert below then inserts again.
     INSERT INTO nq_rate_windows (bucket, recipient, ids, taken, last_taken_at)
     SELECT a.bucket, a.recipient, array_agg(a.id), array_agg(now()), now()
-    FROM admitted a
-    WHERE NOT a.quiet
-      AND NOT EXISTS (SELECT 1 FROM windows w
-                      WHERE w.bucket = a.bucket AND w.recipient = a.recipient AND w.present)
+    FROM admitted a WHERE NOT a.quiet AND NOT a.present
     GROUP BY a.bucket, a.recipient
 ), windowed AS (
     -- A window read as present is rewritten (a row holding its place renews it); entries no
@@ -263,10 +260,7 @@ WITH batch_all AS (
     -- order: the row locks every writer of windows takes in that order.
     INSERT INTO nq_rate_windows AS w (bucket, recipient, ids, taken, last_taken_at)
     SELECT a.bucket, a.recipient, array_agg(a.id), array_agg(now()), now()
-    FROM admitted a
-    WHERE NOT a.quiet
-      AND EXISTS (SELECT 1 FROM windows p
-                  WHERE p.bucket = a.bucket AND p.recipient = a.recipient AND p.present)
+    FROM admitted a WHERE NOT a.quiet AND a.present
     GROUP BY a.bucket, a.recipient
     ORDER BY a.bucket, a.recipient
     ON CONFLICT (bucket, recipient) DO UPDATE
