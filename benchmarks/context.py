@@ -44,6 +44,10 @@ class Sizes:
     cost_notifications: int
     cost_idle_seconds: float
     cost_single_seconds: float
+    # How many times ours (not analysed and analysed), River and pg-boss run one after another:
+    # each ratio is taken within a round (neighbours in time share the host's noise) and the
+    # verdict is the median of the rounds' ratios.
+    cost_rounds: int
     # The citus scenario (issue 21): notifications through the API per engine, on the local
     # cluster (a few minutes for both legs at the full size on 2 cores).
     citus_notifications: int
@@ -72,6 +76,7 @@ FULL = Sizes(
     cost_notifications=20_000,
     cost_idle_seconds=60.0,
     cost_single_seconds=30.0,
+    cost_rounds=3,
     citus_notifications=5_000,
 )
 QUICK = Sizes(
@@ -97,6 +102,7 @@ QUICK = Sizes(
     cost_notifications=5_000,
     cost_idle_seconds=20.0,
     cost_single_seconds=10.0,
+    cost_rounds=3,
     citus_notifications=2_000,
 )
 SMOKE = Sizes(
@@ -122,6 +128,7 @@ SMOKE = Sizes(
     cost_notifications=300,
     cost_idle_seconds=2.0,
     cost_single_seconds=1.0,
+    cost_rounds=1,
     citus_notifications=200,
 )
 

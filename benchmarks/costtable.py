@@ -176,18 +176,59 @@ def api_path(doc: dict[str, Any], default: dict[str, Any] | None) -> list[str]:
             f"{_fmt(i.get('statements'))} | {_fmt(i.get('wal_bytes'))} |"
         )
     out.append("")
+    batch_api = f", {_fmt(default.get('api_cpu_us_per_item'))} µs per batch item" if default else ""
     out.append(
-        f"API CPU {_fmt(single.get('api_cpu_us_per_create'))} µs and client CPU "
-        f"{_fmt(single.get('client_cpu_us_per_create'))} µs per single create; the client "
-        "(benchmarks.httpload) runs on the same machine."
+        f"API CPU {_fmt(single.get('api_cpu_us_per_create'))} µs per single create{batch_api}; "
+        f"client CPU {_fmt(single.get('client_cpu_us_per_create'))} µs per single create (the "
+        "client, benchmarks.httpload, runs on the same machine)."
     )
     return out
+
+
+ROUND_COLUMNS = [
+    ("PostgreSQL µs: ours / River / pg-boss", "postgres_cpu_us"),
+    ("WAL B: ours / River / pg-boss", "wal_bytes"),
+    ("enqueue → done /s: ours / River / pg-boss", "end_to_end_per_second"),
+]
+ROUND_RATIOS = [
+    ("CPU vs pg-boss", "postgres_cpu_vs_pgboss"),
+    ("CPU vs River", "postgres_cpu_vs_river"),
+    ("WAL vs River", "wal_vs_river"),
+    ("enqueue → done vs River", "end_to_end_vs_river"),
+    ("CPU not analysed vs analysed", "postgres_cpu_not_analysed_vs_analysed"),
+]
+
+
+def rounds(doc: dict[str, Any]) -> list[str]:
+    """Each round's headline figures and ratios (each taken within its round), then the medians."""
+    found = [r for r in doc["results"] if r["scenario"] == "cost" and r["name"] == "round by round"]
+    if not found:
+        return []
+    m = found[0]["metrics"]
+    systems = ["notify-queue, not analysed", "River", "pg-boss"]
+    labels = [label for label, _ in ROUND_COLUMNS] + [label for label, _ in ROUND_RATIOS]
+    out = ["| round | " + " | ".join(labels) + " |", "|---" * (len(labels) + 1) + "|"]
+    for r in m["rounds"]:
+        cells = [
+            " / ".join(_fmt(r["systems"].get(s, {}).get(key)) for s in systems)
+            for _, key in ROUND_COLUMNS
+        ]
+        cells += [_fmt(r["ratios"].get(key)) for _, key in ROUND_RATIOS]
+        out.append(f"| {r['round']} | " + " | ".join(cells) + " |")
+    medians = [_fmt(m["median_ratios"].get(key)) for _, key in ROUND_RATIOS]
+    out.append("| **median** | " + " | ".join([""] * len(ROUND_COLUMNS) + medians) + " |")
+    return [
+        "Round by round (ours not analysed; enqueue → done is the client's ingest time plus the "
+        "drain from the first finished job to the last, by the database's clock):",
+        "",
+        *out,
+    ]
 
 
 def render(doc: dict[str, Any]) -> str:
     default = _ours(doc, "not analysed")
     analysed = _ours(doc, "after VACUUM (ANALYZE)")
-    parts: list[list[str]] = [summary(doc)]
+    parts: list[list[str]] = [summary(doc), rounds(doc)]
     if default:
         parts += [
             ["Notify Queue, not analysed, per notification:"],

@@ -127,6 +127,13 @@ def test_the_cost_smoke_run_counts_what_each_phase_wrote_per_notification(
         )
         if "index_entries" in m["total"]:  # pg_walinspect read the WAL back
             assert m["total"]["index_entries"] > 0 and m["total"]["wal_by_rmgr"]
+    # The round-by-round comparison: each system's figures and the ratios taken within a round.
+    (rounds,) = [r for r in doc["results"] if r["name"] == "round by round"]
+    (first,) = rounds["metrics"]["rounds"]
+    assert set(first["systems"]) == set(ours) | peers
+    for figures in first["systems"].values():
+        assert figures["end_to_end_per_second"] > 0 and figures["drain_window_seconds"] >= 0
+    assert "postgres_cpu_not_analysed_vs_analysed" in rounds["metrics"]["median_ratios"]
     default = runs["notify-queue, not analysed"]
     assert default["sent"] == 300
     assert set(default["idle"]) >= {"statements_per_second", "which", "seconds"}

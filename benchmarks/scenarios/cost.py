@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import statistics
 import subprocess
 import time
 import uuid
@@ -52,20 +53,103 @@ def run(ctx: Context) -> None:
     server = dbcost.prepare_server(admin)
     ctx.notes.append(f"cost: server {server}")
     try:
-        ours(ctx, n, analysed=False, idle_seconds=ctx.sizes.cost_idle_seconds)
-        ours(ctx, n, analysed=True)
-        single_creates(ctx, ctx.sizes.cost_single_seconds)
-        if ctx.mode == "smoke" and not (peers.NODE.exists() and peers.river_built()):
-            ctx.notes.append("cost: peers skipped in smoke mode (not installed)")
-            return
-        peers.ensure_installed()
-        if peers.river_built():
-            river(ctx, n)
+        with_peers = not (ctx.mode == "smoke" and not (peers.NODE.exists() and peers.river_built()))
+        if with_peers:
+            peers.ensure_installed()
+            if not peers.river_built():
+                ctx.notes.append("cost: River skipped (no Go toolchain to build peers/river)")
         else:
-            ctx.notes.append("cost: River skipped (no Go toolchain to build peers/river)")
-        pgboss(ctx, n)
+            ctx.notes.append("cost: peers skipped in smoke mode (not installed)")
+        rounds: list[dict[str, dict[str, Any]]] = []
+        for i in range(ctx.sizes.cost_rounds):
+            # The first round is recorded in full (every table of docs/performance.md); the
+            # others add their headline figures to the round-by-round comparison.
+            first = i == 0
+            say(f"[cost] round {i + 1} of {ctx.sizes.cost_rounds}")
+            this = {
+                NOT_ANALYSED: ours(
+                    ctx,
+                    n,
+                    analysed=False,
+                    idle_seconds=ctx.sizes.cost_idle_seconds if first else 0.0,
+                    record=first,
+                ),
+                ANALYSED: ours(ctx, n, analysed=True, record=first),
+            }
+            if with_peers and peers.river_built():
+                this["River"] = river(ctx, n, record=first)
+            if with_peers:
+                this["pg-boss"] = pgboss(ctx, n, record=first)
+            rounds.append(this)
+        record_rounds(ctx, rounds)
+        single_creates(ctx, ctx.sizes.cost_single_seconds)
     finally:
         dbcost.release_server(admin)
+
+
+NOT_ANALYSED = "notify-queue, not analysed"
+ANALYSED = "notify-queue, after VACUUM (ANALYZE)"
+
+# Each ratio of the comparison: (key, numerator's system, denominator's system, figure).
+RATIOS = [
+    ("postgres_cpu_vs_pgboss", NOT_ANALYSED, "pg-boss", "postgres_cpu_us"),
+    ("postgres_cpu_vs_river", NOT_ANALYSED, "River", "postgres_cpu_us"),
+    ("wal_vs_river", NOT_ANALYSED, "River", "wal_bytes"),
+    ("end_to_end_vs_river", NOT_ANALYSED, "River", "end_to_end_per_second"),
+    ("postgres_cpu_not_analysed_vs_analysed", NOT_ANALYSED, ANALYSED, "postgres_cpu_us"),
+]
+
+
+def record_rounds(ctx: Context, rounds: list[dict[str, dict[str, Any]]]) -> None:
+    """The headline figures of every round, each ratio within its round, and their medians."""
+    table = []
+    every: dict[str, list[float]] = {}
+    for i, systems in enumerate(rounds, 1):
+        figures = {name: _round_figures(m) for name, m in systems.items()}
+        ratios = {}
+        for key, a, b, figure in RATIOS:
+            if a in figures and b in figures and figures[b][figure]:
+                ratios[key] = round(figures[a][figure] / figures[b][figure], 3)
+                every.setdefault(key, []).append(ratios[key])
+        table.append({"round": i, "systems": figures, "ratios": ratios})
+    medians = {}
+    for key, values in every.items():
+        if values:
+            medians[key] = round(statistics.median(values), 3)
+    ctx.record(
+        "cost",
+        ROUNDS,
+        {"rounds": table, "median_ratios": medians},
+        load={},
+        params={"rounds": len(rounds)},
+    )
+
+
+ROUNDS = "round by round"
+
+
+def _round_figures(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "postgres_cpu_us": metrics["headline"]["postgres_cpu_us"],
+        "wal_bytes": metrics["headline"]["wal_bytes"],
+        **metrics["end_to_end"],
+    }
+
+
+def _end_to_end(n: int, ingest_seconds: float, drain_window_seconds: float) -> dict[str, float]:
+    """Enqueue to done for a system already running: the ingest as its client timed it, then the
+    drain from its first finished job to its last by the database's clock (the same definition
+    for every system, so no one's process start-up counts: a Python worker's is 0.8 s)."""
+    return {
+        "ingest_seconds": round(ingest_seconds, 3),
+        "drain_window_seconds": round(drain_window_seconds, 3),
+        "end_to_end_per_second": round(n / (ingest_seconds + drain_window_seconds), 1),
+    }
+
+
+def _window(obs: dbcost.Observer, sql: str) -> float:
+    row = obs.conn.execute(sql).fetchone()
+    return float(row[0]) if row and row[0] is not None else 0.0
 
 
 class _Database:
@@ -91,12 +175,17 @@ class _Database:
 
 
 def _phases(
-    ctx: Context, obs: dbcost.Observer, phases: list[tuple[dbcost.Phase, int]]
+    ctx: Context,
+    obs: dbcost.Observer,
+    phases: list[tuple[dbcost.Phase, int]],
+    *,
+    wal_breakdown: bool = True,
 ) -> dict[str, Any]:
-    """Each phase per unit, and the phases together as `total`."""
+    """Each phase per unit, and the phases together as `total` (the WAL read back per record
+    only with `wal_breakdown`: the round-by-round comparison needs the counters alone)."""
     out: dict[str, Any] = {}
     for phase, units in phases:
-        if ctx.pg.server.pid is not None and phase.start_lsn != phase.end_lsn:
+        if wal_breakdown and ctx.pg.server.pid is not None and phase.start_lsn != phase.end_lsn:
             try:
                 dbcost.read_wal(ctx.pg.url(), obs, phase)
             except Exception as exc:  # the counters stand without the breakdown
@@ -139,7 +228,9 @@ def _drain(obs: dbcost.Observer, procs: list[Proc], total: int, label: str) -> N
         bar.close()
 
 
-def ours(ctx: Context, n: int, *, analysed: bool, idle_seconds: float = 0.0) -> None:
+def ours(
+    ctx: Context, n: int, *, analysed: bool, idle_seconds: float = 0.0, record: bool = True
+) -> dict[str, Any]:
     variant = "after VACUUM (ANALYZE)" if analysed else "not analysed"
     say(f"[cost] notify-queue, {n:,} notifications through the API, {variant}")
     db = _Database(ctx, "cost")
@@ -150,10 +241,13 @@ def ours(ctx: Context, n: int, *, analysed: bool, idle_seconds: float = 0.0) -> 
         api, port = start_api(ctx, db.url, 1)
         obs = db.observe()
         try:
+            api_pids = _tree(api.pid)
+            api_cpu = -dbcost.process_cpu_seconds(api_pids)
             s0 = obs.snapshot()
             result = asyncio.run(
                 run_load("127.0.0.1", port, requests, clients=BATCH_CLIENTS, keep_bodies=True)
             )
+            api_cpu += dbcost.process_cpu_seconds(api_pids)
         finally:
             api.stop()
         accepted = sum(
@@ -180,10 +274,16 @@ def ours(ctx: Context, n: int, *, analysed: bool, idle_seconds: float = 0.0) -> 
         ).fetchone()
         assert row is not None
         sent, stored = int(row[0]), int(row[1])
+        window = _window(
+            obs,
+            "SELECT extract(epoch FROM max(finished_at) - min(finished_at)) FROM nq_delivery_log",
+        )
         idle = _idle(ctx, db, obs, idle_seconds) if idle_seconds else None
         ingest_phase = obs.diff("ingest", s0, s1)
         drain_phase = obs.diff("drain", drain_from, s2)
-        metrics = _phases(ctx, obs, [(ingest_phase, accepted), (drain_phase, sent)])
+        metrics = _phases(
+            ctx, obs, [(ingest_phase, accepted), (drain_phase, sent)], wal_breakdown=record
+        )
         metrics |= {
             "system": "notify-queue",
             "variant": variant,
@@ -191,6 +291,8 @@ def ours(ctx: Context, n: int, *, analysed: bool, idle_seconds: float = 0.0) -> 
             "sent": sent,
             "stored": stored,
             "batch_items_per_second": round(accepted / result.seconds, 1),
+            "api_cpu_us_per_item": round(api_cpu / accepted * 1e6, 1),
+            "end_to_end": _end_to_end(n, result.seconds, window),
             # What the planner believed when the drain started: -1 is never analysed nor
             # vacuumed. Autovacuum may have analysed the queue during a slow ingest (a loaded
             # machine): then "not analysed" is not, and the pair compares little.
@@ -199,19 +301,21 @@ def ours(ctx: Context, n: int, *, analysed: bool, idle_seconds: float = 0.0) -> 
         }
         if idle is not None:
             metrics["idle"] = idle
-        ctx.record(
-            "cost",
-            f"notify-queue, {variant}",
-            metrics,
-            load=load,
-            params={
-                "batch_items": BATCH_ITEMS,
-                "batch_clients": BATCH_CLIENTS,
-                "workers": WORKERS,
-                "worker_flags": ctx.worker_args or "defaults, no webhook target",
-                "api_workers": 1,
-            },
-        )
+        if record:
+            ctx.record(
+                "cost",
+                f"notify-queue, {variant}",
+                metrics,
+                load=load,
+                params={
+                    "batch_items": BATCH_ITEMS,
+                    "batch_clients": BATCH_CLIENTS,
+                    "workers": WORKERS,
+                    "worker_flags": ctx.worker_args or "defaults, no webhook target",
+                    "api_workers": 1,
+                },
+            )
+        return metrics
     finally:
         db.close()
 
@@ -288,7 +392,7 @@ def single_creates(ctx: Context, seconds: float) -> None:
         obs = db.observe()
         try:
             api_pids = _tree(api.pid)
-            api_cpu0 = sum(dbcost._cpu(p, children=False) for p in api_pids)
+            api_cpu = -dbcost.process_cpu_seconds(api_pids)
             s0 = obs.snapshot()
             result = asyncio.run(
                 run_load(
@@ -299,7 +403,7 @@ def single_creates(ctx: Context, seconds: float) -> None:
                     stop_after_seconds=seconds,
                 )
             )
-            api_cpu = sum(dbcost._cpu(p, children=False) for p in api_pids) - api_cpu0
+            api_cpu += dbcost.process_cpu_seconds(api_pids)
         finally:
             api.stop()
         obs.wait_for_backends_gone()
@@ -330,13 +434,17 @@ def single_creates(ctx: Context, seconds: float) -> None:
         db.close()
 
 
-def _run(command: list[str], peer: str) -> None:
+def _run(command: list[str], peer: str) -> float:
+    """Run a peer's command; the seconds it took (its process start-up included: a few ms for
+    River's Go binary, more for node and pg-boss's start, which only counts against pg-boss)."""
+    started = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, cwd=peers.PEERS, timeout=600)
     if done.returncode != 0:
         raise RuntimeError(f"{peer} {command[1:3]} failed: {done.stderr[-2000:]}")
+    return time.monotonic() - started
 
 
-def river(ctx: Context, n: int) -> None:
+def river(ctx: Context, n: int, *, record: bool = True) -> dict[str, Any]:
     say(f"[cost] River, {n:,} jobs (InsertMany, then one client of 2,000 workers)")
     db = _Database(ctx, "river_cost")
     load = LoadWatch()
@@ -344,7 +452,7 @@ def river(ctx: Context, n: int) -> None:
         _run([str(peers.RIVER), "migrate", db.url], "river")
         obs = db.observe()
         s0 = obs.snapshot()
-        _run([str(peers.RIVER), "insert", db.url, str(n)], "river")
+        ingest_seconds = _run([str(peers.RIVER), "insert", db.url, str(n)], "river")
         obs.wait_for_backends_gone()
         s1 = obs.snapshot()
         proc = Proc(
@@ -360,23 +468,37 @@ def river(ctx: Context, n: int) -> None:
             "SELECT count(*) FILTER (WHERE state = 'completed') FROM river_job"
         ).fetchone()
         done = int(row[0]) if row else 0
+        window = _window(
+            obs, "SELECT extract(epoch FROM max(finalized_at) - min(finalized_at)) FROM river_job"
+        )
         metrics = _phases(
-            ctx, obs, [(obs.diff("ingest", s0, s1), n), (obs.diff("drain", s1, s2), done)]
+            ctx,
+            obs,
+            [(obs.diff("ingest", s0, s1), n), (obs.diff("drain", s1, s2), done)],
+            wal_breakdown=record,
         )
-        metrics |= {"system": "river", "variant": "", "jobs": n, "completed": done}
+        metrics |= {
+            "system": "river",
+            "variant": "",
+            "jobs": n,
+            "completed": done,
+            "end_to_end": _end_to_end(n, ingest_seconds, window),
+        }
         metrics["headline"] = _headline(metrics)
-        ctx.record(
-            "cost",
-            "River",
-            metrics,
-            load=load,
-            params={"insert": "InsertMany, 5,000 per call", "clients": 1, "max_workers": 2000},
-        )
+        if record:
+            ctx.record(
+                "cost",
+                "River",
+                metrics,
+                load=load,
+                params={"insert": "InsertMany, 5,000 per call", "clients": 1, "max_workers": 2000},
+            )
+        return metrics
     finally:
         db.close()
 
 
-def pgboss(ctx: Context, n: int) -> None:
+def pgboss(ctx: Context, n: int, *, record: bool = True) -> dict[str, Any]:
     say(f"[cost] pg-boss, {n:,} jobs (insert, then {WORKERS} work() processes)")
     db = _Database(ctx, "pgboss_cost")
     load = LoadWatch()
@@ -385,7 +507,7 @@ def pgboss(ctx: Context, n: int) -> None:
         _run([*node, "migrate", ctx.pg.socket_dir, db.name], "pg-boss")
         obs = db.observe()
         s0 = obs.snapshot()
-        _run([*node, "insert", ctx.pg.socket_dir, db.name, str(n)], "pg-boss")
+        ingest_seconds = _run([*node, "insert", ctx.pg.socket_dir, db.name, str(n)], "pg-boss")
         obs.wait_for_backends_gone()
         s1 = obs.snapshot()
         procs = [
@@ -424,22 +546,38 @@ def pgboss(ctx: Context, n: int) -> None:
             " WHERE name = 'bench'"
         ).fetchone()
         done = int(row[0]) if row else 0
+        window = _window(
+            obs,
+            "SELECT extract(epoch FROM max(completed_on) - min(completed_on)) FROM pgboss.job"
+            " WHERE name = 'bench'",
+        )
         metrics = _phases(
-            ctx, obs, [(obs.diff("ingest", s0, s1), n), (obs.diff("drain", s1, s2), done)]
+            ctx,
+            obs,
+            [(obs.diff("ingest", s0, s1), n), (obs.diff("drain", s1, s2), done)],
+            wal_breakdown=record,
         )
-        metrics |= {"system": "pg-boss", "variant": "", "jobs": n, "completed": done}
+        metrics |= {
+            "system": "pg-boss",
+            "variant": "",
+            "jobs": n,
+            "completed": done,
+            "end_to_end": _end_to_end(n, ingest_seconds, window),
+        }
         metrics["headline"] = _headline(metrics)
-        ctx.record(
-            "cost",
-            "pg-boss",
-            metrics,
-            load=load,
-            params={
-                "insert": "boss.insert, 1,000 per call",
-                "workers": WORKERS,
-                "batch_size": PGBOSS_BATCH_SIZE,
-            },
-        )
+        if record:
+            ctx.record(
+                "cost",
+                "pg-boss",
+                metrics,
+                load=load,
+                params={
+                    "insert": "boss.insert, 1,000 per call",
+                    "workers": WORKERS,
+                    "batch_size": PGBOSS_BATCH_SIZE,
+                },
+            )
+        return metrics
     finally:
         db.close()
 
