@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from enum import Enum
 from typing import Any, NoReturn
 
-from notify_queue import tracing
+from notify_queue import heap, tracing
 from notify_queue.errors import ConfigurationError, DatabaseUnavailable, NotifyQueueError
 from notify_queue.logs import configure_logging
 from notify_queue.settings import (
@@ -189,6 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     ]
                 )
         configure_logging(settings.log_level, settings.log_format)
+        heap.enable()
         # Before any pool or HTTP session exists: the instrumentations patch their constructors.
         # Off (no OTEL_* exporter), nothing of OpenTelemetry's SDK is imported.
         tracing.configure(role)

@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from notify_queue import __version__, tracing
+from notify_queue import __version__, heap, tracing
 from notify_queue.api.auth import Auth
 from notify_queue.api.limits import BodySizeLimit
 from notify_queue.api.metrics import QueueMetrics
@@ -86,6 +86,7 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
                 renderer=renderer,
             ),
         )
+        heap.settle()
         try:
             yield
         finally:

@@ -15,7 +15,7 @@ from typing import Literal, TypedDict
 
 import uvicorn
 
-from notify_queue import tracing
+from notify_queue import heap, tracing
 from notify_queue.api.app import create_app
 from notify_queue.logs import configure_logging
 from notify_queue.settings import ApiSettings, load_settings
@@ -43,6 +43,7 @@ def app_from_environment() -> object:
     """The app factory each worker process imports (settings from NOTIFY_QUEUE_*)."""
     settings = load_settings(ApiSettings)
     configure_logging(settings.log_level, settings.log_format)
+    heap.enable()
     tracing.configure("api")
     return create_app(settings)
 

@@ -8,6 +8,7 @@ import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+from notify_queue import heap
 from notify_queue.provider_specs import specs_from_settings
 from notify_queue.providers import build_providers
 from notify_queue.providers.outbound import trusted_session
@@ -193,6 +194,7 @@ async def _until_signal(
     for sig in signals:
         loop.add_signal_handler(sig, begin_stop)
     stopper = asyncio.create_task(_call_when_set(stop, begin_stop)) if stop is not None else None
+    heap.settle()
     try:
         await main
     finally:
