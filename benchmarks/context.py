@@ -39,11 +39,10 @@ class Sizes:
     provider_limit_notifications: int
     provider_limit_per_second: float
     relay_events: int
-    # The cost scenario (issue 20): notifications through the API and jobs per peer, how long an
-    # idle worker is watched, how long 64 clients send single creates.
+    # The cost scenario (issue 20): notifications through the API (in batches, and again as
+    # single creates) and jobs per peer, how long an idle worker is watched.
     cost_notifications: int
     cost_idle_seconds: float
-    cost_single_seconds: float
     # How many times ours (not analysed and analysed), River and pg-boss run one after another:
     # each ratio is taken within a round (neighbours in time share the host's noise) and the
     # verdict is the median of the rounds' ratios.
@@ -75,7 +74,6 @@ FULL = Sizes(
     relay_events=50_000,
     cost_notifications=20_000,
     cost_idle_seconds=60.0,
-    cost_single_seconds=30.0,
     cost_rounds=3,
     citus_notifications=5_000,
 )
@@ -101,7 +99,6 @@ QUICK = Sizes(
     relay_events=20_000,
     cost_notifications=5_000,
     cost_idle_seconds=20.0,
-    cost_single_seconds=10.0,
     cost_rounds=3,
     citus_notifications=2_000,
 )
@@ -127,7 +124,6 @@ SMOKE = Sizes(
     relay_events=300,
     cost_notifications=300,
     cost_idle_seconds=2.0,
-    cost_single_seconds=1.0,
     cost_rounds=1,
     citus_notifications=200,
 )

@@ -61,23 +61,17 @@ async def run_load(
     clients: int,
     keep_bodies: bool = False,
     on_response: Callable[[int], None] | None = None,
-    stop_after_seconds: float | None = None,
 ) -> LoadResult:
-    """Send `requests` over `clients` keep-alive connections, each one request at a time;
-    with `stop_after_seconds`, no client starts a request after that long (the answers in
-    flight are still read)."""
+    """Send `requests` over `clients` keep-alive connections, each one request at a time."""
     result = LoadResult()
     statuses = result.statuses
     times = result.times
     next_index = iter(range(len(requests)))
-    stop_at = time.perf_counter() + stop_after_seconds if stop_after_seconds else None
 
     async def client() -> None:
         reader, writer = await asyncio.open_connection(host, port)
         try:
             for i in next_index:
-                if stop_at is not None and time.perf_counter() >= stop_at:
-                    break
                 t0 = time.perf_counter()
                 writer.write(requests[i])
                 status, body = await _read_response(reader)

@@ -8,9 +8,9 @@ target), the API stopped, then two `notify-queue worker` processes with default 
 every notification is SENT. No SQL seeding and no ANALYZE: a burst that arrives through the API
 is planned on whatever statistics autovacuum has gathered by then, as a user's is. The same
 backlog is measured again with a manual `VACUUM (ANALYZE)` between ingest and drain (the
-analysed/not-analysed pair); then one worker is watched idle, and 64 clients send single `POST
-/notifications` for a fixed time (the client runs on the same 2 cores as the server: its CPU is
-reported, and it takes from what the API and PostgreSQL get).
+analysed/not-analysed pair); then one worker is watched idle, and 64 clients send as many
+single `POST /notifications` as the batches carried (the client runs on the same 2 cores as the
+server: its CPU is reported, and it takes from what the API and PostgreSQL get).
 
 River and pg-boss insert the same number of jobs with their own client APIs (River `InsertMany`
 in chunks of 5,000, pg-boss `insert` in chunks of 1,000) into their own fresh databases, without
@@ -82,7 +82,7 @@ def run(ctx: Context) -> None:
                 this["pg-boss"] = pgboss(ctx, n, record=first)
             rounds.append(this)
         record_rounds(ctx, rounds)
-        single_creates(ctx, ctx.sizes.cost_single_seconds)
+        single_creates(ctx, n)
     finally:
         dbcost.release_server(admin)
 
@@ -374,17 +374,18 @@ def _idle(ctx: Context, db: _Database, obs: dbcost.Observer, seconds: float) -> 
     }
 
 
-def single_creates(ctx: Context, seconds: float) -> None:
-    """64 clients, single POST /notifications, for `seconds`."""
-    say(f"[cost] single POST /notifications, {SINGLE_CLIENTS} clients, {seconds:.0f} s")
+def single_creates(ctx: Context, n: int) -> None:
+    """64 clients, `n` single POST /notifications: as many as the batch leg inserts, so the two
+    legs' PostgreSQL cost per item is counted on tables of the same size (a leg of 30 s put six
+    times the rows in, and autovacuum's passes over them into its window)."""
+    say(f"[cost] single POST /notifications, {SINGLE_CLIENTS} clients, {n:,} creates")
     db = _Database(ctx, "cost_single")
     load = LoadWatch()
     try:
         queue.migrate(db.url)
-        # More requests than can be sent in the time; each with its own key and recipient.
-        total = int(seconds * 6000) + 500
+        # Each with its own key and recipient.
         requests = []
-        for _ in range(total):
+        for _ in range(n):
             key = uuid.uuid4().hex
             body = json.dumps(_item(key)).encode()
             requests.append(request_bytes("POST", "/notifications", body, {"Idempotency-Key": key}))
@@ -394,15 +395,7 @@ def single_creates(ctx: Context, seconds: float) -> None:
             api_pids = _tree(api.pid)
             api_cpu = -dbcost.process_cpu_seconds(api_pids)
             s0 = obs.snapshot()
-            result = asyncio.run(
-                run_load(
-                    "127.0.0.1",
-                    port,
-                    requests,
-                    clients=SINGLE_CLIENTS,
-                    stop_after_seconds=seconds,
-                )
-            )
+            result = asyncio.run(run_load("127.0.0.1", port, requests, clients=SINGLE_CLIENTS))
             api_cpu += dbcost.process_cpu_seconds(api_pids)
         finally:
             api.stop()
@@ -428,7 +421,7 @@ def single_creates(ctx: Context, seconds: float) -> None:
             "notify-queue, single POST /notifications",
             metrics,
             load=load,
-            params={"clients": SINGLE_CLIENTS, "seconds": seconds, "api_workers": 1},
+            params={"clients": SINGLE_CLIENTS, "creates": n, "api_workers": 1},
         )
     finally:
         db.close()
