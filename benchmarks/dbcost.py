@@ -94,8 +94,8 @@ def _cpu(pid: int, *, children: bool) -> float:
         t = psutil.Process(pid).cpu_times()
     except psutil.Error:
         return 0.0
-    own = t.user + t.system
-    return own + (t.children_user + t.children_system if children else 0.0)
+    own = float(t.user + t.system)
+    return own + (float(t.children_user + t.children_system) if children else 0.0)
 
 
 def process_cpu_seconds(pids: list[int]) -> float:
@@ -237,13 +237,13 @@ class Observer:
                 tables[tbl] = d
         statements = []
         for key, after in b.statements.items():
-            before = a.statements.get(key)
-            calls = after["calls"] - (before["calls"] if before else 0)
+            was = a.statements.get(key)
+            calls = after["calls"] - (was["calls"] if was else 0)
             if calls <= 0:
                 continue
             s = dict(after)
             for k in STATEMENT_SUMS:
-                s[k] = after[k] - (before[k] if before else 0)
+                s[k] = after[k] - (was[k] if was else 0)
             statements.append(s)
         statements.sort(key=lambda s: -s["total_ms"])
         return Phase(

@@ -4,8 +4,9 @@ nq_enqueue_pending keeps its statement's plan for the connection's life. Once au
 analysed the keys table at its first few hundred rows (its threshold is 50 rows), the planner
 costs reading those few pages whole below probing the index for the 100 keys it assumes a batch
 brings, and that plan stayed while the table grew to tens of thousands of keys, every statement
-of a burst reading them all (docs/performance.md, "Round by round"). Counted from
-pg_stat_user_tables, never timed; the negative control is the function without its setting.
+of a burst reading them all (docs/performance.md, "The single-create leg and the enqueue's
+plan"). Counted from pg_stat_user_tables, never timed; the negative control is the function
+without its setting.
 """
 
 from __future__ import annotations

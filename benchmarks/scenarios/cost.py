@@ -457,36 +457,19 @@ def river(ctx: Context, n: int, *, record: bool = True) -> dict[str, Any]:
             stop_all([proc])
         obs.wait_for_backends_gone()
         s2 = obs.snapshot()
-        row = obs.conn.execute(
-            "SELECT count(*) FILTER (WHERE state = 'completed') FROM river_job"
-        ).fetchone()
-        done = int(row[0]) if row else 0
-        window = _window(
-            obs, "SELECT extract(epoch FROM max(finalized_at) - min(finalized_at)) FROM river_job"
-        )
-        metrics = _phases(
+        return _peer_metrics(
             ctx,
             obs,
-            [(obs.diff("ingest", s0, s1), n), (obs.diff("drain", s1, s2), done)],
-            wal_breakdown=record,
+            "River",
+            (s0, s1, s2),
+            n,
+            ingest_seconds,
+            "SELECT count(*) FILTER (WHERE state = 'completed'),"
+            " extract(epoch FROM max(finalized_at) - min(finalized_at)) FROM river_job",
+            record=record,
+            load=load,
+            params={"insert": "InsertMany, 5,000 per call", "clients": 1, "max_workers": 2000},
         )
-        metrics |= {
-            "system": "river",
-            "variant": "",
-            "jobs": n,
-            "completed": done,
-            "end_to_end": _end_to_end(n, ingest_seconds, window),
-        }
-        metrics["headline"] = _headline(metrics)
-        if record:
-            ctx.record(
-                "cost",
-                "River",
-                metrics,
-                load=load,
-                params={"insert": "InsertMany, 5,000 per call", "clients": 1, "max_workers": 2000},
-            )
-        return metrics
     finally:
         db.close()
 
@@ -534,45 +517,65 @@ def pgboss(ctx: Context, n: int, *, record: bool = True) -> dict[str, Any]:
             stop_all(procs)
         obs.wait_for_backends_gone()
         s2 = obs.snapshot()
-        row = obs.conn.execute(
-            "SELECT count(*) FILTER (WHERE state = 'completed') FROM pgboss.job"
-            " WHERE name = 'bench'"
-        ).fetchone()
-        done = int(row[0]) if row else 0
-        window = _window(
-            obs,
-            "SELECT extract(epoch FROM max(completed_on) - min(completed_on)) FROM pgboss.job"
-            " WHERE name = 'bench'",
-        )
-        metrics = _phases(
+        return _peer_metrics(
             ctx,
             obs,
-            [(obs.diff("ingest", s0, s1), n), (obs.diff("drain", s1, s2), done)],
-            wal_breakdown=record,
+            "pg-boss",
+            (s0, s1, s2),
+            n,
+            ingest_seconds,
+            "SELECT count(*) FILTER (WHERE state = 'completed'),"
+            " extract(epoch FROM max(completed_on) - min(completed_on)) FROM pgboss.job"
+            " WHERE name = 'bench'",
+            record=record,
+            load=load,
+            params={
+                "insert": "boss.insert, 1,000 per call",
+                "workers": WORKERS,
+                "batch_size": PGBOSS_BATCH_SIZE,
+            },
         )
-        metrics |= {
-            "system": "pg-boss",
-            "variant": "",
-            "jobs": n,
-            "completed": done,
-            "end_to_end": _end_to_end(n, ingest_seconds, window),
-        }
-        metrics["headline"] = _headline(metrics)
-        if record:
-            ctx.record(
-                "cost",
-                "pg-boss",
-                metrics,
-                load=load,
-                params={
-                    "insert": "boss.insert, 1,000 per call",
-                    "workers": WORKERS,
-                    "batch_size": PGBOSS_BATCH_SIZE,
-                },
-            )
-        return metrics
     finally:
         db.close()
+
+
+def _peer_metrics(
+    ctx: Context,
+    obs: dbcost.Observer,
+    name: str,
+    snapshots: tuple[dbcost.Snapshot, dbcost.Snapshot, dbcost.Snapshot],
+    jobs: int,
+    ingest_seconds: float,
+    finished_sql: str,
+    *,
+    record: bool,
+    load: LoadWatch,
+    params: dict[str, Any],
+) -> dict[str, Any]:
+    """A peer's figures per job from its ingest (before, after) and drain (after, done)
+    snapshots; `finished_sql` reads its completed jobs and the drain window (first to last
+    finished, by the database's clock). Recorded under `name` with `record`."""
+    s0, s1, s2 = snapshots
+    row = obs.conn.execute(finished_sql).fetchone()
+    done = int(row[0]) if row else 0
+    window = float(row[1]) if row and row[1] is not None else 0.0
+    metrics = _phases(
+        ctx,
+        obs,
+        [(obs.diff("ingest", s0, s1), jobs), (obs.diff("drain", s1, s2), done)],
+        wal_breakdown=record,
+    )
+    metrics |= {
+        "system": name.lower(),
+        "variant": "",
+        "jobs": jobs,
+        "completed": done,
+        "end_to_end": _end_to_end(jobs, ingest_seconds, window),
+    }
+    metrics["headline"] = _headline(metrics)
+    if record:
+        ctx.record("cost", name, metrics, load=load, params=params)
+    return metrics
 
 
 def _headline(metrics: dict[str, Any]) -> dict[str, Any]:
