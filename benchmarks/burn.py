@@ -59,7 +59,7 @@ def start_workers(
     ]
 
 
-def _cpu_seconds(pids: list[int]) -> float:
+def cpu_seconds(pids: list[int]) -> float:
     """User + system CPU seconds of these live processes (gone ones count nothing)."""
     total = 0.0
     for pid in pids:
@@ -90,8 +90,8 @@ class CpuSplit:
 
     def __init__(self, ctx: Context) -> None:
         self._ctx = ctx
-        self._pg_before = {pid: _cpu_seconds([pid]) for pid in postgres_pids(ctx)}
-        self._receiver_before = _cpu_seconds([ctx.receiver.proc.pid])
+        self._pg_before = {pid: cpu_seconds([pid]) for pid in postgres_pids(ctx)}
+        self._receiver_before = cpu_seconds([ctx.receiver.proc.pid])
 
     def finish(
         self,
@@ -103,10 +103,10 @@ class CpuSplit:
     ) -> dict[str, Any]:
         """`label` names the measured processes (`workers`, `relay`), `unit` what `delivered`
         counts."""
-        pg_now = {pid: _cpu_seconds([pid]) for pid in postgres_pids(self._ctx)}
+        pg_now = {pid: cpu_seconds([pid]) for pid in postgres_pids(self._ctx)}
         postgres = sum(v - self._pg_before.get(pid, 0.0) for pid, v in pg_now.items())
-        worker = _cpu_seconds([p.pid for p in workers])
-        receiver = _cpu_seconds([self._ctx.receiver.proc.pid]) - self._receiver_before
+        worker = cpu_seconds([p.pid for p in workers])
+        receiver = cpu_seconds([self._ctx.receiver.proc.pid]) - self._receiver_before
         per = (lambda x: round(x / delivered * 1e6, 1)) if delivered else (lambda x: None)
         return {
             "cpu_seconds": {

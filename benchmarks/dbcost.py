@@ -98,11 +98,6 @@ def _cpu(pid: int, *, children: bool) -> float:
     return own + (float(t.children_user + t.children_system) if children else 0.0)
 
 
-def process_cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU of these processes themselves (a gone one counts nothing)."""
-    return sum(_cpu(pid, children=False) for pid in pids)
-
-
 def postgres_cpu_seconds(postmaster_pid: int) -> float:
     """The server's whole process tree, reaped backends included (see the module docstring)."""
     try:

@@ -33,7 +33,7 @@ import uuid
 from typing import Any
 
 from benchmarks import dbcost, peers, queue
-from benchmarks.burn import start_workers
+from benchmarks.burn import cpu_seconds, start_workers
 from benchmarks.context import Context
 from benchmarks.env import LoadWatch
 from benchmarks.httpload import request_bytes, run_load
@@ -112,10 +112,7 @@ def record_rounds(ctx: Context, rounds: list[dict[str, dict[str, Any]]]) -> None
                 ratios[key] = round(figures[a][figure] / figures[b][figure], 3)
                 every.setdefault(key, []).append(ratios[key])
         table.append({"round": i, "systems": figures, "ratios": ratios})
-    medians = {}
-    for key, values in every.items():
-        if values:
-            medians[key] = round(statistics.median(values), 3)
+    medians = {key: round(statistics.median(values), 3) for key, values in every.items()}
     ctx.record(
         "cost",
         ROUNDS,
@@ -145,11 +142,6 @@ def _end_to_end(n: int, ingest_seconds: float, drain_window_seconds: float) -> d
         "drain_window_seconds": round(drain_window_seconds, 3),
         "end_to_end_per_second": round(n / (ingest_seconds + drain_window_seconds), 1),
     }
-
-
-def _window(obs: dbcost.Observer, sql: str) -> float:
-    row = obs.conn.execute(sql).fetchone()
-    return float(row[0]) if row and row[0] is not None else 0.0
 
 
 class _Database:
@@ -242,12 +234,12 @@ def ours(
         obs = db.observe()
         try:
             api_pids = _tree(api.pid)
-            api_cpu = -dbcost.process_cpu_seconds(api_pids)
+            api_cpu = -cpu_seconds(api_pids)
             s0 = obs.snapshot()
             result = asyncio.run(
                 run_load("127.0.0.1", port, requests, clients=BATCH_CLIENTS, keep_bodies=True)
             )
-            api_cpu += dbcost.process_cpu_seconds(api_pids)
+            api_cpu += cpu_seconds(api_pids)
         finally:
             api.stop()
         accepted = sum(
@@ -269,15 +261,14 @@ def ours(
             stop_all(procs)
         obs.wait_for_backends_gone()
         s2 = obs.snapshot()
+        # What was sent, and the drain's window: first finished to last, by the database's clock.
         row = obs.conn.execute(
-            "SELECT count(*) FILTER (WHERE status = 'SENT'), count(*) FROM nq_all_notifications"
+            "SELECT count(*) FILTER (WHERE status = 'SENT'), count(*),"
+            " extract(epoch FROM max(finished_at) - min(finished_at)) FROM nq_all_notifications"
         ).fetchone()
         assert row is not None
         sent, stored = int(row[0]), int(row[1])
-        window = _window(
-            obs,
-            "SELECT extract(epoch FROM max(finished_at) - min(finished_at)) FROM nq_delivery_log",
-        )
+        window = float(row[2]) if row[2] is not None else 0.0
         idle = _idle(ctx, db, obs, idle_seconds) if idle_seconds else None
         ingest_phase = obs.diff("ingest", s0, s1)
         drain_phase = obs.diff("drain", drain_from, s2)
@@ -393,10 +384,10 @@ def single_creates(ctx: Context, n: int) -> None:
         obs = db.observe()
         try:
             api_pids = _tree(api.pid)
-            api_cpu = -dbcost.process_cpu_seconds(api_pids)
+            api_cpu = -cpu_seconds(api_pids)
             s0 = obs.snapshot()
             result = asyncio.run(run_load("127.0.0.1", port, requests, clients=SINGLE_CLIENTS))
-            api_cpu += dbcost.process_cpu_seconds(api_pids)
+            api_cpu += cpu_seconds(api_pids)
         finally:
             api.stop()
         obs.wait_for_backends_gone()

@@ -29,7 +29,7 @@ import psutil
 import psycopg
 
 from benchmarks import queue
-from benchmarks.burn import _cpu_seconds, postgres_pids, top_statements
+from benchmarks.burn import cpu_seconds, postgres_pids, top_statements
 from benchmarks.context import Context
 from benchmarks.env import LoadWatch
 from benchmarks.httpload import LoadResult, request_bytes, run_load
@@ -86,12 +86,12 @@ class _CpuWatch:
     def __init__(self, ctx: Context, api: Proc) -> None:
         self._ctx = ctx
         self._api_pids = _tree(api.pid)
-        self._api_before = _cpu_seconds(self._api_pids)
-        self._pg_before = {pid: _cpu_seconds([pid]) for pid in postgres_pids(ctx)}
+        self._api_before = cpu_seconds(self._api_pids)
+        self._pg_before = {pid: cpu_seconds([pid]) for pid in postgres_pids(ctx)}
 
     def finish(self, load: LoadResult, accepted: int) -> dict[str, Any]:
-        api = _cpu_seconds(self._api_pids) - self._api_before
-        pg_now = {pid: _cpu_seconds([pid]) for pid in postgres_pids(self._ctx)}
+        api = cpu_seconds(self._api_pids) - self._api_before
+        pg_now = {pid: cpu_seconds([pid]) for pid in postgres_pids(self._ctx)}
         postgres = sum(v - self._pg_before.get(pid, 0.0) for pid, v in pg_now.items())
         client = load.client_cpu_seconds
         per = (lambda x: round(x / accepted * 1e6, 1)) if accepted else (lambda x: None)
