@@ -99,3 +99,31 @@ def test_aware_times_are_written_as_isoformat_writes_them_with_or_without_orjson
     assert json.loads(jsontext.dumps([moment, whole])) == [moment.isoformat(), whole.isoformat()]
     # The standard library's path (a value orjson refuses) writes them the same way.
     assert json.loads(jsontext.dumps([moment, "\ud800"])) == [moment.isoformat(), "\ud800"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"1234567890123456789012",
+        b" \n-1234567890123456789012",
+        b"[1,1234567890123456789012]",
+        b'{"a":[ 1234567890123456789012]}',
+        b'{"a": -1234567890123456789012}',
+        b'{"a":1,\t"b":1234567890123456789012.5}',
+    ],
+)
+def test_every_long_number_goes_to_the_fallback(raw: bytes) -> None:
+    assert jsontext.loads(raw, fallback=lambda text: "decided by the fallback") == (
+        "decided by the fallback"
+    )
+
+
+def test_long_digit_runs_inside_strings_stay_with_orjson() -> None:
+    # A hex uuid holds 19 digits in a row one time in about 1,000: a batch of 500 keys would
+    # otherwise go to the standard library's parser more often than not.
+    raw = b'{"idempotencyKey": "a-1234567890123456789012ab", "x": ["-12345678901234567890"]}'
+
+    def fallback(text: str) -> Any:
+        raise AssertionError("read by the fallback")
+
+    assert jsontext.loads(raw, fallback=fallback) == json.loads(raw)

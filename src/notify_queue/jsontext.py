@@ -8,8 +8,9 @@ same result, and the standard library decides everything else:
 - `loads`: orjson reads integers beyond 64 bits as floats (the standard library keeps them whole,
   and a request's hash and stored metadata depend on it) and refuses a few things the standard
   library takes (an escaped unpaired surrogate, which the API names as a bad field; nesting
-  deeper than orjson's limit). A body with a run of 19 digits, or one orjson refuses, is parsed by
-  the standard library, so every answer, error message included, is the one it always was.
+  deeper than orjson's limit). A body with a number of 19 digits, or one orjson refuses, is
+  parsed by the standard library, so every answer, error message included, is the one it always
+  was.
 - `canonical`: the text a request's hash is taken over, byte for byte what
   `json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)` gives (hashes
   stored by earlier releases must still match). orjson writes the same bytes for everything but
@@ -30,8 +31,11 @@ from typing import Any
 
 import orjson
 
-# An integer of 19 digits or more may not fit 64 bits: orjson would read it as a float.
-_LONG_NUMBER = re.compile(rb"[0-9]{19}")
+# A number of 19 digits or more may not fit 64 bits: orjson would read it as a float. A number
+# token starts the text or follows `[`, `:` or `,` (and whitespace), which digits inside a string
+# rarely do: an idempotency key or an address with 19 digits in a row (a hex uuid has such a run
+# one time in 1,000) is still orjson's. A string that does hold `,1234…` only costs the fallback.
+_LONG_NUMBER = re.compile(rb"(?:^|[\[:,])\s*-?[0-9]{19}")
 
 
 def loads(raw: bytes, *, fallback: Callable[[str], Any]) -> Any:

@@ -11,6 +11,7 @@ valid ones with one `enqueue_many` call: two statements for up to 1,000 items.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, cast
@@ -222,8 +223,10 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
                         "status": 201 if result.created else 200,
                         "notification": notification_json(result.notification),
                     }
-        for item_result in results:
-            runtime.metrics.creates[_BATCH_OUTCOMES[item_result["status"]]].inc()
+        # One increment per outcome, not per item: each takes the counter's lock.
+        outcomes = Counter(_BATCH_OUTCOMES[item_result["status"]] for item_result in results)
+        for outcome, count in outcomes.items():
+            runtime.metrics.creates[outcome].inc(count)
         return JsonResponse({"results": results})
 
     @router.get(

@@ -391,9 +391,10 @@ def same_request(a: str, b: str) -> bool:
     return a[:STORED_HASH_CHARS] == b[:STORED_HASH_CHARS]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PreparedRequest:
     """A valid create request with its key, hash and resolved times: what the service enqueues.
+    (Slotted, not frozen: one per batch item, see models.NewNotification.)
 
     A plain request (channel + recipient, subject + body) becomes one notification as it is;
     one with a template is rendered first, and one with a recipientId is expanded over the
