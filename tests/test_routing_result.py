@@ -26,8 +26,9 @@ def test_the_routed_result_keeps_every_field_of_the_answer() -> None:
     attempts = [{"provider": "sms-b", "outcome": "TEMPORARY_FAILURE"}]
     routed = _finish(answer, "sms-b", attempts, "sms-b")
     assert routed == replace(
-        answer, provider="sms-b", attempts_json=json.dumps(attempts), bound_provider="sms-b"
+        answer, provider="sms-b", attempts_json=routed.attempts_json, bound_provider="sms-b"
     )
+    assert routed.attempts_json is not None and json.loads(routed.attempts_json) == attempts
     # Every field differs from its default here, so one that was not carried would show.
     default = DeliveryResult(Outcome.SENT)
     assert [

@@ -34,7 +34,6 @@ what the attempt came to; the walk's decisions are made there, not here.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -42,7 +41,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from notify_queue import tracing
+from notify_queue import jsontext, tracing
 from notify_queue.errors import DatabaseUnavailable
 from notify_queue.models import Channel, ClaimedNotification, DeliveryResult, Failover, Outcome
 from notify_queue.provider_specs import ProviderSpec, ProviderSpecs
@@ -443,7 +442,8 @@ def _finish(
         nothing_sent=result.nothing_sent,
         address_gone=result.address_gone,
         provider=name,
-        attempts_json=json.dumps(attempts, ensure_ascii=False),
+        # orjson (jsontext): a tenth of the standard library's time, on every delivery.
+        attempts_json=jsontext.dumps_text(attempts),
         bound_provider=bound_provider,
         waiting_detail=result.waiting_detail,
     )
