@@ -39,6 +39,9 @@ SUMMARY = [
     ("PostgreSQL CPU, µs (postmaster + all backends)", "postgres_cpu_us"),
     ("  of which ingest", "ingest_postgres_cpu_us"),
     ("  of which drain", "drain_postgres_cpu_us"),
+    ("PostgreSQL CPU later, at retention, µs", "retention_postgres_cpu_us"),
+    ("PostgreSQL CPU with retention, µs", "with_retention_postgres_cpu_us"),
+    ("WAL bytes at retention", "retention_wal_bytes"),
     ("WAL bytes", "wal_bytes"),
     ("WAL full-page images", "wal_fpi"),
     ("statements sent (top-level)", "statements"),
@@ -83,7 +86,7 @@ def tables(m: dict[str, Any]) -> list[str]:
         "| table | phase | inserts | updates | HOT | deletes | index entries |",
         "|---|---|---|---|---|---|---|",
     ]
-    for phase in ("ingest", "drain"):
+    for phase in ("ingest", "drain", "retention"):
         p = m.get(phase, {})
         names = sorted(
             set(p.get("row_versions_by_table", {})) | set(p.get("index_entries_by_table", {}))
@@ -120,7 +123,7 @@ def statements(
         "| WAL B |",
         "|---|---|---|---|---|---|---|",
     ]
-    for phase in ("ingest", "drain"):
+    for phase in ("ingest", "drain", "retention"):
         other = {
             (s["query"], s["toplevel"]): s
             for s in ((analysed or {}).get(phase, {}).get("top_statements", []))
@@ -187,12 +190,15 @@ def api_path(doc: dict[str, Any], default: dict[str, Any] | None) -> list[str]:
 
 ROUND_COLUMNS = [
     ("PostgreSQL µs: ours / River / pg-boss", "postgres_cpu_us"),
+    ("with retention", "with_retention_postgres_cpu_us"),
     ("WAL B: ours / River / pg-boss", "wal_bytes"),
     ("enqueue → done /s: ours / River / pg-boss", "end_to_end_per_second"),
 ]
 ROUND_RATIOS = [
     ("CPU vs pg-boss", "postgres_cpu_vs_pgboss"),
     ("CPU vs River", "postgres_cpu_vs_river"),
+    ("with retention vs pg-boss", "with_retention_postgres_cpu_vs_pgboss"),
+    ("with retention vs River", "with_retention_postgres_cpu_vs_river"),
     ("WAL vs River", "wal_vs_river"),
     ("enqueue → done vs River", "end_to_end_vs_river"),
     ("CPU not analysed vs analysed", "postgres_cpu_not_analysed_vs_analysed"),

@@ -122,6 +122,10 @@ def test_the_cost_smoke_run_counts_what_each_phase_wrote_per_notification(
         assert m["ingest"]["units"] == m["drain"]["units"] == 300
         assert m["total"]["row_versions"]["ins"] >= 1
         assert m["total"]["wal_bytes"] > 0 and m["total"]["statements"] > 0
+        # Retention, later and apart from the total: every finished job's row deleted (the
+        # peers'), or every key forgotten with the log's partition (ours).
+        assert m["retention"]["units"] == 300 and m["retention"]["row_versions"]["del"] >= 1
+        assert m["headline"]["with_retention_postgres_cpu_us"] >= m["total"]["postgres_cpu_us"]
         assert {"query", "toplevel", "calls", "exec_us_per_unit"} <= set(
             m["drain"]["top_statements"][0]
         )
@@ -136,6 +140,7 @@ def test_the_cost_smoke_run_counts_what_each_phase_wrote_per_notification(
     assert "postgres_cpu_not_analysed_vs_analysed" in rounds["metrics"]["median_ratios"]
     default = runs["notify-queue, not analysed"]
     assert default["sent"] == 300
+    assert default["retention"]["row_versions_by_table"]["nq_idempotency_keys"]["del"] == 1
     assert set(default["idle"]) >= {"statements_per_second", "which", "seconds"}
     assert runs["notify-queue, single POST /notifications"]["created"] > 0
     assert "| per notification (job), ingest + drain |" in run.stdout

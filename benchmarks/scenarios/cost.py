@@ -18,6 +18,13 @@ ANALYZE either, and drain them: River as `river bench` does (one client, 2,000 w
 with two `work()` processes at batchSize 100 (the claim size of our default worker). Their schema
 installation is not counted, as our `migrate` is not.
 
+Then each system's finished work is cleaned up as its own maintenance would once past its
+retention, counted as a phase of its own (`retention`), apart from the ingest + drain total the
+targets read: our housekeeping forgets the keys of the log's partition and drops it; River's job
+cleaner and pg-boss's deletion delete each finished job's row. The peers leave that row in their
+table until then (24 h and 7 days by default), where our drain moves it to the log at once, so
+ingest + drain counts our whole row work and only part of theirs; `with_retention` adds it.
+
 Every figure comes from `benchmarks.dbcost` (how each is counted is written there) and is divided
 by the notifications (jobs) the phase handled.
 """
@@ -30,7 +37,11 @@ import statistics
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+import psycopg
 
 from benchmarks import dbcost, peers, queue
 from benchmarks.burn import cpu_seconds, start_workers
@@ -40,6 +51,8 @@ from benchmarks.httpload import request_bytes, run_load
 from benchmarks.procs import Proc, stop_all
 from benchmarks.progress import Progress, say
 from benchmarks.scenarios.ingest import SINGLE_CLIENTS, _item, _tree, start_api
+from notify_queue.repositories.db import Database
+from notify_queue.repositories.delivery_log import DeliveryLogRepository
 
 BATCH_ITEMS = 500
 BATCH_CLIENTS = 2
@@ -94,6 +107,18 @@ ANALYSED = "notify-queue, after VACUUM (ANALYZE)"
 RATIOS = [
     ("postgres_cpu_vs_pgboss", NOT_ANALYSED, "pg-boss", "postgres_cpu_us"),
     ("postgres_cpu_vs_river", NOT_ANALYSED, "River", "postgres_cpu_us"),
+    (
+        "with_retention_postgres_cpu_vs_pgboss",
+        NOT_ANALYSED,
+        "pg-boss",
+        "with_retention_postgres_cpu_us",
+    ),
+    (
+        "with_retention_postgres_cpu_vs_river",
+        NOT_ANALYSED,
+        "River",
+        "with_retention_postgres_cpu_us",
+    ),
     ("wal_vs_river", NOT_ANALYSED, "River", "wal_bytes"),
     ("end_to_end_vs_river", NOT_ANALYSED, "River", "end_to_end_per_second"),
     ("postgres_cpu_not_analysed_vs_analysed", NOT_ANALYSED, ANALYSED, "postgres_cpu_us"),
@@ -128,6 +153,7 @@ ROUNDS = "round by round"
 def _round_figures(metrics: dict[str, Any]) -> dict[str, Any]:
     return {
         "postgres_cpu_us": metrics["headline"]["postgres_cpu_us"],
+        "with_retention_postgres_cpu_us": metrics["headline"]["with_retention_postgres_cpu_us"],
         "wal_bytes": metrics["headline"]["wal_bytes"],
         **metrics["end_to_end"],
     }
@@ -270,11 +296,16 @@ def ours(
         sent, stored = int(row[0]), int(row[1])
         window = float(row[2]) if row[2] is not None else 0.0
         idle = _idle(ctx, db, obs, idle_seconds) if idle_seconds else None
+        s3 = obs.snapshot()
+        asyncio.run(_retention(db.url))
+        obs.wait_for_backends_gone()
+        s4 = obs.snapshot()
         ingest_phase = obs.diff("ingest", s0, s1)
         drain_phase = obs.diff("drain", drain_from, s2)
         metrics = _phases(
             ctx, obs, [(ingest_phase, accepted), (drain_phase, sent)], wal_breakdown=record
         )
+        metrics |= _phases(ctx, obs, [(obs.diff("retention", s3, s4), n)], wal_breakdown=record)
         metrics |= {
             "system": "notify-queue",
             "variant": variant,
@@ -309,6 +340,68 @@ def ours(
         return metrics
     finally:
         db.close()
+
+
+async def _retention(url: str) -> None:
+    """What the workers' housekeeping does once the log's partition is past its retention
+    (`DeliveryLogKeeper`): forget its keys in chunks, detach it, drop it. The same statements,
+    with the retention at minus one day so that today's partition counts as past it."""
+    db = Database(url, pool_size=2, name="notify-queue-worker")
+    await db.open()
+    try:
+        dropped = await DeliveryLogRepository(db).partitions_drop_expired(retention_seconds=-86_400)
+    finally:
+        await db.close()
+    if not any(d.rows for d in dropped):
+        raise RuntimeError(f"retention dropped no notifications: {dropped}")
+
+
+# River's job cleaner (river 0.51.2: riverdriver/riverpgxv5/internal/dbsqlc/river_job.sql,
+# JobDeleteBefore), what River runs, one statement per batch of
+# riversharedmaintenance.BatchSizeDefault (10,000), once completed jobs are past
+# CompletedJobRetentionPeriod (24 h by default). Sent from here with River's parameters: the
+# server's work is River's; only its client differs.
+RIVER_JOB_CLEANER = """
+DELETE FROM river_job
+WHERE id IN (
+    SELECT id
+    FROM river_job
+    WHERE (
+            (state = 'cancelled' AND %(cancelled_do_delete)s AND finalized_at < %(cancelled_finalized_at_horizon)s::timestamptz) OR
+            (state = 'completed' AND %(completed_do_delete)s AND finalized_at < %(completed_finalized_at_horizon)s::timestamptz) OR
+            (state = 'discarded' AND %(discarded_do_delete)s AND finalized_at < %(discarded_finalized_at_horizon)s::timestamptz)
+        )
+        AND (
+            %(queues_excluded)s::text[] IS NULL
+            OR NOT (queue = any(%(queues_excluded)s))
+        )
+        AND (
+            %(queues_included)s::text[] IS NULL
+            OR queue = any(%(queues_included)s)
+        )
+    ORDER BY id
+    LIMIT %(max)s::bigint
+)"""  # noqa: E501
+RIVER_CLEANER_BATCH = 10_000
+
+
+def _river_cleaner(url: str) -> None:
+    """River's job cleaner over every completed job, batch by batch until a batch is short."""
+    horizon = datetime.now(UTC) + timedelta(seconds=1)
+    params = {
+        "cancelled_do_delete": False,
+        "cancelled_finalized_at_horizon": horizon,
+        "completed_do_delete": True,
+        "completed_finalized_at_horizon": horizon,
+        "discarded_do_delete": False,
+        "discarded_finalized_at_horizon": horizon,
+        "queues_excluded": None,
+        "queues_included": None,
+        "max": RIVER_CLEANER_BATCH,
+    }
+    with psycopg.connect(url, autocommit=True) as conn:
+        while conn.execute(RIVER_JOB_CLEANER, params).rowcount == RIVER_CLEANER_BATCH:
+            pass
 
 
 def _planner_rows(obs: dbcost.Observer) -> dict[str, float]:
@@ -457,6 +550,7 @@ def river(ctx: Context, n: int, *, record: bool = True) -> dict[str, Any]:
             ingest_seconds,
             "SELECT count(*) FILTER (WHERE state = 'completed'),"
             " extract(epoch FROM max(finalized_at) - min(finalized_at)) FROM river_job",
+            clean=lambda: _river_cleaner(db.url),
             record=record,
             load=load,
             params={"insert": "InsertMany, 5,000 per call", "clients": 1, "max_workers": 2000},
@@ -518,6 +612,7 @@ def pgboss(ctx: Context, n: int, *, record: bool = True) -> dict[str, Any]:
             "SELECT count(*) FILTER (WHERE state = 'completed'),"
             " extract(epoch FROM max(completed_on) - min(completed_on)) FROM pgboss.job"
             " WHERE name = 'bench'",
+            clean=lambda: _run([*node, "clean", ctx.pg.socket_dir, db.name], "pg-boss"),
             record=record,
             load=load,
             params={
@@ -539,23 +634,30 @@ def _peer_metrics(
     ingest_seconds: float,
     finished_sql: str,
     *,
+    clean: Callable[[], object],
     record: bool,
     load: LoadWatch,
     params: dict[str, Any],
 ) -> dict[str, Any]:
     """A peer's figures per job from its ingest (before, after) and drain (after, done)
     snapshots; `finished_sql` reads its completed jobs and the drain window (first to last
-    finished, by the database's clock). Recorded under `name` with `record`."""
+    finished, by the database's clock); then `clean` deletes its finished jobs as its own
+    maintenance would, counted apart as the retention phase. Recorded under `name` with
+    `record`."""
     s0, s1, s2 = snapshots
     row = obs.conn.execute(finished_sql).fetchone()
     done = int(row[0]) if row else 0
     window = float(row[1]) if row and row[1] is not None else 0.0
+    clean()
+    obs.wait_for_backends_gone()
+    s3 = obs.snapshot()
     metrics = _phases(
         ctx,
         obs,
         [(obs.diff("ingest", s0, s1), jobs), (obs.diff("drain", s1, s2), done)],
         wal_breakdown=record,
     )
+    metrics |= _phases(ctx, obs, [(obs.diff("retention", s2, s3), jobs)], wal_breakdown=record)
     metrics |= {
         "system": name.lower(),
         "variant": "",
@@ -573,8 +675,18 @@ def _headline(metrics: dict[str, Any]) -> dict[str, Any]:
     """The figures the summary table compares, ingest + drain per notification."""
     total = metrics.get("total", {})
     rows = total.get("row_versions", {})
+    retention = metrics.get("retention", {})
     return {
         "postgres_cpu_us": total.get("postgres_cpu_us"),
+        # What each system pays later for a finished job: ours forgets its key and drops the log's
+        # partition, River's cleaner and pg-boss's maintenance delete the job's row.
+        "retention_postgres_cpu_us": retention.get("postgres_cpu_us"),
+        "with_retention_postgres_cpu_us": round(
+            total["postgres_cpu_us"] + retention["postgres_cpu_us"], 1
+        )
+        if "postgres_cpu_us" in total and "postgres_cpu_us" in retention
+        else None,
+        "retention_wal_bytes": retention.get("wal_bytes"),
         "ingest_postgres_cpu_us": metrics.get("ingest", {}).get("postgres_cpu_us"),
         "drain_postgres_cpu_us": metrics.get("drain", {}).get("postgres_cpu_us"),
         "wal_bytes": total.get("wal_bytes"),

@@ -4,6 +4,7 @@
 //   node pgboss_burn.mjs work <socket-dir> <database> <batchSize> <localConcurrency>
 //   node pgboss_burn.mjs migrate <socket-dir> <database>
 //   node pgboss_burn.mjs insert <socket-dir> <database> <jobs>
+//   node pgboss_burn.mjs clean <socket-dir> <database>
 //
 // `seed` installs pg-boss's schema, creates the queue and inserts the jobs in chunks of 1,000
 // (boss.insert, one statement per chunk), all due now. `work` runs until SIGTERM with a handler
@@ -12,6 +13,9 @@
 // whole batch in one call. The harness reads started_on / completed_on from pgboss.job.
 // `migrate` and `insert` are `seed` in two steps, for the cost scenario (benchmarks/scenarios/
 // cost.py), which counts what the inserts cost the database apart from installing the schema.
+// `clean` deletes the queue's finished jobs with boss.deleteStoredJobs: the same batched walk
+// (10,000 keys a statement) as the maintenance's deletion of jobs past their retention (7 days by
+// default), for the cost scenario's retention leg.
 import { PgBoss } from 'pg-boss';
 
 const [mode, host, database, a, b] = process.argv.slice(2);
@@ -41,6 +45,11 @@ if (mode === 'seed' || mode === 'migrate' || mode === 'insert') {
   if (mode !== 'insert') await b0.createQueue(QUEUE);
   if (mode !== 'migrate') await insert(b0, Number(a));
   await b0.stop({ graceful: false, close: true });
+} else if (mode === 'clean') {
+  const b0 = boss();
+  await b0.start();
+  await b0.deleteStoredJobs(QUEUE);
+  await b0.stop({ graceful: false, close: true });
 } else if (mode === 'work') {
   const batchSize = Number(a);
   const localConcurrency = Number(b);
@@ -59,6 +68,6 @@ if (mode === 'seed' || mode === 'migrate' || mode === 'insert') {
   process.on('SIGINT', stop);
   console.error('pg-boss worker ready');
 } else {
-  console.error('usage: pgboss_burn.mjs seed|work|migrate|insert ...');
+  console.error('usage: pgboss_burn.mjs seed|work|migrate|insert|clean ...');
   process.exit(2);
 }
