@@ -175,3 +175,50 @@ async def test_the_batch_retry_skips_rows_whose_key_was_forgotten(
         assert await cur.fetchall() == [(younger,)]
     with pytest.raises(Conflict, match="past the retention"):
         await notification_service(db).retry(id)
+
+
+async def test_the_forget_locks_only_the_rows_a_retry_could_move(
+    db: Database, database_url: str
+) -> None:
+    """0038: a retry moves only FAILED and DEAD_LETTERED rows back, so only those are locked
+    before their keys are forgotten; a SENT row's key goes without a lock (0011 locked every row
+    of the chunk, a heap lock record each, in a partition about to be dropped). The chunk is held
+    open in one transaction while another session asks for each row's lock without waiting: the
+    DEAD_LETTERED row's is refused, the SENT row's is granted. Both keys are forgotten.
+    Negative control (by hand, 0011's function without 0038): the SENT row's lock is refused too,
+    and the test fails."""
+    await DeliveryLogKeeper(DeliveryLogRepository(db), retention_days=30).maintain()
+    service = notification_service(db)
+    sent = (await service.enqueue(new(key="k-sent"))).notification.id
+    dead = (await service.enqueue(new(key="k-dead"))).notification.id
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        for id, status in ((sent, "SENT"), (dead, "DEAD_LETTERED")):
+            await conn.execute(set_status_sql("id = %(id)s"), {"id": id, "status": status})
+        cur = await conn.execute("SELECT DISTINCT tableoid::regclass::text FROM nq_delivery_log")
+        ((partition,),) = await cur.fetchall()
+
+    async with (
+        await psycopg.AsyncConnection.connect(database_url) as forgetting,
+        await psycopg.AsyncConnection.connect(database_url, autocommit=True) as other,
+    ):
+        await forgetting.execute(
+            "SELECT nq_delivery_log_forget_keys(%s, %s, 100)", [partition, uuid.UUID(int=0)]
+        )  # its transaction stays open: its row locks are held
+
+        async def lockable(id: uuid.UUID) -> bool:
+            try:
+                await other.execute(
+                    "SELECT id FROM nq_delivery_log WHERE id = %s FOR UPDATE NOWAIT", [id]
+                )
+            except psycopg.errors.LockNotAvailable:
+                return False
+            return True
+
+        assert not await lockable(dead)
+        assert await lockable(sent)
+        await forgetting.commit()
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT count(*) FROM nq_idempotency_keys WHERE key IN ('k-sent', 'k-dead')"
+        )
+        assert await cur.fetchone() == (0,)
