@@ -300,17 +300,12 @@ def ours(
         # installation drops one day's partition at a time, not the month before the benchmark.
         asyncio.run(_retention(db.url, retention_seconds=0))
         obs.wait_for_backends_gone()
-        s3 = obs.snapshot()
-        if not asyncio.run(_retention(db.url, retention_seconds=-86_400)):
-            raise RuntimeError("retention forgot no notification")
-        obs.wait_for_backends_gone()
-        s4 = obs.snapshot()
         ingest_phase = obs.diff("ingest", s0, s1)
         drain_phase = obs.diff("drain", drain_from, s2)
         metrics = _phases(
             ctx, obs, [(ingest_phase, accepted), (drain_phase, sent)], wal_breakdown=record
         )
-        metrics |= _phases(ctx, obs, [(obs.diff("retention", s3, s4), n)], wal_breakdown=record)
+        metrics |= _retention_phase(ctx, obs, lambda: _forget_today(db.url), n, record=record)
         metrics |= {
             "system": "notify-queue",
             "variant": variant,
@@ -359,6 +354,23 @@ async def _retention(url: str, *, retention_seconds: float) -> int:
     finally:
         await db.close()
     return sum(d.rows for d in dropped)
+
+
+def _forget_today(url: str) -> None:
+    if not asyncio.run(_retention(url, retention_seconds=-86_400)):
+        raise RuntimeError("retention forgot no notification")
+
+
+def _retention_phase(
+    ctx: Context, obs: dbcost.Observer, clean: Callable[[], object], units: int, *, record: bool
+) -> dict[str, Any]:
+    """`clean` (a system's own cleanup of its finished work) counted as the `retention` phase."""
+    before = obs.snapshot()
+    clean()
+    obs.wait_for_backends_gone()
+    return _phases(
+        ctx, obs, [(obs.diff("retention", before, obs.snapshot()), units)], wal_breakdown=record
+    )
 
 
 # River's job cleaner (river 0.51.2: riverdriver/riverpgxv5/internal/dbsqlc/river_job.sql,
@@ -653,16 +665,13 @@ def _peer_metrics(
     row = obs.conn.execute(finished_sql).fetchone()
     done = int(row[0]) if row else 0
     window = float(row[1]) if row and row[1] is not None else 0.0
-    clean()
-    obs.wait_for_backends_gone()
-    s3 = obs.snapshot()
     metrics = _phases(
         ctx,
         obs,
         [(obs.diff("ingest", s0, s1), jobs), (obs.diff("drain", s1, s2), done)],
         wal_breakdown=record,
     )
-    metrics |= _phases(ctx, obs, [(obs.diff("retention", s2, s3), jobs)], wal_breakdown=record)
+    metrics |= _retention_phase(ctx, obs, clean, jobs, record=record)
     metrics |= {
         "system": name.lower(),
         "variant": "",
