@@ -385,13 +385,13 @@ ORDER BY bucket
 
 -- name: complete_deliveries
 -- Record a batch of results in one statement. A result is accepted only from the holder of the
--- current claim token of a PROCESSING row: each write names the token (no lock first, `held`), so
--- a late result from a worker whose lease expired matches nothing and is dropped; its id is
--- absent from the answer.
+-- current claim token of a PROCESSING row: each write names the token (no lock first, no read
+-- first), so a late result from a worker whose lease expired matches nothing and is dropped; its
+-- id is absent from the answer.
 -- - A final result (SENT, FAILED, DEAD_LETTERED, SUPPRESSED, EXPIRED) moves the row to the log
---   with nq_finish_held (0030): the DELETE, the log row, the counters, the operator's status
---   write and the webhook event, all in this statement. No UPDATE of the queue row first: a row
---   version and its index entries fewer per notification.
+--   with nq_finish_results (0039), given the results as they come: its DELETE works out each
+--   final value from the row it locks (and a digest's carrier ends its items); the log row, the
+--   counters, the operator's status write and the webhook event are all in this statement.
 -- - A retry (PENDING after a temporary failure, with its backoff; or at the end of quiet hours,
 --   an absolute next_attempt_at) updates the row, with the reason it waits.
 -- The place in the recipient's window is kept when SENT and given back otherwise (nothing reached
@@ -405,7 +405,7 @@ ORDER BY bucket
 -- parameter would be dumped element by element with every quote escaped, the costliest part of
 -- the statement's parameters on the worker's side.
 WITH results AS (
-    SELECT r.*, a.attempts FROM unnest(
+    SELECT * FROM unnest(
         %(ids)b::uuid[], %(claim_tokens)b::uuid[], %(statuses)b::text[],
         %(retry_in_seconds)b::float8[], %(last_errors)b::text[],
         %(provider_message_ids)b::text[], %(providers)b::text[],
@@ -415,75 +415,43 @@ WITH results AS (
                            provider_message_id, provider, give_back, next_attempt_at,
                            address_gone, bound_provider, waiting_reason, waiting_detail,
                            position)
-    JOIN jsonb_array_elements(%(attempts)s::jsonb) WITH ORDINALITY AS a(attempts, position)
-      USING (position)
+), finished AS (
+    SELECT f.* FROM nq_finish_results(
+        %(ids)b::uuid[], %(claim_tokens)b::uuid[], %(statuses)b::text[], %(last_errors)b::text[],
+        %(give_back)b::bool[], %(provider_message_ids)b::text[], %(providers)b::text[],
+        %(bound_providers)b::text[], %(attempts)s::jsonb, %(default_webhook_url)s) AS f
 ), held AS MATERIALIZED (
-    -- Through the primary key (`= ANY`), so the cost is per result, never per PROCESSING row.
-    -- Read without a lock (0030): while a row is PROCESSING under a token, only that token's
-    -- holder changes it, so this is what the holder wrote last; the writes below (nq_finish_held's
-    -- DELETE, `retried`) name the token, and a row whose claim moved on in the meantime (its
-    -- lease recovered, claimed again) is re-read by them and left alone. The status is checked
-    -- in `accepted`, not here: `status = 'PROCESSING'` in this scan is the predicate of the
-    -- lease index (nq_jobs_lease), and the plan this statement keeps per connection (made before
-    -- any ANALYZE of a young queue, which it takes for a few rows) read every PROCESSING row
-    -- through that index and filtered them by id: 500 rows for a batch of 100 with two workers,
-    -- and a completion that grows with every claim in flight (tests/test_drain_plans.py).
-    -- MATERIALIZED for the same reason: inlined into `accepted`, its join's status check would
-    -- be a condition of this scan.
-    SELECT n.id, n.status, n.claim_token, n.bucket, n.recipient, n.attempt_count,
-           n.provider_message_id, n.delivery_attempts, n.next_attempt_at, n.source, n.digest_id
+    -- The retries' rows only (none in most batches), through the primary key, so the cost is
+    -- per retry, never per PROCESSING row. Read without a lock (0030): while a row is
+    -- PROCESSING under a token, only that token's holder changes it, so this is what the holder
+    -- wrote last; `retried` names the token, and a row whose claim moved on in the meantime
+    -- (its lease recovered, claimed again) is re-read by it and left alone. The status is
+    -- checked in `accepted`, not here: `status = 'PROCESSING'` in this scan is the predicate of
+    -- the lease index (nq_jobs_lease), and the plan this statement keeps per connection (made
+    -- before any ANALYZE of a young queue, which it takes for a few rows) read every PROCESSING
+    -- row through that index and filtered them by id: 500 rows for a batch of 100 with two
+    -- workers, and a completion that grows with every claim in flight
+    -- (tests/test_drain_plans.py). MATERIALIZED for the same reason: inlined into `accepted`,
+    -- its join's status check would be a condition of this scan.
+    SELECT n.id, n.status, n.claim_token, n.attempt_count, n.provider_message_id,
+           n.delivery_attempts, n.next_attempt_at
     FROM nq_jobs n
-    WHERE n.id = ANY(%(ids)b::uuid[])
-), accepted AS (
-    SELECT r.*, h.status AS held_status, h.bucket, h.recipient, h.source, h.digest_id,
+    WHERE n.id = ANY(ARRAY(SELECT id FROM results WHERE status = 'PENDING'))
+), accepted AS MATERIALIZED (
+    -- MATERIALIZED: inlined into `retried` (its one reader), `h.status = 'PROCESSING'` here and
+    -- `n.status = a.held_status` there would make the planner derive the lease index's predicate
+    -- for the queue's scan.
+    SELECT r.*, h.status AS held_status,
            h.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END AS final_attempt_count,
            COALESCE(r.provider_message_id, h.provider_message_id) AS final_provider_message_id,
-           CASE WHEN r.status = 'SENT' THEN r.provider ELSE r.bound_provider END AS final_provider,
-           nq_attempts_append(h.delivery_attempts, r.attempts) AS final_delivery_attempts,
+           r.bound_provider AS final_provider,
+           nq_attempts_append(h.delivery_attempts, %(attempts)s::jsonb -> (r.position::integer - 1))
+               AS final_delivery_attempts,
            COALESCE(r.next_attempt_at, now() + make_interval(secs => r.retry_in_seconds),
                     h.next_attempt_at) AS final_next_attempt_at
     FROM results r
     JOIN held h ON h.id = r.id AND h.claim_token = r.claim_token AND h.status = 'PROCESSING'
-), carriers AS (
-    -- [digests] docs/digests.md. A carrier's final result is its digest's: the digest's other
-    -- items end with it in this statement (`digest_items`). The carrier is locked first (the
-    -- order of every writer of a closed digest's items), and its claim checked again on the
-    -- locked version: its items must not end for a result whose claim is gone. Only for a batch
-    -- with a carrier in it; no lock at all otherwise.
-    SELECT n.id
-    FROM (SELECT id, claim_token, held_status FROM accepted
-          WHERE digest_id IS NOT NULL AND status <> 'PENDING') a
-    JOIN nq_jobs n ON n.id = a.id AND n.claim_token = a.claim_token AND n.status = a.held_status
-    ORDER BY n.id
-    FOR UPDATE OF n
-), digest_items AS (
-    -- Each item its own log row and webhook event (nq_finish_held), with the carrier's status,
-    -- error, attempts and provider message id; locked after their carrier, through
-    -- nq_jobs_digest.
-    SELECT n.id, NULL::uuid AS claim_token, a.status, a.last_error, a.final_attempt_count,
-           a.final_provider_message_id, a.final_provider, a.final_delivery_attempts
-    FROM carriers c JOIN accepted a USING (id)
-    JOIN nq_jobs n ON n.bucket = a.bucket AND n.digest_id = a.digest_id
-    WHERE n.id <> a.id AND n.status = 'PENDING'
-    ORDER BY n.id
-    FOR UPDATE OF n
-), ending AS (
-    -- A carrier's token is checked again by nq_finish_held, on the version locked above.
-    SELECT id, claim_token, status, last_error, final_attempt_count, final_provider_message_id,
-           final_provider, final_delivery_attempts
-    FROM accepted WHERE status <> 'PENDING'
-    UNION ALL SELECT * FROM digest_items
-), finished AS (
-    SELECT f.* FROM nq_finish_held(
-        ARRAY(SELECT id FROM ending ORDER BY id),
-        ARRAY(SELECT claim_token FROM ending ORDER BY id),
-        ARRAY(SELECT status FROM ending ORDER BY id),
-        ARRAY(SELECT last_error FROM ending ORDER BY id),
-        ARRAY(SELECT final_attempt_count FROM ending ORDER BY id),
-        ARRAY(SELECT final_provider_message_id FROM ending ORDER BY id),
-        ARRAY(SELECT final_provider FROM ending ORDER BY id),
-        ARRAY(SELECT final_delivery_attempts FROM ending ORDER BY id),
-        %(default_webhook_url)s) AS f
+    WHERE r.status = 'PENDING'
 ), retried AS (
     UPDATE nq_jobs n
     SET status = 'PENDING',
@@ -508,7 +476,7 @@ WITH results AS (
     FROM accepted a
     -- One primary-key probe per retried result: a nested loop from `accepted`, never the
     -- whole batch's ids scanned once per result (claim_admit_candidates, `admitted`).
-    WHERE n.id = a.id AND a.status = 'PENDING'
+    WHERE n.id = a.id
       -- Still the claim that was read (PROCESSING under the result's token), compared with what
       -- `held` read rather than with a constant: `n.status = 'PROCESSING'` would be the lease
       -- index's predicate, and a plan made on a young queue's statistics scans that index.
@@ -528,7 +496,7 @@ WITH results AS (
         updated_at = now()
     FROM (SELECT recipient_id, array_agg(recipient) AS tokens FROM finished
           WHERE status <> 'SENT' AND channel = 'push' AND recipient_id IS NOT NULL
-            AND id = ANY(ARRAY(SELECT id FROM accepted WHERE address_gone))
+            AND id = ANY(ARRAY(SELECT id FROM results WHERE address_gone))
           GROUP BY recipient_id) g
     WHERE rc.id = g.recipient_id
 ), given_back AS (
@@ -556,7 +524,7 @@ WITH results AS (
 -- noted is read here (once, as an init plan) so that it runs. One row: the ids accepted, and
 -- whether a finished row may have its webhook event (nq_finish_held writes one for a row with a
 -- URL of its own, its policy's, or the default): the worker wakes its relay only then.
-SELECT ARRAY(SELECT id FROM finished WHERE id = ANY(ARRAY(SELECT id FROM accepted))
+SELECT ARRAY(SELECT id FROM finished JOIN results USING (id)
              UNION ALL SELECT id FROM retried) AS accepted,
        %(default_webhook_url)s::text IS NOT NULL
            OR EXISTS (SELECT 1 FROM finished WHERE webhook_url IS NOT NULL OR policy IS NOT NULL)
