@@ -24,6 +24,16 @@ each run --rounds times, alternating its variants:
     .venv/bin/python -m benchmarks.plancost --repo-legs /work/main/src,src --notifications 3500
     .venv/bin/python -m benchmarks.plancost --workers 2 --notifications 5000 \
         --modes auto@/work/main/src,auto
+    .venv/bin/python -m benchmarks.plancost --finish-shapes --notifications 100000
+
+`--finish-shapes`: the completion's cost per row beside what a final result cannot do without
+(docs/performance.md, "The completion without its machinery"). The backlog is claimed (every row
+PROCESSING under one token, then VACUUM (ANALYZE)), and batches of --batch rows go in turn to:
+the completion as the worker sends it; `nq_finish_results` alone (the move with its counters and
+events); a bare move (DELETE ... RETURNING into INSERT, nothing else); the DELETE alone; and an
+UPDATE of the row to SENT in place (what a design that keeps finished rows in the queue's table
+would pay at completion; its CHECK constraints dropped for that). Backend CPU per row, by
+schedstat; medians over the batches.
 
 `--explain MODE` prints the plans auto_explain logs (ANALYZE, BUFFERS, nested statements) for two
 claims and completions under that mode instead, rolled back; `--days-ahead D` creates the log's
@@ -232,6 +242,75 @@ class Leg:
                 c.execute(QUERIES["complete_deliveries"], done, prepare=True).fetchone()
 
 
+_LOG_COLUMNS = (
+    "id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,"
+    " send_at, next_attempt_at, expires_at, attempt_count, max_attempts, last_error, sent_at,"
+    " provider_message_id, retries, source, policy, webhook_url, metadata, created_at,"
+    " updated_at, finished_at, recipient_id, category, template_name, template_version,"
+    " provider, delivery_attempts, bucket, digest_id, escalation_id, traceparent"
+)
+FINISH_SHAPES = {
+    "completion (complete_deliveries)": QUERIES["complete_deliveries"],
+    "nq_finish_results alone": (
+        "SELECT count(*) FROM nq_finish_results(%(ids)b::uuid[], %(claim_tokens)b::uuid[],"
+        " %(statuses)b::text[], %(last_errors)b::text[], %(give_back)b::bool[],"
+        " %(provider_message_ids)b::text[], %(providers)b::text[], %(bound_providers)b::text[],"
+        " %(attempts)s::jsonb, %(default_webhook_url)s)"
+    ),
+    "bare move (DELETE into INSERT)": (
+        "WITH moved AS (DELETE FROM nq_jobs j WHERE j.id = ANY(%(ids)b::uuid[])"
+        " AND j.claim_token = %(token)s RETURNING j.*)"
+        f" INSERT INTO nq_delivery_log ({_LOG_COLUMNS})"
+        " SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority,"
+        " 'SENT', send_at, next_attempt_at, expires_at, attempt_count, max_attempts, NULL,"
+        " now(), 'm', retries, source, policy, webhook_url, metadata, created_at, now(), now(),"
+        " recipient_id, category, template_name, template_version, 'log', delivery_attempts,"
+        " bucket, digest_id, escalation_id, traceparent FROM moved"
+    ),
+    "DELETE alone": (
+        "DELETE FROM nq_jobs WHERE id = ANY(%(ids)b::uuid[]) AND claim_token = %(token)s"
+    ),
+    "UPDATE to SENT in place": (
+        "UPDATE nq_jobs SET status = 'SENT', sent_at = now(), finished_at = now(),"
+        " provider_message_id = 'm', provider = 'log', claim_token = NULL,"
+        " lease_expires_at = NULL, updated_at = now()"
+        " WHERE id = ANY(%(ids)b::uuid[]) AND claim_token = %(token)s"
+    ),
+}
+
+
+def finish_shapes(pg: BenchPostgres, args: argparse.Namespace) -> None:
+    name = backlog(pg, args.notifications)
+    token = uuid.uuid4()
+    with psycopg.connect(pg.url(name), autocommit=True, row_factory=dict_row) as c:
+        c.execute(
+            "UPDATE nq_jobs SET status = 'PROCESSING', claim_token = %s, attempt_count = 1,"
+            " lease_expires_at = now() + interval '1 hour'",
+            (token,),
+        )
+        # Only the in-place shape needs these gone (a SENT row in the queue's table).
+        c.execute("ALTER TABLE nq_jobs DROP CONSTRAINT nq_jobs_unfinished")
+        c.execute("VACUUM (ANALYZE)")
+        c.execute("SELECT nq_delivery_log_ready()")
+        rows = c.execute("SELECT id FROM nq_jobs ORDER BY random()").fetchall()
+        found = c.execute("SELECT pg_backend_pid() AS pid").fetchone()
+        assert found is not None
+        pid = int(found["pid"])
+        per_row: dict[str, list[float]] = {shape: [] for shape in FINISH_SHAPES}
+        shapes = list(FINISH_SHAPES)
+        for i, first in enumerate(range(0, len(rows), args.batch)):
+            part = rows[first : first + args.batch]
+            shape = shapes[i % len(shapes)]
+            params = complete_params(part, token) | {"token": token}
+            t0 = cpu_ns(pid)
+            c.execute(FINISH_SHAPES[shape], params, prepare=True)
+            per_row[shape].append((cpu_ns(pid) - t0) / len(part))
+    print(f"backend CPU per row, batches of {args.batch} (median of {len(per_row[shapes[0]])}):")
+    for shape, v in per_row.items():
+        print(f"  {shape:34} {statistics.median(v[1:]) / 1e3:6.1f} us")
+    pg.drop(name)
+
+
 def quarters(v: list[int]) -> list[list[int]]:
     k = max(1, len(v) // 4)
     return [v[i : i + k] for i in range(0, len(v), k)][:4]
@@ -421,6 +500,7 @@ def main() -> None:
     ap.add_argument("--repo-legs", default="", metavar="SRC,SRC")
     ap.add_argument("--repo-leg-url", default="", help=argparse.SUPPRESS)
     ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--finish-shapes", action="store_true")
     args = ap.parse_args()
     if args.repo_leg_url:
         asyncio.run(repo_leg(args.repo_leg_url, 1000))
@@ -432,7 +512,9 @@ def main() -> None:
                 c.execute("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
                 c.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
                 c.execute("SELECT pg_reload_conf()")
-            if args.repo_legs:
+            if args.finish_shapes:
+                finish_shapes(pg, args)
+            elif args.repo_legs:
                 repo_legs(pg, args)
             elif args.workers:
                 worker_legs(pg, args, Path(tmp))

@@ -1,14 +1,15 @@
 -- The completion's final results moved without reading their rows first (issue 20:
--- docs/performance.md, "The completion without its machinery"), expand half: a new function;
--- nothing the previous release calls changes.
+-- docs/performance.md, "The completion without its machinery"), expand only: a new function;
+-- nothing the previous release calls changes, and nq_finish_held (0030) stays for every other
+-- path to a final status (cancel, expiry, lease recovery, escalation steps).
 --
 -- complete_deliveries read every result's row (`held`, a primary-key probe per result), joined
 -- the results to what it read to work out each final value (attempt count less the attempt given
 -- back, the provider message id kept when none came, the attempt log appended), sorted the
 -- final ones into eight arrays and passed those to nq_finish_held (0030), which unnested them,
 -- probed the primary key again for its DELETE, and counted the changes through two PL/pgSQL
--- calls fed by four more arrays. Measured per row on one connection (benchmarks.finishcost):
--- that machinery cost more than the move itself.
+-- calls fed by four more arrays. Measured per row on one connection (`python -m
+-- benchmarks.plancost --finish-shapes`), that machinery cost about as much as the move itself.
 --
 -- nq_finish_results takes the worker's results as they come (one entry per result, a PENDING
 -- one skipped: the statement retries those), and works each final value out in the RETURNING of
@@ -72,8 +73,12 @@ BEGIN
         ORDER BY n.id
         FOR UPDATE OF n
     ), itemised AS (
+        -- No status check here: the items are locked above, PENDING, and stay so. A check of
+        -- `status = 'PENDING'` would be the predicate of the queue's PENDING indexes, and the plan
+        -- kept per connection, made on a young queue's statistics, read every PENDING row
+        -- through one of them on every completion (tests/test_drain_plans.py).
         DELETE FROM nq_jobs j USING items i
-        WHERE j.id = i.id AND j.status = 'PENDING'
+        WHERE j.id = i.id
         RETURNING j.*, i.final_status, i.final_last_error, i.final_attempt_count,
                   i.final_provider_message_id, i.final_provider, i.final_delivery_attempts
     ), moved AS (
