@@ -521,9 +521,10 @@ WITH results AS (
     WHERE (w.bucket, w.recipient) IN (SELECT bucket, recipient FROM windows_locked)
       AND w.bucket = g.bucket AND w.recipient = g.recipient
 )
--- noted is read here (once, as an init plan) so that it runs. One row: the ids accepted, and
--- whether a finished row may have its webhook event (nq_finish_held writes one for a row with a
--- URL of its own, its policy's, or the default): the worker wakes its relay only then.
+-- noted is read here (once, as an init plan) so that it runs. One row: the ids accepted (a
+-- digest's items are finished too, but are not results), and whether a finished row may have its
+-- webhook event (nq_finish_results writes one for a row with a URL of its own, its policy's, or
+-- the default): the worker wakes its relay only then.
 SELECT ARRAY(SELECT id FROM finished JOIN results USING (id)
              UNION ALL SELECT id FROM retried) AS accepted,
        %(default_webhook_url)s::text IS NOT NULL
