@@ -415,6 +415,10 @@ WITH results AS (
                            provider_message_id, provider, give_back, next_attempt_at,
                            address_gone, bound_provider, waiting_reason, waiting_detail,
                            position)
+    -- The retries' input (final results go to nq_finish_results as they came): a test of the
+    -- parameter alone, so PostgreSQL skips the unnest, and every step of the retries' path
+    -- reads nothing, when the batch has no retry (most batches).
+    WHERE 'PENDING' = ANY(%(statuses)b::text[])
 ), finished AS (
     SELECT f.* FROM nq_finish_results(
         %(ids)b::uuid[], %(claim_tokens)b::uuid[], %(statuses)b::text[], %(last_errors)b::text[],
@@ -496,7 +500,8 @@ WITH results AS (
         updated_at = now()
     FROM (SELECT recipient_id, array_agg(recipient) AS tokens FROM finished
           WHERE status <> 'SENT' AND channel = 'push' AND recipient_id IS NOT NULL
-            AND id = ANY(ARRAY(SELECT id FROM results WHERE address_gone))
+            AND id = ANY(ARRAY(SELECT r.id FROM unnest(%(ids)b::uuid[], %(addresses_gone)b::bool[])
+                                   AS r(id, address_gone) WHERE r.address_gone))
           GROUP BY recipient_id) g
     WHERE rc.id = g.recipient_id
 ), given_back AS (
@@ -525,7 +530,7 @@ WITH results AS (
 -- digest's items are finished too, but are not results), and whether a finished row may have its
 -- webhook event (nq_finish_results writes one for a row with a URL of its own, its policy's, or
 -- the default): the worker wakes its relay only then.
-SELECT ARRAY(SELECT id FROM finished JOIN results USING (id)
+SELECT ARRAY(SELECT id FROM finished JOIN unnest(%(ids)b::uuid[]) AS r(id) USING (id)
              UNION ALL SELECT id FROM retried) AS accepted,
        %(default_webhook_url)s::text IS NOT NULL
            OR EXISTS (SELECT 1 FROM finished WHERE webhook_url IS NOT NULL OR policy IS NOT NULL)
