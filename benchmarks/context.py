@@ -74,7 +74,7 @@ FULL = Sizes(
     relay_events=50_000,
     cost_notifications=20_000,
     cost_idle_seconds=60.0,
-    # Five: the CPU ratio moves by ±0.1 between rounds on a shared host, and the verdicts read a
+    # Five: the CPU ratio moves by ±0.2 between rounds on a shared host, and the verdicts read a
     # gap of 5-10% from the median.
     cost_rounds=5,
     citus_notifications=5_000,
