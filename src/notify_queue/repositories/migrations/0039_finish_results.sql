@@ -106,7 +106,8 @@ BEGIN
                   webhook_url, policy, provider
     ), counted AS (
         -- The status counters (0004) by final status: PENDING and PROCESSING are not counted,
-        -- so the rows' previous status subtracts nothing. One call for the batch.
+        -- so the rows' previous status subtracts nothing. One call for the batch (`IS NULL`:
+        -- nq_count returns void, which the comparison below cannot read).
         SELECT nq_count('notifications', NULL, array_agg(m.final_status),
                         '{PENDING,PROCESSING}') IS NULL AS n
         FROM moved m WHERE m.source <> 'kubernetes'

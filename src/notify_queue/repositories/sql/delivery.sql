@@ -448,7 +448,6 @@ WITH results AS (
     SELECT r.*, h.status AS held_status,
            h.attempt_count - CASE WHEN r.give_back THEN 1 ELSE 0 END AS final_attempt_count,
            COALESCE(r.provider_message_id, h.provider_message_id) AS final_provider_message_id,
-           r.bound_provider AS final_provider,
            nq_attempts_append(h.delivery_attempts, %(attempts)s::jsonb -> (r.position::integer - 1))
                AS final_delivery_attempts,
            COALESCE(r.next_attempt_at, now() + make_interval(secs => r.retry_in_seconds),
@@ -462,7 +461,8 @@ WITH results AS (
         next_attempt_at = a.final_next_attempt_at,
         last_error = a.last_error,
         provider_message_id = a.final_provider_message_id,
-        provider = a.final_provider,
+        -- A retry stays bound to the provider whose outcome is unknown, else to none.
+        provider = a.bound_provider,
         delivery_attempts = a.final_delivery_attempts,
         attempt_count = a.final_attempt_count,
         claim_token = NULL,
