@@ -501,12 +501,13 @@ BEGIN
                                  WHERE e.bucket = p_bucket AND e.id = n.escalation_id
                                    AND e.acknowledged_at IS NOT NULL) END AS acknowledged,
                n.provider AS sticky_provider,
+               -- claim_admit_candidates' chain_head: a subquery only for a row with a policy.
                COALESCE(
-                   (SELECT u.name FROM unnest(p.providers) WITH ORDINALITY AS u(name, position)
-                    WHERE u.name = ANY(p_known_providers) ORDER BY u.position LIMIT 1),
-                   (SELECT c.head FROM unnest(p_chain_channels, p_chain_heads)
-                        AS c(channel, head)
-                    WHERE c.channel = n.channel)) AS chain_head
+                   CASE WHEN p.providers IS NOT NULL THEN
+                       (SELECT u.name FROM unnest(p.providers) WITH ORDINALITY AS u(name, position)
+                        WHERE u.name = ANY(p_known_providers) ORDER BY u.position LIMIT 1)
+                   END,
+                   p_chain_heads[array_position(p_chain_channels, n.channel)]) AS chain_head
         FROM nq_jobs n
         LEFT JOIN unnest(v_policies) p ON p.name = n.policy
         WHERE n.bucket = p_bucket AND n.id = ANY(p_ids)
@@ -530,7 +531,9 @@ BEGIN
         -- Per recipient and window length (a policy may set its own): the entries in the window.
         SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
                COALESCE(w.taken, '{}') AS taken,
-               (SELECT count(*) FROM unnest(w.taken) AS t WHERE t > now() - r.win) AS used
+               CASE WHEN w.ids IS NULL THEN 0
+                    ELSE (SELECT count(*) FROM unnest(w.taken) AS t WHERE t > now() - r.win) END
+                   AS used
         FROM (SELECT DISTINCT bucket, recipient, win FROM batch) r
         LEFT JOIN LATERAL (
             SELECT ids, taken FROM nq_rate_windows w
@@ -544,8 +547,8 @@ BEGIN
                -- attempt took. That place stands for the one delivery its key can make (the re-check
                -- goes out with the same idempotency key), so the row is admitted on it (renewing it)
                -- and does not compete for another: it must not wait a whole window behind itself.
-               EXISTS (SELECT 1 FROM unnest(w.ids, w.taken) AS e(id, t)
-                       WHERE e.id = b.id AND e.t > now() - b.win) AS holds_slot,
+               w.used > 0 AND EXISTS (SELECT 1 FROM unnest(w.ids, w.taken) AS e(id, t)
+                                      WHERE e.id = b.id AND e.t > now() - b.win) AS holds_slot,
                b.priority, b.next_attempt_at, b.created_at
         FROM batch b JOIN windows w USING (bucket, recipient, win)
     ), ranked AS (
