@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime, timedelta
 
-from notify_queue.models import DeliveryResult, Outcome, Policy, Status
+from notify_queue.models import DeliveryResult, Outcome, Policy, Priority, Status
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.policies import PolicyRepository
 from tests.support import delivery_service, new, notification_service
@@ -84,6 +84,21 @@ async def test_a_failed_attempt_gives_its_slot_back(db: Database) -> None:
     await delivery.complete([(claimed[0], DeliveryResult(Outcome.PERMANENT_FAILURE, error="no"))])
     await service.enqueue(new(recipient="x@example.com"))
     assert len((await delivery.claim(1)).claimed) == 1
+
+
+async def test_a_claim_handed_back_at_shutdown_gives_its_slot_back(db: Database) -> None:
+    service = notification_service(db)
+    handed_back = await service.enqueue(new(recipient="y@example.com"))
+    delivery = delivery_service(db, rate_limit=1)
+    assert await delivery.release((await delivery.claim(1)).claimed) == 1
+    # The only place is free again: the more urgent one takes it. Had the released claim kept
+    # it, that notification would be admitted on its own place and this one would wait.
+    urgent = await service.enqueue(new(recipient="y@example.com", priority=Priority.HIGH))
+    batch = await delivery.claim(10)
+    assert [c.id for c in batch.claimed] == [urgent.notification.id]
+    assert len(batch.rate_limited) == 1
+    waiting = await service.get(handed_back.notification.id)
+    assert waiting.status is Status.PENDING and waiting.attempt_count == 0
 
 
 async def test_a_policy_overrides_the_default_limit(db: Database) -> None:

@@ -503,48 +503,36 @@ WITH results AS (
     FROM retried WHERE source = 'kubernetes'
     HAVING count(*) > 0
 ), gone_tokens AS (
-    -- One row per recipient (an UPDATE ... FROM applies one joined row per target row).
-    UPDATE nq_recipients rc
-    SET push_tokens = ARRAY(SELECT t FROM unnest(rc.push_tokens) t WHERE t <> ALL(g.tokens)),
-        updated_at = now()
-    FROM (SELECT recipient_id, array_agg(recipient) AS tokens FROM finished
-          WHERE status <> 'SENT' AND channel = 'push' AND recipient_id IS NOT NULL
-            AND id = ANY(ARRAY(SELECT r.id FROM unnest(%(ids)b::uuid[], %(addresses_gone)b::bool[])
-                                   AS r(id, address_gone) WHERE r.address_gone))
-          GROUP BY recipient_id) g
-    WHERE rc.id = g.recipient_id
+    -- The push tokens a provider answered 410 for, removed from their stored recipients
+    -- (nq_forget_push_tokens, 0040); called only when there are some (HAVING), so a batch
+    -- without one sets up no write to nq_recipients.
+    SELECT nq_forget_push_tokens(array_agg(recipient_id), array_agg(recipient)) AS n
+    FROM finished
+    WHERE status <> 'SENT' AND channel = 'push' AND recipient_id IS NOT NULL
+      AND id = ANY(ARRAY(SELECT r.id FROM unnest(%(ids)b::uuid[], %(addresses_gone)b::bool[])
+                             AS r(id, address_gone) WHERE r.address_gone))
+    HAVING count(*) > 0
 ), given_back AS (
-    -- Places in the window of attempts that sent nothing, by recipient, locked in the order every
-    -- writer of windows uses (claim_admit_candidates).
-    SELECT bucket, recipient, array_agg(id) AS ids
+    -- Places in the window of attempts that sent nothing, finals and retries in one call, which
+    -- locks the windows in the order every writer of windows uses (nq_give_back_places, 0040);
+    -- called only when there are some, so a batch of SENT results touches no window.
+    SELECT nq_give_back_places(array_agg(bucket), array_agg(recipient), array_agg(id)) AS n
     FROM (SELECT id, bucket, recipient FROM finished WHERE status <> 'SENT'
           UNION ALL SELECT id, bucket, recipient FROM retried) g
-    GROUP BY bucket, recipient
-), windows_locked AS (
-    SELECT w.bucket, w.recipient FROM nq_rate_windows w
-    JOIN given_back g USING (bucket, recipient)
-    ORDER BY w.bucket, w.recipient
-    FOR UPDATE OF w
-), released AS (
-    UPDATE nq_rate_windows w
-    SET (ids, taken) = (
-        SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
-               COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
-        FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
-    FROM given_back g
-    WHERE (w.bucket, w.recipient) IN (SELECT bucket, recipient FROM windows_locked)
-      AND w.bucket = g.bucket AND w.recipient = g.recipient
+    HAVING count(*) > 0
 )
--- noted is read here (once, as an init plan) so that it runs. One row: the ids accepted (a
--- digest's items are finished too, but are not results), and whether a finished row may have its
--- webhook event (nq_finish_results writes one for a row with a URL of its own, its policy's, or
--- the default): the worker wakes its relay only then.
+-- noted, gone_tokens and given_back are read here (once each, as init plans) so that they run:
+-- a CTE no query reads is not run unless it writes itself. One row: the ids accepted (a digest's
+-- items are finished too, but are not results), and whether a finished row may have its webhook
+-- event (nq_finish_results writes one for a row with a URL of its own, its policy's, or the
+-- default): the worker wakes its relay only then.
 SELECT ARRAY(SELECT id FROM finished JOIN unnest(%(ids)b::uuid[]) AS r(id) USING (id)
              UNION ALL SELECT id FROM retried) AS accepted,
        %(default_webhook_url)s::text IS NOT NULL
            OR EXISTS (SELECT 1 FROM finished WHERE webhook_url IS NOT NULL OR policy IS NOT NULL)
            AS events_possible,
        (SELECT n FROM noted) AS noted
+WHERE (SELECT count(*) FROM gone_tokens) >= 0 AND (SELECT count(*) FROM given_back) >= 0
 
 -- name: release_claims
 -- Graceful shutdown: hand claimed-but-unsent notifications back at once, giving back the attempt
@@ -565,23 +553,12 @@ WITH released AS (
                            array_agg('PENDING'::text)) AS n
     FROM released WHERE source = 'kubernetes'
 ), given_back AS (
-    SELECT bucket, recipient, array_agg(id) AS ids FROM released GROUP BY bucket, recipient
-), windows_locked AS (
-    SELECT w.bucket, w.recipient FROM nq_rate_windows w
-    JOIN given_back g USING (bucket, recipient)
-    ORDER BY w.bucket, w.recipient
-    FOR UPDATE OF w
-), windows AS (
-    UPDATE nq_rate_windows w
-    SET (ids, taken) = (
-        SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
-               COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
-        FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
-    FROM given_back g
-    WHERE (w.bucket, w.recipient) IN (SELECT bucket, recipient FROM windows_locked)
-      AND w.bucket = g.bucket AND w.recipient = g.recipient
+    SELECT nq_give_back_places(array_agg(bucket), array_agg(recipient), array_agg(id)) AS n
+    FROM released
+    HAVING count(*) > 0
 )
 SELECT count(*) AS released, (SELECT n FROM noted) AS noted FROM released
+WHERE (SELECT count(*) FROM given_back) >= 0
 
 -- name: recover_expired_leases
 -- A lease that ran out means its worker died (or hangs): put the notification back to be tried
