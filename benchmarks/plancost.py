@@ -25,6 +25,7 @@ each run --rounds times, alternating its variants:
     .venv/bin/python -m benchmarks.plancost --workers 2 --notifications 5000 \
         --modes auto@/work/main/src,auto
     .venv/bin/python -m benchmarks.plancost --finish-shapes --notifications 100000
+    .venv/bin/python -m benchmarks.plancost --claim-shapes --notifications 60000
 
 `--finish-shapes`: the completion's cost per row beside what a final result cannot do without
 (docs/performance.md, "The completion without its machinery"). The backlog is claimed (every row
@@ -34,6 +35,13 @@ events); a bare move (DELETE ... RETURNING into INSERT, nothing else); the DELET
 UPDATE of the row to SENT in place (what a design that keeps finished rows in the queue's table
 would pay at completion; its CHECK constraints dropped for that). Backend CPU per row, by
 schedstat; medians over the batches.
+
+`--claim-shapes`: the admission (the claim's second statement) per row beside a bare `UPDATE` of
+the same rows with the same `RETURNING`, with and without a plain insert of each recipient's
+window (docs/performance.md, "The admission and the give-back, only where they apply"). The
+backlog is made as above and analysed; each claim locks --batch rows with the worker's step 1 and
+hands them to the next shape in turn, in the same transaction. Backend CPU per row, by
+schedstat, of the shape's statement alone; medians over the claims.
 
 `--explain MODE` prints the plans auto_explain logs (ANALYZE, BUFFERS, nested statements) for two
 claims and completions under that mode instead, rolled back; `--days-ahead D` creates the log's
@@ -45,6 +53,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import itertools
 import os
 import statistics
 import subprocess
@@ -279,6 +288,62 @@ FINISH_SHAPES = {
 }
 
 
+_CLAIMED_COLUMNS = (
+    "n.id, n.bucket, n.channel, n.recipient, n.subject, n.body, n.metadata, n.attempt_count,"
+    " n.max_attempts, n.priority, n.policy, n.next_attempt_at, n.created_at, n.category,"
+    " n.expires_at, n.recipient_id, n.source, n.provider AS bound_provider, n.send_at,"
+    " n.traceparent, n.digest_id"
+)
+_BARE_ADMISSION = (
+    "UPDATE nq_jobs n SET status = 'PROCESSING', attempt_count = n.attempt_count + 1,"
+    " claim_token = %(claim_token)s,"
+    " lease_expires_at = now() + make_interval(secs => %(lease_seconds)s),"
+    " provider = COALESCE(n.provider, 'log'), waiting_reason = NULL, waiting_until = NULL,"
+    " waiting_detail = NULL, updated_at = now()"
+    f" WHERE n.id = ANY(%(ids)b::uuid[]) RETURNING {_CLAIMED_COLUMNS}"
+)
+CLAIM_SHAPES = {
+    "admission (claim_admit_candidates)": QUERIES["claim_admit_candidates"],
+    "bare update and window inserts": (
+        f"WITH admitted AS ({_BARE_ADMISSION}), opened AS ("
+        " INSERT INTO nq_rate_windows (bucket, recipient, ids, taken, last_taken_at)"
+        " SELECT a.bucket, a.recipient, array_agg(a.id), array_agg(now()), now()"
+        " FROM admitted a GROUP BY a.bucket, a.recipient)"
+        " SELECT * FROM admitted"
+    ),
+    "bare update (no rate limit)": _BARE_ADMISSION,
+}
+
+
+def claim_shapes(pg: BenchPostgres, args: argparse.Namespace) -> None:
+    """The admission beside what admitting a batch cannot do without; see the docstring."""
+    name = backlog(pg, args.notifications)
+    with psycopg.connect(pg.url(name), autocommit=True, row_factory=dict_row) as c:
+        c.execute("VACUUM (ANALYZE)")
+        found = c.execute("SELECT pg_backend_pid() AS pid").fetchone()
+        assert found is not None
+        pid = int(found["pid"])
+        c.execute("SET plan_cache_mode = force_generic_plan")
+        c.execute("SET enable_seqscan = off")
+        per_row: dict[str, list[float]] = {shape: [] for shape in CLAIM_SHAPES}
+        shapes = list(CLAIM_SHAPES)
+        for i in itertools.count():
+            shape = shapes[i % len(shapes)]
+            with c.transaction():
+                locked = c.execute(
+                    QUERIES["claim_lock_candidates"], lock_params(args.batch), prepare=True
+                ).fetchone()
+                if locked is None or not locked["ids"]:
+                    break
+                t0 = cpu_ns(pid)
+                c.execute(CLAIM_SHAPES[shape], admit_params(locked["ids"]), prepare=True)
+                per_row[shape].append((cpu_ns(pid) - t0) / len(locked["ids"]))
+    print(f"backend CPU per row, claims of {args.batch} (median of {len(per_row[shapes[0]])}):")
+    for shape, v in per_row.items():
+        print(f"  {shape:34} {statistics.median(v[1:]) / 1e3:6.1f} us")
+    pg.drop(name)
+
+
 def finish_shapes(pg: BenchPostgres, args: argparse.Namespace) -> None:
     name = backlog(pg, args.notifications)
     token = uuid.uuid4()
@@ -501,6 +566,7 @@ def main() -> None:
     ap.add_argument("--repo-leg-url", default="", help=argparse.SUPPRESS)
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--finish-shapes", action="store_true")
+    ap.add_argument("--claim-shapes", action="store_true")
     args = ap.parse_args()
     if args.repo_leg_url:
         asyncio.run(repo_leg(args.repo_leg_url, 1000))
@@ -514,6 +580,8 @@ def main() -> None:
                 c.execute("SELECT pg_reload_conf()")
             if args.finish_shapes:
                 finish_shapes(pg, args)
+            elif args.claim_shapes:
+                claim_shapes(pg, args)
             elif args.repo_legs:
                 repo_legs(pg, args)
             elif args.workers:
