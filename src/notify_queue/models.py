@@ -228,10 +228,11 @@ class DigestRef:
 
 
 # NewNotification and Notification are built once per created notification on the create path
-# (a batch of 1,000 builds 2,000) and never changed after: slotted, not frozen, because a frozen
-# dataclass sets each field through object.__setattr__, 2.2 us more per object of 28 fields
-# than plain slots (docs/performance.md, "The API path"). STYLE.md: on the hot path a slotted
-# dataclass is enough.
+# (a batch of 1,000 builds 2,000), ClaimedNotification, DeliveryResult and Completion once or
+# twice per delivery on the worker's, and none is changed after: slotted, not frozen, because a
+# frozen dataclass sets each field through object.__setattr__, 2.2 us more per object of 28
+# fields than plain slots (docs/performance.md, "The API path" and "The workers' share of the
+# drain"). STYLE.md: on the hot path a slotted dataclass is enough.
 @dataclass(slots=True)
 class NewNotification:
     """A validated request to enqueue, with its send time already resolved."""
@@ -362,8 +363,8 @@ class EscalationCreated:
     conflict: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedNotification:
+@dataclass(slots=True)
+class ClaimedNotification:  # not frozen: see NewNotification
     """A notification a worker holds: only the holder of `claim_token` may report its result."""
 
     id: uuid.UUID
@@ -455,8 +456,8 @@ class Template:
     updated_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class DeliveryResult:
+@dataclass(slots=True)
+class DeliveryResult:  # not frozen: see NewNotification
     """What a provider answered. `retry_after_seconds` is the provider's own hint (Retry-After).
 
     The peer's words (`provider_message_id`, `error`) are made safe here, when the result is
@@ -485,14 +486,13 @@ class DeliveryResult:
 
     def __post_init__(self) -> None:
         if self.provider_message_id is not None:
-            clean = external_text(self.provider_message_id, EXTERNAL_ID_CHARS)
-            object.__setattr__(self, "provider_message_id", clean)
+            self.provider_message_id = external_text(self.provider_message_id, EXTERNAL_ID_CHARS)
         if self.error is not None:
-            object.__setattr__(self, "error", external_text(self.error, EXTERNAL_ERROR_CHARS))
+            self.error = external_text(self.error, EXTERNAL_ERROR_CHARS)
 
 
-@dataclass(frozen=True, slots=True)
-class Completion:
+@dataclass(slots=True)
+class Completion:  # not frozen: see NewNotification
     """The state change to record for one claimed notification, decided by the delivery rules."""
 
     id: uuid.UUID

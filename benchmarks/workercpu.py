@@ -1,0 +1,150 @@
+"""The workers' own CPU per notification in a burst (issue 20: what the drain costs besides
+PostgreSQL; docs/performance.md, "The workers' share of the drain").
+
+    python -m benchmarks.workercpu [--notifications N] [--workers W] [--rounds R] [--src SRC,...]
+
+A fresh embedded PostgreSQL, and per run a fresh database: `notify-queue migrate`, W real
+`notify-queue worker` processes (default flags, no webhook target), started and listening before
+anything is due, so their start-up (imports, pools) is not counted. Then N notifications, each
+its own recipient, are seeded due a few seconds later and the workers are woken; their CPU (user +
+system, from /proc) and PostgreSQL's (every backend, reaped ones too) are read just before the
+notifications fall due and again once none is unfinished. Throughput is from the database's clock
+(the first claim to the last `sent_at`).
+
+`--src` runs each listed checkout's code in turn (`<checkout>/src` put first on the workers'
+PYTHONPATH; `.` is this one), alternating within each round, so two versions meet the same host.
+Prints one line per run and the medians; writes `benchmarks/results/workercpu/<timestamp>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+import psycopg
+
+from benchmarks import queue
+from benchmarks.burn import wait_until_listening
+from benchmarks.dbcost import postgres_cpu_seconds
+from benchmarks.env import BenchPostgres, machine_info
+
+RESULTS = Path(__file__).parent / "results" / "workercpu"
+DUE_IN_SECONDS = 6.0
+
+
+def _cpu(procs: list[psutil.Process]) -> float:
+    return sum(p.cpu_times().user + p.cpu_times().system for p in procs)
+
+
+def one_run(pg: BenchPostgres, src: str, notifications: int, workers: int) -> dict[str, Any]:
+    name = pg.database("workercpu")
+    url = pg.url(name)
+    queue.migrate(url)
+    env = dict(os.environ)
+    if src != ".":
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve() / "src"), os.getcwd()])
+    command = [sys.executable, "-m", "notify_queue", "worker", "--database-url", url]
+    procs = [
+        subprocess.Popen(
+            [*command, "--log-level", "WARNING"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(workers)
+    ]
+    try:
+        wait_until_listening(url, workers)
+        watched = [psutil.Process(p.pid) for p in procs]
+        due = time.monotonic() + DUE_IN_SECONDS
+        queue.seed_due(url, notifications, due_in_seconds=DUE_IN_SECONDS)
+        with psycopg.connect(url, autocommit=True) as conn:
+            # The seed is SQL, which wakes nobody: the workers look now and wait for the due time.
+            conn.execute("SELECT pg_notify('nq_wakeup', '')")
+            time.sleep(max(due - time.monotonic() - 0.5, 0.0))
+            assert pg.server.pid is not None
+            workers0, postgres0 = _cpu(watched), postgres_cpu_seconds(pg.server.pid)
+            while queue.any_unfinished(conn):
+                time.sleep(0.05)
+            workers1, postgres1 = _cpu(watched), postgres_cpu_seconds(pg.server.pid)
+            figures = queue.burn_down_figures(conn)
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait()
+        pg.drop(name)
+    return {
+        "src": src,
+        "worker_cpu_us": round((workers1 - workers0) / notifications * 1e6, 1),
+        "postgres_cpu_us": round((postgres1 - postgres0) / notifications * 1e6, 1),
+        "notifications_per_second": figures.get("notifications_per_second"),
+        "sent": figures["sent"],
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--notifications", type=int, default=30_000)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--src", default=".", help="checkouts to alternate, comma-separated")
+    ap.add_argument("--output-dir", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    sources = args.src.split(",")
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="nq-workercpu-") as tmp:
+        pg = BenchPostgres(Path(tmp))
+        try:
+            for round_ in range(args.rounds):
+                for src in sources:
+                    run = one_run(pg, src, args.notifications, args.workers)
+                    run["round"] = round_ + 1
+                    runs.append(run)
+                    print(
+                        f"round {round_ + 1} {src}: workers {run['worker_cpu_us']} us,"
+                        f" PostgreSQL {run['postgres_cpu_us']} us per notification;"
+                        f" {run['notifications_per_second']}/s",
+                        flush=True,
+                    )
+        finally:
+            pg.stop()
+    medians = {
+        src: {
+            key: statistics.median(r[key] for r in runs if r["src"] == src)
+            for key in ("worker_cpu_us", "postgres_cpu_us", "notifications_per_second")
+        }
+        for src in sources
+    }
+    for src, m in medians.items():
+        print(f"median {src}: {m}")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    out = args.output_dir / f"{stamp}.json"
+    out.write_text(
+        json.dumps(
+            {
+                "machine": machine_info(),
+                "notifications": args.notifications,
+                "workers": args.workers,
+                "runs": runs,
+                "medians": medians,
+            },
+            indent=2,
+        )
+    )
+    print(f"results: {out}")
+
+
+if __name__ == "__main__":
+    main()
