@@ -96,6 +96,24 @@ def test_the_bucket_cost_benchmark_writes_both_twins_of_each_table(
     assert result["nq_bucket_us_per_call"] >= 0
 
 
+def test_the_worker_cpu_benchmark_counts_a_burst_delivered_whole(
+    tmp_path: Path, project_root: Path
+) -> None:
+    _run(
+        project_root,
+        "benchmarks.workercpu",
+        *("--notifications", "300", "--workers", "1", "--rounds", "1"),
+        *("--output-dir", str(tmp_path)),
+        timeout=300,
+    )
+    (written,) = tmp_path.glob("*.json")
+    result = json.loads(written.read_text())
+    (run,) = result["runs"]
+    assert run["sent"] == 300 and run["src"] == "."
+    assert run["worker_cpu_us"] > 0 and run["postgres_cpu_us"] > 0
+    assert set(result["medians"]) == {"."}
+
+
 def test_the_cost_smoke_run_counts_what_each_phase_wrote_per_notification(
     tmp_path: Path, project_root: Path
 ) -> None:
