@@ -11,7 +11,7 @@ system, from /proc) and PostgreSQL's (every backend, reaped ones too) are read j
 notifications fall due and again once none is unfinished. Throughput is from the database's clock
 (the first claim to the last `sent_at`).
 
-`--src` runs each listed checkout's code in turn (`<checkout>/src` put first on the workers'
+`--src` runs each listed checkout's code in turn (`<checkout>/src` as the workers'
 PYTHONPATH; `.` is this one), alternating within each round, so two versions meet the same host.
 Prints one line per run and the medians; writes `benchmarks/results/workercpu/<timestamp>.json`.
 """
@@ -52,7 +52,7 @@ def one_run(pg: BenchPostgres, src: str, notifications: int, workers: int) -> di
     queue.migrate(url)
     env = dict(os.environ)
     if src != ".":
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve() / "src"), os.getcwd()])
+        env["PYTHONPATH"] = str(Path(src).resolve() / "src")
     command = [sys.executable, "-m", "notify_queue", "worker", "--database-url", url]
     procs = [
         subprocess.Popen(
