@@ -30,20 +30,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
 import psycopg
 
 from benchmarks import queue
-from benchmarks.burn import wait_until_listening
+from benchmarks.burn import cpu_seconds, wait_until_listening
 from benchmarks.dbcost import postgres_cpu_seconds
 from benchmarks.env import BenchPostgres, machine_info
 
 RESULTS = Path(__file__).parent / "results" / "workercpu"
 DUE_IN_SECONDS = 6.0
-
-
-def _cpu(procs: list[psutil.Process]) -> float:
-    return sum(p.cpu_times().user + p.cpu_times().system for p in procs)
 
 
 def one_run(pg: BenchPostgres, src: str, notifications: int, workers: int) -> dict[str, Any]:
@@ -65,7 +60,7 @@ def one_run(pg: BenchPostgres, src: str, notifications: int, workers: int) -> di
     ]
     try:
         wait_until_listening(url, workers)
-        watched = [psutil.Process(p.pid) for p in procs]
+        watched = [p.pid for p in procs]
         due = time.monotonic() + DUE_IN_SECONDS
         queue.seed_due(url, notifications, due_in_seconds=DUE_IN_SECONDS)
         with psycopg.connect(url, autocommit=True) as conn:
@@ -73,10 +68,10 @@ def one_run(pg: BenchPostgres, src: str, notifications: int, workers: int) -> di
             conn.execute("SELECT pg_notify('nq_wakeup', '')")
             time.sleep(max(due - time.monotonic() - 0.5, 0.0))
             assert pg.server.pid is not None
-            workers0, postgres0 = _cpu(watched), postgres_cpu_seconds(pg.server.pid)
+            workers0, postgres0 = cpu_seconds(watched), postgres_cpu_seconds(pg.server.pid)
             while queue.any_unfinished(conn):
                 time.sleep(0.05)
-            workers1, postgres1 = _cpu(watched), postgres_cpu_seconds(pg.server.pid)
+            workers1, postgres1 = cpu_seconds(watched), postgres_cpu_seconds(pg.server.pid)
             figures = queue.burn_down_figures(conn)
     finally:
         for p in procs:
