@@ -151,6 +151,34 @@ async def test_a_provider_that_always_times_out_ends_dead_lettered(
     assert stored.status is Status.DEAD_LETTERED and "timed out" in (stored.last_error or "")
 
 
+class _NeverAnswers:
+    """A provider with a bug: it ignores its own timeout and never returns. The worker's
+    deadline (its timeout + a margin, worker/deadlines.py) is what ends the call."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def deliver(self, request: object) -> DeliveryResult:
+        self.calls += 1
+        await asyncio.Event().wait()
+        raise AssertionError("never answers")
+
+
+async def test_a_provider_that_never_returns_is_cut_off_by_the_workers_deadline(
+    db: Database, database_url: str
+) -> None:
+    created = await notification_service(db, max_attempts=1).enqueue(new())
+    provider = _NeverAnswers()
+    workers = await start_workers(database_url, provider, provider_timeout=0.2)
+    try:
+        stored = await eventually(lambda: _final(db, created.notification.id), timeout=30)
+    finally:
+        await workers.stop()
+    # A temporary failure (the outcome is unknown), on the last attempt: dead-lettered.
+    assert stored.status is Status.DEAD_LETTERED and provider.calls == 1
+    assert stored.last_error == "no answer within the worker's deadline of 1.2s"
+
+
 async def _final(db: Database, id: object) -> object:
     n = await notification_service(db).get(id)  # type: ignore[arg-type]
     return n if n.status.is_final else None

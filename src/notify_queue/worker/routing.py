@@ -59,6 +59,7 @@ from notify_queue.services.failover import (
     providers_to_try,
     walk_end,
 )
+from notify_queue.worker.deadlines import Deadlines
 from notify_queue.worker.metrics import (
     CIRCUIT_STATE,
     CIRCUIT_TRANSITIONS,
@@ -221,6 +222,7 @@ class Router:
         )
         self._counters: dict[tuple[str, str, str], Any] = {}
         self._durations: dict[str, Any] = {}
+        self._deadlines = Deadlines()
 
     async def start(self) -> None:
         breakers = [n for n, s in self._specs.items() if s.circuit_breaker is not None]
@@ -348,7 +350,7 @@ class Router:
         deadline = spec.timeout_seconds + DEADLINE_MARGIN_SECONDS
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(deadline):
+            with self._deadlines.within(deadline):
                 result = await self._providers[name].deliver(request)
         except TimeoutError:
             result = DeliveryResult(

@@ -229,19 +229,7 @@ class Worker:
         return self._safety_look if ceiling is None else ceiling
 
     def _start_delivery(self, claimed: ClaimedNotification) -> None:
-        task = asyncio.create_task(self._deliver(claimed))
-        self._in_flight[task] = claimed
-        task.add_done_callback(self._delivery_done)
-
-    def _delivery_done(self, task: asyncio.Task[None]) -> None:
-        claimed = self._in_flight.pop(task, None)
-        self._slot_free.set()
-        if not task.cancelled() and task.exception() is not None:
-            # `_deliver` turns every provider error into a result; reaching this is a bug of ours.
-            # The lease runs out and housekeeping hands the notification back.
-            log.error(
-                "delivery of %s failed", claimed.id if claimed else "?", exc_info=task.exception()
-            )
+        self._in_flight[asyncio.create_task(self._deliver(claimed))] = claimed
 
     async def _listen(self) -> None:
         # The listener reconnects by itself; a (re)start that gets here is a working listener.
@@ -264,14 +252,27 @@ class Worker:
     # -- delivering -------------------------------------------------------------------------
 
     async def _deliver(self, claimed: ClaimedNotification) -> None:
-        if tracing.enabled():
-            result = await self._deliver_traced(claimed)
-        else:
-            result = await self._router.deliver(claimed)
-        if result.outcome is Outcome.SENT and claimed.due_at is not None:
-            _observe_due_to_sent(claimed)
-        self._results.append((claimed, result))
-        self._results_ready.set()
+        # The task's own bookkeeping, in the task rather than in a done callback (one callback
+        # scheduled per delivery less). A task cancelled before its first step never runs this:
+        # only shutdown cancels deliveries, and it reads what is in flight before it does.
+        try:
+            if tracing.enabled():
+                result = await self._deliver_traced(claimed)
+            else:
+                result = await self._router.deliver(claimed)
+            if result.outcome is Outcome.SENT and claimed.due_at is not None:
+                _observe_due_to_sent(claimed)
+            self._results.append((claimed, result))
+            self._results_ready.set()
+        except Exception:
+            # `Router.deliver` turns every provider error into a result; reaching this is a bug
+            # of ours. The lease runs out and housekeeping hands the notification back.
+            log.exception("delivery of %s failed", claimed.id)
+        finally:
+            task = asyncio.current_task()
+            assert task is not None  # run by create_task (_start_delivery)
+            self._in_flight.pop(task, None)
+            self._slot_free.set()
 
     async def _deliver_traced(self, claimed: ClaimedNotification) -> DeliveryResult:
         """The delivery as a span continuing the creator's trace (the stored traceparent),
