@@ -101,6 +101,7 @@ def _spy(pid: int, raw: Path) -> subprocess.Popen[bytes]:
             "200",
             "--nonblocking",
             "--subprocesses",
+            "--gil",
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
