@@ -36,6 +36,7 @@ from types import TracebackType
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from tests.support import free_port
 
@@ -198,7 +199,29 @@ class CitusCluster:
         return self.url(name)
 
     def drop_database(self, name: str) -> None:
-        """Drop database `name` on every node (what was distributed goes with it)."""
+        """Drop database `name` on every node (what was distributed goes with it).
+
+        A test that restarts a worker node can leave a prepared transaction of `name` on a node
+        (the node came back between the two phases of a commit); Citus resolves it within
+        `citus.recover_2pc_interval` (a minute), and until then DROP DATABASE refuses. So the
+        coordinator resolves them now (`recover_prepared_transactions()`: commit or abort, as
+        its record of the transaction says), and what is left of `name` is rolled back: the
+        database is being dropped."""
+        with (
+            contextlib.suppress(psycopg.Error),
+            psycopg.connect(self.url(name), autocommit=True) as conn,
+        ):
+            conn.execute("SELECT recover_prepared_transactions()")
+        for node in self.nodes:
+            with (
+                contextlib.suppress(psycopg.OperationalError),
+                psycopg.connect(node.url(name), autocommit=True) as conn,
+            ):
+                left = conn.execute(
+                    "SELECT gid FROM pg_prepared_xacts WHERE database = current_database()"
+                ).fetchall()
+                for (gid,) in left:
+                    conn.execute(sql.SQL("ROLLBACK PREPARED {}").format(gid))
         for node in self.nodes:
             with psycopg.connect(node.url("postgres"), autocommit=True) as conn:
                 conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

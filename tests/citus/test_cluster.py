@@ -117,3 +117,25 @@ async def test_a_coordinator_without_worker_nodes_is_plain_postgresql(
             conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
     assert engine == DatabaseEngine(Engine.POSTGRESQL, 0)
+
+
+def test_a_database_is_dropped_with_a_prepared_transaction_left_on_a_worker_node(
+    citus_cluster: CitusCluster,
+) -> None:
+    """A worker node restarted between the two phases of a commit keeps the prepared transaction
+    until Citus's recovery resolves it (within a minute); the harness's teardown must not fail on
+    it meanwhile. Negative control, by hand: without the resolution in `drop_database`, DROP
+    DATABASE fails with "is being used by prepared transactions"."""
+    citus_cluster.create_database("t_prepared_left")
+    worker = citus_cluster.workers[0]
+    with psycopg.connect(worker.url("t_prepared_left"), autocommit=True) as conn:
+        conn.execute("CREATE TABLE left_behind (id integer)")
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO left_behind VALUES (1)")
+        conn.execute("PREPARE TRANSACTION 'left_by_a_restarted_node'")
+    citus_cluster.drop_database("t_prepared_left")
+    with psycopg.connect(worker.url("postgres")) as conn:
+        assert not conn.execute(
+            "SELECT 1 FROM pg_database WHERE datname = 't_prepared_left'"
+        ).fetchone()
+        assert not conn.execute("SELECT 1 FROM pg_prepared_xacts").fetchone()
