@@ -39,7 +39,11 @@
 -- Kubernetes rows' changes are returned for the caller's outbox (no outbox here, see above).
 -- Arrays as nq_finish's: a NULL array keeps the row's own value. One INSERT ... VALUES per row:
 -- an INSERT ... SELECT, even one Citus pushes down to the one shard, carries no distribution
--- value for the force-delegation check and is refused in a delegated function.
+-- value for the force-delegation check and is refused in a delegated function, and so is one
+-- INSERT of many rows (VALUES (...), (...), every bucket the same literal). The loop reads the
+-- row's columns as columns of its record (`j.*`), not as one composite (`j AS job`): Citus plans
+-- each INSERT with its values, and each `(r.job).x` handed it the whole row again, 0.55 against
+-- 0.16 ms per INSERT on a worker node (a completion of 25 rows 22.7 -> 7.1-12.9 ms).
 CREATE OR REPLACE FUNCTION nq_finish_bucket(
     p_bucket smallint, p_ids uuid[], p_statuses text[], p_last_errors text[],
     p_attempt_counts integer[], p_provider_message_ids text[], p_providers text[],
@@ -68,7 +72,7 @@ BEGIN
     -- names only tables of the bucket's co-location group), for the webhook URL.
     v_policies := ARRAY(SELECT p FROM nq_policies p);
     FOR r IN
-        SELECT j AS job, j.status AS old_status,
+        SELECT j.*, j.status AS old_status,
                COALESCE(g.status, j.status) AS final_status,
                CASE WHEN p_last_errors IS NULL THEN j.last_error ELSE g.last_error END
                    AS final_last_error,
@@ -98,26 +102,22 @@ BEGIN
             recipient_id, category, template_name, template_version, provider,
             delivery_attempts, bucket, digest_id, escalation_id, traceparent)
         VALUES (
-            (r.job).id, (r.job).idempotency_key, (r.job).request_hash, (r.job).channel,
-            (r.job).recipient, (r.job).subject, (r.job).body, (r.job).priority, r.final_status,
-            (r.job).send_at, (r.job).next_attempt_at, (r.job).expires_at,
-            r.final_attempt_count, (r.job).max_attempts, r.final_last_error,
-            CASE WHEN r.final_status = 'SENT' THEN COALESCE((r.job).sent_at, now())
-                 ELSE (r.job).sent_at END,
-            r.final_provider_message_id, NULL, NULL, (r.job).retries, (r.job).source,
-            (r.job).policy, (r.job).webhook_url, (r.job).metadata, (r.job).created_at, now(),
-            COALESCE((r.job).finished_at, now()), (r.job).recipient_id, (r.job).category,
-            (r.job).template_name, (r.job).template_version, r.final_provider,
-            r.final_delivery_attempts, p_bucket, (r.job).digest_id, (r.job).escalation_id,
-            (r.job).traceparent);
+            r.id, r.idempotency_key, r.request_hash, r.channel, r.recipient, r.subject, r.body,
+            r.priority, r.final_status, r.send_at, r.next_attempt_at, r.expires_at,
+            r.final_attempt_count, r.max_attempts, r.final_last_error,
+            CASE WHEN r.final_status = 'SENT' THEN COALESCE(r.sent_at, now()) ELSE r.sent_at END,
+            r.final_provider_message_id, NULL, NULL, r.retries, r.source, r.policy, r.webhook_url,
+            r.metadata, r.created_at, now(), COALESCE(r.finished_at, now()), r.recipient_id,
+            r.category, r.template_name, r.template_version, r.final_provider,
+            r.final_delivery_attempts, p_bucket, r.digest_id, r.escalation_id, r.traceparent);
         IF r.final_status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'EXPIRED', 'SUPPRESSED')
            AND r.hook_url IS NOT NULL THEN
             v_event := gen_random_uuid();
             INSERT INTO nq_webhook_events (id, notification_id, url, policy, payload, bucket)
-            VALUES (v_event, (r.job).id, r.hook_url, r.hook_policy,
+            VALUES (v_event, r.id, r.hook_url, r.hook_policy,
                     json_build_object(
                         'eventId', v_event,
-                        'jobId', (r.job).id,
+                        'jobId', r.id,
                         'status', r.final_status,
                         'attemptCount', r.final_attempt_count,
                         'timestamp', to_char(now() AT TIME ZONE 'UTC',
@@ -126,13 +126,13 @@ BEGIN
                     )::text,
                     p_bucket);
         END IF;
-        v_ids := v_ids || (r.job).id;
+        v_ids := v_ids || r.id;
         v_old := v_old || r.old_status;
         v_new := v_new || r.final_status;
-        v_sources := v_sources || (r.job).source;
-        v_channels := v_channels || (r.job).channel;
-        v_recipients := v_recipients || (r.job).recipient;
-        v_recipient_ids := v_recipient_ids || (r.job).recipient_id;
+        v_sources := v_sources || r.source;
+        v_channels := v_channels || r.channel;
+        v_recipients := v_recipients || r.recipient;
+        v_recipient_ids := v_recipient_ids || r.recipient_id;
     END LOOP;
     IF cardinality(v_ids) = 0 THEN
         RETURN;
