@@ -13,7 +13,9 @@ notifications fall due and again once none is unfinished. Throughput is from the
 
 `--src` runs each listed checkout's code in turn (`<checkout>/src` as the workers'
 PYTHONPATH; `.` is this one), alternating within each round, so two versions meet the same host.
-Prints one line per run and the medians; writes `benchmarks/results/workercpu/<timestamp>.json`.
+The host moves the workers' and PostgreSQL's CPU together between rounds (±10% here), so each run
+also reports their ratio, the steadier figure for two versions of the worker. Prints one line per
+run and the medians; writes `benchmarks/results/workercpu/<timestamp>.json`.
 """
 
 from __future__ import annotations
@@ -79,10 +81,14 @@ def one_run(pg: BenchPostgres, src: str, notifications: int, workers: int) -> di
         for p in procs:
             p.wait()
         pg.drop(name)
+    worker_cpu, postgres_cpu = workers1 - workers0, postgres1 - postgres0
     return {
         "src": src,
-        "worker_cpu_us": round((workers1 - workers0) / notifications * 1e6, 1),
-        "postgres_cpu_us": round((postgres1 - postgres0) / notifications * 1e6, 1),
+        "worker_cpu_us": round(worker_cpu / notifications * 1e6, 1),
+        "postgres_cpu_us": round(postgres_cpu / notifications * 1e6, 1),
+        # The host moves both by ±10% between rounds, together: their ratio within a round is
+        # the steadier figure for comparing two versions of the worker.
+        "worker_over_postgres": round(worker_cpu / postgres_cpu, 3),
         "notifications_per_second": figures.get("notifications_per_second"),
         "sent": figures["sent"],
     }
@@ -108,7 +114,8 @@ def main() -> None:
                     runs.append(run)
                     print(
                         f"round {round_ + 1} {src}: workers {run['worker_cpu_us']} us,"
-                        f" PostgreSQL {run['postgres_cpu_us']} us per notification;"
+                        f" PostgreSQL {run['postgres_cpu_us']} us per notification"
+                        f" (ratio {run['worker_over_postgres']});"
                         f" {run['notifications_per_second']}/s",
                         flush=True,
                     )
@@ -117,7 +124,12 @@ def main() -> None:
     medians = {
         src: {
             key: statistics.median(r[key] for r in runs if r["src"] == src)
-            for key in ("worker_cpu_us", "postgres_cpu_us", "notifications_per_second")
+            for key in (
+                "worker_cpu_us",
+                "postgres_cpu_us",
+                "worker_over_postgres",
+                "notifications_per_second",
+            )
         }
         for src in sources
     }

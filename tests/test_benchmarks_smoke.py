@@ -111,6 +111,7 @@ def test_the_worker_cpu_benchmark_counts_a_burst_delivered_whole(
     (run,) = result["runs"]
     assert run["sent"] == 300 and run["src"] == "."
     assert run["worker_cpu_us"] > 0 and run["postgres_cpu_us"] > 0
+    assert run["worker_over_postgres"] > 0
     assert set(result["medians"]) == {"."}
 
 
