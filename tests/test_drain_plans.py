@@ -28,8 +28,9 @@ import psycopg
 import pytest
 
 from notify_queue.models import Channel, Completion, Priority, Status
-from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryRepository
+from notify_queue.repositories.queries import QUERIES
 from tests.support import defaults, new, notification_service, statistics_count, status_counts
 
 CLAIMS = 7
@@ -179,9 +180,8 @@ async def test_the_admission_reads_windows_by_key_after_an_analyze_found_none(
 async def test_without_the_drains_settings_the_windows_are_scanned_whole(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def generic_plans_only(self: Connection) -> None:
-        raw: Any = self._conn
-        await raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-
-    monkeypatch.setattr(Connection, "drain_plans", generic_plans_only)
+    # The drain's transaction with its generic plans and without enable_seqscan off.
+    monkeypatch.setitem(
+        QUERIES, "drain_begin", "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
+    )
     assert await _after_an_analyze_of_no_windows(database_url) > 0

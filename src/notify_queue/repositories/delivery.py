@@ -141,7 +141,10 @@ class DeliveryRepository:
         }
         engine = await self._engine.engine_get()
         if engine.engine is not Engine.CITUS:
-            async with self._db.transaction() as conn:
+            # One plan per connection for the claim's statements and the screened completions
+            # in this transaction, each prepared at its first run, reading by index whatever the
+            # statistics (docs/performance.md, "The drain's CPU, step by step", steps 7, 10).
+            async with self._db.drain_transaction() as conn:
                 return await self._claim_in(
                     conn,
                     lock_params,
@@ -216,10 +219,6 @@ class DeliveryRepository:
         if routed:
             locked = await conn.fetch_one("claim_lock_candidates_bucket", lock_params)
         else:
-            # One plan per connection for the claim's statements and the screened completions
-            # in this transaction, each prepared at its first run, reading by index whatever the
-            # statistics (docs/performance.md, "The drain's CPU, step by step", steps 7, 10).
-            await conn.drain_plans()
             locked = await conn.fetch_one("claim_lock_candidates", lock_params, prepare=True)
         if locked is None or not locked["ids"]:
             return ClaimedBatch([], [])
@@ -252,7 +251,7 @@ class DeliveryRepository:
             await citus_queue_returned_changes(conn, rows[0] if rows else None)
         else:
             # Prepared at its first run on this connection, not its fifth, and planned once
-            # there (drain_plans above): a worker's pool hands its connections out in turn, so a
+            # there (drain_transaction): a worker's pool hands its connections out in turn, so a
             # burst was parsed and planned anew on almost every call.
             rows = await conn.fetch_all("claim_admit_candidates", admit_params, prepare=True)
         claimed = [_claimed(r, claim_token) for r in rows if r["id"] is not None]
@@ -296,10 +295,10 @@ class DeliveryRepository:
         if not completions:
             return Recorded(set(), False)
         if not await self._citus():
-            # A transaction of its own, for drain_plans: the statement is as atomic alone, and
-            # its plan (with nq_finish_held's) is made once per connection instead of once per call.
-            async with self._db.transaction() as conn:
-                await conn.drain_plans()
+            # A transaction of its own, for the drain's settings: the statement is as atomic
+            # alone, and its plan (with nq_finish_held's) is made once per connection instead of
+            # once per call.
+            async with self._db.drain_transaction() as conn:
                 return await self._complete(conn, completions)
         # Citus: the rows' buckets are read first (one lock-free look), then one delegated call
         # per bucket, each its own transaction (a result is independent of the others, as it is

@@ -1,9 +1,12 @@
 -- The worker's hot path. Every statement here serves a whole batch in one round trip.
 
--- name: drain_plans_in_transaction
--- The claim (both steps) and the completion read every table through an index, whatever the
--- statistics say, and use one plan per connection. Both LOCAL: they end with the transaction,
--- and no other statement on the pool's connections sees them.
+-- name: drain_begin
+-- The transaction of the claim (both steps) and of the completion, begun with the settings its
+-- statements are planned under, in one round trip (several statements, no parameters: psycopg
+-- sends it as a simple query; Connection.drain_transaction). Both settings LOCAL: they end with
+-- the transaction, and no other statement on the pool's connections sees them. BEGIN and a
+-- set_config statement of their own were two round trips, ~140 us of a worker's CPU each
+-- (docs/performance.md, "Two round trips fewer per batch").
 --
 -- enable_seqscan off: every row these statements touch is found by key (the batch's ids, its
 -- recipients' windows, policies, recipients, digests), so a plan that reads a whole table costs
@@ -14,18 +17,25 @@
 -- autovacuum analysed again (docs/performance.md, "The drain's CPU, step by step", step 10).
 -- A scan no index can replace is still planned (the setting makes it a last resort).
 --
--- plan_cache_mode force_generic_plan, only where the statements are prepared (`generic`): each
--- finds its rows through primary keys and partial indexes whose predicates are constants, so the
--- plan that does not know the parameters is the plan that knows them; a custom plan cost 3-8 ms
--- of planning per batch of 100, and PostgreSQL's own choice (`auto`) makes five custom plans per
--- connection and statement before it considers the generic one, which a worker's pool, handing
--- its connections out in turn, never got past in a burst (step 7). The generic plan runs no
--- slower (measured per call with the backend's CPU: 7.7-8.9 against 10.4-12.3 ms for the
--- admission). nq_finish_held's and nq_count's statements follow both settings. An unprepared
--- statement would build a generic plan on every call, which costs more than a custom one.
-SELECT set_config('enable_seqscan', 'off', true) AS enable_seqscan,
-       CASE WHEN %(generic)s THEN set_config('plan_cache_mode', 'force_generic_plan', true)
-       END AS plan_cache_mode
+-- plan_cache_mode force_generic_plan, where the statements are prepared (on a connection that
+-- prepares nothing, drain_begin_unprepared): each finds its rows through primary keys and
+-- partial indexes whose predicates are constants, so the plan that does not know the parameters
+-- is the plan that knows them; a custom plan cost 3-8 ms of planning per batch of 100, and
+-- PostgreSQL's own choice (`auto`) makes five custom plans per connection and statement before
+-- it considers the generic one, which a worker's pool, handing its connections out in turn,
+-- never got past in a burst (step 7). The generic plan runs no slower (measured per call with
+-- the backend's CPU: 7.7-8.9 against 10.4-12.3 ms for the admission). nq_finish_held's and
+-- nq_count's statements follow both settings.
+BEGIN;
+SET LOCAL enable_seqscan = off;
+SET LOCAL plan_cache_mode = force_generic_plan
+
+-- name: drain_begin_unprepared
+-- drain_begin on a connection that prepares nothing (`--database-prepared-statements off`): an
+-- unprepared statement would build a generic plan on every call, which costs more than a custom
+-- one, so only the first setting.
+BEGIN;
+SET LOCAL enable_seqscan = off
 
 -- name: claim_lock_candidates
 -- Step 1 of a claim (one transaction, two statements): lock up to %(limit)s due notifications
