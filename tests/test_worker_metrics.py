@@ -1,17 +1,19 @@
 """The worker's figures for the dashboard: the due-to-sent latency histogram, which starts at the
-notification's send time (the claim returns it), and the database pool collector."""
+notification's send time (the claim returns it), the database pool collector, and the lock-free
+types the delivery path writes (exposed as prometheus_client's own)."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 
-from prometheus_client import REGISTRY, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from notify_queue.models import Priority, Status
 from notify_queue.providers.simulated import SimulatedProvider
 from notify_queue.repositories.db import Database
-from notify_queue.worker.metrics import DATABASE_POOL
+from notify_queue.worker.metrics import DATABASE_POOL, LoopCounter, LoopHistogram
 from tests.support import (
     delivery_service,
     eventually,
@@ -86,3 +88,36 @@ async def test_the_pool_collector_reports_the_pool_it_is_pointed_at(db: Database
     in_use = found[("notify_queue_database_pool_connections", (("state", "in_use"),))]
     idle = found[("notify_queue_database_pool_connections", (("state", "idle"),))]
     assert in_use == 0 and idle >= 1  # nothing holds a connection between calls
+
+
+def _exposition(registry: CollectorRegistry) -> list[str]:
+    """The registry's text, each `_created` value (a clock reading) blanked."""
+    return [
+        re.sub(r"_created(\{.*\})? \S+$", r"_created\1 <time>", line)
+        for line in generate_latest(registry).decode().splitlines()
+    ]
+
+
+def test_the_loop_only_metrics_are_exposed_as_prometheus_clients_own() -> None:
+    ours, theirs = CollectorRegistry(), CollectorRegistry()
+    labels = ["channel", "outcome"]
+    bounds = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 30)
+    counters = (
+        LoopCounter("nq_test_deliveries", "Deliveries.", labels, registry=ours),
+        Counter("nq_test_deliveries", "Deliveries.", labels, registry=theirs),
+    )
+    histograms = (
+        LoopHistogram("nq_test_seconds", "Seconds.", ["channel"], bounds, registry=ours),
+        Histogram("nq_test_seconds", "Seconds.", ["channel"], buckets=bounds, registry=theirs),
+    )
+    # On a bound, between bounds, above all of them, zero: each lands where prometheus_client
+    # puts it.
+    observed = [0.0, 0.05, 0.07, 0.1, 1, 2.4999, 2.5, 30, 31, 1e9, 0.3]
+    for counter in counters:
+        counter.labels("email", "sent").inc()
+        counter.labels("email", "sent").inc(2)
+        counter.labels("sms", "permanent_failure").inc()
+    for histogram in histograms:
+        for i, seconds in enumerate(observed):
+            histogram.labels("email" if i % 3 else "push").observe(seconds)
+    assert _exposition(ours) == _exposition(theirs)
