@@ -115,6 +115,44 @@ def test_the_worker_cpu_benchmark_counts_a_burst_delivered_whole(
     assert set(result["medians"]) == {"."}
 
 
+def test_the_round_trip_benchmark_measures_each_shape(tmp_path: Path, project_root: Path) -> None:
+    _run(
+        project_root,
+        "benchmarks.roundtrips",
+        *("--transactions", "20", "--rounds", "1", "--output-dir", str(tmp_path)),
+        timeout=120,
+    )
+    (written,) = tmp_path.glob("*.json")
+    result = json.loads(written.read_text())
+    assert (
+        {r["shape"] for r in result["runs"]}
+        == set(result["medians"])
+        == {
+            "psycopg_transaction",
+            "drain_begin",
+            "autocommit",
+            "pipeline",
+        }
+    )
+    assert all(r["client_cpu_us_per_transaction"] > 0 for r in result["runs"])
+
+
+def test_the_api_cpu_benchmark_counts_batches_accepted_whole(
+    tmp_path: Path, project_root: Path
+) -> None:
+    _run(
+        project_root,
+        "benchmarks.apicpu",
+        *("--items", "400", "--batch", "100", "--rounds", "1", "--output-dir", str(tmp_path)),
+        timeout=180,
+    )
+    (written,) = tmp_path.glob("*.json")
+    result = json.loads(written.read_text())
+    (run,) = result["runs"]
+    assert run["src"] == "." and run["api_cpu_us_per_item"] > 0 and run["items_per_second"] > 0
+    assert set(result["medians"]) == {"."}
+
+
 def test_the_cost_smoke_run_counts_what_each_phase_wrote_per_notification(
     tmp_path: Path, project_root: Path
 ) -> None:

@@ -1,0 +1,136 @@
+"""The API's own CPU per batch item, checkouts alternating (issue 20's batches; docs/performance.md,
+"A batch checked a step at a time").
+
+    python -m benchmarks.apicpu [--items N] [--batch B] [--clients C] [--rounds R] [--src SRC,...]
+
+A fresh embedded PostgreSQL, and per run a fresh database: `notify-queue migrate`, one real
+`notify-queue api` process (one worker process, its start-up not counted), a warm-up of 2,000
+items, then N items in batches of B from C keep-alive clients (`benchmarks.httpload`); the API
+process's CPU (user + system, from /proc) over the N items, and the items per second the clients
+saw. `--src` runs each listed checkout's code in turn (`<checkout>/src` as the API's PYTHONPATH;
+`.` is this one), alternating within each round, so two versions meet the same host: on this
+machine the host moves one version's figure by ±10% between rounds, so only pairs and their
+medians compare. Prints one line per run and the medians; writes
+`benchmarks/results/apicpu/<timestamp>.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from benchmarks import queue
+from benchmarks.env import BenchPostgres, machine_info
+from benchmarks.httpload import request_bytes, run_load
+from benchmarks.scenarios.ingest import _free_port, _item, _wait_ready
+
+RESULTS = Path(__file__).parent / "results" / "apicpu"
+WARM_ITEMS = 2_000
+
+
+def _batches(items: int, size: int) -> list[bytes]:
+    out = []
+    for first in range(0, items, size):
+        batch = []
+        for _ in range(min(size, items - first)):
+            key = f"apicpu-{uuid.uuid4().hex}"
+            batch.append(_item(key) | {"idempotencyKey": key})
+        body = json.dumps({"notifications": batch}).encode()
+        out.append(request_bytes("POST", "/notifications/batch", body))
+    return out
+
+
+def one_run(pg: BenchPostgres, src: str, items: int, size: int, clients: int) -> dict[str, Any]:
+    name = pg.database("apicpu")
+    url = pg.url(name)
+    queue.migrate(url)
+    env = dict(os.environ)
+    if src != ".":
+        env["PYTHONPATH"] = str(Path(src).resolve() / "src")
+    port = _free_port()
+    command = [sys.executable, "-m", "notify_queue", "api", "--database-url", url]
+    api = subprocess.Popen(
+        [*command, "--port", str(port), "--log-level", "WARNING", "--api-workers", "1"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        asyncio.run(_wait_ready(f"http://127.0.0.1:{port}"))
+        asyncio.run(run_load("127.0.0.1", port, _batches(WARM_ITEMS, size), clients=clients))
+        requests = _batches(items, size)
+        process = psutil.Process(api.pid)
+        before = sum(process.cpu_times()[:2])
+        result = asyncio.run(run_load("127.0.0.1", port, requests, clients=clients))
+        cpu = sum(process.cpu_times()[:2]) - before
+        if set(result.statuses) != {200}:
+            raise RuntimeError(f"{src}: answers other than 200: {result.statuses}")
+    finally:
+        api.terminate()
+        api.wait()
+        pg.drop(name)
+    return {
+        "src": src,
+        "api_cpu_us_per_item": round(cpu / items * 1e6, 1),
+        "items_per_second": round(items / result.seconds, 1),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--items", type=int, default=20_000)
+    ap.add_argument("--batch", type=int, default=500)
+    ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--src", default=".", help="checkouts to alternate, comma-separated")
+    ap.add_argument("--output-dir", type=Path, default=RESULTS)
+    args = ap.parse_args()
+    sources = args.src.split(",")
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="nq-apicpu-") as tmp:
+        pg = BenchPostgres(Path(tmp))
+        try:
+            for round_ in range(args.rounds):
+                for src in sources:
+                    run = one_run(pg, src, args.items, args.batch, args.clients)
+                    run["round"] = round_ + 1
+                    runs.append(run)
+                    print(
+                        f"round {round_ + 1} {src}: API {run['api_cpu_us_per_item']} us per item,"
+                        f" {run['items_per_second']} items/s",
+                        flush=True,
+                    )
+        finally:
+            pg.stop()
+    medians = {
+        src: {
+            key: statistics.median(r[key] for r in runs if r["src"] == src)
+            for key in ("api_cpu_us_per_item", "items_per_second")
+        }
+        for src in sources
+    }
+    for src, m in medians.items():
+        print(f"median {src}: {m}")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    out = args.output_dir / f"{stamp}.json"
+    params = {k: v for k, v in vars(args).items() if k != "output_dir"}
+    document = {"machine": machine_info(), "params": params, "runs": runs, "medians": medians}
+    out.write_text(json.dumps(document, indent=2) + "\n")
+    print(f"results: {out}")
+
+
+if __name__ == "__main__":
+    main()
