@@ -107,8 +107,8 @@ async def _rounds(url: str, transactions: int, rounds: int) -> list[dict[str, An
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--transactions", type=int, default=2_000)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--transactions", type=int, default=500)
+    ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--output-dir", type=Path, default=RESULTS)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="nq-roundtrips-") as tmp:
