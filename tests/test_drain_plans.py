@@ -1,12 +1,13 @@
 """The drain's statements are planned once per connection (docs/performance.md, "The drain's CPU,
 step by step", step 7).
 
-The claim's two statements and the completion are prepared at their first run on a connection and
-run under `plan_cache_mode = force_generic_plan` in their own transaction (SET LOCAL): each call
-after the first reuses the plan, where PostgreSQL's default makes five custom plans per
-connection and statement, and a worker's pool handing out its connections in turn paid a plan on
-nearly every call. Counted from the connection's own `pg_prepared_statements` (generic and custom
-plans per prepared statement), never timed. Without prepared statements (a pooler that keeps
+The claim's two statements are prepared at their first run on a connection and run under
+`plan_cache_mode = force_generic_plan` in their transaction (SET LOCAL): each call after the first
+reuses the plan, where PostgreSQL's default makes five custom plans per connection and statement,
+and a worker's pool handing out its connections in turn paid a plan on nearly every call. The
+completion's statement is a function's (0041), which carries the same settings as attributes.
+Counted from the connection's own `pg_prepared_statements` (generic and custom plans per prepared
+statement), never timed. Without prepared statements (a pooler that keeps
 none) nothing is forced: an unprepared statement would build a generic plan on every call.
 
 A plan kept per connection must not depend on the statistics it was made with (step 10): the
@@ -40,7 +41,6 @@ SENT_ATTEMPT = '[{"provider": "log", "outcome": "sent", "ms": 1}]'
 STATEMENTS = {
     "claim_lock_candidates": "WITH candidates AS",
     "claim_admit_candidates": "WITH batch_all AS",
-    "complete_deliveries": "WITH results AS",
 }
 
 
@@ -103,6 +103,17 @@ async def test_the_claim_and_the_completion_are_planned_once_per_connection(
         plans = await _plans(db)
         assert plans == {name: (CLAIMS, 0) for name in STATEMENTS}, plans
         assert await _unfinished_and_sent(db) == (0, CLAIMS * BATCH)
+
+
+async def test_the_completion_carries_the_drains_settings_itself(database_url: str) -> None:
+    """The completion runs in autocommit (one round trip), so its settings are the function's:
+    PL/pgSQL plans its statement under them, once per connection (0041)."""
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cur = await conn.execute(
+            "SELECT proconfig FROM pg_proc WHERE proname = 'nq_complete_deliveries'"
+        )
+        (settings,) = await cur.fetchall()
+    assert set(settings[0]) == {"enable_seqscan=off", "plan_cache_mode=force_generic_plan"}
 
 
 async def test_without_prepared_statements_nothing_is_forced(database_url: str) -> None:

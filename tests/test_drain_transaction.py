@@ -1,7 +1,8 @@
-"""The drain's transaction (`Connection.drain_transaction`): the claim's and the completion's
-statements run in a transaction begun together with the settings they are planned under, in one
-round trip; it commits at the end and rolls back when its block raises, leaving the connection
-ready for the next call. The round trips are counted at the driver, never timed."""
+"""The drain's round trips: the claim's statements run in a transaction begun together with the
+settings they are planned under, in one round trip (`Connection.drain_transaction`), which
+commits at the end and rolls back when its block raises, leaving the connection ready for the next
+call; the completion is one call of a function that carries the same settings. The round trips
+are counted at the driver, never timed."""
 
 from __future__ import annotations
 
@@ -84,12 +85,12 @@ async def test_a_failed_statement_rolls_the_transaction_back(database_url: str) 
         assert len(batch.claimed) == 1
 
 
-async def test_a_claim_is_four_round_trips_and_a_completion_three(
+async def test_a_claim_is_four_round_trips_and_a_completion_one(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """BEGIN with the settings, the two claim statements, COMMIT; BEGIN with the settings, the
-    completion, COMMIT. psycopg's own transaction sent BEGIN alone, and the settings were a
-    statement of their own: five and four."""
+    """BEGIN with the settings, the two claim statements, COMMIT; the completion's function,
+    which carries the settings itself, in autocommit. psycopg's own transaction sent BEGIN alone,
+    and the settings were a statement of their own: five and four."""
     sent: list[str] = []
     execute = psycopg.AsyncConnection.execute
 
@@ -117,4 +118,4 @@ async def test_a_claim_is_four_round_trips_and_a_completion_three(
         )
         assert len(recorded.accepted) == 5
     assert len(claim) == 4, claim
-    assert len(sent) == 3, sent
+    assert len(sent) == 1, sent

@@ -200,7 +200,7 @@ BEGIN
     ), held AS (
         -- Locked, so what is read here is what the move and the retry write. The status is
         -- checked in `accepted`: here it would match the lease index's predicate, which a
-        -- generic plan may prefer to the primary key (complete_deliveries in delivery.sql).
+        -- generic plan may prefer to the primary key (nq_complete_deliveries, 0041).
         SELECT n.id, n.status, n.claim_token, n.bucket, n.recipient, n.attempt_count,
                n.provider_message_id, n.delivery_attempts, n.next_attempt_at, n.digest_id
         FROM nq_jobs n

@@ -295,10 +295,9 @@ class DeliveryRepository:
         if not completions:
             return Recorded(set(), False)
         if not await self._citus():
-            # A transaction of its own, for the drain's settings: the statement is as atomic
-            # alone, and its plan (with nq_finish_held's) is made once per connection instead of
-            # once per call.
-            async with self._db.drain_transaction() as conn:
+            # One statement in autocommit: the function carries the drain's plan settings
+            # (nq_complete_deliveries, 0041), so no transaction is opened for them.
+            async with self._db.connection() as conn:
                 return await self._complete(conn, completions)
         # Citus: the rows' buckets are read first (one lock-free look), then one delegated call
         # per bucket, each its own transaction (a result is independent of the others, as it is
@@ -351,7 +350,8 @@ class DeliveryRepository:
         }
         # Each statement named at its call (the security test reads the names from the code).
         if bucket is None:
-            # Prepared at its first run on this connection, planned once (as the admission).
+            # Prepared at its first run on this connection; the function's own statement is
+            # planned once per connection by PL/pgSQL, under the function's settings.
             row = await conn.fetch_one("complete_deliveries", params, prepare=True)
             if row is None:
                 return Recorded(set(), False)
