@@ -20,19 +20,17 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from benchmarks import queue
-from benchmarks.env import BenchPostgres, machine_info
+from benchmarks import alternating, queue
+from benchmarks.env import BenchPostgres
 from benchmarks.httpload import request_bytes, run_load
 from benchmarks.scenarios.ingest import _free_port, _item, _wait_ready
 
@@ -82,7 +80,6 @@ def one_run(pg: BenchPostgres, src: str, items: int, size: int, clients: int) ->
         api.wait()
         pg.drop(name)
     return {
-        "src": src,
         "api_cpu_us_per_item": round(cpu / items * 1e6, 1),
         "items_per_second": round(items / result.seconds, 1),
     }
@@ -98,38 +95,23 @@ def main() -> None:
     ap.add_argument("--output-dir", type=Path, default=RESULTS)
     args = ap.parse_args()
     sources = args.src.split(",")
-    runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="nq-apicpu-") as tmp:
         pg = BenchPostgres(Path(tmp))
         try:
-            for round_ in range(args.rounds):
-                for src in sources:
-                    run = one_run(pg, src, args.items, args.batch, args.clients)
-                    run["round"] = round_ + 1
-                    runs.append(run)
-                    print(
-                        f"round {round_ + 1} {src}: API {run['api_cpu_us_per_item']} us per item,"
-                        f" {run['items_per_second']} items/s",
-                        flush=True,
-                    )
+            runs = alternating.alternate(
+                args.rounds,
+                sources,
+                lambda src: one_run(pg, src, args.items, args.batch, args.clients),
+                lambda run: (
+                    f"API {run['api_cpu_us_per_item']} us per item,"
+                    f" {run['items_per_second']} items/s"
+                ),
+            )
         finally:
             pg.stop()
-    medians = {
-        src: {
-            key: statistics.median(r[key] for r in runs if r["src"] == src)
-            for key in ("api_cpu_us_per_item", "items_per_second")
-        }
-        for src in sources
-    }
-    for src, m in medians.items():
-        print(f"median {src}: {m}")
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    out = args.output_dir / f"{stamp}.json"
+    medians = alternating.medians(runs, sources, ("api_cpu_us_per_item", "items_per_second"))
     params = {k: v for k, v in vars(args).items() if k != "output_dir"}
-    document = {"machine": machine_info(), "params": params, "runs": runs, "medians": medians}
-    out.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"results: {out}")
+    alternating.write(args.output_dir, {"params": params, "runs": runs, "medians": medians})
 
 
 if __name__ == "__main__":

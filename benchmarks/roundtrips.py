@@ -23,18 +23,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import resource
-import statistics
 import tempfile
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from benchmarks.env import BenchPostgres, machine_info
+from benchmarks import alternating
+from benchmarks.env import BenchPostgres
 from notify_queue.repositories.queries import QUERIES
 
 RESULTS = Path(__file__).parent / "results" / "roundtrips"
@@ -82,27 +80,15 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def _rounds(url: str, transactions: int, rounds: int) -> list[dict[str, Any]]:
-    runs = []
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        for round_ in range(rounds):
-            for name, (round_trips, shape) in SHAPES.items():
-                for _ in range(100):  # warm: prepared statements, caches
-                    await shape(conn)
-                before = _cpu()
-                for _ in range(transactions):
-                    await shape(conn)
-                us = (_cpu() - before) / transactions * 1e6
-                runs.append(
-                    {
-                        "round": round_ + 1,
-                        "shape": name,
-                        "statements": round_trips,
-                        "client_cpu_us_per_transaction": round(us, 1),
-                    }
-                )
-                print(f"round {round_ + 1} {name}: {us:.1f} us of client CPU per transaction")
-    return runs
+async def _per_transaction(
+    conn: psycopg.AsyncConnection[Any], shape: Shape, transactions: int
+) -> float:
+    for _ in range(100):  # warm: prepared statements, caches
+        await shape(conn)
+    before = _cpu()
+    for _ in range(transactions):
+        await shape(conn)
+    return round((_cpu() - before) / transactions * 1e6, 1)
 
 
 def main() -> None:
@@ -113,25 +99,39 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="nq-roundtrips-") as tmp:
         pg = BenchPostgres(Path(tmp))
+        loop = asyncio.new_event_loop()
         try:
-            runs = asyncio.run(_rounds(pg.url(), args.transactions, args.rounds))
+            conn = loop.run_until_complete(
+                psycopg.AsyncConnection.connect(pg.url(), autocommit=True)
+            )
+
+            def one(name: str) -> dict[str, Any]:
+                round_trips, shape = SHAPES[name]
+                us = loop.run_until_complete(_per_transaction(conn, shape, args.transactions))
+                return {"statements": round_trips, "client_cpu_us_per_transaction": us}
+
+            runs = alternating.alternate(
+                args.rounds,
+                list(SHAPES),
+                one,
+                lambda run: f"{run['client_cpu_us_per_transaction']} us of client CPU",
+                key="shape",
+            )
+            loop.run_until_complete(conn.close())
         finally:
+            loop.close()
             pg.stop()
-    medians = {
-        name: statistics.median(
-            r["client_cpu_us_per_transaction"] for r in runs if r["shape"] == name
-        )
-        for name in SHAPES
-    }
-    for name, median in medians.items():
-        print(f"median {name}: {median:.1f} us")
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    out = args.output_dir / f"{stamp}.json"
+    figure = "client_cpu_us_per_transaction"
+    medians = alternating.medians(runs, list(SHAPES), (figure,), key="shape")
     params = {k: v for k, v in vars(args).items() if k != "output_dir"}
-    document = {"machine": machine_info(), "params": params, "runs": runs, "medians": medians}
-    out.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"results: {out}")
+    alternating.write(
+        args.output_dir,
+        {
+            "params": params,
+            "runs": runs,
+            "medians": {name: m[figure] for name, m in medians.items()},
+        },
+    )
 
 
 if __name__ == "__main__":

@@ -21,23 +21,20 @@ run and the medians; writes `benchmarks/results/workercpu/<timestamp>.json`.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from benchmarks import queue
+from benchmarks import alternating, queue
 from benchmarks.burn import cpu_seconds, wait_until_listening
 from benchmarks.dbcost import postgres_cpu_seconds
-from benchmarks.env import BenchPostgres, machine_info
+from benchmarks.env import BenchPostgres
 
 RESULTS = Path(__file__).parent / "results" / "workercpu"
 DUE_IN_SECONDS = 6.0
@@ -103,54 +100,32 @@ def main() -> None:
     ap.add_argument("--output-dir", type=Path, default=RESULTS)
     args = ap.parse_args()
     sources = args.src.split(",")
-    runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="nq-workercpu-") as tmp:
         pg = BenchPostgres(Path(tmp))
         try:
-            for round_ in range(args.rounds):
-                for src in sources:
-                    run = one_run(pg, src, args.notifications, args.workers)
-                    run["round"] = round_ + 1
-                    runs.append(run)
-                    print(
-                        f"round {round_ + 1} {src}: workers {run['worker_cpu_us']} us,"
-                        f" PostgreSQL {run['postgres_cpu_us']} us per notification"
-                        f" (ratio {run['worker_over_postgres']});"
-                        f" {run['notifications_per_second']}/s",
-                        flush=True,
-                    )
+            runs = alternating.alternate(
+                args.rounds,
+                sources,
+                lambda src: one_run(pg, src, args.notifications, args.workers),
+                lambda run: (
+                    f"workers {run['worker_cpu_us']} us, PostgreSQL {run['postgres_cpu_us']} us"
+                    f" per notification (ratio {run['worker_over_postgres']});"
+                    f" {run['notifications_per_second']}/s"
+                ),
+            )
         finally:
             pg.stop()
-    medians = {
-        src: {
-            key: statistics.median(r[key] for r in runs if r["src"] == src)
-            for key in (
-                "worker_cpu_us",
-                "postgres_cpu_us",
-                "worker_over_postgres",
-                "notifications_per_second",
-            )
-        }
-        for src in sources
-    }
-    for src, m in medians.items():
-        print(f"median {src}: {m}")
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    out = args.output_dir / f"{stamp}.json"
-    out.write_text(
-        json.dumps(
-            {
-                "machine": machine_info(),
-                "notifications": args.notifications,
-                "workers": args.workers,
-                "runs": runs,
-                "medians": medians,
-            },
-            indent=2,
-        )
+    figures = ("worker_cpu_us", "postgres_cpu_us", "worker_over_postgres")
+    medians = alternating.medians(runs, sources, (*figures, "notifications_per_second"))
+    alternating.write(
+        args.output_dir,
+        {
+            "notifications": args.notifications,
+            "workers": args.workers,
+            "runs": runs,
+            "medians": medians,
+        },
     )
-    print(f"results: {out}")
 
 
 if __name__ == "__main__":
