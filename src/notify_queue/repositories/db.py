@@ -312,12 +312,13 @@ class Connection:
 
     @asynccontextmanager
     async def drain_transaction(self) -> AsyncIterator[Connection]:
-        """A transaction for the drain's statements (the claim, the completion): they read every
-        table through an index and use one plan per connection, set when it begins
-        (`drain_begin`, delivery.sql), in one round trip: psycopg's own transaction sends BEGIN
-        as a statement of its own, and the settings were a third. Committed at the end, rolled
-        back when the block raises; a connection left mid-statement (a cancelled call) is the
-        pool's to discard, as it is after psycopg's own transaction."""
+        """The claim's transaction: its statements read every table through an index and use
+        one plan per connection, settings made when it begins (`drain_begin`, delivery.sql), in
+        one round trip: psycopg's own transaction sends BEGIN as a statement of its own, and the
+        settings were another. Committed at the end, rolled back when the block raises; a
+        connection left mid-statement (a cancelled call) is the pool's to discard, as it is
+        after psycopg's own transaction. (The completion carries the same settings itself:
+        nq_complete_deliveries, 0041.)"""
         prepares = self._conn.prepare_threshold is not None
         begin = "drain_begin" if prepares else "drain_begin_unprepared"
         try:

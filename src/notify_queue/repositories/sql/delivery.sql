@@ -1,12 +1,13 @@
 -- The worker's hot path. Every statement here serves a whole batch in one round trip.
 
 -- name: drain_begin
--- The transaction of the claim (both steps) and of the completion, begun with the settings its
+-- The claim's transaction (both steps, and a screened completion), begun with the settings its
 -- statements are planned under, in one round trip (several statements, no parameters: psycopg
 -- sends it as a simple query; Connection.drain_transaction). Both settings LOCAL: they end with
 -- the transaction, and no other statement on the pool's connections sees them. BEGIN and a
--- set_config statement of their own were two round trips, ~140 us of a worker's CPU each
--- (docs/performance.md, "Two round trips fewer per batch").
+-- set_config statement of their own were two round trips, ~130 us of a worker's CPU each
+-- (docs/performance.md, "Two round trips fewer per batch"). The completion runs in autocommit
+-- with the same settings as its function's attributes (nq_complete_deliveries, 0041).
 --
 -- enable_seqscan off: every row these statements touch is found by key (the batch's ids, its
 -- recipients' windows, policies, recipients, digests), so a plan that reads a whole table costs
@@ -24,8 +25,8 @@
 -- PostgreSQL's own choice (`auto`) makes five custom plans per connection and statement before
 -- it considers the generic one, which a worker's pool, handing its connections out in turn,
 -- never got past in a burst (step 7). The generic plan runs no slower (measured per call with
--- the backend's CPU: 7.7-8.9 against 10.4-12.3 ms for the admission). nq_finish_held's and
--- nq_count's statements follow both settings.
+-- the backend's CPU: 7.7-8.9 against 10.4-12.3 ms for the admission). The statements of the
+-- functions it calls (nq_finish_held, nq_count) follow both settings.
 BEGIN;
 SET LOCAL enable_seqscan = off;
 SET LOCAL plan_cache_mode = force_generic_plan
