@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import subprocess
 import sys
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -31,23 +29,12 @@ import psutil
 
 from benchmarks import alternating, queue
 from benchmarks.env import BenchPostgres
-from benchmarks.httpload import request_bytes, run_load
-from benchmarks.scenarios.ingest import _free_port, _item, _wait_ready
+from benchmarks.httpload import run_load
+from benchmarks.scenarios.cost import _batches
+from benchmarks.scenarios.ingest import _free_port, _wait_ready
 
 RESULTS = Path(__file__).parent / "results" / "apicpu"
 WARM_ITEMS = 2_000
-
-
-def _batches(items: int, size: int) -> list[bytes]:
-    out = []
-    for first in range(0, items, size):
-        batch = []
-        for _ in range(min(size, items - first)):
-            key = f"apicpu-{uuid.uuid4().hex}"
-            batch.append(_item(key) | {"idempotencyKey": key})
-        body = json.dumps({"notifications": batch}).encode()
-        out.append(request_bytes("POST", "/notifications/batch", body))
-    return out
 
 
 def one_run(pg: BenchPostgres, src: str, items: int, size: int, clients: int) -> dict[str, Any]:
@@ -67,8 +54,10 @@ def one_run(pg: BenchPostgres, src: str, items: int, size: int, clients: int) ->
     )
     try:
         asyncio.run(_wait_ready(f"http://127.0.0.1:{port}"))
-        asyncio.run(run_load("127.0.0.1", port, _batches(WARM_ITEMS, size), clients=clients))
-        requests = _batches(items, size)
+        asyncio.run(
+            run_load("127.0.0.1", port, _batches(WARM_ITEMS, "apicpu-warm", size), clients=clients)
+        )
+        requests = _batches(items, "apicpu", size)
         process = psutil.Process(api.pid)
         before = sum(process.cpu_times()[:2])
         result = asyncio.run(run_load("127.0.0.1", port, requests, clients=clients))

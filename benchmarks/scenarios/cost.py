@@ -217,11 +217,12 @@ def _phases(
     return out
 
 
-def _batches(n: int, tag: str) -> list[bytes]:
+def _batches(n: int, tag: str, size: int = BATCH_ITEMS) -> list[bytes]:
+    """`n` plain creates with keys `<tag>-<hex>`, as batch requests of `size` items."""
     out = []
-    for first in range(0, n, BATCH_ITEMS):
+    for first in range(0, n, size):
         items = []
-        for _ in range(first, min(first + BATCH_ITEMS, n)):
+        for _ in range(first, min(first + size, n)):
             key = f"{tag}-{uuid.uuid4().hex}"
             items.append(_item(key) | {"idempotencyKey": key})
         body = json.dumps({"notifications": items}).encode()
