@@ -20,6 +20,11 @@ each run --rounds times, alternating its variants:
   (PGOPTIONS), optionally `@SRC` for another checkout's code. Reports the server's CPU per
   notification (every backend, reaped ones too) and pg_stat_statements' plans per call.
 
+Since 0041 (the completion) and 0042 (the claim's steps) the drain's statements are functions that
+plan under their own attributes (generic plans, `enable_seqscan = off`): a `plan_cache_mode` set on
+the connection reaches the call, not the statements inside, so the statements leg's modes no longer
+differ; the figures docs/performance.md quotes for them were measured before.
+
     .venv/bin/python -m benchmarks.plancost --notifications 8000
     .venv/bin/python -m benchmarks.plancost --repo-legs /work/main/src,src --notifications 3500
     .venv/bin/python -m benchmarks.plancost --workers 2 --notifications 5000 \

@@ -10,9 +10,10 @@ alternating within each round; this process's user + system CPU per transaction:
 - `psycopg_transaction`: psycopg's own transaction (BEGIN sent alone), the drain's settings as a
   statement of their own, the statement, COMMIT: four round trips, the drain's shape until
   2026-12-05;
-- `drain_begin`: BEGIN and the settings as one simple query (`drain_begin`, delivery.sql), the
-  statement, COMMIT: three;
-- `autocommit`: the statement alone: one;
+- `drain_begin`: BEGIN and the settings as one simple query, the statement, COMMIT: three (the
+  claim's shape from then until 0042, whose functions carry the settings);
+- `autocommit`: the statement alone: one (the completion's shape since 0041, the claim's since
+  0042);
 - `pipeline`: psycopg's pipeline mode around the first shape (one network flush for all four).
 
 Prints one line per shape and round and the medians; writes
@@ -33,12 +34,14 @@ import psycopg
 
 from benchmarks import alternating
 from benchmarks.env import BenchPostgres
-from notify_queue.repositories.queries import QUERIES
 
 RESULTS = Path(__file__).parent / "results" / "roundtrips"
 _SETTINGS = (
     "SELECT set_config('enable_seqscan', 'off', true),"
     " set_config('plan_cache_mode', 'force_generic_plan', true)"
+)
+_BEGIN_WITH_SETTINGS = (
+    "BEGIN; SET LOCAL enable_seqscan = off; SET LOCAL plan_cache_mode = force_generic_plan"
 )
 Shape = Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]
 
@@ -50,7 +53,7 @@ async def _psycopg_transaction(conn: psycopg.AsyncConnection[Any]) -> None:
 
 
 async def _drain_begin(conn: psycopg.AsyncConnection[Any]) -> None:
-    await conn.execute(QUERIES["drain_begin"], prepare=False)
+    await conn.execute(_BEGIN_WITH_SETTINGS, prepare=False)
     await (await conn.execute("SELECT 1")).fetchall()
     await conn.execute("COMMIT", prepare=False)
 

@@ -1,14 +1,14 @@
-"""The drain's statements are planned once per connection (docs/performance.md, "The drain's CPU,
-step by step", step 7).
+"""The drain's statements are planned once per connection and read every table by key
+(docs/performance.md, "The drain's CPU, step by step", steps 7 and 10).
 
-The claim's two statements are prepared at their first run on a connection and run under
-`plan_cache_mode = force_generic_plan` in their transaction (SET LOCAL): each call after the first
-reuses the plan, where PostgreSQL's default makes five custom plans per connection and statement,
-and a worker's pool handing out its connections in turn paid a plan on nearly every call. The
-completion's statement is a function's (0041), which carries the same settings as attributes.
-Counted from the connection's own `pg_prepared_statements` (generic and custom plans per prepared
-statement), never timed. Without prepared statements (a pooler that keeps
-none) nothing is forced: an unprepared statement would build a generic plan on every call.
+The claim's steps and the completion are functions (0041, 0042) that carry the drain's plan
+settings as attributes: `plan_cache_mode = force_generic_plan`, so PL/pgSQL's plan of each
+statement, kept per connection, is the generic one from the first call (PostgreSQL's default makes
+five custom plans per connection and statement, and a worker's pool handing out its connections in
+turn paid a plan on nearly every call), and `enable_seqscan = off`, so no plan depends on the
+statistics it was made with. The calls are prepared at their first run on a connection, where the
+client prepares (not at all behind a pooler that keeps no prepared statements). Counted from
+`pg_proc` and the connection's own `pg_prepared_statements`, never timed.
 
 A plan kept per connection must not depend on the statistics it was made with (step 10): the
 completion finds its rows through the primary key, never through the lease index whose predicate
@@ -17,8 +17,8 @@ generic plan took, reading every row in flight to complete a batch (nor through 
 indexes, which a digest item's status check matched in a first draft of 0039); and the
 admission reads the recipients' rate windows by key after an ANALYZE that found none, where its
 plan read the whole windows table once per recipient. Counted from pg_stat_user_indexes and
-pg_stat_user_tables; the negative controls are the old scan's generic plan and the drain without
-its settings.
+pg_stat_user_tables; the negative controls are the old scan's generic plan and the claim's
+functions without `enable_seqscan = off`.
 """
 
 from __future__ import annotations
@@ -26,22 +26,23 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-import pytest
 
 from notify_queue.models import Channel, Completion, Priority, Status
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryRepository
-from notify_queue.repositories.queries import QUERIES
 from tests.support import defaults, new, notification_service, statistics_count, status_counts
 
 CLAIMS = 7
 BATCH = 20
 SENT_ATTEMPT = '[{"provider": "log", "outcome": "sent", "ms": 1}]'
-# A distinctive piece of each statement's text, as pg_prepared_statements shows it.
+# A distinctive piece of each call's text, as pg_prepared_statements shows it: a drain of
+# address-targeted rows claims in one call (0042) and completes in another (0041).
 STATEMENTS = {
-    "claim_lock_candidates": "WITH candidates AS",
-    "claim_admit_candidates": "WITH batch_all AS",
+    "claim_alone": "FROM nq_claim(",
+    "complete_deliveries": "FROM nq_complete_deliveries(",
 }
+CLAIM_FUNCTIONS = ("nq_claim", "nq_claim_lock", "nq_claim_admit")
+DRAIN_SETTINGS = {"enable_seqscan=off", "plan_cache_mode=force_generic_plan"}
 
 
 async def _backlog(db: Database) -> None:
@@ -78,8 +79,9 @@ async def _unfinished_and_sent(db: Database) -> tuple[int, int]:
     return counts.get("PENDING", 0) + counts.get("PROCESSING", 0), counts.get("SENT", 0)
 
 
-async def _plans(db: Database) -> dict[str, tuple[int, int]]:
-    """(generic plans, custom plans) of each drain statement prepared on the pool's connection."""
+async def _plans(db: Database) -> dict[str, int]:
+    """How often each drain call prepared on the pool's connection ran (its plans, generic and
+    custom: PostgreSQL's choice for a call of a function, whose own statements plan apart)."""
     async with db.connection() as conn:
         # The session's own view: what this connection prepared and how it planned each run.
         raw: Any = conn._conn
@@ -87,36 +89,36 @@ async def _plans(db: Database) -> dict[str, tuple[int, int]]:
             "SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements"
         )
         rows = await cur.fetchall()
-    found: dict[str, tuple[int, int]] = {}
+    found: dict[str, int] = {}
     for name, marker in STATEMENTS.items():
         for row in rows:
             if marker in row["statement"]:
-                found[name] = (int(row["generic_plans"]), int(row["custom_plans"]))
+                found[name] = int(row["generic_plans"]) + int(row["custom_plans"])
     return found
 
 
-async def test_the_claim_and_the_completion_are_planned_once_per_connection(
-    database_url: str,
-) -> None:
+async def test_the_drains_calls_are_prepared_once_per_connection(database_url: str) -> None:
     async with Database(database_url, pool_size=1, name="notify-queue-worker") as db:
         await _drain(db)
-        plans = await _plans(db)
-        assert plans == {name: (CLAIMS, 0) for name in STATEMENTS}, plans
+        assert await _plans(db) == {name: CLAIMS for name in STATEMENTS}
         assert await _unfinished_and_sent(db) == (0, CLAIMS * BATCH)
 
 
-async def test_the_completion_carries_the_drains_settings_itself(database_url: str) -> None:
-    """The completion runs in autocommit (one round trip), so its settings are the function's:
-    PL/pgSQL plans its statement under them, once per connection (0041)."""
+async def test_the_drains_functions_carry_its_settings(database_url: str) -> None:
+    """Every statement of the claim's steps and of the completion is planned under the drain's
+    settings, whoever calls them, in autocommit or in a transaction (0041, 0042)."""
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         cur = await conn.execute(
-            "SELECT proconfig FROM pg_proc WHERE proname = 'nq_complete_deliveries'"
+            "SELECT proname, proconfig FROM pg_proc WHERE proname = ANY(%s)",
+            ([*CLAIM_FUNCTIONS, "nq_complete_deliveries"],),
         )
-        (settings,) = await cur.fetchall()
-    assert set(settings[0]) == {"enable_seqscan=off", "plan_cache_mode=force_generic_plan"}
+        settings = {name: set(config) for name, config in await cur.fetchall()}
+    assert settings == {
+        name: DRAIN_SETTINGS for name in (*CLAIM_FUNCTIONS, "nq_complete_deliveries")
+    }
 
 
-async def test_without_prepared_statements_nothing_is_forced(database_url: str) -> None:
+async def test_without_prepared_statements_the_drain_prepares_nothing(database_url: str) -> None:
     async with Database(
         database_url, pool_size=1, name="notify-queue-worker", prepared_statements=False
     ) as db:
@@ -189,10 +191,10 @@ async def test_the_admission_reads_windows_by_key_after_an_analyze_found_none(
 
 
 async def test_without_the_drains_settings_the_windows_are_scanned_whole(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    database_url: str,
 ) -> None:
-    # The drain's transaction with its generic plans and without enable_seqscan off.
-    monkeypatch.setitem(
-        QUERIES, "drain_begin", "BEGIN; SET LOCAL plan_cache_mode = force_generic_plan"
-    )
+    # The claim's functions with their generic plans and without enable_seqscan off.
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        for name in CLAIM_FUNCTIONS:
+            await conn.execute(f"ALTER FUNCTION {name} RESET enable_seqscan")
     assert await _after_an_analyze_of_no_windows(database_url) > 0

@@ -30,8 +30,8 @@
 -- - Every row a body touches is found by key (the bucket and the batch's ids, its recipients'
 --   windows, its digests), so each function runs with `enable_seqscan = off`: a shard's plan
 --   that reads a whole table is taken only where no index can serve, never because a shard's
---   statistics say the table is empty (the drain's transactions on plain PostgreSQL do the same:
---   drain_begin in delivery.sql; docs/performance.md, step 10).
+--   statistics say the table is empty (the drain's functions on plain PostgreSQL do the same:
+--   nq_claim_lock, nq_claim_admit and nq_claim, 0042; docs/performance.md, step 10).
 
 -- The move of finished rows from the queue into the log within one bucket (nq_finish, 0012, for
 -- a delegated caller): each row locked and read with its final values, its log row and its

@@ -15,7 +15,6 @@ on a connection of its own to `session_url`, which reaches PostgreSQL directly
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
@@ -42,9 +41,6 @@ Params = Mapping[str, Any]
 
 # Errors that mean "the database is not there right now", as opposed to a bug in a statement.
 _UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout)
-# A transaction in these states is rolled back when its block raises; any other (a statement
-# still running after a cancellation, a broken connection) is left to the pool, which discards it.
-_ROLLBACK_STATES = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
 # Rolled back because of other transactions (40001, 40P01, 55P03): DatabaseBusy, which a caller
 # may meet by running the transaction again (the migrator does).
 _LOST_TO_OTHERS = (psycopg.errors.TransactionRollback, psycopg.errors.LockNotAvailable)
@@ -206,12 +202,6 @@ class Database:
         async with self.connection() as conn, conn.transaction():
             yield conn
 
-    @asynccontextmanager
-    async def drain_transaction(self) -> AsyncIterator[Connection]:
-        """`Connection.drain_transaction` on a pooled connection."""
-        async with self.connection() as conn, conn.drain_transaction():
-            yield conn
-
     async def execute(self, query: str, params: Params | None = None) -> int:
         async with self.connection() as conn:
             return await conn.execute(query, params)
@@ -307,31 +297,6 @@ class Connection:
         try:
             async with self._conn.transaction():
                 yield self
-        except _UNAVAILABLE as exc:
-            raise _translate(exc) from None
-
-    @asynccontextmanager
-    async def drain_transaction(self) -> AsyncIterator[Connection]:
-        """The claim's transaction: its statements read every table through an index and use
-        one plan per connection, settings made when it begins (`drain_begin`, delivery.sql), in
-        one round trip: psycopg's own transaction sends BEGIN as a statement of its own, and the
-        settings were another. Committed at the end, rolled back when the block raises; a
-        connection left mid-statement (a cancelled call) is the pool's to discard, as it is
-        after psycopg's own transaction. (The completion carries the same settings itself:
-        nq_complete_deliveries, 0041.)"""
-        prepares = self._conn.prepare_threshold is not None
-        begin = "drain_begin" if prepares else "drain_begin_unprepared"
-        try:
-            # Several statements and no parameters: sent as one simple query, never prepared.
-            await self._conn.execute(_sql(begin), prepare=False)
-            try:
-                yield self
-            except BaseException:
-                if self._conn.info.transaction_status in _ROLLBACK_STATES:
-                    with contextlib.suppress(*_UNAVAILABLE):
-                        await self._conn.execute("ROLLBACK", prepare=False)
-                raise
-            await self._conn.execute("COMMIT", prepare=False)
         except _UNAVAILABLE as exc:
             raise _translate(exc) from None
 

@@ -118,6 +118,10 @@ class DeliveryRepository:
         # The claim's shape follows the engine (docs/scaling.md): one statement pair over the
         # whole queue on plain PostgreSQL, bucket by bucket on Citus.
         self._engine = engine or EngineRepository(db)
+        # Plain PostgreSQL: whether the next claim tries one call (claim_alone), as long as the
+        # last claim found no user-targeted candidate (docs/performance.md, "The claim in one
+        # round trip"): a queue of such rows claims in its transaction without a wasted call.
+        self._claim_alone = True
 
     async def notifications_claim(
         self,
@@ -141,17 +145,15 @@ class DeliveryRepository:
         }
         engine = await self._engine.engine_get()
         if engine.engine is not Engine.CITUS:
-            # One plan per connection for the claim's statements and the screened completions
-            # in this transaction, each prepared at its first run, reading by index whatever the
-            # statistics (docs/performance.md, "The drain's CPU, step by step", steps 7, 10).
-            async with self._db.drain_transaction() as conn:
-                return await self._claim_in(
-                    conn,
-                    lock_params,
-                    screen,
-                    quiet_hours,
-                    chain_heads,
-                )
+            if self._claim_alone:
+                alone = await self._claim_in_one_call(lock_params, chain_heads)
+                if alone is not None:
+                    return alone
+            # The steps' functions carry the drain's plan settings (0042), as the completion's
+            # does (0041): one plan per connection, reading by index whatever the statistics
+            # (docs/performance.md, "The drain's CPU, step by step", steps 7, 10).
+            async with self._db.transaction() as conn:
+                return await self._claim_in(conn, lock_params, screen, quiet_hours, chain_heads)
         # Citus: a lock-free look at the most urgent due rows, then one router claim per bucket
         # in the order and with the sizes of _bucket_visits, each in its own transaction.
         async with self._db.connection() as conn:
@@ -212,7 +214,6 @@ class DeliveryRepository:
     ) -> ClaimedBatch:
         """One claim in `conn`'s transaction: lock the candidates, admit them, screen them. With a
         `bucket` among the parameters, the claim of that bucket alone (Citus: one shard)."""
-        d = self._defaults
         routed = "bucket" in lock_params
         bucket = {"bucket": lock_params["bucket"]} if routed else {}
         # Each statement named at its call (the security test reads the names from the code).
@@ -220,15 +221,65 @@ class DeliveryRepository:
             locked = await conn.fetch_one("claim_lock_candidates_bucket", lock_params)
         else:
             locked = await conn.fetch_one("claim_lock_candidates", lock_params, prepare=True)
+        if not routed and locked is not None:
+            self._claim_alone = not locked["targeted"]
         if locked is None or not locked["ids"]:
             return ClaimedBatch([], [])
         quiet = _quiet_held(locked, quiet_hours)
-        # One token per claim: Citus refuses gen_random_uuid() in a distributed UPDATE, and
-        # completion matches (id, token), which a batch's token keeps unique per attempt.
         claim_token = uuid.uuid4()
         admit_params = {
             **bucket,
             "ids": locked["ids"],
+            **self._admission(claim_token, chain_heads),
+            "quiet_ids": list(quiet),
+        }
+        if routed:
+            # Both steps are functions delegated to the bucket's node (citus_functions.sql); the
+            # first locked the candidates' digests too (SKIP LOCKED), which the second reads.
+            admit_params["digest_ids"] = locked["digest_ids"]
+            rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
+            await citus_queue_returned_changes(conn, rows[0] if rows else None)
+        else:
+            rows = await conn.fetch_all("claim_admit_candidates", admit_params, prepare=True)
+        admitted = _admitted(rows, claim_token)
+        if screen is None:
+            return admitted
+        kept: list[ClaimedNotification] = []
+        screened: list[Completion] = []
+        for c in admitted.claimed:
+            decision = screen(c, c.id in quiet)
+            if decision is None:
+                kept.append(c)
+            else:
+                screened.append(decision)
+        if screened:
+            await self._complete(conn, screened, bucket=lock_params.get("bucket"))
+        return ClaimedBatch(kept, admitted.rate_limited, screened)
+
+    async def _claim_in_one_call(
+        self, lock_params: dict[str, Any], chain_heads: ChainHeads
+    ) -> ClaimedBatch | None:
+        """The claim as one call in autocommit (claim_alone, nq_claim: 0042): one round trip
+        where the transaction's claim makes four. None, with nothing claimed, when a candidate is
+        user-targeted: quiet hours and the send-time check decide those in the claim's
+        transaction. Of an address-targeted row neither has anything to decide (screen_claimed
+        returns None for a row without a recipientId, and without quiet hours nothing is admitted
+        without its place), so what this hands out is what the transaction's claim would."""
+        claim_token = uuid.uuid4()
+        params = {**lock_params, **self._admission(claim_token, chain_heads)}
+        async with self._db.connection() as conn:
+            rows = await conn.fetch_all("claim_alone", params, prepare=True)
+        if rows and rows[0]["screen"]:
+            self._claim_alone = False
+            return None
+        return _admitted(rows, claim_token)
+
+    def _admission(self, claim_token: uuid.UUID, chain_heads: ChainHeads) -> dict[str, Any]:
+        """The admission's parameters but the candidates (and the quiet ones among them)."""
+        d = self._defaults
+        return {
+            # One token per claim: Citus refuses gen_random_uuid() in a distributed UPDATE, and
+            # completion matches (id, token), which a batch's token keeps unique per attempt.
             "claim_token": claim_token,
             "rate_limit": d.rate_limit,
             "rate_window_seconds": d.rate_window_seconds,
@@ -238,37 +289,10 @@ class DeliveryRepository:
             "chain_channels": [c.value for c in chain_heads.channels],
             "chain_heads": list(chain_heads.channels.values()),
             "known_providers": list(chain_heads.known),
-            "quiet_ids": list(quiet),
             # For nq_finish_held when the claim cancels acknowledged escalation steps (no event:
             # CANCELLED has none; passed so the call is nq_finish_held's usual one).
             "webhook_url": d.webhook_url,
         }
-        if routed:
-            # Both steps are functions delegated to the bucket's node (citus_functions.sql); the
-            # first locked the candidates' digests too (SKIP LOCKED), which the second reads.
-            admit_params["digest_ids"] = locked["digest_ids"]
-            rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
-            await citus_queue_returned_changes(conn, rows[0] if rows else None)
-        else:
-            # Prepared at its first run on this connection, not its fifth, and planned once
-            # there (drain_transaction): a worker's pool hands its connections out in turn, so a
-            # burst was parsed and planned anew on almost every call.
-            rows = await conn.fetch_all("claim_admit_candidates", admit_params, prepare=True)
-        claimed = [_claimed(r, claim_token) for r in rows if r["id"] is not None]
-        screened: list[Completion] = []
-        if screen is not None:
-            kept = []
-            for c in claimed:
-                decision = screen(c, c.id in quiet)
-                if decision is None:
-                    kept.append(c)
-                else:
-                    screened.append(decision)
-            if screened:
-                await self._complete(conn, screened, bucket=lock_params.get("bucket"))
-            claimed = kept
-        limited = [Channel(c) for c in rows[0]["deferred_channels"]] if rows else []
-        return ClaimedBatch(claimed, limited, screened)
 
     async def digests_contents(
         self, *, digests: Sequence[tuple[int, uuid.UUID]]
@@ -560,8 +584,15 @@ def _quiet_held(locked: dict[str, Any], quiet_hours: QuietHours | None) -> set[u
     }
 
 
+def _admitted(rows: list[dict[str, Any]], claim_token: uuid.UUID) -> ClaimedBatch:
+    """An admission's answer: its admitted rows, and the channels it deferred (on every row; one
+    row of NULLs and the channels when nothing was admitted)."""
+    claimed = [_claimed(r, claim_token) for r in rows if r["id"] is not None]
+    return ClaimedBatch(claimed, [Channel(c) for c in rows[0]["deferred_channels"]] if rows else [])
+
+
 def _claimed(row: dict[str, Any], claim_token: uuid.UUID) -> ClaimedNotification:
-    """One admitted row of claim_admit_candidates."""
+    """One admitted row of an admission."""
     recipient_id = row["recipient_id"]
     failover = row["failover"]
     providers = row["providers"]

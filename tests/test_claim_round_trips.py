@@ -1,0 +1,175 @@
+"""The drain's round trips (docs/performance.md, "The claim in one round trip").
+
+A claim whose candidates are all address-targeted is one call in autocommit (nq_claim, 0042), the
+completion another (nq_complete_deliveries, 0041). A claim that meets a user-targeted candidate
+claims in a transaction (BEGIN, the lock step, the admission, COMMIT), where the worker decides
+quiet hours and the send-time check commits with the claim; the worker stays with that shape
+while its claims meet such candidates, and goes back to one call after a claim that met none.
+Counted at the driver (statements and psycopg's own BEGIN and COMMIT), never timed.
+
+The one call must never hand out what the send-time check would hold: a user-targeted row whose
+recipient opted out is SUPPRESSED in the claim's transaction, whichever shape the worker tried
+first. The negative control is nq_claim without its check of the candidates (replaced in the
+test's database): the opted-out row is then handed out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg._connection_base import BaseConnection
+
+from notify_queue.models import (
+    Channel,
+    Completion,
+    NewNotification,
+    Preferences,
+    Priority,
+    Recipient,
+    Status,
+)
+from notify_queue.repositories.db import Database
+from notify_queue.repositories.delivery import DeliveryRepository
+from notify_queue.repositories.recipients import RecipientRepository
+from notify_queue.services.delivery import DeliveryService
+from tests.support import defaults, new, notification_service
+
+
+@contextmanager
+def round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """What the block sends: each statement (a call by its function's name), and each command
+    psycopg sends by itself."""
+    sent: list[str] = []
+    execute = psycopg.AsyncConnection.execute
+    command = BaseConnection._exec_command
+
+    async def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(query):  # not the pool's check of a connection idle for a while (an empty query)
+            called = re.search(r"FROM (nq_\w+)\(", str(query))
+            sent.append(called.group(1) if called else str(query)[:40])
+        return await execute(self, query, *args, **kwargs)
+
+    def counting_command(self: Any, text: bytes, *args: Any, **kwargs: Any) -> Any:
+        sent.append(bytes(text).decode())
+        return (yield from command(self, text, *args, **kwargs))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(psycopg.AsyncConnection, "execute", counting)
+        patch.setattr(BaseConnection, "_exec_command", counting_command)
+        yield sent
+
+
+def targeted(recipient_id: str) -> NewNotification:
+    return dataclasses.replace(new(), recipient_id=recipient_id)
+
+
+async def _claim(repository: DeliveryRepository) -> list[Any]:
+    batch = await repository.notifications_claim(
+        priorities=list(Priority), channels=list(Channel), limit=10
+    )
+    return batch.claimed
+
+
+async def test_a_claim_of_address_targeted_rows_is_one_round_trip_and_a_completion_one(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with Database(database_url, pool_size=1) as db:
+        repository = DeliveryRepository(db, defaults())
+        await _claim(repository)  # reads the engine (cached afterwards): not counted
+        await notification_service(db, announce=False).enqueue_many([new() for _ in range(5)])
+        with round_trips(monkeypatch) as claim:
+            claimed = await _claim(repository)
+        with round_trips(monkeypatch) as completion:
+            recorded = await repository.deliveries_complete(
+                completions=[
+                    Completion(c.id, c.claim_token, Status.SENT, None, None, f"m-{c.id}", "log")
+                    for c in claimed
+                ]
+            )
+    assert len(claimed) == 5 and len(recorded.accepted) == 5
+    assert claim == ["nq_claim"], claim
+    assert completion == ["nq_complete_deliveries"], completion
+
+
+async def test_a_claim_that_meets_a_user_targeted_row_claims_in_a_transaction(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    transaction = [
+        "BEGIN",
+        "nq_claim_lock",
+        "nq_claim_admit",
+        "COMMIT",
+    ]
+    async with Database(database_url, pool_size=1) as db:
+        repository = DeliveryRepository(db, defaults(rate_limit=100))
+        creates = notification_service(db, announce=False)
+        await _claim(repository)
+        await creates.enqueue_many([new(), targeted("u-1"), new()])
+        with round_trips(monkeypatch) as first:
+            assert len(await _claim(repository)) == 3
+        # The one call admitted nothing and said so; the transaction claimed all three.
+        assert first == ["nq_claim", *transaction], first
+        await creates.enqueue_many([targeted("u-1"), new()])
+        with round_trips(monkeypatch) as second:
+            assert len(await _claim(repository)) == 2
+        assert second == transaction, second  # the last claim met one: no call wasted first
+        await creates.enqueue_many([new(), new()])
+        with round_trips(monkeypatch) as third:
+            assert len(await _claim(repository)) == 2
+        assert third == transaction, third  # the last claim met one: this one finds none...
+        await creates.enqueue_many([new()])
+        with round_trips(monkeypatch) as fourth:
+            assert len(await _claim(repository)) == 1
+        assert fourth == ["nq_claim"], fourth  # ...so one call
+
+
+async def _without_the_check(database_url: str) -> None:
+    """nq_claim as if no candidate were ever user-targeted (the negative control)."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT pg_get_functiondef('nq_claim'::regproc)")
+        (definition,) = await cur.fetchone() or ("",)
+        replaced, found = re.subn(r"IF locked\.targeted THEN", "IF false THEN", definition)
+        assert found == 1
+        await conn.execute(replaced)
+
+
+@pytest.mark.parametrize("check", ["with_check", "without_check"])
+async def test_an_opted_out_recipient_gets_nothing_whichever_shape_claims_first(
+    database_url: str, check: str
+) -> None:
+    if check == "without_check":
+        await _without_the_check(database_url)
+    async with Database(database_url, pool_size=2) as db:
+        now = datetime.now(UTC)
+        await RecipientRepository(db).recipient_put(
+            recipient=Recipient(
+                id="u-1",
+                email="u-1@example.com",
+                phone=None,
+                push_tokens=[],
+                preferences=Preferences(exists=True, opt_out_all=True),
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        opted_out = targeted("u-1")
+        await notification_service(db, announce=False).enqueue_many([new(), opted_out])
+        service = DeliveryService(
+            DeliveryRepository(db, defaults()), priorities=list(Priority), channels=list(Channel)
+        )
+        batch = await service.claim(10)
+    handed_out = {c.id for c in batch.claimed}
+    if check == "with_check":
+        assert opted_out.id not in handed_out and len(handed_out) == 1
+        assert [(c.id, c.status) for c in batch.screened or []] == [
+            (opted_out.id, Status.SUPPRESSED)
+        ]
+    else:
+        assert opted_out.id in handed_out  # the race the check closes: sent to an opt-out
