@@ -104,7 +104,7 @@ async def test_a_claim_that_meets_a_user_targeted_row_claims_in_a_transaction(
     transaction = [
         "BEGIN",
         "nq_claim_lock",
-        "nq_claim_admit",
+        "nq_claim",
         "COMMIT",
     ]
     async with Database(database_url, pool_size=1) as db:

@@ -41,7 +41,7 @@ STATEMENTS = {
     "claim_alone": "FROM nq_claim(",
     "complete_deliveries": "FROM nq_complete_deliveries(",
 }
-CLAIM_FUNCTIONS = ("nq_claim", "nq_claim_lock", "nq_claim_admit")
+CLAIM_FUNCTIONS = ("nq_claim", "nq_claim_lock")
 DRAIN_SETTINGS = {"enable_seqscan=off", "plan_cache_mode=force_generic_plan"}
 
 

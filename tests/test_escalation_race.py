@@ -10,7 +10,7 @@ committed: it must not be sent. Every other step's first attempt is answered 503
 its retry 200, so the steps before i go out before the acknowledgement (legal: they were due
 before it) and the steps after i are cancelled by it.
 
-The guard is the claim's read of the escalation's state (nq_claim_admit, 0042, "ESCALATION
+The guard is the claim's read of the escalation's state (nq_claim, 0042, "ESCALATION
 GUARD"). The negative control, the parametrised variant `without_guard`, runs the same worker
 with that read replaced by `false`: step i is then sent after the acknowledgement, every time,
 which is the race the guard closes (an acknowledgement lost for a step in flight).
@@ -84,11 +84,11 @@ async def test_no_step_is_sent_after_the_acknowledgement_committed(
     database_url: str, guard: str
 ) -> None:
     if guard == "without_guard":
-        # Plain PostgreSQL's claim: its admission is nq_claim_admit (0042), replaced in this
+        # Plain PostgreSQL's claim: its admission is nq_claim (0042), replaced in this
         # test's database (the Citus claim's guard is in nq_claim_admit_bucket,
         # repositories/citus_functions.sql, which this test does not run).
         await _replace_function(
-            database_url, "nq_claim_admit", GUARD, "ELSE false END AS acknowledged"
+            database_url, "nq_claim", GUARD, "ELSE false END AS acknowledged"
         )
     async with api_client(database_url) as http:
         user = "oncall"

@@ -31,7 +31,7 @@
 --   windows, its digests), so each function runs with `enable_seqscan = off`: a shard's plan
 --   that reads a whole table is taken only where no index can serve, never because a shard's
 --   statistics say the table is empty (the drain's functions on plain PostgreSQL do the same:
---   nq_claim_lock, nq_claim_admit and nq_claim, 0042; docs/performance.md, step 10).
+--   nq_claim_lock and nq_claim, 0042; docs/performance.md, step 10).
 
 -- The move of finished rows from the queue into the log within one bucket (nq_finish, 0012, for
 -- a delegated caller): each row locked and read with its final values, its log row and its

@@ -215,7 +215,6 @@ class DeliveryRepository:
         """One claim in `conn`'s transaction: lock the candidates, admit them, screen them. With a
         `bucket` among the parameters, the claim of that bucket alone (Citus: one shard)."""
         routed = "bucket" in lock_params
-        bucket = {"bucket": lock_params["bucket"]} if routed else {}
         # Each statement named at its call (the security test reads the names from the code).
         if routed:
             locked = await conn.fetch_one("claim_lock_candidates_bucket", lock_params)
@@ -228,7 +227,7 @@ class DeliveryRepository:
         quiet = _quiet_held(locked, quiet_hours)
         claim_token = uuid.uuid4()
         admit_params = {
-            **bucket,
+            **lock_params,
             "ids": locked["ids"],
             **self._admission(claim_token, chain_heads),
             "quiet_ids": list(quiet),

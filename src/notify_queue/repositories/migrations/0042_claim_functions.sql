@@ -1,5 +1,5 @@
--- The claim's two steps as functions, and the claim of address-targeted rows in one call (issue
--- 20: docs/performance.md, "The claim in one round trip"). Expand only: three new functions; the
+-- The claim's steps as functions, and the claim of address-targeted rows in one call (issue 20:
+-- docs/performance.md, "The claim in one round trip"). Expand only: two new functions; the
 -- previous release sends its own statements, which read and write the same rows.
 --
 -- A claim was four round trips (its begin with the drain's settings, the lock step, the
@@ -9,10 +9,10 @@
 -- hours), whose decisions commit with the claim. Of a claim whose candidates are all
 -- address-targeted, neither has anything to decide. nq_claim locks the candidates and, when none
 -- is user-targeted, admits them, in one call in autocommit: one round trip. Otherwise it admits
--- nothing, says so (`screen`), and the worker claims in its transaction as before, through
--- nq_claim_lock and nq_claim_admit: the statements delivery.sql held (claim_lock_candidates,
--- claim_admit_candidates, with its digest fragment), unchanged but for their parameters and the
--- lock step's `targeted`.
+-- nothing, says so (`screen`), and the worker claims in its transaction as before: nq_claim_lock,
+-- then nq_claim with the candidates it locked. The statements are the ones delivery.sql held
+-- (claim_lock_candidates, claim_admit_candidates with its digest fragment), unchanged but for
+-- their parameters and the lock step's `targeted`.
 --
 -- Each statement of a VOLATILE PL/pgSQL function takes its own snapshot (READ COMMITTED): the
 -- admission, run after the lock step in nq_claim as in the worker's transaction, sees the windows
@@ -114,13 +114,24 @@ END $$;
 -- by an upsert in (bucket, recipient) order, the order every writer of windows locks them in.
 -- Rows are found through the primary key (`id = ANY(array)`), so a claim costs per row, never per
 -- table size, whatever the statistics say.
-CREATE FUNCTION nq_claim_admit(
-    p_ids uuid[], p_claim_token uuid, p_rate_limit integer, p_rate_window_seconds float8,
-    p_lease_seconds float8, p_backoff_base_seconds float8, p_backoff_max_seconds float8,
-    p_chain_channels text[], p_chain_heads text[], p_known_providers text[], p_quiet_ids uuid[],
-    p_webhook_url text)
+--
+-- The claim in one function: step 2 of the candidates a caller's transaction locked (`p_ids`, and
+-- `p_quiet_ids` among them, which the caller decided quiet hours hold; the lock step's parameters
+-- are then not used), or, without `p_ids` (one call in autocommit), step 1 and then step 2 when
+-- no candidate is user-targeted (no quiet hours to decide, no send-time check to commit with the
+-- claim). A user-targeted candidate: one row with `screen` true and nothing admitted (the locks go
+-- with this call's transaction; the caller claims in its own, where it can decide). No candidate:
+-- no row. Otherwise the admitted rows with `screen` false. The admission is this function's own
+-- statement, not a function of its own: each function level that returns the rows copies them
+-- into a result store of its own (a nested one cost ~6 us per notification of PostgreSQL's time).
+CREATE FUNCTION nq_claim(
+    p_priorities smallint[], p_channels text[], p_limit integer, p_claim_token uuid,
+    p_rate_limit integer, p_rate_window_seconds float8, p_lease_seconds float8,
+    p_backoff_base_seconds float8, p_backoff_max_seconds float8, p_chain_channels text[],
+    p_chain_heads text[], p_known_providers text[], p_webhook_url text,
+    p_ids uuid[] DEFAULT NULL, p_quiet_ids uuid[] DEFAULT '{}')
 RETURNS TABLE (
-    deferred_channels text[], status_writes_noted integer, escalation_steps_stopped integer,
+    screen boolean, deferred_channels text[], status_writes_noted integer, escalation_steps_stopped integer,
     id uuid, channel text, recipient text, subject text, body text, metadata jsonb,
     attempt_count integer, max_attempts integer, priority smallint,
     backoff_base_seconds float8, backoff_max_seconds float8, failover text, providers text[],
@@ -134,7 +145,22 @@ SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
 AS $$
 #variable_conflict use_column
+DECLARE
+    v_ids uuid[] := p_ids;
+    locked record;
 BEGIN
+    IF v_ids IS NULL THEN
+        SELECT * INTO locked FROM nq_claim_lock(p_priorities, p_channels, p_limit);
+        IF cardinality(locked.ids) = 0 THEN
+            RETURN;
+        END IF;
+        IF locked.targeted THEN
+            screen := true;
+            RETURN NEXT;
+            RETURN;
+        END IF;
+        v_ids := locked.ids;
+    END IF;
     RETURN QUERY
     WITH batch_all AS (
         SELECT n.id, n.bucket, n.recipient, n.priority, n.next_attempt_at, n.created_at, n.source,
@@ -167,7 +193,7 @@ BEGIN
                    AS chain_head
         FROM nq_jobs n
         LEFT JOIN nq_policies p ON p.name = n.policy
-        WHERE n.id = ANY(p_ids::uuid[])
+        WHERE n.id = ANY(v_ids::uuid[])
     ), digest_locked AS (
         -- [digests] docs/digests.md. The digests of the batch's items, through their primary key (a
         -- batch without digest items reads nothing), SKIP LOCKED: a create joining a digest or a
@@ -381,7 +407,7 @@ BEGIN
     -- channels when nothing was admitted). noted is selected so that it runs: a column of `f` that
     -- the outer query does not select is removed by the planner, and with it the only reference to
     -- noted, which then never ran (no status write for a Kubernetes row's claim or deferral).
-    SELECT f.deferred_channels, f.noted AS status_writes_noted,
+    SELECT false, f.deferred_channels, f.noted AS status_writes_noted,
            f.stopped::integer AS escalation_steps_stopped, a.*
     FROM (SELECT ARRAY(SELECT channel FROM deferred) AS deferred_channels,
                  (SELECT n FROM noted) AS noted, (SELECT n FROM stopped) AS stopped) f
@@ -407,47 +433,4 @@ BEGIN
         LEFT JOIN nq_recipients r ON r.id = a.recipient_id
     ) a ON true
     ORDER BY a.priority, a.next_attempt_at, a.created_at;
-END $$;
-
--- The claim in one call: step 1, then step 2 when no candidate is user-targeted (no quiet hours to
--- decide, no send-time check to commit with it). Otherwise one row with `screen` true and nothing
--- admitted: the locks go with this call's transaction, and the worker claims in its own, where it
--- can decide. No candidate: no row.
-CREATE FUNCTION nq_claim(
-    p_priorities smallint[], p_channels text[], p_limit integer, p_claim_token uuid,
-    p_rate_limit integer, p_rate_window_seconds float8, p_lease_seconds float8,
-    p_backoff_base_seconds float8, p_backoff_max_seconds float8, p_chain_channels text[],
-    p_chain_heads text[], p_known_providers text[], p_webhook_url text)
-RETURNS TABLE (
-    screen boolean, deferred_channels text[], status_writes_noted integer, escalation_steps_stopped integer,
-    id uuid, channel text, recipient text, subject text, body text, metadata jsonb,
-    attempt_count integer, max_attempts integer, priority smallint,
-    backoff_base_seconds float8, backoff_max_seconds float8, failover text, providers text[],
-    category text, expires_at timestamptz, recipient_id text, recipient_exists boolean,
-    timezone text, opt_out_all boolean, opt_out_channels text[], opt_out_categories text[],
-    quiet_start time, quiet_end time, bound_provider text, sticky_provider text,
-    next_attempt_at timestamptz, created_at timestamptz, send_at timestamptz,
-    traceparent text, digest_id uuid, digest_bucket smallint)
-LANGUAGE plpgsql VOLATILE
-SET enable_seqscan = off
-SET plan_cache_mode = force_generic_plan
-AS $$
-DECLARE
-    locked record;
-BEGIN
-    SELECT * INTO locked FROM nq_claim_lock(p_priorities, p_channels, p_limit);
-    IF cardinality(locked.ids) = 0 THEN
-        RETURN;
-    END IF;
-    IF locked.targeted THEN
-        screen := true;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-    RETURN QUERY
-    SELECT false, a.*
-    FROM nq_claim_admit(
-        locked.ids, p_claim_token, p_rate_limit, p_rate_window_seconds, p_lease_seconds,
-        p_backoff_base_seconds, p_backoff_max_seconds, p_chain_channels, p_chain_heads,
-        p_known_providers, '{}', p_webhook_url) a;
 END $$;

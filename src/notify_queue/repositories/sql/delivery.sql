@@ -1,10 +1,11 @@
 -- The worker's hot path. Every statement here serves a whole batch in one round trip.
 
 -- name: claim_alone
--- A claim in one round trip, in autocommit (nq_claim, 0042): the lock step, then the admission
--- when no candidate is user-targeted. A row with `screen` true: nothing was admitted, claim in a
--- transaction (claim_lock_candidates, claim_admit_candidates), where the worker decides quiet hours
--- and the send-time check. No row: nothing was due. What each step does is written in 0042.
+-- A claim in one round trip, in autocommit (nq_claim without candidates, 0042): the lock step,
+-- then the admission when no candidate is user-targeted. A row with `screen` true: nothing was
+-- admitted, claim in a transaction (claim_lock_candidates, claim_admit_candidates), where the
+-- worker decides quiet hours and the send-time check. No row: nothing was due. What each step
+-- does is written in 0042.
 SELECT * FROM nq_claim(
     %(priorities)b::smallint[], %(channels)b::text[], %(limit)s, %(claim_token)s, %(rate_limit)s,
     %(rate_window_seconds)s, %(lease_seconds)s, %(backoff_base_seconds)s,
@@ -18,15 +19,17 @@ SELECT * FROM nq_claim(
 SELECT * FROM nq_claim_lock(%(priorities)b::smallint[], %(channels)b::text[], %(limit)s)
 
 -- name: claim_admit_candidates
--- Step 2 (nq_claim_admit, 0042): of the locked candidates, admit those within their recipient's
--- window (PROCESSING, the claim token, a lease, one more attempt, the provider bound), defer the
--- others to when their window frees, hold those of a policy that is not Ready, close or park
--- digests, cancel acknowledged escalation steps; the admitted rows in claim order. Rows quiet hours
--- hold (quiet_ids, decided by the worker from step 1) are admitted without a place in the window.
-SELECT * FROM nq_claim_admit(
-    %(ids)b::uuid[], %(claim_token)s, %(rate_limit)s, %(rate_window_seconds)s, %(lease_seconds)s,
-    %(backoff_base_seconds)s, %(backoff_max_seconds)s, %(chain_channels)b::text[],
-    %(chain_heads)b::text[], %(known_providers)b::text[], %(quiet_ids)b::uuid[], %(webhook_url)s)
+-- Step 2 (nq_claim with the candidates, 0042): of the locked candidates, admit those within their
+-- recipient's window (PROCESSING, the claim token, a lease, one more attempt, the provider bound),
+-- defer the others to when their window frees, hold those of a policy that is not Ready, close or
+-- park digests, cancel acknowledged escalation steps; the admitted rows in claim order. Rows quiet
+-- hours hold (quiet_ids, decided by the worker from step 1) are admitted without a place in the
+-- window.
+SELECT * FROM nq_claim(
+    %(priorities)b::smallint[], %(channels)b::text[], %(limit)s, %(claim_token)s, %(rate_limit)s,
+    %(rate_window_seconds)s, %(lease_seconds)s, %(backoff_base_seconds)s,
+    %(backoff_max_seconds)s, %(chain_channels)b::text[], %(chain_heads)b::text[],
+    %(known_providers)b::text[], %(webhook_url)s, %(ids)b::uuid[], %(quiet_ids)b::uuid[])
 
 -- name: claim_due_buckets
 -- Citus only (docs/scaling.md "Citus: the claim"): FOR UPDATE SKIP LOCKED runs only in a query
@@ -199,7 +202,7 @@ WHERE (bucket, recipient) IN (
 
 -- name: _claim_digest_roles
 -- [digests] The body of the Citus claim's digest_roles CTE, and the batch CTE after it
--- (docs/digests.md; nq_claim_admit, 0042, holds the plain claim's, the same text).
+-- (docs/digests.md; nq_claim, 0042, holds the plain claim's, the same text).
     -- [digests] The carrier goes on as any row (rate limit, quiet hours, policy, providers: the
     -- digest is one message); another item of its digest is parked, one whose digest is busy
     -- waits a second.

@@ -1,7 +1,7 @@
 -- Escalations (CONTRACT section 10, docs/escalation.md): the create, the read and the
 -- acknowledgement. Lock order, everywhere: the escalation row first, then its steps' queue rows.
 -- The worker never locks an escalation row: its claim reads the row's state from its snapshot
--- (nq_claim_admit, 0042: "ESCALATION GUARD"), which is what makes the order safe.
+-- (nq_claim, 0042: "ESCALATION GUARD"), which is what makes the order safe.
 
 -- name: escalation_insert
 -- An escalation and its steps in one statement: the steps' idempotency keys first (ON CONFLICT
@@ -78,7 +78,7 @@ SELECT bucket, id, step_ids, acknowledged_at FROM nq_escalations WHERE id = %(id
 
 -- name: escalation_acknowledge_mark
 -- Step 2: the state, written once. From its commit on, every claim of a step reads it (the
--- guard in nq_claim_admit) and cancels the step instead of handing it out.
+-- guard in nq_claim) and cancels the step instead of handing it out.
 UPDATE nq_escalations SET acknowledged_at = now(), acknowledged_by = %(by)s
 WHERE bucket = %(bucket)s AND id = %(id)s AND acknowledged_at IS NULL
 
