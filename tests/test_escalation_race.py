@@ -87,9 +87,7 @@ async def test_no_step_is_sent_after_the_acknowledgement_committed(
         # Plain PostgreSQL's claim: its admission is nq_claim (0042), replaced in this
         # test's database (the Citus claim's guard is in nq_claim_admit_bucket,
         # repositories/citus_functions.sql, which this test does not run).
-        await _replace_function(
-            database_url, "nq_claim", GUARD, "ELSE false END AS acknowledged"
-        )
+        await _replace_function(database_url, "nq_claim", GUARD, "ELSE false END AS acknowledged")
     async with api_client(database_url) as http:
         user = "oncall"
         await http.put(
