@@ -215,6 +215,18 @@ async def waiting_for_lock(database_url: str, wait_event: str) -> bool:
         return bool((await cur.fetchone())[0])  # type: ignore[index]
 
 
+async def replace_in_function(database_url: str, name: str, old: str, new: str) -> None:
+    """The function `name` in this test's database with `old` (whitespace aside) replaced by
+    `new`: a negative control's way to run the real statement without the part it checks."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT pg_get_functiondef(%s::regproc)", (name,))
+        (definition,) = await cur.fetchone() or ("",)
+        pattern = r"\s+".join(re.escape(word) for word in old.split())
+        replaced, found = re.subn(pattern, new, definition)
+        assert found == 1, f"{name} does not read as the test expects"
+        await conn.execute(replaced)
+
+
 async def statistics_count(db: Database, database_url: str, query: str) -> int:
     """A count from the statistics views (`query`: one row, one number), with the counts of the
     pool's connection flushed first (a backend sends its own at most once a second)."""

@@ -39,7 +39,7 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryRepository
 from notify_queue.repositories.recipients import RecipientRepository
 from notify_queue.services.delivery import DeliveryService
-from tests.support import defaults, new, notification_service
+from tests.support import defaults, new, notification_service, replace_in_function
 
 
 @contextmanager
@@ -130,22 +130,15 @@ async def test_a_claim_that_meets_a_user_targeted_row_claims_in_a_transaction(
         assert fourth == ["nq_claim"], fourth  # ...so one call
 
 
-async def _without_the_check(database_url: str) -> None:
-    """nq_claim as if no candidate were ever user-targeted (the negative control)."""
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        cur = await conn.execute("SELECT pg_get_functiondef('nq_claim'::regproc)")
-        (definition,) = await cur.fetchone() or ("",)
-        replaced, found = re.subn(r"IF locked\.targeted THEN", "IF false THEN", definition)
-        assert found == 1
-        await conn.execute(replaced)
-
-
 @pytest.mark.parametrize("check", ["with_check", "without_check"])
 async def test_an_opted_out_recipient_gets_nothing_whichever_shape_claims_first(
     database_url: str, check: str
 ) -> None:
     if check == "without_check":
-        await _without_the_check(database_url)
+        # nq_claim as if no candidate were ever user-targeted.
+        await replace_in_function(
+            database_url, "nq_claim", "IF locked.targeted THEN", "IF false THEN"
+        )
     async with Database(database_url, pool_size=2) as db:
         now = datetime.now(UTC)
         await RecipientRepository(db).recipient_put(

@@ -19,20 +19,18 @@ which is the race the guard closes (an acknowledgement lost for a step in flight
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 import uuid
 from typing import Any
 
 import aiohttp
-import psycopg
 import pytest
 from aiohttp import web
 
 from notify_queue.models import Channel
 from notify_queue.providers.http import HttpProvider
 from tests.api.support import api_client
-from tests.support import eventually, start_workers
+from tests.support import eventually, replace_in_function, start_workers
 
 STEPS = [
     {"channel": "push"},
@@ -68,17 +66,6 @@ class Gateway:
         return web.Response(status=503, text="try again")
 
 
-async def _replace_function(database_url: str, name: str, old: str, new: str) -> None:
-    """The function `name` in this database with `old` (whitespace aside) replaced by `new`."""
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        cur = await conn.execute("SELECT pg_get_functiondef(%s::regproc)", (name,))
-        (definition,) = await cur.fetchone() or ("",)
-        pattern = r"\s+".join(re.escape(word) for word in old.split())
-        replaced, found = re.subn(pattern, new, definition)
-        assert found == 1, f"{name} does not read as this test expects"
-        await conn.execute(replaced)
-
-
 @pytest.mark.parametrize("guard", ["with_guard", "without_guard"])
 async def test_no_step_is_sent_after_the_acknowledgement_committed(
     database_url: str, guard: str
@@ -87,7 +74,7 @@ async def test_no_step_is_sent_after_the_acknowledgement_committed(
         # Plain PostgreSQL's claim: its admission is nq_claim (0042), replaced in this
         # test's database (the Citus claim's guard is in nq_claim_admit_bucket,
         # repositories/citus_functions.sql, which this test does not run).
-        await _replace_function(database_url, "nq_claim", GUARD, "ELSE false END AS acknowledged")
+        await replace_in_function(database_url, "nq_claim", GUARD, "ELSE false END AS acknowledged")
     async with api_client(database_url) as http:
         user = "oncall"
         await http.put(
