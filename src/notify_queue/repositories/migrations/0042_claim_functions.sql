@@ -20,9 +20,8 @@
 -- are the functions' attributes (as nq_complete_deliveries', 0041), so every statement they run is
 -- planned under them, once per connection.
 
--- Step 1, what it does:
--- Step 1 of a claim (one transaction, two statements): lock up to %(limit)s due notifications
--- and the rate-limit locks of their recipients.
+-- Step 1 of a claim (in the worker's transaction, or inside nq_claim): lock up to p_limit due
+-- notifications and the rate-limit locks of their recipients; say whether any is user-targeted.
 --
 -- Rows: for each priority this worker serves, highest first, read the top of that priority's
 -- range of the partial claim index (status = 'PENDING', ordered by next_attempt_at, created_at)
@@ -86,7 +85,6 @@ BEGIN
     WHERE (SELECT count(*) FROM recipient_locks) >= 0;
 END $$;
 
--- Step 2, what it does:
 -- Step 2 of a claim: of the locked candidates, admit those within their recipient's rolling
 -- window and mark them PROCESSING with the worker's claim token, a lease and one more attempt
 -- (an attempt counts when claimed, so a notification that crashes every worker still runs out).
@@ -97,7 +95,7 @@ END $$;
 -- place and outside the ranking: the send-time check defers them in this same transaction, so
 -- they must not take a place in the window from a sendable row of the same recipient.
 --
--- The claim token comes from the worker (%(claim_token)s, one per claim: a claim is one batch of
+-- The claim token comes from the worker (p_claim_token, one per claim: a claim is one batch of
 -- one worker), not from gen_random_uuid(): Citus refuses volatile functions in a distributed
 -- UPDATE, and one token per batch costs nothing per row. Completion matches (id, token).
 --
@@ -131,7 +129,8 @@ CREATE FUNCTION nq_claim(
     p_chain_heads text[], p_known_providers text[], p_webhook_url text,
     p_ids uuid[] DEFAULT NULL, p_quiet_ids uuid[] DEFAULT '{}')
 RETURNS TABLE (
-    screen boolean, deferred_channels text[], status_writes_noted integer, escalation_steps_stopped integer,
+    screen boolean, deferred_channels text[], status_writes_noted integer,
+    escalation_steps_stopped integer,
     id uuid, channel text, recipient text, subject text, body text, metadata jsonb,
     attempt_count integer, max_attempts integer, priority smallint,
     backoff_base_seconds float8, backoff_max_seconds float8, failover text, providers text[],
