@@ -144,7 +144,9 @@ def lock_params(batch: int) -> dict[str, Any]:
 
 
 def admit_params(ids: list[uuid.UUID]) -> dict[str, Any]:
+    """Step 2's parameters (`claim` with the candidates; the lock step's go along, unused)."""
     return {
+        **lock_params(len(ids)),
         "ids": ids,
         "claim_token": uuid.uuid4(),
         "rate_limit": 10,
@@ -220,7 +222,7 @@ class Leg:
             if locked is None or not locked["ids"]:
                 return 0
             params = admit_params(locked["ids"])
-            rows = c.execute(QUERIES["claim_admit_candidates"], params, prepare=True).fetchall()
+            rows = c.execute(QUERIES["claim"], params, prepare=True).fetchall()
             t2 = cpu_ns(self.pid)
         rows = [r for r in rows if r["id"] is not None]
         with c.transaction():
@@ -250,7 +252,7 @@ class Leg:
                 ).fetchone()
                 assert locked is not None
                 params = admit_params(locked["ids"])
-                rows = c.execute(QUERIES["claim_admit_candidates"], params, prepare=True).fetchall()
+                rows = c.execute(QUERIES["claim"], params, prepare=True).fetchall()
                 rows = [r for r in rows if r["id"] is not None]
                 done = complete_params(rows, params["claim_token"])
                 c.execute(QUERIES["complete_deliveries"], done, prepare=True).fetchone()
@@ -308,7 +310,7 @@ _BARE_ADMISSION = (
     f" WHERE n.id = ANY(%(ids)b::uuid[]) RETURNING {_CLAIMED_COLUMNS}"
 )
 CLAIM_SHAPES = {
-    "admission (claim_admit_candidates)": QUERIES["claim_admit_candidates"],
+    "admission (claim_admit_candidates)": QUERIES["claim"],
     "bare update and window inserts": (
         f"WITH admitted AS ({_BARE_ADMISSION}), opened AS ("
         " INSERT INTO nq_rate_windows (bucket, recipient, ids, taken, last_taken_at)"

@@ -38,7 +38,7 @@ SENT_ATTEMPT = '[{"provider": "log", "outcome": "sent", "ms": 1}]'
 # A distinctive piece of each call's text, as pg_prepared_statements shows it: a drain of
 # address-targeted rows claims in one call (0042) and completes in another (0041).
 STATEMENTS = {
-    "claim_alone": "FROM nq_claim(",
+    "claim": "FROM nq_claim(",
     "complete_deliveries": "FROM nq_complete_deliveries(",
 }
 CLAIM_FUNCTIONS = ("nq_claim", "nq_claim_lock")

@@ -118,7 +118,7 @@ class DeliveryRepository:
         # The claim's shape follows the engine (docs/scaling.md): one statement pair over the
         # whole queue on plain PostgreSQL, bucket by bucket on Citus.
         self._engine = engine or EngineRepository(db)
-        # Plain PostgreSQL: whether the next claim tries one call (claim_alone), as long as the
+        # Plain PostgreSQL: whether the next claim tries one call (`claim` alone), as long as the
         # last claim found no user-targeted candidate (docs/performance.md, "The claim in one
         # round trip"): a queue of such rows claims in its transaction without a wasted call.
         self._claim_alone = True
@@ -239,7 +239,7 @@ class DeliveryRepository:
             rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
             await citus_queue_returned_changes(conn, rows[0] if rows else None)
         else:
-            rows = await conn.fetch_all("claim_admit_candidates", admit_params, prepare=True)
+            rows = await conn.fetch_all("claim", admit_params, prepare=True)
         admitted = _admitted(rows, claim_token)
         if screen is None:
             return admitted
@@ -258,16 +258,21 @@ class DeliveryRepository:
     async def _claim_in_one_call(
         self, lock_params: dict[str, Any], chain_heads: ChainHeads
     ) -> ClaimedBatch | None:
-        """The claim as one call in autocommit (claim_alone, nq_claim: 0042): one round trip
+        """The claim as one call in autocommit (`claim` without candidates: 0042): one round trip
         where the transaction's claim makes four. None, with nothing claimed, when a candidate is
         user-targeted: quiet hours and the send-time check decide those in the claim's
         transaction. Of an address-targeted row neither has anything to decide (screen_claimed
         returns None for a row without a recipientId, and without quiet hours nothing is admitted
         without its place), so what this hands out is what the transaction's claim would."""
         claim_token = uuid.uuid4()
-        params = {**lock_params, **self._admission(claim_token, chain_heads)}
+        params = {
+            **lock_params,
+            **self._admission(claim_token, chain_heads),
+            "ids": None,
+            "quiet_ids": [],
+        }
         async with self._db.connection() as conn:
-            rows = await conn.fetch_all("claim_alone", params, prepare=True)
+            rows = await conn.fetch_all("claim", params, prepare=True)
         if rows and rows[0]["screen"]:
             self._claim_alone = False
             return None

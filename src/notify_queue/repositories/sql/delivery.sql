@@ -1,30 +1,22 @@
 -- The worker's hot path. Every statement here serves a whole batch in one round trip.
 
--- name: claim_alone
--- A claim in one round trip, in autocommit (nq_claim without candidates, 0042): the lock step,
--- then the admission when no candidate is user-targeted. A row with `screen` true: nothing was
--- admitted, claim in a transaction (claim_lock_candidates, claim_admit_candidates), where the
--- worker decides quiet hours and the send-time check. No row: nothing was due. What each step
--- does is written in 0042.
-SELECT * FROM nq_claim(
-    %(priorities)b::smallint[], %(channels)b::text[], %(limit)s, %(claim_token)s, %(rate_limit)s,
-    %(rate_window_seconds)s, %(lease_seconds)s, %(backoff_base_seconds)s,
-    %(backoff_max_seconds)s, %(chain_channels)b::text[], %(chain_heads)b::text[],
-    %(known_providers)b::text[], %(webhook_url)s)
-
 -- name: claim_lock_candidates
 -- Step 1 of a claim in a transaction (nq_claim_lock, 0042): up to %(limit)s due notifications
 -- locked (SKIP LOCKED) with their recipients' rate-limit locks, what quiet hours need to be
 -- decided for those whose stored recipient has them, and whether any is user-targeted.
 SELECT * FROM nq_claim_lock(%(priorities)b::smallint[], %(channels)b::text[], %(limit)s)
 
--- name: claim_admit_candidates
--- Step 2 (nq_claim with the candidates, 0042): of the locked candidates, admit those within their
--- recipient's window (PROCESSING, the claim token, a lease, one more attempt, the provider bound),
--- defer the others to when their window frees, hold those of a policy that is not Ready, close or
--- park digests, cancel acknowledged escalation steps; the admitted rows in claim order. Rows quiet
--- hours hold (quiet_ids, decided by the worker from step 1) are admitted without a place in the
--- window.
+-- name: claim
+-- nq_claim (0042; what each step does is written there). Without candidates (`ids` NULL), the
+-- claim in one round trip, in autocommit: the lock step, then the admission when no candidate is
+-- user-targeted; a row with `screen` true means nothing was admitted, and the worker claims in a
+-- transaction instead, where it decides quiet hours and the send-time check. No row: nothing was
+-- due. With the candidates claim_lock_candidates locked in the worker's transaction (`ids`, and
+-- `quiet_ids` among them, which the worker decided quiet hours hold), step 2 alone: admit those
+-- within their recipient's window (PROCESSING, the claim token, a lease, one more attempt, the
+-- provider bound), defer the others to when their window frees, hold those of a policy that is not
+-- Ready, close or park digests, cancel acknowledged escalation steps; the admitted rows in claim
+-- order, quiet ones without a place in the window.
 SELECT * FROM nq_claim(
     %(priorities)b::smallint[], %(channels)b::text[], %(limit)s, %(claim_token)s, %(rate_limit)s,
     %(rate_window_seconds)s, %(lease_seconds)s, %(backoff_base_seconds)s,
