@@ -203,16 +203,16 @@ def current_waiting(
     reason: str | None,
     until: datetime | None,
     detail: str | None,
-    *,
-    now: datetime,
 ) -> Waiting | None:
-    """The `waiting` a reader sees: None unless the row is PENDING with a reason whose `until`
-    is still ahead. The stored reason is written once, when the row is deferred, and cleared
-    only by the next write of the row (the claim); a row whose `until` has passed is due and
-    waits for a worker only, so its old reason is not shown (CONTRACT: null when due)."""
+    """The `waiting` a reader sees now: None unless the row is PENDING with a reason whose
+    `until` is still ahead. The stored reason is written once, when the row is deferred, and
+    cleared only by the next write of the row (the claim); a row whose `until` has passed is due
+    and waits for a worker only, so its old reason is not shown (CONTRACT: null when due). The
+    clock is read only for a row with a reason: most have none, and a batch's answer reads one
+    per row."""
     if status is not Status.PENDING or reason is None:
         return None
-    if until is not None and until <= now:
+    if until is not None and until <= datetime.now(dt.UTC):
         return None
     return Waiting(WaitingReason(reason), until, detail or reason)
 
@@ -331,9 +331,10 @@ class Notification:
     escalation_id: uuid.UUID | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CreateResult:
     """What enqueueing one request came to: created, the same request again, or a key clash.
+    (Slotted, not frozen: one per batch item, see NewNotification.)
 
     A user-targeted request (recipientId) becomes several notifications, all in `notifications`;
     `notification` is then the first of them."""

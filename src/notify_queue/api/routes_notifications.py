@@ -197,7 +197,7 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
     )
     async def create_notification_batch(request: Request, runtime: Runtime) -> JsonResponse:
         items = _batch_items(await read_json(request, required=True))
-        results: list[dict[str, Any]] = [{} for _ in items]
+        results: list[dict[str, Any]] = [{}] * len(items)  # each replaced below
         valid: list[tuple[int, PreparedRequest]] = []
         for index, checked in enumerate(_batch_requests(items, now=datetime.now(UTC))):
             if isinstance(checked, ValidationFailed):

@@ -355,11 +355,8 @@ def notification_json(n: domain.Notification) -> dict[str, Any]:
         "sentAt": None if n.sent_at is None else rfc3339(n.sent_at),
         "providerMessageId": n.provider_message_id,
         "provider": n.provider,
-        "deliveryAttempts": [
-            DeliveryAttempt.model_validate(a).model_dump(mode="json", by_alias=True)
-            for a in n.delivery_attempts
-        ],
-        "retries": [{"at": rfc3339(r.at), "fromStatus": r.from_status.value} for r in n.retries],
+        "deliveryAttempts": _attempts_json(n.delivery_attempts) if n.delivery_attempts else [],
+        "retries": _retries_json(n.retries) if n.retries else [],
         "source": n.source.value,
         "metadata": n.metadata,
         "createdAt": rfc3339(n.created_at),
@@ -373,6 +370,17 @@ def notification_json(n: domain.Notification) -> dict[str, Any]:
         if n.digest is None
         else {"key": n.digest.key, "id": str(n.digest.id), "count": n.digest.count},
     }
+
+
+def _attempts_json(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        DeliveryAttempt.model_validate(a).model_dump(mode="json", by_alias=True) for a in attempts
+    ]
+
+
+def _retries_json(retries: list[domain.Retry]) -> list[dict[str, Any]]:
+    # Empty for most notifications, as the attempts are: a call only when there is one.
+    return [{"at": rfc3339(r.at), "fromStatus": r.from_status.value} for r in retries]
 
 
 def waiting_json(w: domain.Waiting) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from notify_queue.models import (
@@ -68,7 +68,6 @@ def notification_from_row(row: dict[str, Any]) -> Notification:
             row.get("waiting_reason"),
             row.get("waiting_until"),
             row.get("waiting_detail"),
-            now=datetime.now(UTC),
         ),
         escalation_id=row.get("escalation_id"),
     )
@@ -111,7 +110,6 @@ def enqueued_notification(n: NewNotification, row: dict[str, Any]) -> Notificati
             row["waiting_reason"],
             row["waiting_until"],
             row["waiting_detail"],
-            now=datetime.now(UTC),
         ),
     )
 

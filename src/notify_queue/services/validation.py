@@ -472,7 +472,7 @@ def prepare_request(
     if request.send_at is not None:
         send_at = parse_rfc3339(request.send_at)
     else:
-        send_at = now + timedelta(seconds=request.delay_seconds or 0)
+        send_at = now + timedelta(seconds=request.delay_seconds) if request.delay_seconds else now
     expires_at = parse_rfc3339(request.expires_at) if request.expires_at else None
     if expires_at is not None and expires_at <= send_at:
         raise ValidationFailed(
