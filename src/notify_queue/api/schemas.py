@@ -332,19 +332,21 @@ def notification_json(n: domain.Notification) -> dict[str, Any]:
     validates each field again) and dumping it cost more than the rest of a create together.
     The model stays the document's schema; `tests/api/test_wire_shapes.py` holds the two equal,
     key order included. Delivery attempts (stored JSON, empty until a worker has tried) still go
-    through their model, which also normalises their times and numbers.
+    through their model, which also normalises their times and numbers. A `StrEnum`'s text is
+    `str(member)`, C code, where `.value` runs enum's Python property (~0.15 µs each, four per
+    notification).
     """
     template = n.template
     waiting = n.waiting
     return {
         "id": str(n.id),
         "idempotencyKey": n.idempotency_key,
-        "channel": n.channel.value,
+        "channel": str(n.channel),
         "recipient": n.recipient,
         "subject": n.subject,
         "body": n.body,
-        "priority": n.priority.value,
-        "status": n.status.value,
+        "priority": str(n.priority),
+        "status": str(n.status),
         "sendAt": rfc3339(n.send_at),
         "nextAttemptAt": rfc3339(n.next_attempt_at),
         "waiting": None if waiting is None else waiting_json(waiting),
@@ -357,7 +359,7 @@ def notification_json(n: domain.Notification) -> dict[str, Any]:
         "provider": n.provider,
         "deliveryAttempts": _attempts_json(n.delivery_attempts) if n.delivery_attempts else [],
         "retries": _retries_json(n.retries) if n.retries else [],
-        "source": n.source.value,
+        "source": str(n.source),
         "metadata": n.metadata,
         "createdAt": rfc3339(n.created_at),
         "updatedAt": rfc3339(n.updated_at),

@@ -376,7 +376,7 @@ def enqueue_item(position: int, n: NewNotification) -> dict[str, Any]:
         "id": str(n.id),
         "idempotency_key": n.idempotency_key,
         "request_hash": n.request_hash,
-        "channel": n.channel.value,
+        "channel": str(n.channel),  # a StrEnum's value, without enum's Python property
         "recipient": n.recipient,
         "subject": n.subject,
         "body": n.body,
@@ -384,7 +384,7 @@ def enqueue_item(position: int, n: NewNotification) -> dict[str, Any]:
         # Written as RFC 3339 by the JSON encoder (orjson: far cheaper than isoformat).
         "send_at": n.send_at,
         "expires_at": n.expires_at,
-        "source": n.source.value,
+        "source": str(n.source),
         "policy": n.policy,
         "webhook_url": n.webhook_url,
         "metadata": n.metadata,
