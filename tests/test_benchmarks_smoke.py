@@ -153,6 +153,22 @@ def test_the_api_cpu_benchmark_counts_batches_accepted_whole(
     assert set(result["medians"]) == {"."}
 
 
+def test_the_create_steps_benchmark_times_each_step_of_a_batch_item(
+    tmp_path: Path, project_root: Path
+) -> None:
+    _run(
+        project_root,
+        "benchmarks.createsteps",
+        *("--items", "20", "--repeat", "2", "--rounds", "1", "--output-dir", str(tmp_path)),
+        timeout=120,
+    )
+    (written,) = tmp_path.glob("*.json")
+    (run,) = json.loads(written.read_text())["runs"]
+    steps = {k: v for k, v in run.items() if k not in ("src", "round", "sum")}
+    assert {"model", "request hash", "answer", "notification from the row"} <= set(steps)
+    assert all(v > 0 for v in steps.values()) and run["sum"] >= max(steps.values())
+
+
 def test_the_cost_smoke_run_counts_what_each_phase_wrote_per_notification(
     tmp_path: Path, project_root: Path
 ) -> None:
