@@ -5,7 +5,9 @@ between rounds), their medians, and one JSON document of the lot.
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import statistics
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -13,6 +15,22 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.env import machine_info
+
+
+def add_arguments(ap: argparse.ArgumentParser, results: Path) -> None:
+    """The options every version-comparing benchmark takes: rounds, checkouts, where to write."""
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--src", default=".", help="checkouts to alternate, comma-separated")
+    ap.add_argument("--output-dir", type=Path, default=results)
+
+
+def checkout_environment(src: str) -> dict[str, str]:
+    """This process's environment for a child that runs checkout `src`'s code (`<src>/src` first
+    on its PYTHONPATH; `.` is this checkout, as installed)."""
+    env = dict(os.environ)
+    if src != ".":
+        env["PYTHONPATH"] = str(Path(src).resolve() / "src")
+    return env
 
 
 def alternate(

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
 import tempfile
@@ -41,9 +40,7 @@ def one_run(pg: BenchPostgres, src: str, items: int, size: int, clients: int) ->
     name = pg.database("apicpu")
     url = pg.url(name)
     queue.migrate(url)
-    env = dict(os.environ)
-    if src != ".":
-        env["PYTHONPATH"] = str(Path(src).resolve() / "src")
+    env = alternating.checkout_environment(src)
     port = _free_port()
     command = [sys.executable, "-m", "notify_queue", "api", "--database-url", url]
     api = subprocess.Popen(
@@ -79,9 +76,7 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=20_000)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--clients", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--src", default=".", help="checkouts to alternate, comma-separated")
-    ap.add_argument("--output-dir", type=Path, default=RESULTS)
+    alternating.add_arguments(ap, RESULTS)
     args = ap.parse_args()
     sources = args.src.split(",")
     with tempfile.TemporaryDirectory(prefix="nq-apicpu-") as tmp:

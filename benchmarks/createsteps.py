@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
@@ -103,9 +102,7 @@ def child(items: int, repeat: int) -> dict[str, float]:
 
 
 def one_run(src: str, items: int, repeat: int) -> dict[str, Any]:
-    env = dict(os.environ)
-    if src != ".":
-        env["PYTHONPATH"] = str(Path(src).resolve() / "src")
+    env = alternating.checkout_environment(src)
     command = [sys.executable, "-m", "benchmarks.createsteps", "--child"]
     command += ["--items", str(items), "--repeat", str(repeat)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
@@ -117,9 +114,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--items", type=int, default=1_000)
     ap.add_argument("--repeat", type=int, default=200)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--src", default=".", help="checkouts to alternate, comma-separated")
-    ap.add_argument("--output-dir", type=Path, default=RESULTS)
+    alternating.add_arguments(ap, RESULTS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:

@@ -21,7 +21,6 @@ run and the medians; writes `benchmarks/results/workercpu/<timestamp>.json`.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
@@ -44,9 +43,7 @@ def one_run(pg: BenchPostgres, src: str, notifications: int, workers: int) -> di
     name = pg.database("workercpu")
     url = pg.url(name)
     queue.migrate(url)
-    env = dict(os.environ)
-    if src != ".":
-        env["PYTHONPATH"] = str(Path(src).resolve() / "src")
+    env = alternating.checkout_environment(src)
     command = [sys.executable, "-m", "notify_queue", "worker", "--database-url", url]
     procs = [
         subprocess.Popen(
@@ -95,9 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--notifications", type=int, default=30_000)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--src", default=".", help="checkouts to alternate, comma-separated")
-    ap.add_argument("--output-dir", type=Path, default=RESULTS)
+    alternating.add_arguments(ap, RESULTS)
     args = ap.parse_args()
     sources = args.src.split(",")
     with tempfile.TemporaryDirectory(prefix="nq-workercpu-") as tmp:
