@@ -35,7 +35,7 @@ from notify_queue.api.body import storable_errors
 from notify_queue.api.schemas import notification_json
 from notify_queue.models import CreateResult
 from notify_queue.repositories.notifications import enqueue_item
-from notify_queue.repositories.rows import enqueued_notification
+from notify_queue.repositories.rows import enqueued_notifications
 from notify_queue.services.notifications import _plain
 from notify_queue.services.validation import parse_request, prepare_request, request_hash
 
@@ -55,20 +55,20 @@ def _steps(items: int) -> dict[str, Callable[[], object]]:
         for r, i in zip(requests, sent, strict=True)
     ]
     new = [_plain(p) for p in prepared]
-    rows: list[dict[str, Any]] = [
-        {
-            "id": n.id,
-            "max_attempts": 6,
-            "metadata": {},
-            "created_at": now,
-            "updated_at": now,
-            "waiting_reason": None,
-            "waiting_until": None,
-            "waiting_detail": None,
-        }
-        for n in new
-    ]
-    stored = [enqueued_notification(n, row) for n, row in zip(new, rows, strict=True)]
+    # notification_enqueue_pending's one row of arrays, as the driver gives it.
+    row: dict[str, Any] = {
+        "ids": [n.id for n in new],
+        "max_attempts": [6] * len(new),
+        "created_at": now,
+        "updated_at": now,
+        "created_ats": None,
+        "updated_ats": None,
+        "waiting_reasons": [None] * len(new),
+        "waiting_untils": [None] * len(new),
+        "waiting_details": [None] * len(new),
+        "metadata": [{} for _ in new],
+    }
+    stored = enqueued_notifications(new, row)
     return {
         "stored text": lambda: [storable_errors(item) for item in sent],
         "model": lambda: [parse_request(item) for item in sent],
@@ -79,9 +79,7 @@ def _steps(items: int) -> dict[str, Callable[[], object]]:
         ],
         "new notification": lambda: [_plain(p) for p in prepared],
         "enqueue item": lambda: [enqueue_item(i, n) for i, n in enumerate(new)],
-        "notification from the row": lambda: [
-            enqueued_notification(n, row) for n, row in zip(new, rows, strict=True)
-        ],
+        "notification from the row": lambda: enqueued_notifications(new, row),
         "answer": lambda: [notification_json(n) for n in stored],
         "create result": lambda: [CreateResult(n, created=True) for n in stored],
     }

@@ -8,6 +8,7 @@ exactly, and a parsed body must be the value the standard library would have rea
 from __future__ import annotations
 
 import json
+import uuid
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -99,6 +100,13 @@ def test_aware_times_are_written_as_isoformat_writes_them_with_or_without_orjson
     assert json.loads(jsontext.dumps([moment, whole])) == [moment.isoformat(), whole.isoformat()]
     # The standard library's path (a value orjson refuses) writes them the same way.
     assert json.loads(jsontext.dumps([moment, "\ud800"])) == [moment.isoformat(), "\ud800"]
+
+
+def test_uuids_are_written_as_str_writes_them_with_or_without_orjson() -> None:
+    made = uuid.UUID("0190f0e2-7c4a-7b3e-9f00-0123456789ab")
+    assert jsontext.dumps([made]) == b'["0190f0e2-7c4a-7b3e-9f00-0123456789ab"]'
+    # The standard library's path (a value orjson refuses) writes it the same way.
+    assert json.loads(jsontext.dumps([made, "\ud800"])) == [str(made), "\ud800"]
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ same result, and the standard library decides everything else:
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -83,17 +84,20 @@ def _floatless(value: Any) -> bool:
 
 def dumps(value: Any) -> bytes:
     """Compact UTF-8 JSON text, as `json.dumps(value, separators=(",", ":"))` means it; an aware
-    datetime is written as RFC 3339 (`datetime.isoformat()`)."""
+    datetime is written as RFC 3339 (`datetime.isoformat()`), a UUID as `str(uuid)` (orjson
+    writes both in C: `str()` of a UUID is ~0.9 us of Python, twice per created notification)."""
     try:
         return orjson.dumps(value)
     except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(value, allow_nan=False, separators=(",", ":"), default=_iso).encode()
+        return json.dumps(value, allow_nan=False, separators=(",", ":"), default=_text).encode()
 
 
-def _iso(value: Any) -> str:
-    # orjson writes an aware datetime as RFC 3339 itself; the fallback must write it the same way.
+def _text(value: Any) -> str:
+    # What orjson writes itself; the fallback must write it the same way.
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, uuid.UUID):
+        return str(value)
     raise TypeError(f"{type(value).__name__} is not JSON")
 
 

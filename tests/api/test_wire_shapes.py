@@ -5,10 +5,10 @@ order and the same values, for a fresh notification and for one with every optio
 
 from __future__ import annotations
 
-import json
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
+from notify_queue import jsontext
 from notify_queue.api.schemas import Notification, notification_json
 from notify_queue.models import (
     Channel,
@@ -108,10 +108,10 @@ def _everything_set() -> Stored:
 def test_a_fresh_notification_serialises_as_its_model_does() -> None:
     n = _fresh()
     expected = Notification.of(n).model_dump(mode="json", by_alias=True)
-    assert json.dumps(notification_json(n)) == json.dumps(expected)
+    assert jsontext.dumps(notification_json(n)) == jsontext.dumps(expected)
 
 
 def test_a_notification_with_every_part_set_serialises_as_its_model_does() -> None:
     n = _everything_set()
     expected = Notification.of(n).model_dump(mode="json", by_alias=True)
-    assert json.dumps(notification_json(n)) == json.dumps(expected)
+    assert jsontext.dumps(notification_json(n)) == jsontext.dumps(expected)

@@ -7,12 +7,12 @@ from __future__ import annotations
 import uuid
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse
 
 from notify_queue.api.auth import Auth
 from notify_queue.api.body import Absent, read_json, storable_errors
 from notify_queue.api.openapi import json_request, ok, problems
 from notify_queue.api.query import reject_unknown_query_parameters
+from notify_queue.api.responses import JsonResponse
 from notify_queue.api.runtime import Runtime
 from notify_queue.api.schemas import escalation_json
 from notify_queue.errors import FieldError, ValidationFailed
@@ -35,8 +35,8 @@ def add_escalation_routes(router: APIRouter, auth: Auth) -> None:
             **problems(400, *denied, 404, 503),
         },
     )
-    async def get_escalation(id: uuid.UUID, runtime: Runtime) -> JSONResponse:
-        return JSONResponse(escalation_json(await runtime.escalations.get(id)))
+    async def get_escalation(id: uuid.UUID, runtime: Runtime) -> JsonResponse:
+        return JsonResponse(escalation_json(await runtime.escalations.get(id)))
 
     @router.post(
         _ESCALATION + "/acknowledge",
@@ -52,7 +52,7 @@ def add_escalation_routes(router: APIRouter, auth: Auth) -> None:
     )
     async def acknowledge_escalation(
         id: uuid.UUID, request: Request, runtime: Runtime
-    ) -> JSONResponse:
+    ) -> JsonResponse:
         data = await read_json(request, required=False)
         by = None
         if data is not Absent.BODY and data is not None:
@@ -67,4 +67,4 @@ def add_escalation_routes(router: APIRouter, auth: Auth) -> None:
                 raise ValidationFailed(errors)
             by = raw
         escalation = await runtime.escalations.acknowledge(id, by=by)
-        return JSONResponse(escalation_json(escalation))
+        return JsonResponse(escalation_json(escalation))

@@ -26,7 +26,7 @@ from notify_queue.models import (
 from notify_queue.repositories.db import Connection, Database, Row
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import (
-    enqueued_notification,
+    enqueued_notifications,
     notification_from_row,
     recipient_from_row,
     template_from_row,
@@ -75,11 +75,10 @@ class NotificationRepository:
                 "default_max_attempts": default_max_attempts,
                 "wake": wake,
             }
-            rows = await (conn or self._db).fetch_all(
+            (row,) = await (conn or self._db).fetch_all(
                 "notification_enqueue_pending", params, binary=True, prepare=True
             )
-            by_id = {n.id: n for n in notifications}
-            return [enqueued_notification(by_id[r["id"]], r) for r in rows]
+            return enqueued_notifications(notifications, row)
         items = [
             {
                 **enqueue_item(position, n),
@@ -373,7 +372,7 @@ def enqueue_item(position: int, n: NewNotification) -> dict[str, Any]:
     names these fields)."""
     return {
         "position": position,
-        "id": str(n.id),
+        "id": n.id,  # written by the JSON encoder (orjson, in C)
         "idempotency_key": n.idempotency_key,
         "request_hash": n.request_hash,
         "channel": str(n.channel),  # a StrEnum's value, without enum's Python property

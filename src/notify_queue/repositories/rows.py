@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -73,13 +74,51 @@ def notification_from_row(row: dict[str, Any]) -> Notification:
     )
 
 
-def enqueued_notification(n: NewNotification, row: dict[str, Any]) -> Notification:
-    """A notification just inserted by notification_enqueue_pending: what the request said, and
-    what the server decided (`row`: max_attempts, the times, the waiting fields, metadata as
-    jsonb stores it). Equal to notification_from_row of the stored row, so the create's answer
-    is the one a read gives (tests/api/test_create_answer.py)."""
+def enqueued_notifications(
+    sent: Sequence[NewNotification], row: dict[str, Any]
+) -> list[Notification]:
+    """The notifications notification_enqueue_pending inserted, from what the requests said
+    (`sent`) and its one row of arrays (an element per inserted row, matched by id; a key that
+    existed inserted none)."""
+    ids = row["ids"]
+    if ids is None:  # no row inserted
+        return []
+    by_id = {n.id: n for n in sent}
+    created = row["created_ats"] or [row["created_at"]] * len(ids)
+    updated = row["updated_ats"] or [row["updated_at"]] * len(ids)
+    columns = zip(
+        ids,
+        row["max_attempts"],
+        created,
+        updated,
+        row["waiting_reasons"],
+        row["waiting_untils"],
+        row["waiting_details"],
+        row["metadata"],
+        strict=True,
+    )
+    return [
+        enqueued_notification(by_id[id], attempts, at, changed, reason, until, detail, metadata)
+        for id, attempts, at, changed, reason, until, detail, metadata in columns
+    ]
+
+
+def enqueued_notification(
+    n: NewNotification,
+    max_attempts: int,
+    created_at: datetime,
+    updated_at: datetime,
+    waiting_reason: str | None,
+    waiting_until: datetime | None,
+    waiting_detail: str | None,
+    metadata: dict[str, Any],
+) -> Notification:
+    """A notification just inserted: what the request said, and what the server decided
+    (max_attempts, the times, the waiting fields, metadata as jsonb stores it). Equal to
+    notification_from_row of the stored row, so the create's answer is the one a read gives
+    (tests/api/test_create_answer.py)."""
     return Notification(
-        id=row["id"],
+        id=n.id,
         idempotency_key=n.idempotency_key,
         channel=n.channel,
         recipient=n.recipient,
@@ -91,7 +130,7 @@ def enqueued_notification(n: NewNotification, row: dict[str, Any]) -> Notificati
         next_attempt_at=n.send_at,
         expires_at=n.expires_at,
         attempt_count=0,
-        max_attempts=row["max_attempts"],
+        max_attempts=max_attempts,
         last_error=None,
         sent_at=None,
         provider_message_id=None,
@@ -99,18 +138,13 @@ def enqueued_notification(n: NewNotification, row: dict[str, Any]) -> Notificati
         source=n.source,
         policy=n.policy,
         webhook_url=n.webhook_url,
-        metadata=row["metadata"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
+        metadata=metadata,
+        created_at=created_at,
+        updated_at=updated_at,
         category=n.category,
         recipient_id=n.recipient_id,
         template=n.template,
-        waiting=current_waiting(
-            Status.PENDING,
-            row["waiting_reason"],
-            row["waiting_until"],
-            row["waiting_detail"],
-        ),
+        waiting=current_waiting(Status.PENDING, waiting_reason, waiting_until, waiting_detail),
     )
 
 
