@@ -47,7 +47,9 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """What the block sends: each statement (a call by its function's name), and each command
     psycopg sends by itself."""
     sent: list[str] = []
-    execute = psycopg.AsyncConnection.execute
+    # The cursor's execute: a connection's execute runs one too, and the claim reads its rows
+    # through a cursor of its own (Connection.fetch_named).
+    execute = psycopg.AsyncCursor.execute
     command = BaseConnection._exec_command
 
     async def counting(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
@@ -61,7 +63,7 @@ def round_trips(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         return (yield from command(self, text, *args, **kwargs))
 
     with monkeypatch.context() as patch:
-        patch.setattr(psycopg.AsyncConnection, "execute", counting)
+        patch.setattr(psycopg.AsyncCursor, "execute", counting)
         patch.setattr(BaseConnection, "_exec_command", counting_command)
         yield sent
 

@@ -236,10 +236,10 @@ class DeliveryRepository:
             # Both steps are functions delegated to the bucket's node (citus_functions.sql); the
             # first locked the candidates' digests too (SKIP LOCKED), which the second reads.
             admit_params["digest_ids"] = locked["digest_ids"]
-            rows = await conn.fetch_all("claim_admit_candidates_bucket", admit_params)
-            await citus_queue_returned_changes(conn, rows[0] if rows else None)
+            rows = await conn.fetch_named("claim_admit_candidates_bucket", admit_params)
+            await citus_queue_returned_changes(conn, rows[0]._asdict() if rows else None)
         else:
-            rows = await conn.fetch_all("claim", admit_params, prepare=True)
+            rows = await conn.fetch_named("claim", admit_params, prepare=True)
         admitted = _admitted(rows, claim_token)
         if screen is None:
             return admitted
@@ -272,8 +272,8 @@ class DeliveryRepository:
             "quiet_ids": [],
         }
         async with self._db.connection() as conn:
-            rows = await conn.fetch_all("claim", params, prepare=True)
-        if rows and rows[0]["screen"]:
+            rows = await conn.fetch_named("claim", params, prepare=True)
+        if rows and rows[0].screen:
             self._claim_alone = False
             return None
         return _admitted(rows, claim_token)
@@ -588,53 +588,54 @@ def _quiet_held(locked: dict[str, Any], quiet_hours: QuietHours | None) -> set[u
     }
 
 
-def _admitted(rows: list[dict[str, Any]], claim_token: uuid.UUID) -> ClaimedBatch:
+def _admitted(rows: list[Any], claim_token: uuid.UUID) -> ClaimedBatch:
     """An admission's answer: its admitted rows, and the channels it deferred (on every row; one
-    row of NULLs and the channels when nothing was admitted)."""
-    claimed = [_claimed(r, claim_token) for r in rows if r["id"] is not None]
-    return ClaimedBatch(claimed, [Channel(c) for c in rows[0]["deferred_channels"]] if rows else [])
+    row of NULLs and the channels when nothing was admitted), as named tuples
+    (Connection.fetch_named)."""
+    claimed = [_claimed(r, claim_token) for r in rows if r.id is not None]
+    return ClaimedBatch(claimed, [Channel(c) for c in rows[0].deferred_channels] if rows else [])
 
 
-def _claimed(row: dict[str, Any], claim_token: uuid.UUID) -> ClaimedNotification:
+def _claimed(row: Any, claim_token: uuid.UUID) -> ClaimedNotification:
     """One admitted row of an admission."""
-    recipient_id = row["recipient_id"]
-    failover = row["failover"]
-    providers = row["providers"]
+    recipient_id = row.recipient_id
+    failover = row.failover
+    providers = row.providers
     return ClaimedNotification(
-        id=row["id"],
+        id=row.id,
         claim_token=claim_token,
-        channel=Channel(row["channel"]),
-        recipient=row["recipient"],
-        subject=row["subject"],
-        body=row["body"],
-        metadata=row["metadata"],
-        attempt_count=row["attempt_count"],
-        max_attempts=row["max_attempts"],
-        backoff_base_seconds=row["backoff_base_seconds"],
-        backoff_max_seconds=row["backoff_max_seconds"],
-        priority=Priority.from_rank(row["priority"]),
+        channel=Channel(row.channel),
+        recipient=row.recipient,
+        subject=row.subject,
+        body=row.body,
+        metadata=row.metadata,
+        attempt_count=row.attempt_count,
+        max_attempts=row.max_attempts,
+        backoff_base_seconds=row.backoff_base_seconds,
+        backoff_max_seconds=row.backoff_max_seconds,
+        priority=Priority.from_rank(row.priority),
         failover=Failover(failover) if failover else None,
         providers=tuple(providers) if providers else None,
-        category=row["category"],
-        expires_at=row["expires_at"],
+        category=row.category,
+        expires_at=row.expires_at,
         recipient_id=recipient_id,
         preferences=(
             None
             if recipient_id is None
             else Preferences(
-                exists=row["recipient_exists"],
-                opt_out_all=bool(row["opt_out_all"]),
-                opt_out_channels=frozenset(row["opt_out_channels"] or ()),
-                opt_out_categories=frozenset(row["opt_out_categories"] or ()),
-                timezone=row["timezone"] or "UTC",
-                quiet_start=row["quiet_start"],
-                quiet_end=row["quiet_end"],
+                exists=row.recipient_exists,
+                opt_out_all=bool(row.opt_out_all),
+                opt_out_channels=frozenset(row.opt_out_channels or ()),
+                opt_out_categories=frozenset(row.opt_out_categories or ()),
+                timezone=row.timezone or "UTC",
+                quiet_start=row.quiet_start,
+                quiet_end=row.quiet_end,
             )
         ),
-        bound_provider=row["bound_provider"],
-        sticky_provider=row["sticky_provider"],
-        due_at=row["send_at"],
-        traceparent=row["traceparent"],
-        digest_id=row.get("digest_id"),
-        digest_bucket=row.get("digest_bucket") if row.get("digest_id") is not None else None,
+        bound_provider=row.bound_provider,
+        sticky_provider=row.sticky_provider,
+        due_at=row.send_at,
+        traceparent=row.traceparent,
+        digest_id=row.digest_id,
+        digest_bucket=row.digest_bucket if row.digest_id is not None else None,
     )

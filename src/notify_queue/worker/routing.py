@@ -220,8 +220,10 @@ class Router:
                 if p.circuit_breaker is not None
             },
         )
-        self._counters: dict[tuple[str, str, str], Any] = {}
-        self._durations: dict[str, Any] = {}
+        # Keyed by the members themselves: a StrEnum hashes as its text, in C, where `.value`
+        # runs enum's Python property (~0.2 us each, three per delivery).
+        self._counters: dict[tuple[Channel, Outcome, str], Any] = {}
+        self._durations: dict[Channel, Any] = {}
         self._deadlines = Deadlines()
 
     async def start(self) -> None:
@@ -365,15 +367,15 @@ class Router:
     def _count(
         self, channel: Channel, outcome: Outcome, provider: str, seconds: float | None = None
     ) -> None:
-        key = (channel.value, outcome.value, provider)
+        key = (channel, outcome, provider)
         counter = self._counters.get(key)
         if counter is None:
-            counter = self._counters[key] = DELIVERIES.labels(*key)
+            counter = self._counters[key] = DELIVERIES.labels(str(channel), str(outcome), provider)
         counter.inc()
         if seconds is not None:
-            duration = self._durations.get(channel.value)
+            duration = self._durations.get(channel)
             if duration is None:
-                duration = self._durations[channel.value] = DELIVERY_DURATION.labels(channel.value)
+                duration = self._durations[channel] = DELIVERY_DURATION.labels(str(channel))
             duration.observe(seconds)
 
 
@@ -408,7 +410,7 @@ def _entry(name: str, outcome: Outcome, error: str | None, seconds: float | None
     return {
         "at": _CLOCK.now(),
         "provider": name,
-        "outcome": outcome.value,
+        "outcome": str(outcome),
         "error": error,
         "durationMs": None if seconds is None else round(seconds * 1000, 1),
     }

@@ -41,7 +41,15 @@ from typing import Any
 
 from notify_queue import tracing
 from notify_queue.errors import DatabaseUnavailable
-from notify_queue.models import ClaimedNotification, Completion, DeliveryResult, Outcome, Status
+from notify_queue.models import (
+    Channel,
+    ClaimedNotification,
+    Completion,
+    DeliveryResult,
+    Outcome,
+    Priority,
+    Status,
+)
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.retention import DeliveryLogKeeper
 from notify_queue.worker.dispatcher import WebhookDispatcher
@@ -432,13 +440,13 @@ class Worker:
 
 
 # Label lookups cost more than the observation: one child per (channel, priority), made once.
-_DUE_TO_SENT_CHILDREN: dict[tuple[str, str], Any] = {}
+_DUE_TO_SENT_CHILDREN: dict[tuple[Channel, Priority], Any] = {}
 
 
 def _observe_due_to_sent(claimed: ClaimedNotification) -> None:
     assert claimed.due_at is not None
-    key = (claimed.channel.value, claimed.priority.value)
+    key = (claimed.channel, claimed.priority)  # members: hashed as their text, in C
     child = _DUE_TO_SENT_CHILDREN.get(key)
     if child is None:
-        child = _DUE_TO_SENT_CHILDREN[key] = DUE_TO_SENT.labels(*key)
+        child = _DUE_TO_SENT_CHILDREN[key] = DUE_TO_SENT.labels(*map(str, key))
     child.observe(max((datetime.now(UTC) - claimed.due_at).total_seconds(), 0.0))
