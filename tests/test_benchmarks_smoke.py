@@ -169,6 +169,19 @@ def test_the_create_steps_benchmark_times_each_step_of_a_batch_item(
     assert all(v > 0 for v in steps.values()) and run["sum"] >= max(steps.values())
 
 
+def test_rowshapes_times_each_shape_of_the_two_answers(tmp_path: Path, project_root: Path) -> None:
+    _run(
+        project_root,
+        "benchmarks.rowshapes",
+        *("--rows", "20", "--repeat", "2", "--output-dir", str(tmp_path)),
+        timeout=120,
+    )
+    (written,) = tmp_path.glob("*.json")
+    shapes = json.loads(written.read_text())["us_per_row"]
+    assert len(shapes) == 4 and all(us > 0 for us in shapes.values())
+    assert any("arrays" in name for name in shapes) and any("named" in name for name in shapes)
+
+
 def test_the_cost_smoke_run_counts_what_each_phase_wrote_per_notification(
     tmp_path: Path, project_root: Path
 ) -> None:
