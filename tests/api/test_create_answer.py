@@ -2,7 +2,7 @@
 
 The enqueue returns only what the server decides (nq_enqueue_pending, 0024: the id, max_attempts,
 the times, the waiting fields, metadata as jsonb stores it) and the API builds the rest of its
-answer from the request it validated (repositories.rows.enqueued_notification). These tests hold
+answer from the request it validated (repositories.rows.enqueued_notifications). These tests hold
 that answer to `GET /notifications/{id}` of the same notification, for the fields the request
 shapes: metadata whose keys and numbers jsonb normalises, times in another offset, a send time
 ahead (waiting), a policy's max_attempts, a template, a category, and the batch's items.
