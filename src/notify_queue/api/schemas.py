@@ -384,7 +384,7 @@ def _attempts_json(attempts: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _retries_json(retries: list[domain.Retry]) -> list[dict[str, Any]]:
     # Empty for most notifications, as the attempts are: a call only when there is one.
-    return [{"at": rfc3339(r.at), "fromStatus": r.from_status.value} for r in retries]
+    return [{"at": rfc3339(r.at), "fromStatus": str(r.from_status)} for r in retries]
 
 
 def waiting_json(w: domain.Waiting) -> dict[str, Any]:

@@ -39,16 +39,15 @@ SELECT * FROM nq_insert_notifications(%(items)s::json, %(default_max_attempts)s,
 -- them by id): a thousand rows cost the driver a dict and a call per column each, ~2.5 us of the
 -- API's CPU per notification, where arrays decode in one call per column (docs/performance.md,
 -- "The enqueue's answer as arrays"). created_at and updated_at are the columns' default, now(),
--- the same for every row of one transaction: one value each, their arrays only when a row
--- differs (never on one server; said, not assumed, for an engine that fills defaults elsewhere).
+-- the same for every row of one transaction: one value each, and each one's array only when its
+-- rows differ (never on one server; said, not assumed, for an engine that fills defaults
+-- elsewhere).
 SELECT array_agg(e.id) AS ids, array_agg(e.max_attempts) AS max_attempts,
        min(e.created_at) AS created_at, min(e.updated_at) AS updated_at,
-       CASE WHEN min(e.created_at) <> max(e.created_at)
-            OR min(e.updated_at) <> max(e.updated_at)
-            THEN array_agg(e.created_at) END AS created_ats,
-       CASE WHEN min(e.created_at) <> max(e.created_at)
-            OR min(e.updated_at) <> max(e.updated_at)
-            THEN array_agg(e.updated_at) END AS updated_ats,
+       CASE WHEN min(e.created_at) <> max(e.created_at) THEN array_agg(e.created_at) END
+           AS created_ats,
+       CASE WHEN min(e.updated_at) <> max(e.updated_at) THEN array_agg(e.updated_at) END
+           AS updated_ats,
        array_agg(e.waiting_reason) AS waiting_reasons,
        array_agg(e.waiting_until) AS waiting_untils,
        array_agg(e.waiting_detail) AS waiting_details,
