@@ -6,8 +6,8 @@
 A fresh embedded PostgreSQL, and per run a fresh database: `notify-queue migrate`, one real
 `notify-queue api` process (one worker process, its start-up not counted), a warm-up of 2,000
 items, then N items in batches of B from C keep-alive clients (`benchmarks.httpload`); the API
-process's CPU (user + system, from /proc) over the N items, and the items per second the clients
-saw. `--src` runs each listed checkout's code in turn (`<checkout>/src` as the API's PYTHONPATH;
+process's CPU (user + system, from /proc) and PostgreSQL's (the server and its backends) over
+the N items, and the items per second the clients saw. `--src` runs each listed checkout's code in turn (`<checkout>/src` as the API's PYTHONPATH;
 `.` is this one), alternating within each round, so two versions meet the same host: on this
 machine the host moves one version's figure by ±10% between rounds, so only pairs and their
 medians compare. Prints one line per run and the medians; writes
@@ -27,6 +27,7 @@ from typing import Any
 import psutil
 
 from benchmarks import alternating, queue
+from benchmarks.burn import cpu_seconds
 from benchmarks.env import BenchPostgres
 from benchmarks.httpload import run_load
 from benchmarks.scenarios.cost import _batches
@@ -57,18 +58,32 @@ def one_run(pg: BenchPostgres, src: str, items: int, size: int, clients: int) ->
         requests = _batches(items, "apicpu", size)
         process = psutil.Process(api.pid)
         before = sum(process.cpu_times()[:2])
+        postgres_before = _postgres_cpu(pg)
         result = asyncio.run(run_load("127.0.0.1", port, requests, clients=clients))
         cpu = sum(process.cpu_times()[:2]) - before
+        postgres = _postgres_cpu(pg)
         if set(result.statuses) != {200}:
             raise RuntimeError(f"{src}: answers other than 200: {result.statuses}")
     finally:
         api.terminate()
         api.wait()
         pg.drop(name)
+    # The server and the backends alive at the end (the API's pool: its connections outlive the
+    # load); a backend that came and went during the load is missed, so this is a floor.
+    postgres_cpu = sum(t - postgres_before.get(pid, 0.0) for pid, t in postgres.items())
     return {
         "api_cpu_us_per_item": round(cpu / items * 1e6, 1),
+        "postgres_cpu_us_per_item": round(postgres_cpu / items * 1e6, 1),
         "items_per_second": round(items / result.seconds, 1),
     }
+
+
+def _postgres_cpu(pg: BenchPostgres) -> dict[int, float]:
+    """CPU seconds (user + system) of the postmaster and each of its children, by pid."""
+    pid = pg.server.pid
+    assert pid is not None
+    server = psutil.Process(pid)
+    return {p.pid: cpu_seconds([p.pid]) for p in [server, *server.children()]}
 
 
 def main() -> None:
@@ -88,12 +103,15 @@ def main() -> None:
                 lambda src: one_run(pg, src, args.items, args.batch, args.clients),
                 lambda run: (
                     f"API {run['api_cpu_us_per_item']} us per item,"
+                    f" PostgreSQL {run['postgres_cpu_us_per_item']} us,"
                     f" {run['items_per_second']} items/s"
                 ),
             )
         finally:
             pg.stop()
-    medians = alternating.medians(runs, sources, ("api_cpu_us_per_item", "items_per_second"))
+    medians = alternating.medians(
+        runs, sources, ("api_cpu_us_per_item", "postgres_cpu_us_per_item", "items_per_second")
+    )
     params = {k: v for k, v in vars(args).items() if k != "output_dir"}
     alternating.write(args.output_dir, {"params": params, "runs": runs, "medians": medians})
 
