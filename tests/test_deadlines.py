@@ -91,3 +91,22 @@ async def test_many_calls_share_a_tick_and_each_ends_on_its_own() -> None:
     outcomes = await asyncio.gather(*(call(hang=i % 2 == 0) for i in range(200)))
     assert outcomes == ["timed out" if i % 2 == 0 else "done" for i in range(200)]
     assert ticks._ticks == {}
+
+
+async def test_a_cancellation_left_from_before_the_block_is_not_the_deadlines() -> None:
+    """A long-lived task (the worker's delivery runners) may carry a cancellation requested and
+    caught earlier, never taken back. Negative control, by hand: with the count compared to zero
+    instead of to the count at entry, the deadline lets CancelledError through here."""
+    task = asyncio.current_task()
+    assert task is not None
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.sleep(1)
+    assert task.cancelling() == 1
+
+    ticks = Deadlines()
+    with pytest.raises(TimeoutError):
+        with ticks.within(0.05):
+            await asyncio.sleep(30)
+    assert task.cancelling() == 1
+    task.uncancel()

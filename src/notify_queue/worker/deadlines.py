@@ -51,7 +51,7 @@ class Deadlines:
 
 
 class _Within:
-    __slots__ = ("_calls", "_deadlines", "_expired", "_seconds", "_task")
+    __slots__ = ("_calls", "_cancelling", "_deadlines", "_expired", "_seconds", "_task")
 
     def __init__(self, deadlines: Deadlines, seconds: float) -> None:
         self._deadlines = deadlines
@@ -63,6 +63,9 @@ class _Within:
         if task is None:
             raise RuntimeError("a deadline needs a task to cancel")
         self._task = task
+        # Cancellations requested before this block (and never taken back) are not this
+        # deadline's: a long-lived task (worker/deliveries.py) may carry one from an earlier call.
+        self._cancelling = task.cancelling()
         self._calls = self._deadlines._tick(self._seconds)
         self._calls.add(self)
 
@@ -79,6 +82,6 @@ class _Within:
         self._calls.discard(self)
         if self._expired:
             # This deadline cancelled the task: the cancellation ends here, as TimeoutError,
-            # unless someone else cancelled it too (then it goes on).
-            if self._task.uncancel() == 0 and exc_type is asyncio.CancelledError:
+            # unless someone else cancelled it too (then it goes on), as `asyncio.timeout` does.
+            if self._task.uncancel() <= self._cancelling and exc_type is asyncio.CancelledError:
                 raise TimeoutError from exc

@@ -11,10 +11,10 @@ after a backoff. No task dies silently.
 - the listener holds the LISTEN connection; while that connection is down, hints can be lost, so
   the claimer and housekeeping look every --poll-interval instead, and the reconnect itself
   triggers a look (docs/design.md "Wake-ups and scheduling": an idle worker costs nothing);
-- each claimed notification is delivered in a task of its own, bounded by --concurrency, with
-  the worker's own deadline around the provider's (the provider's timeout fires first and says
-  what happened; the deadline catches a provider that hangs anyway). No database connection or
-  lock is held while a provider is called;
+- each claimed notification is delivered by one of up to --concurrency long-lived tasks
+  (`deliveries`), in the order claimed, with the worker's own deadline around the provider's
+  (the provider's timeout fires first and says what happened; the deadline catches a provider
+  that hangs anyway). No database connection or lock is held while a provider is called;
 - the completer writes results as they arrive, as many as have accumulated per statement (status,
   webhook event and rate-limit slot together), so under load one round trip records hundreds;
   a result leaves memory only once its statement committed;
@@ -52,6 +52,7 @@ from notify_queue.models import (
 )
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.retention import DeliveryLogKeeper
+from notify_queue.worker.deliveries import Deliveries
 from notify_queue.worker.dispatcher import WebhookDispatcher
 from notify_queue.worker.metrics import DELIVERIES, DUE_TO_SENT, STALE_RESULTS
 from notify_queue.worker.routing import Router
@@ -106,11 +107,10 @@ class Worker:
         self._claimed_since_prune = False
         self._grace = shutdown_grace_seconds
         self.health = health or Health()
-        self._in_flight: dict[asyncio.Task[None], ClaimedNotification] = {}
+        self._deliveries = Deliveries(concurrency, self._deliver)
         self._results: list[tuple[ClaimedNotification, DeliveryResult]] = []
         self._results_ready = asyncio.Event()
         self._flush_lock = asyncio.Lock()  # the completer and the shutdown drain both flush
-        self._slot_free = asyncio.Event()
         self._wake = asyncio.Event()
         self._claiming_stopped = asyncio.Event()
         self._stop = asyncio.Event()
@@ -165,22 +165,17 @@ class Worker:
 
     async def _drain(self) -> None:
         """Let deliveries in flight finish within the grace period; hand the rest back."""
-        if self._in_flight:
+        if self._deliveries:
             log.info(
                 "shutting down: waiting up to %.0fs for %d deliveries",
                 self._grace,
-                len(self._in_flight),
+                len(self._deliveries),
             )
-            await asyncio.wait(list(self._in_flight), timeout=self._grace)
-        unfinished = list(self._in_flight.items())
-        for task, _ in unfinished:
-            task.cancel()
-        for task, _ in unfinished:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await self._deliveries.settle(self._grace)
+        unfinished = await self._deliveries.stop()
         await self._flush_results()
         if unfinished:
-            released = await self._service.release([claimed for _, claimed in unfinished])
+            released = await self._service.release(unfinished)
             log.info("handed back %d unfinished notifications without using an attempt", released)
 
     # -- claiming ---------------------------------------------------------------------------
@@ -192,10 +187,12 @@ class Worker:
                 # whose leases run out unrecorded. Deliveries in flight still finish.
                 await wait_any(self._claiming_stopped, timeout=self._poll_interval)
                 continue
-            free = self._concurrency - len(self._in_flight)
+            free = self._concurrency - len(self._deliveries)
             if free <= 0:
-                self._slot_free.clear()
-                await wait_any(self._slot_free, self._claiming_stopped, timeout=self._poll_interval)
+                self._deliveries.slot_free.clear()
+                await wait_any(
+                    self._deliveries.slot_free, self._claiming_stopped, timeout=self._poll_interval
+                )
                 continue
             limit = min(self._batch_size, free)
             try:
@@ -212,8 +209,7 @@ class Worker:
             for channel in batch.rate_limited:
                 DELIVERIES.labels(channel.value, Outcome.RATE_LIMITED.value, "").inc()
             self.health.ok("claim")
-            for claimed in batch.claimed:
-                self._start_delivery(claimed)
+            self._deliveries.start(batch.claimed)
             if batch.claimed:
                 self._claimed_since_prune = True
             if batch.screened and self._dispatcher is not None:
@@ -236,9 +232,6 @@ class Worker:
             return self._poll_interval
         return self._safety_look if ceiling is None else ceiling
 
-    def _start_delivery(self, claimed: ClaimedNotification) -> None:
-        self._in_flight[asyncio.create_task(self._deliver(claimed))] = claimed
-
     async def _listen(self) -> None:
         # The listener reconnects by itself; a (re)start that gets here is a working listener.
         self.health.ok("listen")
@@ -260,9 +253,6 @@ class Worker:
     # -- delivering -------------------------------------------------------------------------
 
     async def _deliver(self, claimed: ClaimedNotification) -> None:
-        # The task's own bookkeeping, in the task rather than in a done callback (one callback
-        # scheduled per delivery less). A task cancelled before its first step never runs this:
-        # only shutdown cancels deliveries, and it reads what is in flight before it does.
         try:
             if tracing.enabled():
                 result = await self._deliver_traced(claimed)
@@ -276,11 +266,6 @@ class Worker:
             # `Router.deliver` turns every provider error into a result; reaching this is a bug
             # of ours. The lease runs out and housekeeping hands the notification back.
             log.exception("delivery of %s failed", claimed.id)
-        finally:
-            task = asyncio.current_task()
-            assert task is not None  # run by create_task (_start_delivery)
-            self._in_flight.pop(task, None)
-            self._slot_free.set()
 
     async def _deliver_traced(self, claimed: ClaimedNotification) -> DeliveryResult:
         """The delivery as a span continuing the creator's trace (the stored traceparent),
