@@ -7,11 +7,11 @@ A fresh embedded PostgreSQL, and per run a fresh database: `notify-queue migrate
 `notify-queue api` process (one worker process, its start-up not counted), a warm-up of 2,000
 items, then N items in batches of B from C keep-alive clients (`benchmarks.httpload`); the API
 process's CPU (user + system, from /proc) and PostgreSQL's (the server and its backends) over
-the N items, and the items per second the clients saw. `--src` runs each listed checkout's code in turn (`<checkout>/src` as the API's PYTHONPATH;
-`.` is this one), alternating within each round, so two versions meet the same host: on this
-machine the host moves one version's figure by ±10% between rounds, so only pairs and their
-medians compare. Prints one line per run and the medians; writes
-`benchmarks/results/apicpu/<timestamp>.json`.
+the N items, and the items per second the clients saw. `--src` runs each listed checkout's code
+in turn (`<checkout>/src` as the API's PYTHONPATH; `.` is this one), alternating within each
+round, so two versions meet the same host: on this machine the host moves one version's figure
+by ±10% between rounds, so only pairs and their medians compare. Prints one line per run and
+the medians; writes `benchmarks/results/apicpu/<timestamp>.json`.
 """
 
 from __future__ import annotations
