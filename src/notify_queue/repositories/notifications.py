@@ -369,30 +369,40 @@ async def _insert(
 
 def enqueue_item(position: int, n: NewNotification) -> dict[str, Any]:
     """One notification of an enqueue batch as its JSON object (the statements' json_to_recordset
-    names these fields)."""
-    return {
+    names these fields). A field that is NULL is left out rather than written as `null`: the
+    server reads a missing field as NULL, and each field it parses costs it (a batch of 500
+    plain items: 6.7 against 5.3 µs per item in json_to_recordset, docs/performance.md)."""
+    item = {
         "position": position,
         "id": n.id,  # written by the JSON encoder (orjson, in C)
         "idempotency_key": n.idempotency_key,
         "request_hash": n.request_hash,
         "channel": str(n.channel),  # a StrEnum's value, without enum's Python property
         "recipient": n.recipient,
-        "subject": n.subject,
         "body": n.body,
         "priority": n.priority.rank,
         # Written as RFC 3339 by the JSON encoder (orjson: far cheaper than isoformat).
         "send_at": n.send_at,
-        "expires_at": n.expires_at,
         "source": str(n.source),
-        "policy": n.policy,
-        "webhook_url": n.webhook_url,
         "metadata": n.metadata,
         "category": n.category,
-        "recipient_id": n.recipient_id,
-        "template_name": n.template.name if n.template else None,
-        "template_version": n.template.version if n.template else None,
-        "traceparent": n.traceparent,
     }
+    if n.subject is not None:
+        item["subject"] = n.subject
+    if n.expires_at is not None:
+        item["expires_at"] = n.expires_at
+    if n.policy is not None:
+        item["policy"] = n.policy
+    if n.webhook_url is not None:
+        item["webhook_url"] = n.webhook_url
+    if n.recipient_id is not None:
+        item["recipient_id"] = n.recipient_id
+    if n.template is not None:
+        item["template_name"] = n.template.name
+        item["template_version"] = n.template.version
+    if n.traceparent is not None:
+        item["traceparent"] = n.traceparent
+    return item
 
 
 async def _retry_citus(conn: Connection, id: uuid.UUID) -> int:
