@@ -13,6 +13,7 @@ from datetime import datetime, time
 from typing import Any
 
 from notify_queue.models import (
+    CHANNEL_BY_VALUE,
     Channel,
     ClaimedNotification,
     Completion,
@@ -621,7 +622,7 @@ def _claimed(row: Any, claim_token: uuid.UUID) -> ClaimedNotification:
     return ClaimedNotification(
         id=row.id,
         claim_token=claim_token,
-        channel=Channel(row.channel),
+        channel=CHANNEL_BY_VALUE[row.channel],
         recipient=row.recipient,
         subject=row.subject,
         body=row.body,

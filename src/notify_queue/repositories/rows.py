@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from notify_queue.models import (
-    Channel,
+    CHANNEL_BY_VALUE,
     NewNotification,
     Notification,
     Preferences,
@@ -27,7 +27,7 @@ def notification_from_row(row: dict[str, Any]) -> Notification:
     return Notification(
         id=row["id"],
         idempotency_key=row["idempotency_key"],
-        channel=Channel(row["channel"]),
+        channel=CHANNEL_BY_VALUE[row["channel"]],
         recipient=row["recipient"],
         subject=row["subject"],
         body=row["body"],
