@@ -182,6 +182,20 @@ def test_rowshapes_times_each_shape_of_the_two_answers(tmp_path: Path, project_r
     assert any("arrays" in name for name in shapes) and any("named" in name for name in shapes)
 
 
+def test_itemshapes_times_both_shapes_of_the_enqueue_items(
+    tmp_path: Path, project_root: Path
+) -> None:
+    _run(
+        project_root,
+        "benchmarks.itemshapes",
+        *("--items", "20", "--repeat", "2", "--output-dir", str(tmp_path)),
+        timeout=120,
+    )
+    (written,) = tmp_path.glob("*.json")
+    shapes = json.loads(written.read_text())["us_per_item"]
+    assert len(shapes) == 2 and all(us > 0 for us in shapes.values())
+
+
 def test_the_cost_smoke_run_counts_what_each_phase_wrote_per_notification(
     tmp_path: Path, project_root: Path
 ) -> None:
