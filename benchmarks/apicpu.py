@@ -1,13 +1,15 @@
-"""The API's own CPU per batch item, checkouts alternating (issue 20's batches; docs/performance.md,
-"A batch checked a step at a time").
+"""The API's own CPU per batch item (or single create), checkouts alternating (issue 20's API path;
+docs/performance.md, "A batch checked a step at a time").
 
-    python -m benchmarks.apicpu [--items N] [--batch B] [--clients C] [--rounds R] [--src SRC,...]
+    python -m benchmarks.apicpu [--items N] [--batch B] [--clients C] [--single] [--rounds R]
+                                [--src SRC,...]
 
 A fresh embedded PostgreSQL, and per run a fresh database: `notify-queue migrate`, one real
 `notify-queue api` process (one worker process, its start-up not counted), a warm-up of 2,000
-items, then N items in batches of B from C keep-alive clients (`benchmarks.httpload`); the API
-process's CPU (user + system, from /proc) and PostgreSQL's (the server and its backends) over
-the N items, and the items per second the clients saw. `--src` runs each listed checkout's code
+items, then N items in batches of B (or, with `--single`, N single creates, each with its key in
+the header) from C keep-alive clients (`benchmarks.httpload`); the API process's CPU (user +
+system, from /proc) and PostgreSQL's (the server and its backends) over the N items, and the
+items per second the clients saw. `--src` runs each listed checkout's code
 in turn (`<checkout>/src` as the API's PYTHONPATH; `.` is this one), alternating within each
 round, so two versions meet the same host: on this machine the host moves one version's figure
 by ±10% between rounds, so only pairs and their medians compare. Prints one line per run and
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import subprocess
 import sys
 import tempfile
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +33,27 @@ import psutil
 from benchmarks import alternating, queue
 from benchmarks.burn import cpu_seconds
 from benchmarks.env import BenchPostgres
-from benchmarks.httpload import run_load
+from benchmarks.httpload import request_bytes, run_load
 from benchmarks.scenarios.cost import _batches
-from benchmarks.scenarios.ingest import _free_port, _wait_ready
+from benchmarks.scenarios.ingest import _free_port, _item, _wait_ready
 
 RESULTS = Path(__file__).parent / "results" / "apicpu"
 WARM_ITEMS = 2_000
 
 
-def one_run(pg: BenchPostgres, src: str, items: int, size: int, clients: int) -> dict[str, Any]:
+def _singles(n: int, tag: str) -> list[bytes]:
+    """`n` single creates, each with its own key (in the header) and recipient."""
+    out = []
+    for _ in range(n):
+        key = f"{tag}-{uuid.uuid4().hex}"
+        body = json.dumps(_item(key)).encode()
+        out.append(request_bytes("POST", "/notifications", body, {"Idempotency-Key": key}))
+    return out
+
+
+def one_run(
+    pg: BenchPostgres, src: str, items: int, size: int, clients: int, *, single: bool = False
+) -> dict[str, Any]:
     name = pg.database("apicpu")
     url = pg.url(name)
     queue.migrate(url)
@@ -52,18 +68,20 @@ def one_run(pg: BenchPostgres, src: str, items: int, size: int, clients: int) ->
     )
     try:
         asyncio.run(_wait_ready(f"http://127.0.0.1:{port}"))
-        asyncio.run(
-            run_load("127.0.0.1", port, _batches(WARM_ITEMS, "apicpu-warm", size), clients=clients)
-        )
-        requests = _batches(items, "apicpu", size)
+
+        def load(n: int, tag: str) -> list[bytes]:
+            return _singles(n, tag) if single else _batches(n, tag, size)
+
+        asyncio.run(run_load("127.0.0.1", port, load(WARM_ITEMS, "apicpu-warm"), clients=clients))
+        requests = load(items, "apicpu")
         process = psutil.Process(api.pid)
         before = sum(process.cpu_times()[:2])
         postgres_before = _postgres_cpu(pg)
         result = asyncio.run(run_load("127.0.0.1", port, requests, clients=clients))
         cpu = sum(process.cpu_times()[:2]) - before
         postgres = _postgres_cpu(pg)
-        if set(result.statuses) != {200}:
-            raise RuntimeError(f"{src}: answers other than 200: {result.statuses}")
+        if set(result.statuses) != {201 if single else 200}:
+            raise RuntimeError(f"{src}: unexpected answers: {result.statuses}")
     finally:
         api.terminate()
         api.wait()
@@ -91,6 +109,9 @@ def main() -> None:
     ap.add_argument("--items", type=int, default=20_000)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--clients", type=int, default=2)
+    ap.add_argument(
+        "--single", action="store_true", help="single POST /notifications instead of batches"
+    )
     alternating.add_arguments(ap, RESULTS)
     args = ap.parse_args()
     sources = args.src.split(",")
@@ -100,7 +121,9 @@ def main() -> None:
             runs = alternating.alternate(
                 args.rounds,
                 sources,
-                lambda src: one_run(pg, src, args.items, args.batch, args.clients),
+                lambda src: one_run(
+                    pg, src, args.items, args.batch, args.clients, single=args.single
+                ),
                 lambda run: (
                     f"API {run['api_cpu_us_per_item']} us per item,"
                     f" PostgreSQL {run['postgres_cpu_us_per_item']} us,"
