@@ -23,7 +23,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 from typing import Any
@@ -32,7 +31,7 @@ import psutil
 
 from benchmarks import alternating, queue
 from benchmarks.burn import cpu_seconds
-from benchmarks.env import BenchPostgres
+from benchmarks.env import BenchPostgres, fresh_postgres
 from benchmarks.httpload import request_bytes, run_load
 from benchmarks.scenarios.cost import _batches
 from benchmarks.scenarios.ingest import _free_port, _item, _wait_ready
@@ -115,23 +114,17 @@ def main() -> None:
     alternating.add_arguments(ap, RESULTS)
     args = ap.parse_args()
     sources = args.src.split(",")
-    with tempfile.TemporaryDirectory(prefix="nq-apicpu-") as tmp:
-        pg = BenchPostgres(Path(tmp))
-        try:
-            runs = alternating.alternate(
-                args.rounds,
-                sources,
-                lambda src: one_run(
-                    pg, src, args.items, args.batch, args.clients, single=args.single
-                ),
-                lambda run: (
-                    f"API {run['api_cpu_us_per_item']} us per item,"
-                    f" PostgreSQL {run['postgres_cpu_us_per_item']} us,"
-                    f" {run['items_per_second']} items/s"
-                ),
-            )
-        finally:
-            pg.stop()
+    with fresh_postgres("apicpu") as pg:
+        runs = alternating.alternate(
+            args.rounds,
+            sources,
+            lambda src: one_run(pg, src, args.items, args.batch, args.clients, single=args.single),
+            lambda run: (
+                f"API {run['api_cpu_us_per_item']} us per item,"
+                f" PostgreSQL {run['postgres_cpu_us_per_item']} us,"
+                f" {run['items_per_second']} items/s"
+            ),
+        )
     medians = alternating.medians(
         runs, sources, ("api_cpu_us_per_item", "postgres_cpu_us_per_item", "items_per_second")
     )

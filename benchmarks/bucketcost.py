@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 import psycopg
 
 from benchmarks import queue
-from benchmarks.env import BenchPostgres
+from benchmarks.env import fresh_postgres
 from benchmarks.plancost import ingest
 
 RESULTS = Path(__file__).parent / "results" / "bucketcost"
@@ -89,70 +88,66 @@ def _best_seconds(conn: psycopg.Connection[Any], query: str, rounds: int) -> flo
 
 
 def measure(n: int, rounds: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="nq-bucketcost-") as workdir:
-        pg = BenchPostgres(Path(workdir))
-        try:
-            name = pg.database("bucket")
-            queue.migrate(pg.url(name))
-            asyncio.run(ingest(pg.url(name), n, subject=None, body_chars=200))
-            with psycopg.connect(pg.url(name), autocommit=True) as conn:
-                # Hint bits set and pages frozen before anything is counted: with data checksums
-                # (PostgreSQL 18's default) the first read of a page after a checkpoint that sets
-                # its hint bits logs the whole page, which the first twin filled would pay.
-                conn.execute("VACUUM (FREEZE) nq_jobs")
-                jobs = _columns(conn, "nq_jobs", without=None)
-                jobs_less = _columns(conn, "nq_jobs", without="bucket")
-                log_cols = _columns(conn, "nq_delivery_log", without=None)
-                log_less = _columns(conn, "nq_delivery_log", without="bucket")
-                # The log's rows as a completion writes them: the queue row's columns it keeps.
-                log_from_jobs = ", ".join(
-                    c if c in jobs.split(", ") else f"NULL::{t} AS {c}"
-                    for c, t in conn.execute(
-                        "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
-                        " WHERE attrelid = 'nq_delivery_log'::regclass AND attnum > 0"
-                        " AND NOT attisdropped ORDER BY attnum"
-                    ).fetchall()
-                )
-                window = (
-                    "SELECT bucket, recipient, ARRAY[id] AS ids, ARRAY[now()] AS taken,"
-                    " now() AS last_taken_at FROM nq_jobs"
-                )
-                window_less = (
-                    "SELECT recipient, ARRAY[id] AS ids, ARRAY[now()] AS taken,"
-                    " now() AS last_taken_at FROM nq_jobs"
-                )
-                tables = {
-                    "queue row (nq_jobs)": (
-                        _twin(conn, "twin_jobs", f"SELECT {jobs} FROM nq_jobs", "id", n),
-                        _twin(conn, "twin_jobs_less", f"SELECT {jobs_less} FROM nq_jobs", "id", n),
+    with fresh_postgres("bucketcost") as pg:
+        name = pg.database("bucket")
+        queue.migrate(pg.url(name))
+        asyncio.run(ingest(pg.url(name), n, subject=None, body_chars=200))
+        with psycopg.connect(pg.url(name), autocommit=True) as conn:
+            # Hint bits set and pages frozen before anything is counted: with data checksums
+            # (PostgreSQL 18's default) the first read of a page after a checkpoint that sets
+            # its hint bits logs the whole page, which the first twin filled would pay.
+            conn.execute("VACUUM (FREEZE) nq_jobs")
+            jobs = _columns(conn, "nq_jobs", without=None)
+            jobs_less = _columns(conn, "nq_jobs", without="bucket")
+            log_cols = _columns(conn, "nq_delivery_log", without=None)
+            log_less = _columns(conn, "nq_delivery_log", without="bucket")
+            # The log's rows as a completion writes them: the queue row's columns it keeps.
+            log_from_jobs = ", ".join(
+                c if c in jobs.split(", ") else f"NULL::{t} AS {c}"
+                for c, t in conn.execute(
+                    "SELECT attname, format_type(atttypid, atttypmod) FROM pg_attribute"
+                    " WHERE attrelid = 'nq_delivery_log'::regclass AND attnum > 0"
+                    " AND NOT attisdropped ORDER BY attnum"
+                ).fetchall()
+            )
+            window = (
+                "SELECT bucket, recipient, ARRAY[id] AS ids, ARRAY[now()] AS taken,"
+                " now() AS last_taken_at FROM nq_jobs"
+            )
+            window_less = (
+                "SELECT recipient, ARRAY[id] AS ids, ARRAY[now()] AS taken,"
+                " now() AS last_taken_at FROM nq_jobs"
+            )
+            tables = {
+                "queue row (nq_jobs)": (
+                    _twin(conn, "twin_jobs", f"SELECT {jobs} FROM nq_jobs", "id", n),
+                    _twin(conn, "twin_jobs_less", f"SELECT {jobs_less} FROM nq_jobs", "id", n),
+                ),
+                "log row (nq_delivery_log)": (
+                    _twin(
+                        conn,
+                        "twin_log",
+                        f"SELECT {log_cols} FROM (SELECT {log_from_jobs} FROM nq_jobs) l",
+                        "id",
+                        n,
                     ),
-                    "log row (nq_delivery_log)": (
-                        _twin(
-                            conn,
-                            "twin_log",
-                            f"SELECT {log_cols} FROM (SELECT {log_from_jobs} FROM nq_jobs) l",
-                            "id",
-                            n,
-                        ),
-                        _twin(
-                            conn,
-                            "twin_log_less",
-                            f"SELECT {log_less} FROM (SELECT {log_from_jobs} FROM nq_jobs) l",
-                            "id",
-                            n,
-                        ),
+                    _twin(
+                        conn,
+                        "twin_log_less",
+                        f"SELECT {log_less} FROM (SELECT {log_from_jobs} FROM nq_jobs) l",
+                        "id",
+                        n,
                     ),
-                    "rate window (nq_rate_windows), keyed": (
-                        _twin(conn, "twin_windows", window, "bucket, recipient", n),
-                        _twin(conn, "twin_windows_less", window_less, "recipient", n),
-                    ),
-                }
-                with_hash = _best_seconds(
-                    conn, "SELECT count(nq_bucket(recipient)) FROM twin_jobs", rounds
-                )
-                without_hash = _best_seconds(conn, "SELECT count(recipient) FROM twin_jobs", rounds)
-        finally:
-            pg.server.stop()
+                ),
+                "rate window (nq_rate_windows), keyed": (
+                    _twin(conn, "twin_windows", window, "bucket, recipient", n),
+                    _twin(conn, "twin_windows_less", window_less, "recipient", n),
+                ),
+            }
+            with_hash = _best_seconds(
+                conn, "SELECT count(nq_bucket(recipient)) FROM twin_jobs", rounds
+            )
+            without_hash = _best_seconds(conn, "SELECT count(recipient) FROM twin_jobs", rounds)
     return {
         "notifications": n,
         "tables": {

@@ -16,12 +16,15 @@ Every database is created fresh (`database()`), so the systems never see each ot
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,6 +102,18 @@ class BenchPostgres:
 
     def stop(self) -> None:
         self.server.stop()
+
+
+@contextlib.contextmanager
+def fresh_postgres(name: str) -> Iterator[BenchPostgres]:
+    """A benchmark's own embedded PostgreSQL in a temporary folder (`nq-<name>-...`), stopped
+    and removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=f"nq-{name}-") as workdir:
+        pg = BenchPostgres(Path(workdir))
+        try:
+            yield pg
+        finally:
+            pg.stop()
 
 
 @dataclass

@@ -16,7 +16,6 @@ included, the same for both but for the bytes left out). Writes
 from __future__ import annotations
 
 import argparse
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
@@ -26,7 +25,7 @@ from typing import Any
 import psycopg
 
 from benchmarks import alternating
-from benchmarks.env import BenchPostgres
+from benchmarks.env import fresh_postgres
 from notify_queue import jsontext
 from notify_queue.models import Channel, NewNotification, Priority
 from notify_queue.repositories.notifications import enqueue_item
@@ -91,12 +90,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=100)
     ap.add_argument("--output-dir", type=Path, default=RESULTS)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="nq-itemshapes-") as workdir:
-        pg = BenchPostgres(Path(workdir))
-        try:
-            figures = measure(pg.url(), args.items, args.repeat)
-        finally:
-            pg.stop()
+    with fresh_postgres("itemshapes") as pg:
+        figures = measure(pg.url(), args.items, args.repeat)
     for name, us in figures.items():
         print(f"{us:8.3f} us per item  {name}")
     params = {"items": args.items, "repeat": args.repeat}

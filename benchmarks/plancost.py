@@ -63,7 +63,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
@@ -75,7 +74,7 @@ from psycopg.rows import dict_row
 
 from benchmarks import queue
 from benchmarks.dbcost import postgres_cpu_seconds
-from benchmarks.env import BenchPostgres
+from benchmarks.env import BenchPostgres, fresh_postgres
 from notify_queue.models import Channel, NewNotification, Priority, Source
 from notify_queue.repositories.db import Database, application_name
 from notify_queue.repositories.notifications import NotificationRepository
@@ -578,25 +577,21 @@ def main() -> None:
     if args.repo_leg_url:
         asyncio.run(repo_leg(args.repo_leg_url, 1000))
         return
-    with tempfile.TemporaryDirectory(prefix="nq-plancost-") as tmp:
-        pg = BenchPostgres(Path(tmp))
-        try:
-            with psycopg.connect(pg.url(), autocommit=True) as c:
-                c.execute("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
-                c.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
-                c.execute("SELECT pg_reload_conf()")
-            if args.finish_shapes:
-                finish_shapes(pg, args)
-            elif args.claim_shapes:
-                claim_shapes(pg, args)
-            elif args.repo_legs:
-                repo_legs(pg, args)
-            elif args.workers:
-                worker_legs(pg, args, Path(tmp))
-            else:
-                statement_legs(pg, args)
-        finally:
-            pg.stop()
+    with fresh_postgres("plancost") as pg:
+        with psycopg.connect(pg.url(), autocommit=True) as c:
+            c.execute("ALTER SYSTEM SET pg_stat_statements.track_planning = on")
+            c.execute("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
+            c.execute("SELECT pg_reload_conf()")
+        if args.finish_shapes:
+            finish_shapes(pg, args)
+        elif args.claim_shapes:
+            claim_shapes(pg, args)
+        elif args.repo_legs:
+            repo_legs(pg, args)
+        elif args.workers:
+            worker_legs(pg, args, pg.workdir)
+        else:
+            statement_legs(pg, args)
 
 
 if __name__ == "__main__":

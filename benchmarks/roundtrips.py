@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import resource
-import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 import psycopg
 
 from benchmarks import alternating
-from benchmarks.env import BenchPostgres
+from benchmarks.env import fresh_postgres
 
 RESULTS = Path(__file__).parent / "results" / "roundtrips"
 _SETTINGS = (
@@ -100,8 +99,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--output-dir", type=Path, default=RESULTS)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="nq-roundtrips-") as tmp:
-        pg = BenchPostgres(Path(tmp))
+    with fresh_postgres("roundtrips") as pg:
         loop = asyncio.new_event_loop()
         try:
             conn = loop.run_until_complete(
@@ -123,7 +121,6 @@ def main() -> None:
             loop.run_until_complete(conn.close())
         finally:
             loop.close()
-            pg.stop()
     figure = "client_cpu_us_per_transaction"
     medians = alternating.medians(runs, list(SHAPES), (figure,), key="shape")
     params = {k: v for k, v in vars(args).items() if k != "output_dir"}

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,7 @@ from psycopg.rows import dict_row, namedtuple_row
 from psycopg.types.json import set_json_loads
 
 from benchmarks import alternating
-from benchmarks.env import BenchPostgres
+from benchmarks.env import fresh_postgres
 from notify_queue.repositories.db import _json_loads
 
 RESULTS = Path(__file__).parent / "results" / "rowshapes"
@@ -142,12 +141,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=200)
     ap.add_argument("--output-dir", type=Path, default=RESULTS)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="nq-rowshapes-") as workdir:
-        pg = BenchPostgres(Path(workdir))
-        try:
-            figures = asyncio.run(measure(pg.url(), args.rows, args.repeat))
-        finally:
-            pg.stop()
+    with fresh_postgres("rowshapes") as pg:
+        figures = asyncio.run(measure(pg.url(), args.rows, args.repeat))
     for name, us in figures.items():
         print(f"{us:8.3f} us per row  {name}")
     params = {"rows": args.rows, "repeat": args.repeat}

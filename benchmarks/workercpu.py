@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ import psycopg
 from benchmarks import alternating, queue
 from benchmarks.burn import cpu_seconds, wait_until_listening
 from benchmarks.dbcost import postgres_cpu_seconds
-from benchmarks.env import BenchPostgres
+from benchmarks.env import BenchPostgres, fresh_postgres
 
 RESULTS = Path(__file__).parent / "results" / "workercpu"
 DUE_IN_SECONDS = 6.0
@@ -95,21 +94,17 @@ def main() -> None:
     alternating.add_arguments(ap, RESULTS)
     args = ap.parse_args()
     sources = args.src.split(",")
-    with tempfile.TemporaryDirectory(prefix="nq-workercpu-") as tmp:
-        pg = BenchPostgres(Path(tmp))
-        try:
-            runs = alternating.alternate(
-                args.rounds,
-                sources,
-                lambda src: one_run(pg, src, args.notifications, args.workers),
-                lambda run: (
-                    f"workers {run['worker_cpu_us']} us, PostgreSQL {run['postgres_cpu_us']} us"
-                    f" per notification (ratio {run['worker_over_postgres']});"
-                    f" {run['notifications_per_second']}/s"
-                ),
-            )
-        finally:
-            pg.stop()
+    with fresh_postgres("workercpu") as pg:
+        runs = alternating.alternate(
+            args.rounds,
+            sources,
+            lambda src: one_run(pg, src, args.notifications, args.workers),
+            lambda run: (
+                f"workers {run['worker_cpu_us']} us, PostgreSQL {run['postgres_cpu_us']} us"
+                f" per notification (ratio {run['worker_over_postgres']});"
+                f" {run['notifications_per_second']}/s"
+            ),
+        )
     figures = ("worker_cpu_us", "postgres_cpu_us", "worker_over_postgres")
     medians = alternating.medians(runs, sources, (*figures, "notifications_per_second"))
     alternating.write(
