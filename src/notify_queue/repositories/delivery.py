@@ -548,10 +548,11 @@ class _BucketVisit:
         return rank <= self.last_priority if self.last else rank < self.last_priority
 
 
-# A completion's columns that are NULL (or false) for every result of a batch of SENT results,
-# sent as one NULL instead of an array of them: psycopg dumps an array element by element in
-# Python (~0.2 µs per NULL, ~0.4 per flag), and the functions read their arrays through one
-# multi-argument `unnest`, which pads a NULL array with NULLs (tests/test_completion_arrays.py).
+# A completion's column that is NULL (or false) for every result of its batch (eight of fourteen
+# for a batch of SENT results) is sent as one NULL instead of an array of them: psycopg dumps an
+# array element by element in Python (~0.2 µs per NULL, ~0.4 per flag), and the functions read
+# their arrays through one multi-argument `unnest`, which pads a NULL array with NULLs
+# (tests/test_completion_arrays.py).
 # A NULL flag reads as false: they are used only as `CASE WHEN flag` and `WHERE flag`.
 
 
