@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -32,22 +30,12 @@ import psutil
 from benchmarks import alternating, queue
 from benchmarks.burn import cpu_seconds
 from benchmarks.env import BenchPostgres, fresh_postgres
-from benchmarks.httpload import request_bytes, run_load
+from benchmarks.httpload import run_load
 from benchmarks.scenarios.cost import _batches
-from benchmarks.scenarios.ingest import _free_port, _item, _wait_ready
+from benchmarks.scenarios.ingest import _free_port, _wait_ready, single_requests
 
 RESULTS = Path(__file__).parent / "results" / "apicpu"
 WARM_ITEMS = 2_000
-
-
-def _singles(n: int, tag: str) -> list[bytes]:
-    """`n` single creates, each with its own key (in the header) and recipient."""
-    out = []
-    for _ in range(n):
-        key = f"{tag}-{uuid.uuid4().hex}"
-        body = json.dumps(_item(key)).encode()
-        out.append(request_bytes("POST", "/notifications", body, {"Idempotency-Key": key}))
-    return out
 
 
 def one_run(
@@ -69,7 +57,7 @@ def one_run(
         asyncio.run(_wait_ready(f"http://127.0.0.1:{port}"))
 
         def load(n: int, tag: str) -> list[bytes]:
-            return _singles(n, tag) if single else _batches(n, tag, size)
+            return single_requests(n) if single else _batches(n, tag, size)
 
         asyncio.run(run_load("127.0.0.1", port, load(WARM_ITEMS, "apicpu-warm"), clients=clients))
         requests = load(items, "apicpu")

@@ -50,7 +50,7 @@ from benchmarks.env import LoadWatch
 from benchmarks.httpload import request_bytes, run_load
 from benchmarks.procs import Proc, stop_all
 from benchmarks.progress import Progress, say
-from benchmarks.scenarios.ingest import SINGLE_CLIENTS, _item, _tree, start_api
+from benchmarks.scenarios.ingest import SINGLE_CLIENTS, _item, _tree, single_requests, start_api
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.settings import RetentionOptions
@@ -492,12 +492,7 @@ def single_creates(ctx: Context, n: int) -> None:
     load = LoadWatch()
     try:
         queue.migrate(db.url)
-        # Each with its own key and recipient.
-        requests = []
-        for _ in range(n):
-            key = uuid.uuid4().hex
-            body = json.dumps(_item(key)).encode()
-            requests.append(request_bytes("POST", "/notifications", body, {"Idempotency-Key": key}))
+        requests = single_requests(n)  # each with its own key and recipient
         api, port = start_api(ctx, db.url, 1)
         obs = db.observe()
         try:

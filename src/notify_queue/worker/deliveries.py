@@ -51,6 +51,11 @@ class Deliveries(Generic[T]):
         """In flight: waiting for a runner or being delivered."""
         return len(self._waiting) + len(self._delivering)
 
+    @property
+    def free(self) -> int:
+        """How many more may be started before `size` are in flight."""
+        return self._size - len(self)
+
     def start(self, claimed: Iterable[T]) -> None:
         """Deliver these, in this order, after the ones already waiting."""
         self._waiting.extend(claimed)

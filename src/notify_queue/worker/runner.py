@@ -94,7 +94,6 @@ class Worker:
         self._delivery_log = delivery_log
         self._router = router
         self._dispatcher = dispatcher
-        self._concurrency = concurrency
         self._batch_size = batch_size
         self._poll_interval = poll_interval
         # Never below --poll-interval: a larger poll interval asks for fewer looks, not more.
@@ -187,7 +186,7 @@ class Worker:
                 # whose leases run out unrecorded. Deliveries in flight still finish.
                 await wait_any(self._claiming_stopped, timeout=self._poll_interval)
                 continue
-            free = self._concurrency - len(self._deliveries)
+            free = self._deliveries.free
             if free <= 0:
                 self._deliveries.slot_free.clear()
                 await wait_any(
