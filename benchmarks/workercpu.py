@@ -2,6 +2,7 @@
 PostgreSQL; docs/performance.md, "The workers' share of the drain").
 
     python -m benchmarks.workercpu [--notifications N] [--workers W] [--rounds R] [--src SRC,...]
+                                   [--batch-sizes B,...]
 
 A fresh embedded PostgreSQL, and per run a fresh database: `notify-queue migrate`, W real
 `notify-queue worker` processes (default flags, no webhook target), started and listening before
@@ -13,6 +14,8 @@ notifications fall due and again once none is unfinished. Throughput is from the
 
 `--src` runs each listed checkout's code in turn (`<checkout>/src` as the workers'
 PYTHONPATH; `.` is this one), alternating within each round, so two versions meet the same host.
+`--batch-sizes` alternates claim sizes the same way (`--batch-size` of every worker; each checkout
+at each size): what the claim's cost per statement weighs against its cost per row.
 The host moves the workers' and PostgreSQL's CPU together between rounds (±10% here), so each run
 also reports their ratio, the steadier figure for two versions of the worker. Prints one line per
 run and the medians; writes `benchmarks/results/workercpu/<timestamp>.json`.
@@ -38,12 +41,16 @@ RESULTS = Path(__file__).parent / "results" / "workercpu"
 DUE_IN_SECONDS = 6.0
 
 
-def one_run(pg: BenchPostgres, src: str, notifications: int, workers: int) -> dict[str, Any]:
+def one_run(
+    pg: BenchPostgres, src: str, notifications: int, workers: int, batch_size: int | None = None
+) -> dict[str, Any]:
     name = pg.database("workercpu")
     url = pg.url(name)
     queue.migrate(url)
     env = alternating.checkout_environment(src)
     command = [sys.executable, "-m", "notify_queue", "worker", "--database-url", url]
+    if batch_size is not None:
+        command += ["--batch-size", str(batch_size)]
     procs = [
         subprocess.Popen(
             [*command, "--log-level", "WARNING"],
@@ -76,7 +83,7 @@ def one_run(pg: BenchPostgres, src: str, notifications: int, workers: int) -> di
         pg.drop(name)
     worker_cpu, postgres_cpu = workers1 - workers0, postgres1 - postgres0
     return {
-        "src": src,
+        "batch_size": batch_size,
         "worker_cpu_us": round(worker_cpu / notifications * 1e6, 1),
         "postgres_cpu_us": round(postgres_cpu / notifications * 1e6, 1),
         # The host moves both by ±10% between rounds, together: their ratio within a round is
@@ -91,14 +98,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--notifications", type=int, default=30_000)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--batch-sizes", help="claim sizes to alternate, comma-separated (default: the default)"
+    )
     alternating.add_arguments(ap, RESULTS)
     args = ap.parse_args()
-    sources = args.src.split(",")
+    sizes: list[int | None] = (
+        [int(b) for b in args.batch_sizes.split(",")] if args.batch_sizes else [None]
+    )
+    # A variant is a checkout, or a checkout at a claim size: "<src> --batch-size <b>".
+    variants = {
+        src if size is None else f"{src} --batch-size {size}": (src, size)
+        for src in args.src.split(",")
+        for size in sizes
+    }
+    sources = list(variants)
     with fresh_postgres("workercpu") as pg:
         runs = alternating.alternate(
             args.rounds,
             sources,
-            lambda src: one_run(pg, src, args.notifications, args.workers),
+            lambda variant: one_run(
+                pg,
+                variants[variant][0],
+                args.notifications,
+                args.workers,
+                batch_size=variants[variant][1],
+            ),
             lambda run: (
                 f"workers {run['worker_cpu_us']} us, PostgreSQL {run['postgres_cpu_us']} us"
                 f" per notification (ratio {run['worker_over_postgres']});"

@@ -115,6 +115,45 @@ def test_the_worker_cpu_benchmark_counts_a_burst_delivered_whole(
     assert set(result["medians"]) == {"."}
 
 
+def test_the_worker_cpu_benchmark_alternates_claim_sizes(
+    tmp_path: Path, project_root: Path
+) -> None:
+    _run(
+        project_root,
+        "benchmarks.workercpu",
+        *("--notifications", "200", "--workers", "1", "--rounds", "1"),
+        *("--batch-sizes", "10,50", "--output-dir", str(tmp_path)),
+        timeout=300,
+    )
+    (written,) = tmp_path.glob("*.json")
+    result = json.loads(written.read_text())
+    assert [(r["src"], r["batch_size"], r["sent"]) for r in result["runs"]] == [
+        (". --batch-size 10", 10, 200),
+        (". --batch-size 50", 50, 200),
+    ]
+
+
+def test_the_claim_calls_benchmark_fits_a_cost_per_call_and_per_row(
+    tmp_path: Path, project_root: Path
+) -> None:
+    _run(
+        project_root,
+        "benchmarks.claimcalls",
+        *("--sizes", "1,20", "--rows", "40", "--rounds", "2", "--output-dir", str(tmp_path)),
+        timeout=300,
+    )
+    (written,) = tmp_path.glob("*.json")
+    result = json.loads(written.read_text())
+    assert [(r["claim size"], r["calls"]) for r in result["runs"]] == [
+        ("1", 40),
+        ("20", 2),
+        ("1", 40),
+        ("20", 2),
+    ]
+    assert set(result["fit"]) == {"per_call_us", "per_row_us"}
+    assert set(result["medians"]) == {"1", "20"}
+
+
 def test_the_round_trip_benchmark_measures_each_shape(tmp_path: Path, project_root: Path) -> None:
     _run(
         project_root,
