@@ -2,10 +2,11 @@
 docs/performance.md, "A batch checked a step at a time").
 
     python -m benchmarks.apicpu [--items N] [--batch B] [--clients C] [--single] [--rounds R]
-                                [--src SRC,...]
+                                [--api-workers W] [--src SRC,...]
 
 A fresh embedded PostgreSQL, and per run a fresh database: `notify-queue migrate`, one real
-`notify-queue api` process (one worker process, its start-up not counted), a warm-up of 2,000
+`notify-queue api` process (one worker process, or W with `--api-workers`, whose CPU is counted
+together; its start-up not counted), a warm-up of 2,000
 items, then N items in batches of B (or, with `--single`, N single creates, each with its key in
 the header) from C keep-alive clients (`benchmarks.httpload`); the API process's CPU (user +
 system, from /proc) and PostgreSQL's (the server and its backends) over the N items, and the
@@ -39,7 +40,14 @@ WARM_ITEMS = 2_000
 
 
 def one_run(
-    pg: BenchPostgres, src: str, items: int, size: int, clients: int, *, single: bool = False
+    pg: BenchPostgres,
+    src: str,
+    items: int,
+    size: int,
+    clients: int,
+    *,
+    single: bool = False,
+    api_workers: int = 1,
 ) -> dict[str, Any]:
     name = pg.database("apicpu")
     url = pg.url(name)
@@ -48,7 +56,15 @@ def one_run(
     port = _free_port()
     command = [sys.executable, "-m", "notify_queue", "api", "--database-url", url]
     api = subprocess.Popen(
-        [*command, "--port", str(port), "--log-level", "WARNING", "--api-workers", "1"],
+        [
+            *command,
+            "--port",
+            str(port),
+            "--log-level",
+            "WARNING",
+            "--api-workers",
+            str(api_workers),
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -61,11 +77,12 @@ def one_run(
 
         asyncio.run(run_load("127.0.0.1", port, load(WARM_ITEMS, "apicpu-warm"), clients=clients))
         requests = load(items, "apicpu")
-        process = psutil.Process(api.pid)
-        before = sum(process.cpu_times()[:2])
+        # The API process and, with --api-workers, uvicorn's worker processes (ready by now).
+        api_pids = [api.pid, *(c.pid for c in psutil.Process(api.pid).children(recursive=True))]
+        before = cpu_seconds(api_pids)
         postgres_before = _postgres_cpu(pg)
         result = asyncio.run(run_load("127.0.0.1", port, requests, clients=clients))
-        cpu = sum(process.cpu_times()[:2]) - before
+        cpu = cpu_seconds(api_pids) - before
         postgres = _postgres_cpu(pg)
         if set(result.statuses) != {201 if single else 200}:
             raise RuntimeError(f"{src}: unexpected answers: {result.statuses}")
@@ -99,6 +116,7 @@ def main() -> None:
     ap.add_argument(
         "--single", action="store_true", help="single POST /notifications instead of batches"
     )
+    ap.add_argument("--api-workers", type=int, default=1, help="the API's --api-workers")
     alternating.add_arguments(ap, RESULTS)
     args = ap.parse_args()
     sources = args.src.split(",")
@@ -106,7 +124,15 @@ def main() -> None:
         runs = alternating.alternate(
             args.rounds,
             sources,
-            lambda src: one_run(pg, src, args.items, args.batch, args.clients, single=args.single),
+            lambda src: one_run(
+                pg,
+                src,
+                args.items,
+                args.batch,
+                args.clients,
+                single=args.single,
+                api_workers=args.api_workers,
+            ),
             lambda run: (
                 f"API {run['api_cpu_us_per_item']} us per item,"
                 f" PostgreSQL {run['postgres_cpu_us_per_item']} us,"

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _run(
     project_root: Path, module: str, *args: str, timeout: float
@@ -176,17 +178,20 @@ def test_the_round_trip_benchmark_measures_each_shape(tmp_path: Path, project_ro
     assert all(r["client_cpu_us_per_transaction"] > 0 for r in result["runs"])
 
 
+@pytest.mark.parametrize("api_workers", [1, 2])
 def test_the_api_cpu_benchmark_counts_batches_accepted_whole(
-    tmp_path: Path, project_root: Path
+    tmp_path: Path, project_root: Path, api_workers: int
 ) -> None:
     _run(
         project_root,
         "benchmarks.apicpu",
         *("--items", "400", "--batch", "100", "--rounds", "1", "--output-dir", str(tmp_path)),
+        *("--api-workers", str(api_workers)),
         timeout=180,
     )
     (written,) = tmp_path.glob("*.json")
     result = json.loads(written.read_text())
+    assert result["params"]["api_workers"] == api_workers
     (run,) = result["runs"]
     assert run["src"] == "." and run["api_cpu_us_per_item"] > 0 and run["items_per_second"] > 0
     assert set(result["medians"]) == {"."}
