@@ -235,3 +235,37 @@ def test_the_migration_from_one_table_keeps_every_row(pg_server: EmbeddedPostgre
     finally:
         with psycopg.connect(pg_server.url(), autocommit=True) as admin:
             admin.execute("DROP DATABASE IF EXISTS migrate_0008 WITH (FORCE)")
+
+
+def test_every_partition_of_the_log_publishes_its_deletes(pg_server: EmbeddedPostgres) -> None:
+    """0043: a database at 0042 with rows in the log, migrated: every partition (the ones with
+    rows, the empty ones made ahead, the ones housekeeping makes later) has REPLICA IDENTITY
+    FULL, which a Citus shard move by logical replication needs (docs/scaling.md). Before the
+    step none has."""
+    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+        admin.execute("CREATE DATABASE migrate_0043")
+    url = pg_server.url("migrate_0043")
+
+    async def to(version: int | None) -> None:
+        async with Database(url, pool_size=1) as database:
+            await migrate(database, target=version)
+
+    def identities(conn: psycopg.Connection[Any]) -> set[str]:
+        rows = _rows(
+            conn,
+            "SELECT DISTINCT c.relreplident::text FROM pg_inherits i"
+            " JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'nq_delivery_log'::regclass",
+        )
+        return {r[0] for r in rows}
+
+    asyncio.run(to(42))
+    with psycopg.connect(url, autocommit=True) as conn:
+        _add_finished(conn, "old", days_ago=2, n=5)
+        assert identities(conn) == {"d"}
+    asyncio.run(to(None))
+    with psycopg.connect(url, autocommit=True) as conn:
+        assert identities(conn) == {"f"}
+        made = _rows(conn, "SELECT nq_delivery_log_prepare(20)")[0][0]
+        assert made > 0 and identities(conn) == {"f"}
+        assert _rows(conn, "SELECT count(*) FROM nq_delivery_log") == [(5,)]

@@ -186,17 +186,52 @@ class CitusCluster:
     def create_database(self, name: str) -> str:
         """Create database `name` on every node with the extension, and register the nodes in
         the coordinator's copy (Citus keeps its node list per database). Returns its URL."""
-        for node in self.nodes:
+        self.create_plain_database(name)
+        return self.add_citus(name)
+
+    def create_plain_database(self, name: str) -> str:
+        """Database `name` on the coordinator alone, without the extension: plain PostgreSQL to
+        every client (the coordinator's server preloads Citus, which a database without the
+        extension does not use). Returns its URL."""
+        with psycopg.connect(self.coordinator.url("postgres"), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        self._databases.append(name)
+        return self.url(name)
+
+    def add_citus(self, name: str) -> str:
+        """Make the coordinator's database `name` a Citus database, as an operator moving an
+        installation onto Citus does (docs/scaling.md, "Moving an installation onto Citus"): the
+        database on each worker node, the extension in every copy, the coordinator and the worker
+        nodes registered. Returns its URL."""
+        for node in self.workers:
             with psycopg.connect(node.url("postgres"), autocommit=True) as conn:
                 conn.execute(f'CREATE DATABASE "{name}"')
+        for node in self.nodes:
             with psycopg.connect(node.url(name), autocommit=True) as conn:
                 conn.execute("CREATE EXTENSION citus")
         with psycopg.connect(self.url(name), autocommit=True) as conn:
             conn.execute("SELECT citus_set_coordinator_host(%s, %s)", [HOST, self.coordinator.port])
             for worker in self.workers:
                 conn.execute("SELECT citus_add_node(%s, %s)", [HOST, worker.port])
-        self._databases.append(name)
+        if name not in self._databases:
+            self._databases.append(name)
         return self.url(name)
+
+    @contextlib.contextmanager
+    def extra_worker(self) -> Iterator[Node]:
+        """One more worker node, started on its own port and data and registered in no
+        database (a test adds it where it wants it, as an operator does: the database, the
+        extension, `citus_add_node`); stopped afterwards. Not one of `workers`: databases made
+        later are not made on it."""
+        port = free_port()
+        node = Node(f"worker-extra-{port}", port, self.root / f"worker-extra-{port}")
+        self._run(self._initdb_command(node), "initdb")
+        self._configure(node)
+        self._run(self._start_command(node), "pg_ctl start")
+        try:
+            yield node
+        finally:
+            self._stop_node(node)
 
     def drop_database(self, name: str) -> None:
         """Drop database `name` on every node (what was distributed goes with it).

@@ -167,8 +167,12 @@ def _methods_of_path(request: Request) -> set[str]:
 
 
 async def _unexpected_handler(request: Request, exc: Exception) -> Response:
-    # Starlette re-raises after this response, so the server logs the traceback once.
-    return ProblemResponse(problem(500, "internal error; see the server log"))
+    # Starlette re-raises after this response, so the server logs the traceback once, and uvicorn
+    # then closes the connection: `Connection: close` says so, or a client would send its next
+    # request on that kept-alive connection and read nothing back (tests/api/test_real_server.py).
+    return ProblemResponse(
+        problem(500, "internal error; see the server log"), headers={"Connection": "close"}
+    )
 
 
 def install_problem_handlers(app: FastAPI) -> None:

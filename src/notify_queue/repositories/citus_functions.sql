@@ -33,6 +33,31 @@
 --   statistics say the table is empty (the drain's functions on plain PostgreSQL do the same:
 --   nq_claim_lock and nq_claim, 0042; docs/performance.md, step 10).
 
+-- Functions made before the extension, which Citus never saw. A fresh installation's functions
+-- were sent to every node as `migrate` made them (citus.create_object_propagation); one moved onto
+-- Citus (docs/scaling.md, "Moving an installation onto Citus") has them on the coordinator alone,
+-- and statements the coordinator sends to a worker node call some of them (nq_bucket,
+-- nq_stored_hash, the functions below). Each is distributed here: made on every node and recorded
+-- in pg_dist_object, so a node added later gets it too. After the layout's transaction: Citus
+-- propagates a function over one connection per node, which it refuses after the parallel
+-- operations of distributing tables in the same transaction.
+DO $objects$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+        WHERE p.pronamespace = current_schema()::regnamespace
+          AND (starts_with(p.proname, 'nq_') OR starts_with(p.proname, 'notify_queue_'))
+          AND NOT EXISTS (SELECT FROM pg_dist_object o
+                          WHERE o.classid = 'pg_proc'::regclass AND o.objid = p.oid)
+        ORDER BY p.oid
+    LOOP
+        PERFORM create_distributed_function(f);
+    END LOOP;
+END
+$objects$;
+
 -- The move of finished rows from the queue into the log within one bucket (nq_finish, 0012, for
 -- a delegated caller): each row locked and read with its final values, its log row and its
 -- webhook event inserted, then the DELETE, then the counters (shard = the bucket). The

@@ -27,6 +27,11 @@
 --   and deletes them (FOR UPDATE is refused on a reference table joined to distributed ones), and
 --   no statement that runs on a worker node reads them (sql/citus.sql, "the operator's statements").
 --
+-- A table distributed with rows in it (an installation moved onto Citus: docs/scaling.md, "Moving an
+-- installation onto Citus") has them copied into its shards, and Citus leaves the coordinator's
+-- local copy on disk, invisible to every query: truncate_local_data_after_distributing_table frees
+-- it at once (no propagation: the shards keep theirs). A new installation's tables are empty.
+--
 -- Shard count 16 for every distributed table: 64 buckets over 16 shards (4 buckets a shard on
 -- average), room for up to 16 worker nodes after a rebalance; the log has one distributed table
 -- per daily partition, so 16 shards keeps 74 partitions at 1,184 shards where Citus's default (32)
@@ -67,6 +72,7 @@ BEGIN
         CREATE INDEX IF NOT EXISTS nq_jobs_id ON nq_jobs (id);
         PERFORM create_distributed_table('nq_jobs', 'bucket', shard_count => shards,
                                          colocate_with => 'none');
+        PERFORM truncate_local_data_after_distributing_table('nq_jobs');
     END IF;
 
     -- The log (partitioned by day, no primary key): rows moved in before the move onto Citus get
@@ -76,11 +82,13 @@ BEGIN
         UPDATE nq_delivery_log SET bucket = nq_bucket(COALESCE(recipient_id, recipient))
         WHERE bucket IS NULL;
         PERFORM create_distributed_table('nq_delivery_log', 'bucket', colocate_with => 'nq_jobs');
+        PERFORM truncate_local_data_after_distributing_table('nq_delivery_log');
     END IF;
 
     IF NOT EXISTS (SELECT FROM pg_dist_partition
                    WHERE logicalrelid = 'nq_rate_windows'::regclass) THEN
         PERFORM create_distributed_table('nq_rate_windows', 'bucket', colocate_with => 'nq_jobs');
+        PERFORM truncate_local_data_after_distributing_table('nq_rate_windows');
     END IF;
 
     -- Digests (0019, docs/digests.md): keyed (bucket, id) and co-located with their items, so
@@ -88,6 +96,7 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_dist_partition
                    WHERE logicalrelid = 'nq_digests'::regclass) THEN
         PERFORM create_distributed_table('nq_digests', 'bucket', colocate_with => 'nq_jobs');
+        PERFORM truncate_local_data_after_distributing_table('nq_digests');
     END IF;
 
     -- Escalations (0020): keyed (bucket, id) from the start, co-located with their steps, so the
@@ -95,6 +104,7 @@ BEGIN
     IF NOT EXISTS (SELECT FROM pg_dist_partition
                    WHERE logicalrelid = 'nq_escalations'::regclass) THEN
         PERFORM create_distributed_table('nq_escalations', 'bucket', colocate_with => 'nq_jobs');
+        PERFORM truncate_local_data_after_distributing_table('nq_escalations');
     END IF;
 
     -- Webhook events: the bucket of their notification (0012), the key (bucket, id).
@@ -105,12 +115,14 @@ BEGIN
         ALTER TABLE nq_webhook_events ADD PRIMARY KEY (bucket, id);
         PERFORM create_distributed_table('nq_webhook_events', 'bucket',
                                          colocate_with => 'nq_jobs');
+        PERFORM truncate_local_data_after_distributing_table('nq_webhook_events');
     END IF;
 
     IF NOT EXISTS (SELECT FROM pg_dist_partition
                    WHERE logicalrelid = 'nq_idempotency_keys'::regclass) THEN
         PERFORM create_distributed_table('nq_idempotency_keys', 'key', shard_count => shards,
                                          colocate_with => 'none');
+        PERFORM truncate_local_data_after_distributing_table('nq_idempotency_keys');
     END IF;
 
     -- The counters: by their `shard` column, co-located with the queue, so a function delegated
@@ -118,12 +130,14 @@ BEGIN
     -- bucket); every other writer keeps its connection's row (the pid modulo 16).
     IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'nq_counters'::regclass) THEN
         PERFORM create_distributed_table('nq_counters', 'shard', colocate_with => 'nq_jobs');
+        PERFORM truncate_local_data_after_distributing_table('nq_counters');
     END IF;
 
     FOREACH t IN ARRAY ARRAY['nq_policies', 'nq_templates', 'nq_recipients',
                              'nq_recipient_voices'] LOOP
         IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN
             PERFORM create_reference_table(t);
+            PERFORM truncate_local_data_after_distributing_table(t::regclass);
         END IF;
     END LOOP;
 END
