@@ -17,42 +17,23 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import uuid
 from pathlib import Path
 from typing import Any
 
 import psutil
 import psycopg
 
-from benchmarks import alternating, queue
+from benchmarks import alternating, plancost, queue
 from benchmarks.env import fresh_postgres
-from notify_queue.models import Channel
 from notify_queue.repositories.queries import QUERIES
 
 RESULTS = Path(__file__).parent / "results" / "claimcalls"
-CHANNELS = [c.value for c in Channel]
 
 
 def _params(limit: int) -> dict[str, Any]:
-    """The worker's parameters at its defaults (rate limit 10 per hour, the simulated provider
-    heading every channel's chain), for a claim of up to `limit` rows from every lane."""
-    return {
-        "priorities": [0, 1, 2],
-        "channels": CHANNELS,
-        "limit": limit,
-        "claim_token": uuid.uuid4(),
-        "rate_limit": 10,
-        "rate_window_seconds": 3600.0,
-        "lease_seconds": 300.0,
-        "backoff_base_seconds": 0.5,
-        "backoff_max_seconds": 60.0,
-        "chain_channels": CHANNELS,
-        "chain_heads": ["simulated"] * len(CHANNELS),
-        "known_providers": ["simulated"],
-        "webhook_url": None,
-        "ids": None,
-        "quiet_ids": [],
-    }
+    """The claim in one call (no candidates given: lock, then admit), up to `limit` rows from
+    every lane, with plancost's parameters (the worker's defaults: 10 per recipient an hour)."""
+    return {**plancost.admit_params([]), "ids": None, "limit": limit}
 
 
 def _claims(conn: psycopg.Connection[Any], backend: psutil.Process, size: int, rows: int) -> dict:
