@@ -57,7 +57,9 @@ async def test_an_installation_on_plain_postgresql_moves_onto_citus_with_its_his
             async with running_api(url, tmp_path / "api-plain.log") as base:
                 async with httpx.AsyncClient(base_url=base) as http:
                     status = (await http.get("/status")).json()
-                assert status["database"] == {"engine": "postgresql", "workerNodes": 0}
+                    assert status["database"] == {"engine": "postgresql", "workerNodes": 0}
+                    put = await http.put("/recipients/moved", json={"email": "moved@example.com"})
+                    assert put.status_code in (200, 201), put.text
                 sent_before = await _create_all(base, "before", 20)
                 with workers(url, tmp_path, provider.url, hooks.url):
 
@@ -101,12 +103,23 @@ async def test_an_installation_on_plain_postgresql_moves_onto_citus_with_its_his
                         assert (again.status_code, again.json()["id"]) == (200, ids[3])
                         assert other.status_code == 409, other.text
                     after = await _create_all(base, "after", 10)
+                    # The recipients (a reference table now) moved with the rest.
+                    recipient = (await http.get("/recipients/moved")).json()
+                    assert recipient["email"] == "moved@example.com"
+                    targeted = await http.post(
+                        "/notifications",
+                        json={"recipientId": "moved", "body": "x", "idempotencyKey": "targeted"},
+                    )
+                    assert targeted.status_code == 201, targeted.text
+                    # One per channel the recipient has: email alone here.
+                    (made,) = targeted.json()["notifications"]
+                    after.append(made["id"])
                 with workers(url, tmp_path, provider.url, hooks.url):
 
                     async def every_one_sent() -> bool:
-                        return statuses(url) == {"SENT": 50}
+                        return statuses(url) == {"SENT": 51}
 
-                    await eventually(every_one_sent, timeout=180, what="all 50 SENT on Citus")
+                    await eventually(every_one_sent, timeout=180, what="all 51 SENT on Citus")
         assert set(provider.sent) == {*sent_before, *backlog, *after}
         assert set(provider.sent.values()) == {1}
     finally:
