@@ -146,6 +146,16 @@ _SELECT_ALL = (
 )
 
 
+def _migrate_to(url: str, version: int | None) -> None:
+    """`migrate` up to `version` (every step: None), as `notify-queue migrate` runs it."""
+
+    async def to() -> None:
+        async with Database(url, pool_size=1) as database:
+            await migrate(database, target=version)
+
+    asyncio.run(to())
+
+
 def test_the_migration_from_one_table_keeps_every_row(pg_server: EmbeddedPostgres) -> None:
     """Schema 0007 filled with rows of every status (some finished long ago, one Kubernetes row
     with a link and a queued status write, webhook events), then migrated: every row is there,
@@ -154,12 +164,8 @@ def test_the_migration_from_one_table_keeps_every_row(pg_server: EmbeddedPostgre
         admin.execute("CREATE DATABASE migrate_0008")
     url = pg_server.url("migrate_0008")
 
-    async def to(version: int | None) -> None:
-        async with Database(url, pool_size=1) as database:
-            await migrate(database, target=version)
-
     try:
-        asyncio.run(to(7))
+        _migrate_to(url, 7)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(
                 """INSERT INTO nq_notifications (id, idempotency_key, request_hash, channel,
@@ -199,7 +205,7 @@ def test_the_migration_from_one_table_keeps_every_row(pg_server: EmbeddedPostgre
             )
             before = sorted(_rows(conn, _SELECT_ALL.format("nq_notifications")))
             counted = _counters(conn)
-        asyncio.run(to(None))
+        _migrate_to(url, None)
         with psycopg.connect(url, autocommit=True) as conn:
             after = sorted(_rows(conn, _SELECT_ALL.format("nq_all_notifications")))
             assert len(after) == len(before) == 2000
@@ -246,10 +252,6 @@ def test_every_partition_of_the_log_publishes_its_deletes(pg_server: EmbeddedPos
         admin.execute("CREATE DATABASE migrate_0043")
     url = pg_server.url("migrate_0043")
 
-    async def to(version: int | None) -> None:
-        async with Database(url, pool_size=1) as database:
-            await migrate(database, target=version)
-
     def identities(conn: psycopg.Connection[Any]) -> set[str]:
         rows = _rows(
             conn,
@@ -259,13 +261,17 @@ def test_every_partition_of_the_log_publishes_its_deletes(pg_server: EmbeddedPos
         )
         return {r[0] for r in rows}
 
-    asyncio.run(to(42))
-    with psycopg.connect(url, autocommit=True) as conn:
-        _add_finished(conn, "old", days_ago=2, n=5)
-        assert identities(conn) == {"d"}
-    asyncio.run(to(None))
-    with psycopg.connect(url, autocommit=True) as conn:
-        assert identities(conn) == {"f"}
-        made = _rows(conn, "SELECT nq_delivery_log_prepare(20)")[0][0]
-        assert made > 0 and identities(conn) == {"f"}
-        assert _rows(conn, "SELECT count(*) FROM nq_delivery_log") == [(5,)]
+    try:
+        _migrate_to(url, 42)
+        with psycopg.connect(url, autocommit=True) as conn:
+            _add_finished(conn, "old", days_ago=2, n=5)
+            assert identities(conn) == {"d"}
+        _migrate_to(url, None)
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert identities(conn) == {"f"}
+            made = _rows(conn, "SELECT nq_delivery_log_prepare(20)")[0][0]
+            assert made > 0 and identities(conn) == {"f"}
+            assert _rows(conn, "SELECT count(*) FROM nq_delivery_log") == [(5,)]
+    finally:
+        with psycopg.connect(pg_server.url(), autocommit=True) as admin:
+            admin.execute("DROP DATABASE IF EXISTS migrate_0043 WITH (FORCE)")
