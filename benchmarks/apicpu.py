@@ -33,7 +33,7 @@ from benchmarks.burn import cpu_seconds
 from benchmarks.env import BenchPostgres, fresh_postgres
 from benchmarks.httpload import run_load
 from benchmarks.scenarios.cost import _batches
-from benchmarks.scenarios.ingest import _free_port, _wait_ready, single_requests
+from benchmarks.scenarios.ingest import _free_port, _tree, _wait_ready, single_requests
 
 RESULTS = Path(__file__).parent / "results" / "apicpu"
 WARM_ITEMS = 2_000
@@ -77,8 +77,7 @@ def one_run(
 
         asyncio.run(run_load("127.0.0.1", port, load(WARM_ITEMS, "apicpu-warm"), clients=clients))
         requests = load(items, "apicpu")
-        # The API process and, with --api-workers, uvicorn's worker processes (ready by now).
-        api_pids = [api.pid, *(c.pid for c in psutil.Process(api.pid).children(recursive=True))]
+        api_pids = _tree(api.pid)  # with --api-workers, uvicorn's worker processes too
         before = cpu_seconds(api_pids)
         postgres_before = _postgres_cpu(pg)
         result = asyncio.run(run_load("127.0.0.1", port, requests, clients=clients))
