@@ -36,7 +36,9 @@ def _params(limit: int) -> dict[str, Any]:
     return {**plancost.admit_params([]), "ids": None, "limit": limit}
 
 
-def _claims(conn: psycopg.Connection[Any], backend: psutil.Process, size: int, rows: int) -> dict:
+def _claims(
+    conn: psycopg.Connection[Any], backend: psutil.Process, size: int, rows: int
+) -> dict[str, Any]:
     calls = max(rows // size, 1)
     # Warm: the plans of the function's statements are made once per connection.
     conn.execute(QUERIES["claim"], _params(size)).fetchall()
