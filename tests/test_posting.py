@@ -520,6 +520,20 @@ async def test_a_header_with_a_line_break_is_refused_before_sending(serve) -> No
     assert server.requests == []
 
 
+async def test_a_line_break_in_a_urls_path_or_query_starts_no_header(serve) -> None:
+    """A client's webhookUrl goes into the request line: the URL parser drops CR and LF (WHATWG
+    URL rules) and escapes the other control characters, so no header can start there."""
+    server = await serve(lambda n, request: NO_CONTENT)
+    url = server.url(path="/hooks\r\nX-Injected: 1?q=\r\nX-Injected: 2&c=\x01")
+    assert await _post(url) == Answer(204, b"")
+    [(_, request)] = server.requests
+    head = request.split(b"\r\n\r\n", 1)[0]
+    assert b"X-Injected" not in head.split(b"\r\n", 1)[1]
+    assert head.split(b"\r\n", 1)[0] == (
+        b"POST /hooksX-Injected:%201?q=X-Injected:+2&c=%01 HTTP/1.1"
+    )
+
+
 @pytest.mark.parametrize(
     "url", ["ftp://hooks.example/x", "http:///no-host", "http://user:s3cret@hooks.example:99999/"]
 )

@@ -1,0 +1,52 @@
+"""Header values we build from client data: one line of text, whatever the Python.
+
+A header value holding a line break becomes a header of its own when the message is written
+out. CR and LF typed plainly are the obvious way; the other is an RFC 2047 encoded word
+(`=?utf-8?q?x=0D=0AReply-To:_a@b?=`), which the email package decodes when the header is set and
+then, on Pythons before 3.11.10 / 3.12.5 (CVE-2024-6923), writes back out with the line break
+as it is. So a value is refused when it, or any encoded word in it, holds a control character
+(TAB, which headers may fold with, excepted) or a Unicode line or paragraph separator.
+Checked at the API's door and again where a message is built (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import email.errors
+import email.policy
+import unicodedata
+
+# Whether this Python's email package refuses, while writing a message, a header that would break
+# its line (3.11.10+, 3.12.5+: CVE-2024-6923). Without it only the checks here stand in between;
+# a worker says so when it starts (docs/security.md).
+GENERATED_HEADERS_VERIFIED = hasattr(email.policy.default, "verify_generated_headers")
+
+# Not control characters to Unicode, but `str.splitlines` breaks lines at them.
+_SEPARATORS = frozenset("\u2028\u2029")
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why `value` cannot be a header value, or None when it can."""
+    bad = _first_unsafe(value)
+    if bad is not None:
+        return f"must not hold control characters or line separators ({_name(bad)})"
+    if "=?" in value:
+        # The email package's own reading of the value: what it would write back out.
+        try:
+            decoded = str(email.policy.default.header_factory("Subject", value))
+        except (email.errors.MessageError, ValueError, LookupError):
+            return "holds an encoded word that cannot be decoded"
+        bad = _first_unsafe(decoded)
+        if bad is not None:
+            return f"must not hold an encoded word that decodes to a control character ({_name(bad)})"
+    return None
+
+
+def _first_unsafe(text: str) -> str | None:
+    for char in text:
+        if char in _SEPARATORS or (char != "\t" and unicodedata.category(char) == "Cc"):
+            return char
+    return None
+
+
+def _name(char: str) -> str:
+    return f"U+{ord(char):04X}"
