@@ -137,7 +137,9 @@ async def test_a_kept_connection_closed_after_reading_the_request_is_one_failed_
 
 def _webhook_id(request: bytes) -> str:
     head = request.split(b"\r\n\r\n", 1)[0].decode()
-    return next(line.split(": ", 1)[1] for line in head.split("\r\n") if line.startswith("webhook-id"))
+    return next(
+        line.split(": ", 1)[1] for line in head.split("\r\n") if line.startswith("webhook-id")
+    )
 
 
 class ClosingAfterAnswerServer:

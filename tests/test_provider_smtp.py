@@ -21,8 +21,8 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from notify_queue.models import Channel, Outcome
-from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers import smtp
+from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.smtp import SmtpProvider
 
 

@@ -6,10 +6,11 @@ written straight into `nq_webhook_events` in the shape the completion statement 
 (payload `{eventId, jobId, status, attemptCount, timestamp, provider}`), each for the receiver's
 URL, the webhook URL of a policy that holds the signing secret: it goes through the outbound
 guard as a namespace user's URL does (`--outbound-allow 127.0.0.0/8` opens loopback), and every
-event is signed with its policy's secret, as in production. Events per second come from the database's clock: the events recorded after
-the first recording statement, over the time from that statement to the last one (each
-statement stamps its whole batch with one `delivered_at`, so the first batch only starts the
-clock). The CPU split is read from `/proc` for the relay, the receiver and PostgreSQL.
+event is signed with its policy's secret, as in production. Events per second come from the
+database's clock: the events recorded after the first recording statement, over the time from
+that statement to the last one (each statement stamps its whole batch with one `delivered_at`,
+so the first batch only starts the clock). The CPU split is read from `/proc` for the relay,
+the receiver and PostgreSQL.
 """
 
 from __future__ import annotations

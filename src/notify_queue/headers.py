@@ -37,7 +37,7 @@ def header_value_problem(value: str) -> str | None:
             return "holds an encoded word that cannot be decoded"
         bad = _first_unsafe(decoded)
         if bad is not None:
-            return f"must not hold an encoded word that decodes to a control character ({_name(bad)})"
+            return f"must not hold an encoded word decoding to a control character ({_name(bad)})"
     return None
 
 

@@ -320,7 +320,12 @@ async def test_a_template_whose_subject_renders_a_line_break_is_named_and_nothin
         assert error["field"] == "data" and "email subject must not hold" in error["message"]
     listed = await client.get("/notifications")
     assert listed.status_code == 200 and listed.json()["items"] == []
-    ok = {"channel": "email", "recipient": "a@example.com", "template": "receipt", "data": {"order": 7}}
+    ok = {
+        "channel": "email",
+        "recipient": "a@example.com",
+        "template": "receipt",
+        "data": {"order": 7},
+    }
     assert (await post(client, ok)).status_code == 201
 
 

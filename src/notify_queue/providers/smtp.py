@@ -144,7 +144,9 @@ def _check_header_block(message: EmailMessage, *, utf8: bool) -> None:
     written = BytesHeaderParser(policy=email.policy.compat32).parsebytes(header_block).keys()
     if [n.lower() for n in written] != [n.lower() for n in message.keys()]:
         extra = sorted({n for n in written} - {n for n in message.keys()})
-        raise ValueError(f"the written headers differ from those set: {', '.join(extra) or 'order'}")
+        raise ValueError(
+            f"the written headers differ from those set: {', '.join(extra) or 'order'}"
+        )
 
 
 def _classify_per_message(
