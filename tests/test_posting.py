@@ -132,10 +132,10 @@ async def test_a_kept_connection_closed_after_reading_the_request_is_one_failed_
     assert await poster.post(server.url(), b"{}", {"webhook-id": "e-2"}) == Answer(204, b"")
     await poster.close()
     # e-1 arrived once, on the kept connection; e-2 went out on a new one.
-    assert [(c, _webhook_id(r)) for c, r in server.requests] == [(0, "e-0"), (0, "e-1"), (1, "e-2")]
+    assert [(c, webhook_id_of(r)) for c, r in server.requests] == [(0, "e-0"), (0, "e-1"), (1, "e-2")]
 
 
-def _webhook_id(request: bytes) -> str:
+def webhook_id_of(request: bytes) -> str:
     head = request.split(b"\r\n\r\n", 1)[0].decode()
     return next(
         line.split(": ", 1)[1] for line in head.split("\r\n") if line.startswith("webhook-id")
@@ -187,7 +187,7 @@ async def test_a_kept_connection_the_server_closed_while_idle_is_not_written_to(
     finally:
         await poster.close()
         server.stop()
-    assert [(c, _webhook_id(r)) for c, r in server.requests] == [(0, "e-0"), (1, "e-1")]
+    assert [(c, webhook_id_of(r)) for c, r in server.requests] == [(0, "e-0"), (1, "e-1")]
 
 
 async def test_connections_idle_too_long_are_closed_for_every_host(

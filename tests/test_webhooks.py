@@ -19,6 +19,7 @@ from notify_queue.repositories.webhooks import WebhookRepository
 from notify_queue.services.webhooks import decide_webhook_result
 from tests.receivers import Received, WebhookReceiver
 from tests.support import delivery_service, eventually, new, notification_service, start_workers
+from tests.test_posting import NO_CONTENT, RawServer, webhook_id_of
 
 SECRET = "whsec_" + base64.b64encode(b"a-test-secret-of-32-bytes-length").decode()
 
@@ -301,3 +302,36 @@ async def test_the_workers_secret_signs_only_events_for_the_workers_webhook_url(
     finally:
         await operator.stop()
         await client.stop()
+
+
+async def test_a_kept_connection_closed_after_the_request_costs_one_post_per_attempt(
+    db: Database, database_url: str
+) -> None:
+    """The receiver answers each connection's first POST and closes it, unanswered, on the
+    second. The second event's first POST goes out on the kept connection and gets no answer:
+    that is its first attempt, failed; the retry is the second attempt, on a new connection.
+    Never two POSTs in one attempt (docs/reliability.md)."""
+    server = RawServer(lambda n, request: NO_CONTENT if n == 0 else None)
+    await server.start()
+    workers = await start_workers(
+        database_url,
+        SimulatedProvider(0, 0, 1),
+        webhooks=True,
+        webhook_backoff_base=0.05,
+        webhook_backoff_max=0.1,
+    )
+    try:
+        ids = []
+        for _ in range(2):  # one after the other: the second finds the first's kept connection
+            created = await notification_service(db).enqueue(new(webhook_url=server.url()))
+            await eventually(lambda c=created: _delivered(db, c.notification.id))
+            ids.append(created.notification.id)
+    finally:
+        await workers.stop()
+        assert server.server is not None
+        server.server.close()
+    events = [(await _events(db, id))[0] for id in ids]
+    assert [e["attempts"] for e in events] == [1, 2]
+    posted = [webhook_id_of(request) for _, request in server.requests]
+    assert [posted.count(str(e["id"])) for e in events] == [1, 2]
+    assert [c for c, _ in server.requests] == [0, 0, 1]
