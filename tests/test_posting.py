@@ -132,7 +132,11 @@ async def test_a_kept_connection_closed_after_reading_the_request_is_one_failed_
     assert await poster.post(server.url(), b"{}", {"webhook-id": "e-2"}) == Answer(204, b"")
     await poster.close()
     # e-1 arrived once, on the kept connection; e-2 went out on a new one.
-    assert [(c, webhook_id_of(r)) for c, r in server.requests] == [(0, "e-0"), (0, "e-1"), (1, "e-2")]
+    assert [(c, webhook_id_of(r)) for c, r in server.requests] == [
+        (0, "e-0"),
+        (0, "e-1"),
+        (1, "e-2"),
+    ]
 
 
 def webhook_id_of(request: bytes) -> str:
