@@ -143,7 +143,7 @@ def _check_header_block(message: EmailMessage, *, utf8: bool) -> None:
     header_block = flatten_message(message, utf8=utf8).split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
     written = BytesHeaderParser(policy=email.policy.compat32).parsebytes(header_block).keys()
     if [n.lower() for n in written] != [n.lower() for n in message.keys()]:
-        extra = sorted({n for n in written} - {n for n in message.keys()})
+        extra = sorted(set(written) - set(message.keys()))
         raise ValueError(
             f"the written headers differ from those set: {', '.join(extra) or 'order'}"
         )
