@@ -3,8 +3,8 @@
 A raw asyncio server on loopback answers with exactly the bytes a test gives it, so every framing
 an HTTP/1.1 server may use is exercised byte for byte: Content-Length, chunked with trailers, a
 body that runs to the close, interim 1xx answers, garbage, oversized bodies and headers, silence.
-It also records what arrived, on which connection, so keep-alive and the one resend on a
-connection the server had closed are seen from the server's side.
+It also records what arrived, on which connection, so keep-alive, and the rule that a POST once
+written is never sent again (one attempt, at most one POST), are seen from the server's side.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -118,16 +119,79 @@ async def test_posts_to_one_host_share_one_kept_connection(serve) -> None:
     assert b"webhook-id: e-0\r\n" in first and first.endswith(b'\r\n\r\n{"n":0}')
 
 
-async def test_a_kept_connection_the_server_closed_is_sent_once_more_on_a_new_one(serve) -> None:
-    # Each connection answers its first request and closes on the second without a word: the
-    # race of a server timing out an idle connection just as a POST goes out on it.
+async def test_a_kept_connection_closed_after_reading_the_request_is_one_failed_post(
+    serve,
+) -> None:
+    """The server reads the whole request and closes without answering: the POST reached it, so
+    it is a failure (outcome unknown), never sent again on a new connection by the same call."""
     server = await serve(lambda n, request: NO_CONTENT if n == 0 else None)
     poster = trusted_poster(timeout_seconds=5.0)
-    answers = [await poster.post(server.url(), b"{}", {"webhook-id": f"e-{i}"}) for i in range(3)]
+    assert await poster.post(server.url(), b"{}", {"webhook-id": "e-0"}) == Answer(204, b"")
+    with pytest.raises(PostFailed, match="closed the connection"):
+        await poster.post(server.url(), b"{}", {"webhook-id": "e-1"})
+    assert await poster.post(server.url(), b"{}", {"webhook-id": "e-2"}) == Answer(204, b"")
     await poster.close()
-    assert answers == [Answer(204, b"")] * 3
-    # The 2nd and 3rd POSTs reached a closing connection first, then a new one.
-    assert [connection for connection, _ in server.requests] == [0, 0, 1, 1, 2]
+    # e-1 arrived once, on the kept connection; e-2 went out on a new one.
+    assert [(c, webhook_id_of(r)) for c, r in server.requests] == [
+        (0, "e-0"),
+        (0, "e-1"),
+        (1, "e-2"),
+    ]
+
+
+def webhook_id_of(request: bytes) -> str:
+    head = request.split(b"\r\n\r\n", 1)[0].decode()
+    return next(
+        line.split(": ", 1)[1] for line in head.split("\r\n") if line.startswith("webhook-id")
+    )
+
+
+class ClosingAfterAnswerServer:
+    """A blocking server in its own thread: answers each connection's first request, then closes
+    that connection. `closed` is set once the first connection is closed, so a test can block its
+    event loop until then: the client's loop has not read the end of file yet when it POSTs."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}/hooks"
+        self.requests: list[tuple[int, bytes]] = []
+        self.closed = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        for number in range(2):
+            conn, _ = self.listener.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n{}" not in data:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.requests.append((number, data))
+                conn.sendall(NO_CONTENT)
+            self.closed.set()
+
+    def stop(self) -> None:
+        self.listener.close()
+        self.thread.join(5.0)
+
+
+async def test_a_kept_connection_the_server_closed_while_idle_is_not_written_to() -> None:
+    """The server closes an idle kept connection just before the next POST: the client finds it
+    closed before writing, and sends the POST once, on a new connection, without a failure."""
+    server = ClosingAfterAnswerServer()
+    poster = trusted_poster(timeout_seconds=5.0)
+    try:
+        assert await poster.post(server.url, b"{}", {"webhook-id": "e-0"}) == Answer(204, b"")
+        # Blocks the loop on purpose: the end of file waits, unread, on the kept connection.
+        assert server.closed.wait(5.0)
+        assert await poster.post(server.url, b"{}", {"webhook-id": "e-1"}) == Answer(204, b"")
+    finally:
+        await poster.close()
+        server.stop()
+    assert [(c, webhook_id_of(r)) for c, r in server.requests] == [(0, "e-0"), (1, "e-1")]
 
 
 async def test_connections_idle_too_long_are_closed_for_every_host(
@@ -359,8 +423,7 @@ async def test_bytes_after_a_complete_answer_close_the_connection_and_the_next_p
 
 
 async def test_junk_on_a_kept_connection_is_a_failure_not_a_resend(serve) -> None:
-    """The one resend is for a kept connection that closed before any byte came back; one that
-    answered, even junk, had its POST reach the server."""
+    """A kept connection that answered junk had its POST reach the server: a failure, no resend."""
     server = await serve(lambda n, request: NO_CONTENT if n == 0 else b"SSH-2.0-x\r\n\r\n")
     poster = trusted_poster(timeout_seconds=5.0)
     assert await poster.post(server.url(), b"{}", {}) == Answer(204, b"")
@@ -461,6 +524,20 @@ async def test_a_header_with_a_line_break_is_refused_before_sending(serve) -> No
         await poster.post(server.url(), b"{}", {"webhook-id": "e\r\nX-Injected: 1"})
     await poster.close()
     assert server.requests == []
+
+
+async def test_a_line_break_in_a_urls_path_or_query_starts_no_header(serve) -> None:
+    """A client's webhookUrl goes into the request line: the URL parser drops CR and LF (WHATWG
+    URL rules) and escapes the other control characters, so no header can start there."""
+    server = await serve(lambda n, request: NO_CONTENT)
+    url = server.url(path="/hooks\r\nX-Injected: 1?q=\r\nX-Injected: 2&c=\x01")
+    assert await _post(url) == Answer(204, b"")
+    [(_, request)] = server.requests
+    head = request.split(b"\r\n\r\n", 1)[0]
+    assert b"X-Injected" not in head.split(b"\r\n", 1)[1]
+    assert head.split(b"\r\n", 1)[0] == (
+        b"POST /hooksX-Injected:%201?q=X-Injected:+2&c=%01 HTTP/1.1"
+    )
 
 
 @pytest.mark.parametrize(

@@ -26,6 +26,7 @@ from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.http import HttpProvider, parse_retry_after
 from notify_queue.providers.outbound import trusted_session
 from notify_queue.settings import ProviderKind, WorkerSettings
+from tests.test_posting import RawServer
 
 
 class DeliveryService:
@@ -336,3 +337,24 @@ async def test_the_flags_define_one_named_provider_per_kind_serving_its_channels
     assert isinstance(providers["http"], HttpProvider)
     assert isinstance(providers["simulated"], SimulatedProvider)
     assert all(p.circuit_breaker is None and p.rate_limit is None for p in specs.providers)
+
+
+async def test_a_kept_connection_closed_after_the_request_is_an_unknown_outcome_sent_once(
+    session: aiohttp.ClientSession,
+) -> None:
+    """The service reads the whole request on a kept connection and closes without answering:
+    the request reached it, so the outcome is unknown (temporary, not `nothing_sent`: failover
+    keeps the notification on this provider) and aiohttp does not send the POST again."""
+    server = RawServer(
+        lambda n, request: b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n" if n == 0 else None
+    )
+    await server.start()
+    try:
+        provider = HttpProvider(server.url(), 5.0, session)
+        assert (await provider.deliver(make_request())).outcome is Outcome.SENT
+        result = await provider.deliver(make_request())
+    finally:
+        assert server.server is not None
+        server.server.close()
+    assert result.outcome is Outcome.TEMPORARY_FAILURE and not result.nothing_sent
+    assert [c for c, _ in server.requests] == [0, 0]

@@ -2,7 +2,9 @@
 
 Covers the message as received (headers that make retries recognisable as one message), and how
 the server's answers map to outcomes: accepted → SENT, 5xx for the recipient → permanent,
-4xx → temporary, no server → temporary.
+4xx → temporary, no server → temporary; and that no header is injected through a value we set,
+plainly or in an RFC 2047 encoded word (refused, permanently), on this machine's Python whether
+or not it has CVE-2024-6923 fixed.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP, Envelope, Session
 
 from notify_queue.models import Channel, Outcome
+from notify_queue.providers import smtp
 from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.smtp import SmtpProvider
 
@@ -176,3 +179,75 @@ async def test_a_subject_with_a_line_break_cannot_inject_headers(
     assert result.outcome is Outcome.PERMANENT_FAILURE
     assert result.error is not None and result.error.startswith("invalid email")
     assert handler.envelopes == []
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "=?utf-8?q?Hi=0D=0AReply-To:_evil@example.net?=",
+        "=?utf-8?b?SGkNClJlcGx5LVRvOiBldmlsQGV4YW1wbGUubmV0?=",  # the same, base64
+        "Your receipt =?utf-8?q?=0AReply-To:_evil@example.net?=",
+        "=?utf-8?q?Hi=E2=80=A8Reply-To:_evil@example.net?=",  # U+2028
+    ],
+    ids=["q-crlf", "b-crlf", "q-lf-after-text", "q-line-separator"],
+)
+async def test_an_encoded_line_break_in_the_subject_adds_no_header(
+    mailbox: tuple[Mailbox, int], subject: str
+) -> None:
+    """The email package decodes an RFC 2047 word when the header is set and, on a Python with
+    CVE-2024-6923, writes its CR LF back out: a header of the client's own. It is refused."""
+    handler, port = mailbox
+
+    result = await make_provider(port).deliver(make_request(subject=subject))
+
+    received = [
+        email.message_from_bytes(e.content, policy=email.policy.default)
+        for e in handler.envelopes
+        if isinstance(e.content, bytes)
+    ]
+    assert [m["Reply-To"] for m in received if "Reply-To" in m] == []
+    assert result.outcome is Outcome.PERMANENT_FAILURE
+    assert result.error is not None and result.error.startswith("invalid email: Subject must not")
+    assert handler.envelopes == []
+
+
+async def test_a_written_header_block_with_a_header_not_set_is_refused_on_its_own(
+    mailbox: tuple[Mailbox, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second check, with the first one switched off: the message is written out as it would
+    be sent and read back, and a header nobody set stops it (on a Python with the CVE fixed, the
+    email package refuses it first, while writing)."""
+    handler, port = mailbox
+    monkeypatch.setattr(smtp, "header_value_problem", lambda value: None)
+
+    result = await make_provider(port).deliver(
+        make_request(subject="=?utf-8?q?Hi=0D=0AReply-To:_evil@example.net?=")
+    )
+
+    assert result.outcome is Outcome.PERMANENT_FAILURE
+    assert result.error is not None and result.error.startswith("invalid email")
+    assert handler.envelopes == []
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "Grüße =?iso-8859-1?q?Gr=FC=DFe?= =?utf-8?b?w6k=?=",
+        "a\ttab",
+        "long " * 250,  # folded over several lines when written
+        "=?utf-8?q?not_closed",
+    ],
+    ids=["encoded-words", "tab", "folded", "unclosed-word"],
+)
+async def test_subjects_without_line_breaks_are_sent_as_they_are(
+    mailbox: tuple[Mailbox, int], subject: str
+) -> None:
+    handler, port = mailbox
+
+    result = await make_provider(port).deliver(make_request(subject=subject))
+
+    assert result.outcome is Outcome.SENT, result.error
+    [envelope] = handler.envelopes
+    assert isinstance(envelope.content, bytes)
+    message = email.message_from_bytes(envelope.content, policy=email.policy.default)
+    assert "Reply-To" not in message

@@ -1,5 +1,6 @@
 """Webhooks through the transactional outbox: same transaction as the status, retried with the
-same eventId, signed per Standard Webhooks, and never able to change the notification."""
+same eventId, signed per Standard Webhooks (with a secret only for the URL it was configured
+for), and never able to change the notification."""
 
 from __future__ import annotations
 
@@ -8,14 +9,17 @@ import base64
 import psycopg
 import pytest
 from standardwebhooks import Webhook
+from standardwebhooks.webhooks import WebhookVerificationError
 
-from notify_queue.models import DeliveryResult, Outcome, Status
+from notify_queue.models import DeliveryResult, Outcome, Policy, Status
 from notify_queue.providers.simulated import SimulatedProvider
 from notify_queue.repositories.db import Database
+from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.repositories.webhooks import WebhookRepository
 from notify_queue.services.webhooks import decide_webhook_result
-from tests.receivers import WebhookReceiver
+from tests.receivers import Received, WebhookReceiver
 from tests.support import delivery_service, eventually, new, notification_service, start_workers
+from tests.test_posting import NO_CONTENT, RawServer, webhook_id_of
 
 SECRET = "whsec_" + base64.b64encode(b"a-test-secret-of-32-bytes-length").decode()
 
@@ -80,6 +84,7 @@ async def test_a_failing_webhook_is_retried_with_the_same_event_id_and_a_valid_s
             database_url,
             SimulatedProvider(0, 0, 1),
             webhooks=True,
+            webhook_url=receiver.url,  # the URL --webhook-secret is configured for
             webhook_secret=SECRET,
             webhook_backoff_base=0.05,
             webhook_backoff_max=0.1,
@@ -183,7 +188,7 @@ async def test_the_attempt_counts_at_the_claim_and_a_lost_last_attempt_ends_fail
     claims = []
     for _ in range(4):
         events = await repository.webhook_events_claim(
-            limit=10, lease_seconds=0, max_attempts=2, default_secrets=()
+            limit=10, lease_seconds=0, max_attempts=2, default_url=None, default_secrets=()
         )
         claims.append([e.attempts for e in events])
     assert claims == [[1], [2], [], []]
@@ -204,7 +209,7 @@ async def test_a_result_recorded_under_the_claim_is_not_counted_again(db: Databa
     seen = []
     for _ in range(4):
         events = await repository.webhook_events_claim(
-            limit=10, lease_seconds=60, max_attempts=3, default_secrets=()
+            limit=10, lease_seconds=60, max_attempts=3, default_url=None, default_secrets=()
         )
         seen += [e.attempts for e in events]
         results = [
@@ -218,3 +223,115 @@ async def test_a_result_recorded_under_the_claim_is_not_counted_again(db: Databa
     [event] = await _events(db, created.notification.id)
     assert event["state"] == "failed" and event["attempts"] == 3
     assert event["last_error"] == "HTTP 500"
+
+
+# --- which secret signs which URL (docs/security.md) ------------------------------------------
+
+OTHER_SECRET = "whsec_" + base64.b64encode(b"a-policy-owners-secret-32-bytes!").decode()
+
+
+def _verifies(secret: str, received: Received) -> bool:
+    try:
+        Webhook(secret).verify(received.body, received.headers)
+    except WebhookVerificationError:
+        return False
+    return True
+
+
+async def test_an_event_for_a_clients_own_url_is_not_signed_with_the_policys_secret(
+    db: Database, database_url: str
+) -> None:
+    """A client that names someone's policy and its own webhookUrl must not receive events signed
+    with that policy's secret: it could replay them to the policy's real receiver. The policy's
+    own URL still gets them signed."""
+    owner = await WebhookReceiver().start()
+    client = await WebhookReceiver().start()
+    try:
+        policy = Policy(name="shop/orders", webhook_url=owner.url, webhook_secrets=(OTHER_SECRET,))
+        await PolicyRepository(db).policy_upsert(policy=policy)
+        mine = await notification_service(db).enqueue(new(policy="shop/orders"))
+        theirs = await notification_service(db).enqueue(
+            new(policy="shop/orders", webhook_url=client.url)
+        )
+        workers = await start_workers(database_url, SimulatedProvider(0, 0, 1), webhooks=True)
+        try:
+            for created in (mine, theirs):
+                await eventually(lambda c=created: _delivered(db, c.notification.id))
+        finally:
+            await workers.stop()
+        [to_owner] = owner.received
+        [to_client] = client.received
+        assert to_owner.json["jobId"] == str(mine.notification.id)
+        assert to_client.json["jobId"] == str(theirs.notification.id)
+        assert _verifies(OTHER_SECRET, to_owner)
+        assert "webhook-signature" not in to_client.headers
+        assert not _verifies(OTHER_SECRET, to_client)
+    finally:
+        await owner.stop()
+        await client.stop()
+
+
+async def test_the_workers_secret_signs_only_events_for_the_workers_webhook_url(
+    db: Database, database_url: str
+) -> None:
+    """`--webhook-secret` belongs to `--webhook-url`: an event for a client's webhookUrl goes out
+    unsigned, one for the worker's URL signed."""
+    operator = await WebhookReceiver().start()
+    client = await WebhookReceiver().start()
+    try:
+        default = await notification_service(db).enqueue(new())
+        own = await notification_service(db).enqueue(new(webhook_url=client.url))
+        workers = await start_workers(
+            database_url,
+            SimulatedProvider(0, 0, 1),
+            webhooks=True,
+            webhook_url=operator.url,
+            webhook_secret=SECRET,
+        )
+        try:
+            for created in (default, own):
+                await eventually(lambda c=created: _delivered(db, c.notification.id))
+        finally:
+            await workers.stop()
+        [to_operator] = operator.received
+        [to_client] = client.received
+        assert to_operator.json["jobId"] == str(default.notification.id)
+        assert _verifies(SECRET, to_operator)
+        assert "webhook-signature" not in to_client.headers
+        assert not _verifies(SECRET, to_client)
+    finally:
+        await operator.stop()
+        await client.stop()
+
+
+async def test_a_kept_connection_closed_after_the_request_costs_one_post_per_attempt(
+    db: Database, database_url: str
+) -> None:
+    """The receiver answers each connection's first POST and closes it, unanswered, on the
+    second. The second event's first POST goes out on the kept connection and gets no answer:
+    that is its first attempt, failed; the retry is the second attempt, on a new connection.
+    Never two POSTs in one attempt (docs/reliability.md)."""
+    server = RawServer(lambda n, request: NO_CONTENT if n == 0 else None)
+    await server.start()
+    workers = await start_workers(
+        database_url,
+        SimulatedProvider(0, 0, 1),
+        webhooks=True,
+        webhook_backoff_base=0.05,
+        webhook_backoff_max=0.1,
+    )
+    try:
+        ids = []
+        for _ in range(2):  # one after the other: the second finds the first's kept connection
+            created = await notification_service(db).enqueue(new(webhook_url=server.url()))
+            await eventually(lambda c=created: _delivered(db, c.notification.id))
+            ids.append(created.notification.id)
+    finally:
+        await workers.stop()
+        assert server.server is not None
+        server.server.close()
+    events = [(await _events(db, id))[0] for id in ids]
+    assert [e["attempts"] for e in events] == [1, 2]
+    posted = [webhook_id_of(request) for _, request in server.requests]
+    assert [posted.count(str(e["id"])) for e in events] == [1, 2]
+    assert [c for c, _ in server.requests] == [0, 0, 1]

@@ -4,12 +4,13 @@
 Nothing else runs: no worker, no API, so the figure is what one relay process moves. Events are
 written straight into `nq_webhook_events` in the shape the completion statement writes them
 (payload `{eventId, jobId, status, attemptCount, timestamp, provider}`), each for the receiver's
-URL, which reaches the relay as a client-supplied URL: it goes through the outbound guard
-(`--outbound-allow 127.0.0.0/8` opens loopback), and every event is signed (`--webhook-secret`),
-as in production. Events per second come from the database's clock: the events recorded after
-the first recording statement, over the time from that statement to the last one (each
-statement stamps its whole batch with one `delivered_at`, so the first batch only starts the
-clock). The CPU split is read from `/proc` for the relay, the receiver and PostgreSQL.
+URL, the webhook URL of a policy that holds the signing secret: it goes through the outbound
+guard as a namespace user's URL does (`--outbound-allow 127.0.0.0/8` opens loopback), and every
+event is signed with its policy's secret, as in production. Events per second come from the
+database's clock: the events recorded after the first recording statement, over the time from
+that statement to the last one (each statement stamps its whole batch with one `delivered_at`,
+so the first batch only starts the clock). The CPU split is read from `/proc` for the relay,
+the receiver and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -30,9 +31,18 @@ from benchmarks.progress import Progress, say
 # A fixed, valid Standard Webhooks secret: signing costs the same as with a real one.
 SECRET = "whsec_" + base64.b64encode(b"notify-queue relay benchmark key").decode()
 
+_POLICY = "bench/relay"
+
+_SEED_POLICY = """
+INSERT INTO nq_policies (name, webhook_url, webhook_secrets)
+VALUES (%(policy)s, %(url)s, ARRAY[%(secret)s])
+ON CONFLICT (name) DO UPDATE SET webhook_url = excluded.webhook_url,
+                                 webhook_secrets = excluded.webhook_secrets
+"""
+
 _SEED = """
-INSERT INTO nq_webhook_events (id, notification_id, url, payload)
-SELECT e.id, e.job, %(url)s,
+INSERT INTO nq_webhook_events (id, notification_id, url, policy, payload)
+SELECT e.id, e.job, %(url)s, %(policy)s,
        json_build_object(
            'eventId', e.id, 'jobId', e.job, 'status', 'SENT', 'attemptCount', 1,
            'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
@@ -58,8 +68,12 @@ SELECT (SELECT count(*) FROM nq_webhook_events) AS events,
 
 def seed_events(url: str, count: int, receiver_url: str, chunk: int = 50_000) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(_SEED_POLICY, {"policy": _POLICY, "url": receiver_url, "secret": SECRET})
         for first in range(0, count, chunk):
-            conn.execute(_SEED, {"url": receiver_url, "count": min(chunk, count - first)})
+            conn.execute(
+                _SEED,
+                {"url": receiver_url, "policy": _POLICY, "count": min(chunk, count - first)},
+            )
         conn.execute("VACUUM (ANALYZE) nq_webhook_events")
 
 
@@ -99,8 +113,6 @@ def run(ctx: Context) -> None:
             url,
             "--log-level",
             "WARNING",
-            "--webhook-secret",
-            SECRET,
             "--outbound-allow",
             "127.0.0.0/8",
         ]

@@ -364,8 +364,8 @@ class WebhookOptions(DefaultWebhookOptions):
 
     webhook_secret: str | None = Field(
         None,
-        description="Signing secret, `whsec_<base64>`; several, comma-separated, during a "
-        "rotation.",
+        description="Signing secret, `whsec_<base64>`, for events sent to `--webhook-url` (only "
+        "those); several, comma-separated, during a rotation.",
     )
     webhook_max_attempts: int = Field(
         10, ge=1, le=100, description="Webhook POSTs before an event is `failed`."

@@ -274,3 +274,63 @@ async def test_metadata_nested_too_deeply_is_named(shared_client: httpx.AsyncCli
     response = await post(shared_client, email(metadata=deep))
     assert response.status_code == 400
     assert all(f.startswith("metadata") for f in fields_named(response))
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "Hi\r\nReply-To: evil@example.net",
+        "Hi\nBcc: evil@example.net",
+        "nul\x00",
+        "=?utf-8?q?Hi=0D=0AReply-To:_evil@example.net?=",
+        "=?utf-8?b?SGkNClJlcGx5LVRvOiBldmlsQGV4YW1wbGUubmV0?=",
+    ],
+    ids=["crlf", "lf", "nul", "encoded-q", "encoded-b"],
+)
+async def test_a_subject_with_a_line_break_plain_or_encoded_is_named_and_nothing_stored(
+    client: httpx.AsyncClient, subject: str
+) -> None:
+    """It would be a header of the client's own in the email (docs/security.md)."""
+    for channel, recipient in (("email", "a@example.com"), ("push", "fcm:abc")):
+        response = await post(
+            client, {"channel": channel, "recipient": recipient, "subject": subject, "body": "x"}
+        )
+        assert fields_named(response) == {"subject"}
+    listed = await client.get("/notifications")
+    assert listed.status_code == 200 and listed.json()["items"] == []
+
+
+async def test_a_template_whose_subject_renders_a_line_break_is_named_and_nothing_stored(
+    client: httpx.AsyncClient,
+) -> None:
+    template = {"channels": {"email": {"subject": "Order {{ order }}", "body": "Total."}}}
+    assert (await client.put("/templates/receipt", json=template)).status_code == 201
+    for order in ("7\r\nReply-To: evil@example.net", "=?utf-8?q?7=0D=0AReply-To:_e@x.net?="):
+        response = await post(
+            client,
+            {
+                "channel": "email",
+                "recipient": "a@example.com",
+                "template": "receipt",
+                "data": {"order": order},
+            },
+        )
+        assert response.status_code == 400
+        [error] = response.json()["errors"]
+        assert error["field"] == "data" and "email subject must not hold" in error["message"]
+    listed = await client.get("/notifications")
+    assert listed.status_code == 200 and listed.json()["items"] == []
+    ok = {
+        "channel": "email",
+        "recipient": "a@example.com",
+        "template": "receipt",
+        "data": {"order": 7},
+    }
+    assert (await post(client, ok)).status_code == 201
+
+
+async def test_a_subject_with_a_tab_or_an_encoded_word_without_line_breaks_is_accepted(
+    shared_client: httpx.AsyncClient,
+) -> None:
+    for subject in ("a\ttab", "=?utf-8?q?caf=C3=A9?=", "Grüße"):
+        assert (await post(shared_client, email(subject=subject))).status_code == 201

@@ -115,7 +115,12 @@ class NotificationCreate(_Wire):
         description="email: an address; sms: E.164 (`+` and 8-15 digits); push: a device token. "
         "Required unless recipientId is given (not both).",
     )
-    subject: str | None = Field(None, max_length=rules.MAX_SUBJECT_CHARS)
+    subject: str | None = Field(
+        None,
+        max_length=rules.MAX_SUBJECT_CHARS,
+        description="One line: no control characters but TAB, no U+2028/U+2029, and no RFC 2047 "
+        "encoded word that decodes to one (docs/security.md).",
+    )
     body: str | None = Field(
         None,
         min_length=1,

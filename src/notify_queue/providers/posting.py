@@ -30,15 +30,19 @@ interleaved, a new attempt every `HAPPY_EYEBALLS_DELAY_SECONDS` or as soon as on
 connection made wins, so an IPv6 route that drops packets costs a quarter second, not the timeout.
 
 Connections are kept alive per (scheme, host, port) for `IDLE_SECONDS`. A server may close its end
-of an idle connection at any moment; a POST on a kept connection that fails before any byte of
-the answer arrived is sent once more on a new connection (receivers drop repeats by `webhook-id`,
-and a POST that reached nobody is not a delivery).
+of an idle connection at any moment, so a kept connection is checked just before it is written to:
+one whose socket holds anything (the server's end of file, or bytes nobody asked for) is closed
+and the POST goes out on a new connection, nothing of it having been written. Once a byte of the
+request is written, the POST is never sent again by this client: a connection that then closes
+without an answer is the attempt's failure (the outcome unknown; the relay retries the event
+later, as one more counted attempt), so one attempt is at most one POST (docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import select
 import socket
 import ssl
 import time
@@ -80,10 +84,6 @@ class PostFailed(NotifyQueueError):
     """No answer: the connection could not be made, broke, or the peer did not speak HTTP/1.1."""
 
 
-class _Stale(Exception):
-    """A kept connection the server had closed: nothing of an answer came back."""
-
-
 class _Refused(Exception):
     """An answer this client will not read, raised inside a parser callback."""
 
@@ -102,7 +102,7 @@ class _Connection(asyncio.Protocol):
         # The exchange under way; `_over` once its answer (or failure) is known.
         self.answer: asyncio.Future[Answer] | None = None
         self._over = True
-        self.received = 0  # bytes of the answer (a kept connection with none is stale)
+        self.received = 0  # bytes of the answer so far
         self._status = 0
         self._body = bytearray()
         self._head_bytes = 0  # fed while the head was incomplete: a head that never ends
@@ -114,6 +114,19 @@ class _Connection(asyncio.Protocol):
 
     def usable(self) -> bool:
         return self.reusable and self.transport is not None and not self.transport.is_closing()
+
+    def quiet(self) -> bool:
+        """Whether an idle connection's socket has nothing waiting: a server's end of file, or bytes
+        nobody asked for, that the event loop has not read yet. Checked just before a kept
+        connection is written to, so a connection the server closed while it was idle is found
+        before any byte of the next request goes out on it."""
+        assert self.transport is not None
+        sock = self.transport.get_extra_info("socket")
+        if sock is None:
+            return False
+        poll = select.poll()  # not select.select: a relay's descriptors may pass FD_SETSIZE
+        poll.register(sock.fileno(), select.POLLIN)
+        return not poll.poll(0)
 
     def send(self, request: bytes) -> asyncio.Future[Answer]:
         assert self.transport is not None
@@ -149,9 +162,7 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         before = self.received
-        self.received += len(
-            data
-        )  # counted first: a kept connection that answered junk is not stale
+        self.received += len(data)
         if before < 5 and not b"HTTP/"[before:].startswith(data[: 5 - before]):
             # llhttp also reads RTSP/ and ICE/ status lines; an HTTP server says HTTP/.
             self._fail(PostFailed(f"connection error: not an HTTP/1.1 answer: {data[:40]!r}"))
@@ -290,17 +301,8 @@ class Poster:
             raise PostFailed(f"connection error: cannot POST to this URL: {exc}") from None
         key = (scheme, host, port)
         async with asyncio.timeout(self._timeout_seconds):
-            connection = self._kept(key)
-            if connection is not None:
-                try:
-                    return await self._exchange(key, connection, request, kept=True)
-                except _Stale:
-                    pass
-            connection = await self._dial(key)
-            try:
-                return await self._exchange(key, connection, request, kept=False)
-            except _Stale as exc:  # a new connection closed at once: no answer
-                raise PostFailed("connection error: the server closed the connection") from exc
+            connection = self._kept(key) or await self._dial(key)
+            return await self._exchange(key, connection, request)
 
     async def __aenter__(self) -> Poster:
         return self
@@ -325,7 +327,11 @@ class Poster:
         kept = self._idle.get(key)
         while kept:
             connection = kept.pop()
-            if now - connection.returned_at < IDLE_SECONDS and connection.usable():
+            if (
+                now - connection.returned_at < IDLE_SECONDS
+                and connection.usable()
+                and connection.quiet()
+            ):
                 return connection
             connection.close()
         return None
@@ -397,16 +403,11 @@ class Poster:
     # -- one exchange ---------------------------------------------------------------------------
 
     async def _exchange(
-        self, key: tuple[str, str, int], connection: _Connection, request: bytes, *, kept: bool
+        self, key: tuple[str, str, int], connection: _Connection, request: bytes
     ) -> Answer:
         try:
             result = await connection.send(request)
-        except PostFailed:
-            connection.close()
-            if kept and connection.received == 0:
-                raise _Stale from None
-            raise
-        except BaseException:  # the timeout, a cancellation
+        except BaseException:  # no answer, the timeout, a cancellation
             connection.close()
             raise
         connection.finish()

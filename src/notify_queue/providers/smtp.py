@@ -11,17 +11,28 @@ our configuration or the server, not the notification, so they stay temporary: t
 is retried and, once dead-lettered, can be retried again after the configuration is fixed.
 Connection errors and timeouts are temporary too. One connection per message keeps failures
 isolated; a mail relay, not this process, is the place to batch.
+
+No header is injected through a value we set (docs/security.md): each value is refused when it
+holds a control character, plainly or in an RFC 2047 encoded word (`notify_queue.headers`), and
+the message is then written out the way aiosmtplib will send it and read back: a header block
+with any header we did not set is refused. Pythons with CVE-2024-6923 fixed also refuse such a
+header themselves while writing it (`verify_generated_headers`, on by default there). Either is a
+permanent failure: the same text will never send.
 """
 
 from __future__ import annotations
 
 import asyncio
 import email.errors
+import email.policy
 from email.message import EmailMessage
+from email.parser import BytesHeaderParser
 from email.utils import parseaddr
 
 import aiosmtplib
+from aiosmtplib.email import flatten_message
 
+from notify_queue.headers import header_value_problem
 from notify_queue.models import Channel, DeliveryResult, Outcome
 from notify_queue.providers.base import DeliveryRequest
 
@@ -62,7 +73,8 @@ class SmtpProvider:
         try:
             message = self._build_message(request)
         except (ValueError, TypeError, email.errors.MessageError) as exc:
-            # A header with a line break or an unparsable address will never send.
+            # A header with a line break (HeaderWriteError is a MessageError) or an unparsable
+            # address will never send.
             return DeliveryResult(Outcome.PERMANENT_FAILURE, error=f"invalid email: {exc}")
         try:
             # aiosmtplib's timeout is per command; this bounds the attempt as a whole.
@@ -101,18 +113,40 @@ class SmtpProvider:
         return DeliveryResult(Outcome.SENT, provider_message_id=self.message_id(request))
 
     def _build_message(self, request: DeliveryRequest) -> EmailMessage:
+        headers = {
+            "From": self._from_address,
+            "To": request.recipient,
+            "Subject": request.subject,
+            "Message-ID": self.message_id(request),
+            "X-Idempotency-Key": request.idempotency_key,
+        }
         message = EmailMessage()
-        message["From"] = self._from_address
-        message["To"] = request.recipient
-        if request.subject is not None:
-            message["Subject"] = request.subject
-        message["Message-ID"] = self.message_id(request)
-        message["X-Idempotency-Key"] = request.idempotency_key
+        for name, value in headers.items():
+            if value is None:
+                continue
+            problem = header_value_problem(value)
+            if problem is not None:
+                raise ValueError(f"{name} {problem}")
+            message[name] = value
         message.set_content(request.body)
+        _check_header_block(message, utf8=not (self._from_address + request.recipient).isascii())
         return message
 
     async def close(self) -> None:
         """Each message uses its own connection; nothing stays open between deliveries."""
+
+
+def _check_header_block(message: EmailMessage, *, utf8: bool) -> None:
+    """Raise ValueError unless `message`, written out as aiosmtplib writes it (SMTPUTF8 when an
+    address needs it), reads back with exactly the headers that were set: one more means a value
+    broke its line."""
+    header_block = flatten_message(message, utf8=utf8).split(b"\r\n\r\n", 1)[0] + b"\r\n\r\n"
+    written = BytesHeaderParser(policy=email.policy.compat32).parsebytes(header_block).keys()
+    if [n.lower() for n in written] != [n.lower() for n in message.keys()]:
+        extra = sorted(set(written) - set(message.keys()))
+        raise ValueError(
+            f"the written headers differ from those set: {', '.join(extra) or 'order'}"
+        )
 
 
 def _classify_per_message(

@@ -26,10 +26,13 @@ class WebhookRepository:
         limit: int,
         lease_seconds: float,
         max_attempts: int,
+        default_url: str | None,
         default_secrets: tuple[str, ...],
     ) -> list[WebhookEvent]:
         """Claim due events, each counting one attempt; events whose last attempt's result never
-        came end failed instead (see the statement)."""
+        came end failed instead (see the statement). Each is signed with the secrets configured
+        for its URL (docs/security.md): its policy's for the policy's own URL, `default_secrets`
+        (--webhook-secret) for `default_url` (--webhook-url), none for any other URL."""
         params = {
             "limit": limit,
             "lease_seconds": lease_seconds,
@@ -61,8 +64,8 @@ class WebhookRepository:
                 notification_id=r["notification_id"],
                 url=r["url"],
                 payload=r["payload"],
-                # A policy's own secrets sign its events; otherwise the worker's --webhook-secret.
-                secrets=tuple(r["policy_secrets"] or ()) or default_secrets,
+                secrets=tuple(r["policy_secrets"] or ())
+                or (default_secrets if r["url"] == default_url else ()),
                 attempts=r["attempts"],
                 claim_token=r["claim_token"],
             )

@@ -25,6 +25,7 @@ from typing import Any
 from jinja2 import TemplateSyntaxError
 
 from notify_queue.errors import FieldError, TemplateRenderFailed, ValidationFailed
+from notify_queue.headers import header_value_problem
 from notify_queue.models import Channel
 from notify_queue.services.rendering import Renderer
 from notify_queue.services.sandbox import ENVIRONMENT, RULE_OUTPUT
@@ -125,6 +126,10 @@ async def render(
     errors = []
     if not body.strip():
         errors.append(FieldError(field_prefix + "data", f"{channel.value} body renders empty"))
+    problem = None if subject is None else header_value_problem(subject)
+    if problem is not None:
+        # The subject becomes a header: see notify_queue.headers.
+        errors.append(FieldError(field_prefix + "data", f"{channel.value} subject {problem}"))
     # Streaming stopped at MAX_BODY_BYTES characters; in bytes the body can still be over.
     if len(body.encode("utf-8", errors="surrogatepass")) > MAX_BODY_BYTES:
         errors.append(

@@ -29,6 +29,7 @@ from pydantic import (
 
 from notify_queue import jsontext, tracing
 from notify_queue.errors import FieldError, ValidationFailed
+from notify_queue.headers import header_value_problem
 from notify_queue.models import (
     DEFAULT_CATEGORY,
     Channel,
@@ -225,6 +226,16 @@ class NotificationRequest(BaseModel):
             raise ValueError("must be an email address for channel email")
         if channel in (Channel.SMS, Channel.VOICE) and not SMS_PATTERN.fullmatch(value):
             raise ValueError(f"must be an E.164 number (+ and 8-15 digits) for channel {channel}")
+        return value
+
+    @field_validator("subject")
+    @classmethod
+    def _one_line(cls, value: str | None) -> str | None:
+        # An email's Subject header: a line break, plain or encoded, would start a header of the
+        # client's own (notify_queue.headers). A push title is one line too.
+        problem = None if value is None else header_value_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("body")

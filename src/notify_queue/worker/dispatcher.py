@@ -120,6 +120,7 @@ class WebhookDispatcher:
                     limit=free,
                     lease_seconds=lease,
                     max_attempts=s.webhook_max_attempts,
+                    default_url=s.webhook_url,
                     default_secrets=s.webhook_secrets,
                 )
                 traces = await self._traceparents(events) if tracing.enabled() else {}

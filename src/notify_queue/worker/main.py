@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import platform
 import signal
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from notify_queue import heap
+from notify_queue.headers import GENERATED_HEADERS_VERIFIED
 from notify_queue.provider_specs import specs_from_settings
 from notify_queue.providers import build_providers
 from notify_queue.providers.outbound import trusted_session
@@ -151,6 +153,12 @@ async def run_worker(
             settings.batch_size,
             settings.webhook_dispatch,
         )
+        if not GENERATED_HEADERS_VERIFIED:
+            log.warning(
+                "Python %s writes email headers without checking them (CVE-2024-6923); "
+                "production needs 3.11.10, 3.12.5 or newer (docs/security.md)",
+                platform.python_version(),
+            )
         try:
             await router.start()
             await _until_signal(worker.run(), worker.stop, stop)

@@ -250,8 +250,9 @@ spent AS (
     WHERE e.bucket = %(bucket)s
       AND e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts < %(max_attempts)s))
     RETURNING e.id, e.notification_id, e.url, e.payload, e.attempts, e.claim_token, e.policy,
-              (SELECT p.webhook_secrets FROM nq_policies p WHERE p.name = e.policy)
-                  AS policy_secrets
+              -- A policy's secrets sign only for its own URL: not for a client's webhookUrl.
+              (SELECT p.webhook_secrets FROM nq_policies p
+               WHERE p.name = e.policy AND p.webhook_url = e.url) AS policy_secrets
 ), counted AS (
     -- IS NULL: Citus keeps a CTE's result for the next step, and cannot keep a void column.
     SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') IS NULL AS done FROM spent

@@ -16,7 +16,8 @@
 -- Every claim, by either version, counts once and recording counts nothing: no double count.
 -- Until the last 0.1.0 relay stops, it may still claim an event whose last attempt's result was
 -- lost and POST it once more (it then records it failed): the bound holds once it is gone.
--- Secrets are read now from the policy, so a rotated secret applies to the next attempt.
+-- Secrets are read now from the policy, so a rotated secret applies to the next attempt;
+-- they sign only an event for the policy's own webhook URL (docs/security.md).
 -- The UPDATEs find their rows through the primary key (`= ANY`), never by a join the planner
 -- could turn into a scan of the whole outbox, so a claim costs the same however many delivered
 -- events the table holds.
@@ -44,8 +45,9 @@ spent AS (
         next_attempt_at = now() + make_interval(secs => %(lease_seconds)s)
     WHERE e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts < %(max_attempts)s))
     RETURNING e.id, e.notification_id, e.url, e.payload, e.attempts, e.claim_token, e.policy,
-              (SELECT p.webhook_secrets FROM nq_policies p WHERE p.name = e.policy)
-                  AS policy_secrets
+              -- A policy's secrets sign only for its own URL: not for a client's webhookUrl.
+              (SELECT p.webhook_secrets FROM nq_policies p
+               WHERE p.name = e.policy AND p.webhook_url = e.url) AS policy_secrets
 ), counted AS (
     SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') AS done FROM spent
 )
