@@ -37,13 +37,13 @@ from tests.chaos.harness import (  # noqa: E402
     WEBHOOK_SECRET,
     WorkerProcesses,
     audit,
-    free_port,
     lost_outcomes_bound,
     poll,
     read_rows,
     worker_flags,
 )
 from tests.chaos.peers import ChaosProvider, SignedWebhookReceiver  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 from notify_queue.embedded import EmbeddedPostgres  # noqa: E402
 from notify_queue.repositories.db import Database  # noqa: E402

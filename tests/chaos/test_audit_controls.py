@@ -11,6 +11,8 @@ provider that ignored the key would have delivered the message twice.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from tests.chaos.harness import all_final, audit, enqueue, new_notifications, po
 from tests.chaos.peers import ChaosProvider
 
 NOTIFICATIONS = 12
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _call_again(provider: ChaosProvider, key: uuid.UUID) -> tuple[int, str]:
@@ -128,3 +131,16 @@ async def test_the_soak_audit_reports_a_key_repeated_at_one_provider_or_sent_by_
     finally:
         await primary.stop()
         await backup.stop()
+
+
+def test_the_soak_script_loads_the_audit_it_runs() -> None:
+    """`make soak` is run by hand, not by the suite: at least its imports are checked here."""
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "soak.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "--minutes" in result.stdout
