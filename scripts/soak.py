@@ -37,16 +37,18 @@ from tests.chaos.harness import (  # noqa: E402
     WEBHOOK_SECRET,
     WorkerProcesses,
     audit,
-    free_port,
+    lost_outcomes_bound,
     poll,
     read_rows,
     worker_flags,
 )
 from tests.chaos.peers import ChaosProvider, SignedWebhookReceiver  # noqa: E402
+from tests.support import free_port  # noqa: E402
 
 from notify_queue.embedded import EmbeddedPostgres  # noqa: E402
 from notify_queue.repositories.db import Database  # noqa: E402
 from notify_queue.repositories.schema import migrate  # noqa: E402
+from notify_queue.settings import WorkerOptions  # noqa: E402
 
 FAULTS = [
     "kill9",
@@ -142,8 +144,22 @@ async def soak(args: argparse.Namespace) -> int:
         await poll(
             lambda: _webhooks_settled(db), timeout=300, interval=1, what="webhooks delivered"
         )
+        # A kill or SIGTERM may repeat what its worker had claimed and not recorded; a restart
+        # of PostgreSQL what every worker had. Nothing else may repeat a call.
+        restarts = faults.get("pg_fast", 0) + faults.get("pg_immediate", 0)
+        explained = lost_outcomes_bound(
+            workers_lost=faults.get("kill9", 0)
+            + faults.get("sigterm", 0)
+            + restarts * args.workers,
+            concurrency=WorkerOptions.model_fields["concurrency"].default,
+            batch_size=WorkerOptions.model_fields["batch_size"].default,
+        )
         result = await audit(
-            db, ids, receiver=receiver, providers={"primary": provider, "backup": backup}
+            db,
+            ids,
+            receiver=receiver,
+            providers={"primary": provider, "backup": backup},
+            repeats_explained=explained,
         )
         result.extra |= {
             "minutes": args.minutes,

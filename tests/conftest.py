@@ -24,6 +24,7 @@ from notify_queue.devcluster import ControlPlaneUnavailable, LocalControlPlane, 
 from notify_queue.embedded import EmbeddedPostgres
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.schema import migrate
+from tests.support import missing_component
 
 _TEMPLATE = "nq_template"
 _counter = itertools.count()
@@ -91,7 +92,7 @@ def control_plane() -> Iterator[LocalControlPlane]:
     try:
         bin_dir = find_bin_dir()
     except ControlPlaneUnavailable as exc:
-        pytest.skip(f"{exc} (scripts/build-k8s-binaries.sh)")
+        missing_component("kubernetes binaries", str(exc))
     # A directory of our own rather than pytest's basetemp: pytest prunes old basetemps, and a
     # concurrent pytest run pruning this one would pull etcd's data from under it.
     directory = Path(tempfile.mkdtemp(prefix="notify-queue-k8s-"))

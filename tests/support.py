@@ -19,10 +19,11 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 import psycopg
+import pytest
 
 from notify_queue.models import (
     Channel,
@@ -443,3 +444,17 @@ def directory_outside_pytest(prefix: str) -> Iterator[Path]:
         yield root
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+REQUIRE_COMPONENTS = "NOTIFY_QUEUE_REQUIRE_COMPONENTS"
+
+
+def missing_component(name: str, how_to_get_it: str) -> NoReturn:
+    """End a test whose real component `name` (PgBouncer, Citus, Prometheus, the Kubernetes
+    binaries ...) is absent: a skip naming it, or a failure under NOTIFY_QUEUE_REQUIRE_COMPONENTS=1,
+    which `make test` (CI) sets so that a component that failed to install cannot go green."""
+    message = f"component missing: {name}: {how_to_get_it}"
+    if os.environ.get(REQUIRE_COMPONENTS) == "1":
+        required = f"{message} ({REQUIRE_COMPONENTS}=1: every component is required)"
+        raise pytest.fail.Exception(required, pytrace=False) from None  # not the lookup's error
+    raise pytest.skip.Exception(message) from None

@@ -26,6 +26,7 @@ from notify_queue.providers.outbound import (
     OutboundRefused,
 )
 from notify_queue.providers.posting import Answer, PostFailed, guarded_poster, trusted_poster
+from tests.support import missing_component
 from tests.test_outbound_guard import FixedResolver
 
 NO_CONTENT = b"HTTP/1.1 204 No Content\r\n\r\n"
@@ -663,7 +664,7 @@ def test_addresses_alternate_families_from_the_first_ones() -> None:
 
 def _certificate(tmp_path: Path, name: str) -> tuple[Path, Path]:
     if shutil.which("openssl") is None:
-        pytest.skip("the openssl command makes the test certificate; it is not installed")
+        missing_component("openssl", "the openssl command makes the test certificate")
     cert, key = tmp_path / f"{name}.pem", tmp_path / f"{name}.key"
     subprocess.run(
         [

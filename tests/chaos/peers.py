@@ -1,10 +1,12 @@
 """The outside world of the chaos tests: an HTTP delivery provider and a webhook receiver, both
 real aiohttp servers on loopback that worker subprocesses reach over TCP.
 
-`ChaosProvider` plays a provider that honours idempotency keys (CONTRACT section 5): the first
+`ChaosProvider` plays a provider that honours idempotency keys (docs/providers.md): the first
 successful call with a key delivers and answers a new `messageId`; every later call with that key
-answers 200 with the same `messageId` and delivers nothing, but is counted, so a test can tell
-"delivered once" (the invariant) from "called again after a crash" (what idempotency absorbed).
+answers 200 with the same `messageId` and delivers nothing. Every call is counted per key, and so
+is every call answered as a success (`deliveries`): each one would have delivered a message at a
+provider that ignored the key, so a key answered twice is a duplicate the audit must explain by a
+fault (a crash that lost an outcome) or report.
 It can fail a share of calls with 503, go into an outage (every call 503), add latency, and stall
 chosen keys for a while before answering (a provider that hangs past a worker's lease).
 
@@ -48,17 +50,16 @@ class ChaosProvider:
         self.latency_seconds = latency_seconds
         self.outage = False
         self.stalls: dict[str, Stall] = {}
-        self.calls: Counter[str] = Counter()
-        self.deliveries: Counter[str] = Counter()  # a value above 1 would be a duplicate delivery
+        self.calls: Counter[str] = Counter()  # every call, per key
+        # Calls answered as a success, per key: what a provider ignoring the key would have
+        # delivered. The first delivers here; a value above 1 is a duplicate the key absorbed.
+        self.deliveries: Counter[str] = Counter()
         self.message_ids: dict[str, str] = {}
         self.delivered_at: dict[str, float] = {}
         self.stalled_now = 0
         self.stall_answers: list[tuple[str, float]] = []  # (key, monotonic time the answer left)
         self.malformed: list[str] = []
         self.failures_answered = 0
-        # Calls for a key already delivered, answered 200 without delivering: the repeats a crash
-        # or an expired lease caused, which the idempotency key absorbed.
-        self.repeats = 0
         self._random = random.Random(seed)
         self._released = asyncio.Event()
         self._runner: web.AppRunner | None = None
@@ -121,7 +122,7 @@ class ChaosProvider:
         # provider's idempotency layer, so two concurrent calls with one key cannot both deliver.
         existing = self.message_ids.get(key)
         if existing is not None:
-            self.repeats += 1
+            self.deliveries[key] += 1
             return web.json_response({"messageId": existing})
         if self.failure_rate and self._random.random() < self.failure_rate:
             self.failures_answered += 1
@@ -132,8 +133,14 @@ class ChaosProvider:
         self.delivered_at[key] = time.monotonic()
         return web.json_response({"messageId": message_id})
 
+    @property
+    def repeats(self) -> int:
+        """Successful calls for a key already delivered, answered without a second delivery."""
+        return sum(n - 1 for n in self.deliveries.values() if n > 1)
+
     def duplicates(self) -> int:
-        """Keys delivered more than once (the provider's own bookkeeping; must stay 0)."""
+        """Keys answered as a success more than once: each would be a duplicate message at a
+        provider that ignored the key; only a fault that lost an outcome may explain one."""
         return sum(1 for n in self.deliveries.values() if n > 1)
 
 

@@ -21,6 +21,7 @@ from tests.chaos.harness import (
     audit,
     counts,
     enqueue,
+    lost_outcomes_bound,
     new_notifications,
     poll,
     read_rows,
@@ -111,7 +112,9 @@ async def test_every_notification_ends_final_and_delivered_once_while_workers_ar
         workers.terminate(proc)
     codes = [await asyncio.to_thread(p.wait, 20) for p in survivors]
 
-    result = await audit(db, ids, provider, receiver)
+    # Each kill may repeat what the victim had claimed and not recorded; nothing else may.
+    explained = lost_outcomes_bound(workers_lost=workers.killed, concurrency=32, batch_size=50)
+    result = await audit(db, ids, provider, receiver, repeats_explained=explained)
     result.extra |= {
         "kills": workers.killed,
         "seconds": round(elapsed, 1),
@@ -127,5 +130,3 @@ async def test_every_notification_ends_final_and_delivered_once_while_workers_ar
         + result.extra["delivered_but_dead_lettered_after_recheck"]
     )
     assert codes == [0] * WORKERS
-    # The crashes did cause repeats, and the idempotency key absorbed every one of them.
-    assert result.repeats_absorbed <= workers.killed * 32

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.citus.cluster import CitusCluster, CitusUnavailable, find_pg_config
-from tests.support import directory_outside_pytest
+from tests.support import directory_outside_pytest, missing_component
 
 _counter = itertools.count()
 
@@ -24,7 +24,7 @@ def citus_cluster() -> Iterator[CitusCluster]:
     try:
         pg_config = find_pg_config()
     except CitusUnavailable as reason:
-        pytest.skip(str(reason))
+        missing_component("citus", str(reason))
     with directory_outside_pytest("notify-queue-citus-") as root:
         with CitusCluster(root, pg_config) as cluster:
             yield cluster

@@ -31,7 +31,7 @@ from tests.operator.support import (
     running_worker,
     settings_for,
 )
-from tests.support import eventually, notification_service
+from tests.support import eventually, missing_component, notification_service
 
 pytestmark = pytest.mark.kubernetes
 
@@ -49,7 +49,9 @@ def kstatus() -> Path:
             check=False,
         ).returncode
     ):
-        pytest.skip("no Go toolchain to build the kstatus checker (scripts/build-kstatus.sh)")
+        missing_component(
+            "go", "no Go toolchain to build the kstatus checker (scripts/build-kstatus.sh)"
+        )
     result = subprocess.run(
         [str(ROOT / "scripts" / "build-kstatus.sh")],
         capture_output=True,

@@ -36,7 +36,7 @@ import yaml
 from notify_queue.embedded import EmbeddedPostgres
 from tests.chaos.harness import WorkerProcesses
 from tests.pooling.pgbouncer import PgBouncer, pgbouncer_binary
-from tests.support import directory_outside_pytest, eventually, free_port
+from tests.support import directory_outside_pytest, eventually, free_port, missing_component
 
 ROOT = Path(__file__).resolve().parents[2]
 POOLER = ROOT / "examples" / "cloudnativepg" / "pooler.yaml"
@@ -57,7 +57,7 @@ def pooled(pg_server: EmbeddedPostgres) -> Iterator[tuple[PgBouncer, str]]:
     direct URL)."""
     binary = pgbouncer_binary()
     if binary is None:
-        pytest.skip("pgbouncer is not installed: scripts/install-test-packages.sh (apt)")
+        missing_component("pgbouncer", "scripts/install-test-packages.sh installs it (apt)")
     suffix = uuid.uuid4().hex[:8]
     database, user, password = f"pool_{suffix}", f"nq_pool_{suffix}", f"pw-{suffix}"
     admin_url = pg_server.url()

@@ -15,6 +15,7 @@ import pytest
 
 from notify_queue.devcluster import ControlPlaneUnavailable, LocalControlPlane, find_bin_dir
 from tests.shipping.support import ROOT, Tools
+from tests.support import missing_component
 
 
 @pytest.fixture(scope="session")
@@ -23,9 +24,9 @@ def tools() -> Tools:
     try:
         bin_dir = find_bin_dir()
     except ControlPlaneUnavailable as exc:
-        pytest.skip(f"{exc} (scripts/build-k8s-binaries.sh)")
+        missing_component("kubernetes binaries", str(exc))
     if not os.access(bin_dir / "helm", os.X_OK):
-        pytest.skip(f"helm is missing in {bin_dir}; run scripts/build-k8s-binaries.sh")
+        missing_component("helm", f"not in {bin_dir}; run scripts/build-k8s-binaries.sh")
     return Tools(bin_dir)
 
 

@@ -44,7 +44,7 @@ from notify_queue.repositories.db import Database
 from notify_queue.settings import ROLE_SETTINGS, DatabaseOptions, load_settings
 from tests.operator.support import OperatorThread, running_worker, settings_for
 from tests.shipping.support import CHART, Tools
-from tests.support import eventually
+from tests.support import eventually, missing_component
 
 pytestmark = pytest.mark.kubernetes
 
@@ -658,7 +658,10 @@ def test_upgrading_a_0_1_0_release_keeps_its_generated_token(
         timeout=60,
     )
     if archive.returncode != 0:
-        pytest.skip(f"0.1.0 ({PREVIOUS_RELEASE_COMMIT}) is not in this checkout's history")
+        missing_component(
+            "git history",
+            f"0.1.0 ({PREVIOUS_RELEASE_COMMIT}) is not in this checkout (a shallow clone?)",
+        )
     old_chart = tmp_path / "notify-queue-0.1.0"
     old_chart.mkdir()
     subprocess.run(["tar", "-x", "-C", str(old_chart)], input=archive.stdout, check=True)

@@ -39,7 +39,12 @@ from tests.shipping.dashboard import (
     running_prometheus,
 )
 from tests.shipping.support import CHART, Tools, named
-from tests.support import MIN_DEADLINE_SECONDS, directory_outside_pytest, eventually
+from tests.support import (
+    MIN_DEADLINE_SECONDS,
+    directory_outside_pytest,
+    eventually,
+    missing_component,
+)
 
 
 @pytest.fixture
@@ -170,7 +175,7 @@ async def test_prometheus_evaluates_every_panel_query_after_traffic(
 ) -> None:
     binary = prometheus_binary()
     if binary is None:
-        pytest.skip("no prometheus binary: scripts/install-prometheus.sh could not install it here")
+        missing_component("prometheus", "scripts/install-prometheus.sh could not install it here")
     with (
         cloned_database(pg_server, "dash_prom") as url,
         directory_outside_pytest("nq-dashboard-") as directory,
