@@ -44,8 +44,10 @@ _HTTP_TYPES = {
     403: "forbidden",
     404: "not-found",
     405: "method-not-allowed",
+    408: "request-timeout",
     413: "payload-too-large",
     415: "unsupported-media-type",
+    431: "request-header-fields-too-large",
     500: "internal-error",
     503: "service-unavailable",
 }
