@@ -51,6 +51,7 @@ _HTTP_TYPES = {
     500: "internal-error",
     503: "service-unavailable",
 }
+_UNAVAILABLE_DETAIL = "the database is unavailable; retry shortly (the server log says why)"
 # The one mapping of domain errors to statuses; the first matching class wins.
 _DOMAIN: list[tuple[type[NotifyQueueError], int, str]] = [
     (ValidationFailed, 400, "validation-failed"),
@@ -106,6 +107,9 @@ def domain_problem(exc: NotifyQueueError) -> dict[str, Any]:
                 return problem(status, "the request is invalid", kind=kind, errors=exc.errors)
             if isinstance(exc, Conflict):
                 return problem(status, exc.detail, kind=kind, existingId=exc.existing_id)
+            if isinstance(exc, DatabaseUnavailable):
+                # The driver's text names the server (host, port): it goes to the log only.
+                return problem(status, _UNAVAILABLE_DETAIL, kind=kind)
             return problem(status, str(exc), kind=kind)
     log.error("unmapped error %s: %s", type(exc).__name__, exc)
     return problem(500, "internal error", kind="internal-error")
