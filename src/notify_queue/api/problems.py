@@ -151,15 +151,28 @@ async def _http_handler(request: Request, exc: Exception) -> Response:
         detail = f"no route {request.url.path}"
     headers = dict(exc.headers or {})
     if status == 405:
+        methods, templates = _routes_of_path(request)
         detail = f"{request.method} is not allowed on {request.url.path}"
+        hint = next(
+            (_HINTS[(request.method, t)] for t in templates if (request.method, t) in _HINTS), None
+        )
+        if hint:
+            detail += f"; {hint.format(path=request.url.path)}"
         # Starlette names only the first route that matched the path; Allow lists them all.
-        headers["Allow"] = ", ".join(sorted(_methods_of_path(request)))
+        headers["Allow"] = ", ".join(sorted(methods))
     return ProblemResponse(problem(status, detail), headers=headers)
 
 
-def _methods_of_path(request: Request) -> set[str]:
-    """The methods of the routes for this path; a literal route (`/notifications/batch`) hides
-    the templates it also matches (`/notifications/{id}`), as it is a resource of its own."""
+# What a client that used the wrong method most likely wanted ({path}: the request's path).
+_HINTS = {
+    ("DELETE", "/notifications/{id}"): "to cancel a notification, POST {path}/cancel",
+}
+
+
+def _routes_of_path(request: Request) -> tuple[set[str], list[str]]:
+    """The methods of the routes for this path, and their path templates; a literal route
+    (`/notifications/batch`) hides the templates it also matches (`/notifications/{id}`), as
+    it is a resource of its own."""
     matching = [
         route
         for route in request.app.router.routes
@@ -169,7 +182,7 @@ def _methods_of_path(request: Request) -> set[str]:
     methods: set[str] = set()
     for route in literal or matching:
         methods |= set(getattr(route, "methods", None) or ())
-    return methods
+    return methods, [str(getattr(route, "path_format", "")) for route in literal or matching]
 
 
 async def _unexpected_handler(request: Request, exc: Exception) -> Response:

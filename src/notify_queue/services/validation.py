@@ -381,11 +381,41 @@ def parse_request(data: object, *, prefix: str = "") -> NotificationRequest:
     except ValidationError as exc:
         for e in exc.errors():
             name, message = _field_name(tuple(e["loc"]), e["msg"].removeprefix("Value error, "))
+            if e["type"] == "extra_forbidden" and len(e["loc"]) == 1:
+                message = unknown_field_message(name)
             errors.append(FieldError(prefix + name, message))
         raise ValidationFailed(list(dict.fromkeys(errors))) from None
     if errors:
         raise ValidationFailed(errors)
     return request
+
+
+# Names a newcomer reaches for, and the field each means; a name that differs from a field's
+# only in case, `_` or `-` (`recipient_id`, `send_at`) is matched without a list. The same rule
+# in nq_unknown_field_message (migration 0052), so both doors say the same.
+FIELD_ALIASES = {
+    "to": "recipient",
+    "message": "body",
+    "text": "body",
+    "content": "body",
+    "title": "subject",
+    "delay": "delaySeconds",
+}
+_UNKNOWN = "Extra inputs are not permitted"
+
+
+def _folded(name: str) -> str:
+    return name.lower().replace("_", "").replace("-", "")
+
+
+def unknown_field_message(name: str) -> str:
+    """What a client is told of a field a notification does not have: which one it meant,
+    when that is clear."""
+    fields = [f.alias or n for n, f in NotificationRequest.model_fields.items()]
+    meant = FIELD_ALIASES.get(name) or next(
+        (f for f in fields if _folded(f) == _folded(name)), None
+    )
+    return f"is not a field; did you mean `{meant}`?" if meant else _UNKNOWN
 
 
 _REQUIRED = {
