@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -50,7 +51,13 @@ async def api(database_url: str, tmp_path: Path) -> AsyncIterator[tuple[str, int
 async def drip(host: str, port: int, head: bytes, drops: bytes) -> tuple[int, bytes]:
     """Send `head`, then `drops` a byte at a time until the server closes the connection:
     how many bytes of `drops` were sent, and what the server answered."""
-    reader, writer = await asyncio.open_connection(host, port)
+    return await drip_on(*await asyncio.open_connection(host, port), head, drops)
+
+
+async def drip_on(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes, drops: bytes
+) -> tuple[int, bytes]:
+    """`drip` on a connection already open."""
     answer = asyncio.create_task(reader.read())  # to the end: the server's close
     sent = 0
     try:
@@ -144,3 +151,24 @@ async def test_a_client_that_hangs_up_halfway_through_its_body_is_one_log_line(
     text = log.read_text()
     assert "Traceback" not in text
     assert text.count("went away") == 1
+
+
+async def test_the_next_request_on_a_kept_alive_connection_has_the_same_header_bound(
+    api: tuple[str, int, Path],
+) -> None:
+    host, port, _ = api
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+    await writer.drain()
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ")
+    length = re.search(rb"content-length: (\d+)", head.lower())
+    assert length is not None
+    await reader.readexactly(int(length[1]))
+
+    # The same connection: its second request's headers come a byte at a time.
+    second = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+    sent, answer = await drip_on(reader, writer, second, b"X-Slow: " + b"a" * DRIPS)
+
+    assert sent < DRIPS
+    assert _problem(answer, 408)["type"] == "urn:notify-queue:problem:request-timeout"
