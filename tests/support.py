@@ -393,7 +393,11 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def running_api(
-    database_url: str, log_path: Path, *args: str, host: str = "127.0.0.1"
+    database_url: str,
+    log_path: Path,
+    *args: str,
+    host: str = "127.0.0.1",
+    log_level: str = "WARNING",
 ) -> AsyncIterator[str]:
     """`notify-queue api` (with `args`) as a subprocess on `host`, its output in `log_path`;
     yields its base URL once `/readyz` answers 200, and stops it with SIGTERM (as Kubernetes
@@ -401,7 +405,7 @@ async def running_api(
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_QUEUE_")}
     command = [sys.executable, "-m", "notify_queue", "api", "--host", host, "--port", str(port)]
-    command += [*args, "--database-url", database_url, "--log-level", "WARNING"]
+    command += [*args, "--database-url", database_url, "--log-level", log_level]
     log = log_path.open("wb")
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     base_url = f"http://{host}:{port}"

@@ -30,7 +30,9 @@ def _duration_seconds(value: object) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, str):
-        match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", value)
+        # Stripped first: white space on both sides of an optional unit backtracked
+        # quadratically (tests/properties/test_linear_patterns.py).
+        match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)?", value.strip())
         if match:
             unit = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[match[2] or "s"]
             return float(match[1]) * unit

@@ -194,6 +194,41 @@ class ApiOptions(_Options):
         "API answers 503): long enough to ride out a busy pool, short enough that clients never "
         "hang.",
     )
+    api_max_connections: int = Field(
+        1000,
+        ge=1,
+        description="Connections (and requests in flight) one API process holds at once; past "
+        "it a request is answered 503 at once. A create holds a connection for milliseconds, "
+        "so 1,000 is far above honest load, and it bounds what slow clients can pin.",
+    )
+    keep_alive_seconds: Seconds = Field(
+        5.0,
+        description="Seconds an idle kept-alive connection stays open between requests: long "
+        "enough for a client's next request, short enough that idle sockets do not pile up.",
+    )
+    header_timeout_seconds: Seconds = Field(
+        10.0,
+        description="Seconds a request's header block may take to arrive in full; the connection "
+        "is closed past it. Honest clients send headers in one packet; 10 s allows slow links "
+        "and stops a slowloris client from holding connections.",
+    )
+    body_timeout_seconds: Seconds = Field(
+        10.0,
+        description="Seconds a request's body may take to arrive in full after its headers (the "
+        "API answers 408). A 2 MiB body over a 2 Mbit/s link takes 8 s.",
+    )
+    max_header_bytes: int = Field(
+        64 * 1024,
+        ge=1024,
+        description="Largest request header block, in bytes (the request line included); the "
+        "connection is closed past it. Our own headers are well under 1 KiB; proxies add a few.",
+    )
+    metrics_refresh_seconds: Seconds = Field(
+        5.0,
+        description="Seconds /metrics serves one snapshot of the queue's figures before reading "
+        "them again (one read at a time, however many scrape): the read counts pending rows, "
+        "and Prometheus scrapes every 15 s or more.",
+    )
 
 
 class CreationOptions(_Options):

@@ -34,6 +34,7 @@ class _QuietServer(uvicorn.Server):
 
 async def run_up(settings: UpSettings) -> None:
     from notify_queue.api.app import create_app
+    from notify_queue.api.server import server_config
     from notify_queue.embedded import EmbeddedPostgres
     from notify_queue.repositories.db import Database
     from notify_queue.repositories.schema import migrate
@@ -62,13 +63,7 @@ async def run_up(settings: UpSettings) -> None:
         ) as db:
             await migrate(db)
             server = _QuietServer(
-                uvicorn.Config(
-                    create_app(settings, db=db),
-                    host=settings.host,
-                    port=settings.port,
-                    log_level="warning",
-                    lifespan="on",
-                )
+                server_config(create_app(settings, db=db), settings, log_level="warning")
             )
             tasks = [
                 asyncio.create_task(server.serve(), name="api"),

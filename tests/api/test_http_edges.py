@@ -5,6 +5,7 @@ problems quickly (never a hang, never a traceback) while /healthz stays up.
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -120,3 +121,25 @@ async def test_healthz_stays_up_while_the_database_is_down(
     database_down: httpx.AsyncClient,
 ) -> None:
     assert (await database_down.get("/healthz")).status_code == 200
+
+
+async def test_a_503_names_no_database_server_and_the_log_does(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # libpq's messages name the server ("connection to server at ..., port N failed"): whoever
+    # can reach /readyz learns nothing of the database's failure; the operator reads it all in
+    # the log (the pool's reason, and the call that met it).
+    port = free_port()
+    url = f"postgresql://postgres@127.0.0.1:{port}/nowhere?connect_timeout=1"
+    caplog.set_level(logging.WARNING)
+    async with api_client(url, database_timeout=0.5) as http:
+        answers = [await http.get("/readyz"), await http.get("/status")]
+    for response in answers:
+        assert response.status_code == 503
+        assert response.json()["detail"] == (
+            "the database is unavailable; retry shortly (the server log says why)"
+        )
+        assert str(port) not in response.text and "127.0.0.1" not in response.text
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "GET /readyz: database unavailable" in logged
+    assert f'connection to server at "127.0.0.1", port {port} failed' in logged

@@ -58,6 +58,12 @@ CASES: list[tuple[str, dict[str, Any] | Any, str | None]] = [
     ("body key differs", {**E, "idempotencyKey": "other"}, "k"),
     ("body key bad", {**E, "idempotencyKey": ""}, None),
     ("unknown fields", {**E, "zz": 1, "recipient_id": "x"}, "k"),
+    (
+        # Keys in jsonb's order (shorter first), the order the function lists unknown keys in.
+        "fields a newcomer guesses",
+        {"channel": "email", "to": "a@example.com", "delay": 5, "message": "hi", "send_at": 1},
+        "k",
+    ),
     ("channel unknown", {**E, "channel": "fax"}, "k"),
     ("channel not a string", {**E, "channel": 3}, "k"),
     ("recipient not a string", {**E, "recipient": 5}, "k"),

@@ -21,8 +21,8 @@ from fastapi import FastAPI
 
 from notify_queue import __version__, heap, tracing
 from notify_queue.api.auth import Auth
-from notify_queue.api.limits import BodySizeLimit
-from notify_queue.api.metrics import QueueMetrics
+from notify_queue.api.limits import BodyLimits
+from notify_queue.api.metrics import QueueMetrics, SnapshotCache
 from notify_queue.api.openapi import build_openapi
 from notify_queue.api.problems import install_problem_handlers
 from notify_queue.api.routes_escalations import add_escalation_routes
@@ -66,16 +66,21 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
         waker = DebouncedWaker(repository.workers_wake)
         # Templates render in worker processes, never on this event loop (services.rendering).
         renderer = RenderPool()
+        service = NotificationService(
+            repository,
+            default_max_attempts=settings.max_attempts,
+            waker=waker,
+            # Half the pool at most: coalesced creates never starve reads of connections.
+            creates_in_flight=max(1, min(CREATES_IN_FLIGHT, settings.database_pool_size // 2)),
+            renderer=renderer,
+        )
         app.state.runtime = ApiRuntime(
-            service=NotificationService(
-                repository,
-                default_max_attempts=settings.max_attempts,
-                waker=waker,
-                # Half the pool at most: coalesced creates never starve reads of connections.
-                creates_in_flight=max(1, min(CREATES_IN_FLIGHT, settings.database_pool_size // 2)),
-                renderer=renderer,
-            ),
+            service=service,
             metrics=metrics,
+            metrics_status=SnapshotCache(
+                functools.partial(service.status, waiting=True),
+                max_age_seconds=settings.metrics_refresh_seconds,
+            ),
             schema_version=functools.partial(schema.current_version, database),
             missing_schema_steps=functools.partial(schema.missing_steps, database),
             recipients=RecipientService(RecipientRepository(database)),
@@ -115,7 +120,11 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
     add_recipient_routes(app.router, auth)
     add_escalation_routes(app.router, auth)
     add_ops_routes(app.router, auth)
-    app.add_middleware(BodySizeLimit, max_body_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimits,
+        max_body_bytes=settings.max_body_bytes,
+        body_timeout_seconds=settings.body_timeout_seconds,
+    )
     app.openapi = functools.partial(build_openapi, app)  # type: ignore[method-assign]
     # Server spans, continuing a traced client's `traceparent`; the creates store their span's
     # context (services.validation). Nothing when tracing is off.

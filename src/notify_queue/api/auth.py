@@ -49,6 +49,19 @@ def _unauthorized(detail: str) -> HTTPException:
     return HTTPException(401, detail, headers={"WWW-Authenticate": "Bearer"})
 
 
+def _no_token(authorization: str | None) -> HTTPException:
+    """The 401 of a request without a token that counts, saying what to send instead. The
+    header's value is never echoed: it may be the token itself, sent without its scheme."""
+    scheme, _, rest = (authorization or "").strip().partition(" ")
+    if not scheme:
+        return _unauthorized("a bearer token is required")
+    if not rest.strip():
+        return _unauthorized(
+            "the Authorization header has no scheme: send `Authorization: Bearer <token>`"
+        )
+    return _unauthorized("only Bearer tokens are accepted: send `Authorization: Bearer <token>`")
+
+
 class Auth:
     def __init__(self, *, api_token: str | None, admin_token: str | None) -> None:
         self._api_token = api_token or None
@@ -79,8 +92,10 @@ class Auth:
         if not self.client_protected:
             return _open
 
-        async def require_client(credentials: Credentials, header: HeaderToken) -> None:
-            self._check_client(_given(credentials, header))
+        async def require_client(
+            request: Request, credentials: Credentials, header: HeaderToken
+        ) -> None:
+            self._check_client(_given(credentials, header), request)
 
         return require_client
 
@@ -88,11 +103,11 @@ class Auth:
         """The client dependency's check, for a route that is a plain Starlette endpoint (the
         create's fast lane, `routes_notifications`): the same header parsing, the same answers."""
         if self.client_protected:
-            self._check_client(_given(await _bearer(request), await _header(request)))
+            self._check_client(_given(await _bearer(request), await _header(request)), request)
 
-    def _check_client(self, given: str | None) -> None:
+    def _check_client(self, given: str | None, request: Request) -> None:
         if given is None:
-            raise _unauthorized("a bearer token is required")
+            raise _no_token(request.headers.get("authorization"))
         if not (_matches(given, self._api_token) or _matches(given, self._admin_token)):
             raise _unauthorized("the bearer token is not valid")
 
@@ -101,10 +116,12 @@ class Auth:
         if not self.admin_protected:
             return _open
 
-        async def require_admin(credentials: Credentials, header: HeaderToken) -> None:
+        async def require_admin(
+            request: Request, credentials: Credentials, header: HeaderToken
+        ) -> None:
             given = _given(credentials, header)
             if given is None:
-                raise _unauthorized("a bearer token is required")
+                raise _no_token(request.headers.get("authorization"))
             if self._admin_token is None:
                 if not _matches(given, self._api_token):
                     raise _unauthorized("the bearer token is not valid")

@@ -92,8 +92,11 @@ def _strict_loads(text: str) -> Any:
 
 
 def _unsupported(request: Request) -> HTTPException:
-    given = request.headers.get("content-type") or "none"
-    return HTTPException(415, f"the body must be application/json (UTF-8), not {given}")
+    given = request.headers.get("content-type")
+    sent = f"this request's Content-Type is {given[:100]}" if given else "it has none"
+    return HTTPException(
+        415, f"the body must be JSON: send `Content-Type: application/json` ({sent})"
+    )
 
 
 def storable_errors(value: Any, path: str = "") -> list[FieldError]:

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import os
 from enum import Enum
-from typing import Literal, TypedDict
 
 import uvicorn
+from uvicorn.supervisors import Multiprocess
 
 from notify_queue import heap, tracing
 from notify_queue.api.app import create_app
+from notify_queue.api.server import server_config
 from notify_queue.logs import configure_logging
 from notify_queue.settings import ApiSettings, load_settings
 
 APP_FACTORY = "notify_queue.api.main:app_from_environment"
-GRACEFUL_SHUTDOWN_SECONDS = 10  # requests in flight get this long to finish on SIGTERM
 
 
 async def run_api(settings: ApiSettings) -> None:
@@ -30,13 +30,12 @@ async def run_api(settings: ApiSettings) -> None:
     if settings.api_workers > 1:
         # uvicorn's process supervisor is synchronous and must own the main thread's signal
         # handlers; nothing else runs on this event loop, so blocking it here costs nothing.
+        # This is `uvicorn.run` with the API's own server configuration (`server`).
         os.environ.update(settings_environment(settings))
-        uvicorn.run(
-            APP_FACTORY, factory=True, workers=settings.api_workers, **_server_options(settings)
-        )
+        config = server_config(APP_FACTORY, settings, factory=True, workers=settings.api_workers)
+        Multiprocess(config, sockets=[config.bind_socket()]).run()
         return
-    config = uvicorn.Config(create_app(settings), **_server_options(settings))
-    await uvicorn.Server(config).serve()
+    await uvicorn.Server(server_config(create_app(settings), settings)).serve()
 
 
 def app_from_environment() -> object:
@@ -65,23 +64,3 @@ def _env_text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     return str(value)  # numbers, strings, paths
-
-
-class _ServerOptions(TypedDict):
-    host: str
-    port: int
-    lifespan: Literal["on"]
-    log_config: None
-    server_header: bool
-    timeout_graceful_shutdown: int
-
-
-def _server_options(settings: ApiSettings) -> _ServerOptions:
-    return {
-        "host": settings.host,
-        "port": settings.port,
-        "lifespan": "on",
-        "log_config": None,  # keep the program's logging (text or json), not uvicorn's own
-        "server_header": False,
-        "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_SECONDS,
-    }

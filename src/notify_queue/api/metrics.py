@@ -1,11 +1,14 @@
-"""The API's `/metrics` (CONTRACT §7): global queue figures read from the database per scrape.
+"""The API's `/metrics` (CONTRACT §7): global queue figures read from the database.
 
 The figures are the database's, not this process's, so every API replica reports the same
-numbers and none is lost on restart. prometheus_client collectors are synchronous while the
-database is reached asynchronously, so a scrape first awaits one `QueueStatus` snapshot and then
-renders the registry with it synchronously, without an await in between: concurrent scrapes on
-one event loop cannot see each other's snapshot. The registry is this app's own (never the
-global default), with the standard process and platform collectors beside the queue's.
+numbers and none is lost on restart. Reading them is seven statements, two of them counts over
+every pending row, so a scrape is served a snapshot at most `--metrics-refresh-seconds` old
+(`SnapshotCache`): however many scrape at once, one read is in flight. prometheus_client
+collectors are synchronous while the database is reached asynchronously, so a scrape first
+awaits its snapshot and then renders the registry with it synchronously, without an await in
+between: concurrent scrapes on one event loop cannot see each other's snapshot. The registry
+is this app's own (never the global default), with the standard process and platform
+collectors beside the queue's.
 
 Two kinds of figure are this process's own rather than the database's: the creates it answered,
 by outcome (`notify_queue_creates_total`), and its database pool (services/pool_metrics.py).
@@ -14,7 +17,9 @@ Dashboards sum those over the API's pods and take max() of the global ones.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -82,6 +87,41 @@ class QueueCollector(Collector):
         for reason, count in status.waiting.items():
             waiting.add_metric([reason.value], count)
         yield from (notifications, depth, lane_oldest, oldest, hooks, circuits, waiting)
+
+
+class SnapshotCache:
+    """The last `QueueStatus` read, read again when older than `max_age_seconds`: one read at
+    a time, shared by every scrape that wants it meanwhile. The read is shielded from a
+    scrape's cancellation (a client that hangs up), so the others still get it."""
+
+    def __init__(
+        self, read: Callable[[], Awaitable[QueueStatus]], *, max_age_seconds: float
+    ) -> None:
+        self._read = read
+        self._max_age_seconds = max_age_seconds
+        self._snapshot: QueueStatus | None = None
+        self._read_at = 0.0  # monotonic seconds when the snapshot's read began
+        self._reading: asyncio.Task[QueueStatus] | None = None
+
+    async def get(self) -> QueueStatus:
+        fresh = time.monotonic() - self._read_at < self._max_age_seconds
+        if self._snapshot is not None and fresh:
+            return self._snapshot
+        if self._reading is None:
+            self._reading = asyncio.create_task(self._refresh())
+            # Retrieved here too, so a failed read nobody waits for any more is not reported
+            # as "never retrieved" (each waiting scrape gets the error itself).
+            self._reading.add_done_callback(lambda t: t.cancelled() or t.exception())
+        return await asyncio.shield(self._reading)
+
+    async def _refresh(self) -> QueueStatus:
+        started = time.monotonic()
+        try:
+            self._snapshot = await self._read()
+            self._read_at = started
+            return self._snapshot
+        finally:
+            self._reading = None
 
 
 # What a create (one `POST /notifications`, or one item of a batch) came to.

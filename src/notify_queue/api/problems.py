@@ -44,11 +44,14 @@ _HTTP_TYPES = {
     403: "forbidden",
     404: "not-found",
     405: "method-not-allowed",
+    408: "request-timeout",
     413: "payload-too-large",
     415: "unsupported-media-type",
+    431: "request-header-fields-too-large",
     500: "internal-error",
     503: "service-unavailable",
 }
+_UNAVAILABLE_DETAIL = "the database is unavailable; retry shortly (the server log says why)"
 # The one mapping of domain errors to statuses; the first matching class wins.
 _DOMAIN: list[tuple[type[NotifyQueueError], int, str]] = [
     (ValidationFailed, 400, "validation-failed"),
@@ -104,6 +107,9 @@ def domain_problem(exc: NotifyQueueError) -> dict[str, Any]:
                 return problem(status, "the request is invalid", kind=kind, errors=exc.errors)
             if isinstance(exc, Conflict):
                 return problem(status, exc.detail, kind=kind, existingId=exc.existing_id)
+            if isinstance(exc, DatabaseUnavailable):
+                # The driver's text names the server (host, port): it goes to the log only.
+                return problem(status, _UNAVAILABLE_DETAIL, kind=kind)
             return problem(status, str(exc), kind=kind)
     log.error("unmapped error %s: %s", type(exc).__name__, exc)
     return problem(500, "internal error", kind="internal-error")
@@ -145,15 +151,28 @@ async def _http_handler(request: Request, exc: Exception) -> Response:
         detail = f"no route {request.url.path}"
     headers = dict(exc.headers or {})
     if status == 405:
+        methods, templates = _routes_of_path(request)
         detail = f"{request.method} is not allowed on {request.url.path}"
+        hint = next(
+            (_HINTS[(request.method, t)] for t in templates if (request.method, t) in _HINTS), None
+        )
+        if hint:
+            detail += f"; {hint.format(path=request.url.path)}"
         # Starlette names only the first route that matched the path; Allow lists them all.
-        headers["Allow"] = ", ".join(sorted(_methods_of_path(request)))
+        headers["Allow"] = ", ".join(sorted(methods))
     return ProblemResponse(problem(status, detail), headers=headers)
 
 
-def _methods_of_path(request: Request) -> set[str]:
-    """The methods of the routes for this path; a literal route (`/notifications/batch`) hides
-    the templates it also matches (`/notifications/{id}`), as it is a resource of its own."""
+# What a client that used the wrong method most likely wanted ({path}: the request's path).
+_HINTS = {
+    ("DELETE", "/notifications/{id}"): "to cancel a notification, POST {path}/cancel",
+}
+
+
+def _routes_of_path(request: Request) -> tuple[set[str], list[str]]:
+    """The methods of the routes for this path, and their path templates; a literal route
+    (`/notifications/batch`) hides the templates it also matches (`/notifications/{id}`), as
+    it is a resource of its own."""
     matching = [
         route
         for route in request.app.router.routes
@@ -163,7 +182,7 @@ def _methods_of_path(request: Request) -> set[str]:
     methods: set[str] = set()
     for route in literal or matching:
         methods |= set(getattr(route, "methods", None) or ())
-    return methods
+    return methods, [str(getattr(route, "path_format", "")) for route in literal or matching]
 
 
 async def _unexpected_handler(request: Request, exc: Exception) -> Response:

@@ -38,7 +38,8 @@ def add_ops_routes(router: APIRouter, auth: Auth) -> None:
         tags=["operations"],
         operation_id="getMetrics",
         dependencies=[Depends(reject_unknown_query_parameters)],
-        summary="Prometheus metrics (global figures read from the database)",
+        summary="Prometheus metrics (global figures read from the database, at most "
+        "--metrics-refresh-seconds old)",
         responses={
             200: {
                 "description": "Prometheus text format; OpenMetrics when the Accept header asks.",
@@ -51,7 +52,7 @@ def add_ops_routes(router: APIRouter, auth: Auth) -> None:
         },
     )
     async def metrics(request: Request, runtime: Runtime) -> Response:
-        snapshot = await runtime.service.status(waiting=True)
+        snapshot = await runtime.metrics_status.get()
         text, media_type = runtime.metrics.render(snapshot, accept=request.headers.get("accept"))
         return Response(text, media_type=media_type)
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from notify_queue.api.metrics import QueueMetrics
+from notify_queue.api.metrics import QueueMetrics, SnapshotCache
 from notify_queue.services.escalations import EscalationService
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.recipients import RecipientService
@@ -18,6 +18,8 @@ from notify_queue.services.recipients import RecipientService
 class ApiRuntime:
     service: NotificationService
     metrics: QueueMetrics
+    # What /metrics serves: the queue's figures, read again at most every few seconds.
+    metrics_status: SnapshotCache
     # For readiness: the newest applied schema version (None: never migrated), and the steps this
     # code needs that the database lacks (newer steps than this code's are no reason to wait).
     schema_version: Callable[[], Awaitable[int | None]]

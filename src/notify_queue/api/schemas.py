@@ -10,6 +10,7 @@ after the send time). `tests/api/test_openapi.py` keeps the two field lists equa
 from __future__ import annotations
 
 import functools
+import math
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -245,7 +246,10 @@ class Waiting(_Wire):
 
     reason: WaitingReason
     until: UtcTime | None = Field(description="When it becomes due again, where known.")
-    detail: str = Field(description="One sentence: what it waits for.")
+    detail: str = Field(
+        description="One sentence: what it waits for; of a Scheduled one, when it is due "
+        "and how soon (`due at 2026-12-07T18:00:00Z (in 42 s)`)."
+    )
 
 
 class DigestRef(_Wire):
@@ -305,7 +309,9 @@ class Notification(_Wire):
             next_attempt_at=n.next_attempt_at,
             waiting=None
             if n.waiting is None
-            else Waiting(reason=n.waiting.reason, until=n.waiting.until, detail=n.waiting.detail),
+            else Waiting(
+                reason=n.waiting.reason, until=n.waiting.until, detail=waiting_detail(n.waiting)
+            ),
             expires_at=n.expires_at,
             attempt_count=n.attempt_count,
             max_attempts=n.max_attempts,
@@ -393,12 +399,30 @@ def _retries_json(retries: list[domain.Retry]) -> list[dict[str, Any]]:
 
 
 def waiting_json(w: domain.Waiting) -> dict[str, Any]:
-    """A `Waiting` on the wire; also `status.waiting` of a Notification object (the same shape)."""
+    """A `Waiting` on the wire (the shape of `status.waiting` of a Notification object too)."""
     return {
         "reason": w.reason.value,
         "until": None if w.until is None else rfc3339(w.until),
-        "detail": w.detail,
+        "detail": waiting_detail(w),
     }
+
+
+def waiting_detail(w: domain.Waiting, now: datetime | None = None) -> str:
+    """The stored detail, but a scheduled notification's says when it is due, as read now:
+    `due at 2026-12-07T18:00:00Z (in 42 s)` (the stored one names only its cause, the same for
+    sendAt and delaySeconds)."""
+    if w.reason is not WaitingReason.SCHEDULED or w.until is None:
+        return w.detail
+    seconds = max(0, math.ceil((w.until - (now or datetime.now(UTC))).total_seconds()))
+    if seconds < 120:
+        ahead = f"{seconds} s"
+    elif seconds < 7_200:
+        ahead = f"{seconds // 60} min"
+    elif seconds < 172_800:
+        ahead = f"{seconds // 3_600} h"
+    else:
+        ahead = f"{seconds // 86_400} days"
+    return f"due at {w.until.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ} (in {ahead})"
 
 
 class NotificationPage(_Wire):

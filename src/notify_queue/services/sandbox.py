@@ -24,7 +24,7 @@ import math
 import re
 import string
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from jinja2 import StrictUndefined, Template, TemplateError, UndefinedError
@@ -117,20 +117,50 @@ def _check_power(base: Any, exponent: Any) -> None:
         raise BoundExceeded(RULE_NUMBER, f"a power over {MAX_INT_BITS} bits")
 
 
-# A %-conversion's width and precision: `%-10.3f`, `%*d`, `%(name)08d`.
-_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 _DIGITS = re.compile(r"\d+")
+
+
+def _percent_widths(fmt: str) -> Iterator[str]:
+    """Each %-conversion's width and precision ('*' or digits), read as `str % args` reads
+    them: left to right, a mapping key up to its matching parenthesis (`%(a(b)c)08d`). One pass:
+    a pattern rescanned an unclosed key from every `%` (quadratic, docs/security.md)."""
+    i, n = 0, len(fmt)
+    while (i := fmt.find("%", i)) != -1:
+        i += 1
+        if fmt.startswith("(", i):
+            depth, i = 1, i + 1
+            while i < n and depth:
+                depth += {"(": 1, ")": -1}.get(fmt[i], 0)
+                i += 1
+            if depth:
+                return  # an incomplete key: formatting raises
+        while i < n and fmt[i] in "-#0 +":
+            i += 1
+        for part in ("width", "precision"):
+            if part == "precision":
+                if not fmt.startswith(".", i):
+                    break
+                i += 1
+            if fmt.startswith("*", i):
+                yield "*"
+                i += 1
+                continue
+            start = i
+            while i < n and "0" <= fmt[i] <= "9":
+                i += 1
+            if i > start:
+                yield fmt[start:i]
+        i += 1  # the conversion character (`%%` included)
 
 
 def _check_percent(fmt: str, args: Any) -> None:
     """`fmt % args` cannot pad a value to more than the bound (`'%0999999999d' % 1`)."""
     star = False
-    for match in _PERCENT_SPEC.finditer(fmt):
-        for group in match.groups():
-            if group == "*":
-                star = True
-            elif group is not None and int(group) > MAX_VALUE_LENGTH:
-                _check_length(int(group), "a formatting width")
+    for group in _percent_widths(fmt):
+        if group == "*":
+            star = True
+        elif int(group) > MAX_VALUE_LENGTH:
+            _check_length(int(group), "a formatting width")
     if star:
         for arg in args if isinstance(args, tuple) else (args,):
             count = _as_count(arg)
