@@ -530,10 +530,13 @@ spec:
         # What it must not be able to do.
         ("create", "notifications.notifyqueue.io", False),
         ("delete", "notificationpolicies.notifyqueue.io", False),
+        ("list", "secrets", False),
+        ("watch", "secrets", False),
         ("create", "secrets", False),
         ("update", "secrets", False),
         ("patch", "secrets", False),
         ("delete", "secrets", False),
+        ("patch", "deployments.apps", False),
         ("create", "deployments.apps", False),
         ("delete", "deployments.apps", False),
         ("update", "deployments.apps", False),
