@@ -557,11 +557,15 @@ spec:
 def test_the_operator_service_account_can_do_exactly_what_it_needs(
     release: Release, tools: Tools, kubeconfig: Path, verb: str, resource: str, allowed: bool
 ) -> None:
+    # `can-i patch deployments/scale` would ask about a Deployment named "scale": a subresource
+    # is its own flag.
+    kind, _, subresource = resource.partition("/")
     result = tools.kubectl(
         "auth",
         "can-i",
         verb,
-        resource,
+        kind,
+        *([f"--subresource={subresource}"] if subresource else []),
         "-n",
         release.namespace,
         f"--as=system:serviceaccount:{release.namespace}:{OPERATOR_SA}",
