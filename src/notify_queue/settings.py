@@ -533,6 +533,12 @@ class OperatorOptions(_Options):
         description="Upper bound on status patches per second sent to the kube-apiserver.",
     )
     scale_interval: Seconds = Field(15.0, description="Seconds between worker scaling rounds.")
+    secret_refresh_interval: Seconds = Field(
+        60.0,
+        description="Seconds between re-reads of the Secrets that NotificationPolicies name: "
+        "a rotated webhook key reaches the queue within this time (the operator may only get "
+        "Secrets by name, not watch them).",
+    )
 
 
 class MigrateOptions(_Options):

@@ -151,6 +151,8 @@ def settings_for(database_url: str, namespace: str | None, **overrides: Any) -> 
         "namespace": namespace,
         "status_patches_per_second": 500.0,
         "scale_interval": 0.3,
+        # A rotated or late Secret is found by re-reading it (the operator may not watch them).
+        "secret_refresh_interval": 0.5,
         "poll_interval": 0.2,
         "backoff_base": 0.05,
         "backoff_max": 0.2,

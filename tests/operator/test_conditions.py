@@ -186,6 +186,23 @@ def test_a_notification_held_by_its_policy_is_reconciling_with_policy_not_ready(
     assert c["Ready"]["status"] == "False"
 
 
+def test_a_named_policy_that_does_not_exist_is_said_in_the_accepted_condition() -> None:
+    missing = _conditions(
+        notification_status(
+            _row(Status.PENDING, policy="shop/strict"), generation=1, policy_exists=False
+        )
+    )
+    assert missing["Accepted"]["status"] == "True"
+    assert "'strict' does not exist in namespace shop" in missing["Accepted"]["message"]
+    # The `default` policy applies only when it exists: its absence is no news.
+    fallback = _conditions(
+        notification_status(
+            _row(Status.PENDING, policy="shop/default"), generation=1, policy_exists=False
+        )
+    )
+    assert "does not exist" not in fallback["Accepted"]["message"]
+
+
 def test_a_policy_is_ready_or_stalled_and_keeps_its_transition_times() -> None:
     earlier = policy_status(ready=True, reason="Mirrored", message="m", generation=1, now=NOW)
     later = policy_status(

@@ -17,6 +17,7 @@ from notify_queue.services.kube import (
     parse_duration_seconds,
     policy_from_spec,
     prepared_from_spec,
+    secret_ref_from_spec,
 )
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
@@ -190,3 +191,46 @@ def test_an_escalation_spec_becomes_the_apis_escalation_request() -> None:
         prepared_from_spec(
             namespace="ops", uid="u-2", spec={**spec, "channels": ["push"]}, now=datetime.now(UTC)
         )
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["../../kube-system/secrets/x", "..", "a/b", "A", "a..b", "-a", "a.", "", "a\n", "x" * 254],
+)
+def test_a_reference_that_is_not_a_kubernetes_name_is_refused_with_its_field(name: str) -> None:
+    with pytest.raises(ValidationFailed) as policy_ref:
+        prepared_from_spec(namespace="shop", uid=UID, spec=_spec(policy=name), now=NOW)
+    assert [e.field for e in policy_ref.value.errors] == ["spec.policy"]
+    with pytest.raises(ValidationFailed) as secret_ref:
+        secret_ref_from_spec(
+            {"webhook": {"url": "https://h.example", "secretRef": {"name": name, "key": "k"}}}
+        )
+    assert [e.field for e in secret_ref.value.errors] == ["spec.webhook.secretRef.name"]
+
+
+@pytest.mark.parametrize("key", ["../k", "a/b", "", "k k", "k\n"])
+def test_a_secret_key_with_other_characters_is_refused(key: str) -> None:
+    with pytest.raises(ValidationFailed) as refused:
+        secret_ref_from_spec(
+            {"webhook": {"url": "https://h.example", "secretRef": {"name": "s", "key": key}}}
+        )
+    assert [e.field for e in refused.value.errors] == ["spec.webhook.secretRef.key"]
+
+
+def test_names_kubernetes_accepts_are_references() -> None:
+    ref = secret_ref_from_spec(
+        {
+            "webhook": {
+                "url": "https://h.example",
+                "secretRef": {"name": "hooks.v2-a", "key": "Sign_1.k-2"},
+            }
+        }
+    )
+    assert ref is not None and (ref.name, ref.key) == ("hooks.v2-a", "Sign_1.k-2")
+    assert secret_ref_from_spec({"webhook": {"url": "https://h.example"}}) is None
+    prepared_from_spec(
+        namespace="shop",
+        uid=UID,
+        spec=_spec(policy="a.b-c", digest={"key": "k", "windowSeconds": 60, "template": "t.1"}),
+        now=NOW,
+    )

@@ -224,6 +224,39 @@ async def _secrets_are(db: Database, name: str, expected: tuple[str, ...]) -> bo
     return mirrored is not None and mirrored.webhook_secrets == expected
 
 
+async def test_a_notification_naming_a_missing_policy_is_warned_and_sent_under_the_defaults(
+    kube: Kube, namespace: str, operator: OperatorThread, db: Database, database_url: str
+) -> None:
+    await kube.create(notification(namespace, "orphan", policy="nowhere"))
+    await kube.create(notification(namespace, "plain"))  # no policy: the absent `default`
+
+    async def warned() -> list[dict[str, object]]:
+        events = await kube.events(namespace, name="orphan")
+        return [e for e in events if e["reason"] == "PolicyNotFound"]
+
+    (event,) = await eventually(warned, timeout=15)
+    assert event["type"] == "Warning" and "'nowhere'" in event["message"]
+
+    async def accepted_says_so() -> object:
+        accepted = condition(await kube.get("Notification", namespace, "orphan"), "Accepted")
+        return accepted and "does not exist" in accepted["message"] and accepted
+
+    accepted = await eventually(accepted_says_so, timeout=15)
+    assert accepted["status"] == "True" and "'nowhere'" in accepted["message"]
+    # The fallback stays: a worker sends it under its own defaults.
+    async with running_worker(settings_for(database_url, namespace), db):
+        await eventually(lambda: _both_sent(kube, namespace, "orphan", "plain"), timeout=20)
+    sent = condition(await kube.get("Notification", namespace, "orphan"), "Accepted")
+    assert sent is not None and "does not exist" in sent["message"]
+    plain = condition(await kube.get("Notification", namespace, "plain"), "Accepted")
+    assert plain is not None and "does not exist" not in plain["message"]
+    assert not [e for e in await kube.events(namespace, name="plain") if e["type"] == "Warning"]
+
+
+async def _both_sent(kube: Kube, namespace: str, first: str, second: str) -> bool:
+    return [await _phase_of(kube, namespace, n) for n in (first, second)] == ["Sent", "Sent"]
+
+
 async def test_finished_notifications_are_deleted_after_the_policy_ttl(
     kube: Kube, namespace: str, operator: OperatorThread, db: Database, database_url: str
 ) -> None:

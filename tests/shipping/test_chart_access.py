@@ -2,7 +2,9 @@
 
 Closed by default: without a token given, the API reads one that a hook generates at install
 (tests/shipping/test_chart_api_token.py) and cannot start without it; an open API is an explicit
-`api.auth: open`. An optional NetworkPolicy admits only chosen namespaces to the API. The provider
+`api.auth: open`. An optional NetworkPolicy admits only chosen namespaces to the API; another,
+on unless turned off, denies the workers' egress but for DNS, the database and the internet
+without the cluster's ranges and the cloud metadata address. The provider
 is an explicit value, and a pool that would have to deliver a channel its provider cannot (smtp
 and sms) fails the render; client URLs' allow-list (`outboundAllow`) reaches the workers. Each
 role's `config` takes only that role's options. (The token kept across `helm upgrade`:
@@ -108,8 +110,68 @@ def test_api_auth_takes_only_token_or_open(tools: Tools) -> None:
 # --- NetworkPolicy ------------------------------------------------------------------------------
 
 
-def test_no_network_policy_unless_asked_for(tools: Tools) -> None:
-    assert of_kind(tools.template(set_values=URL), "NetworkPolicy") == []
+EGRESS = "nq-notify-queue-worker-egress"
+API_POLICY = "nq-notify-queue-api"
+
+
+def test_only_the_workers_egress_policy_unless_the_api_policy_is_asked_for(tools: Tools) -> None:
+    policies = of_kind(tools.template(set_values=URL), "NetworkPolicy")
+    assert [p["metadata"]["name"] for p in policies] == [EGRESS]
+
+
+def test_the_workers_egress_policy_is_dropped_only_by_choice(tools: Tools) -> None:
+    off = {"networkPolicy.egress.enabled": "false"}
+    assert of_kind(tools.template(set_values=URL | off), "NetworkPolicy") == []
+
+
+def test_the_workers_may_reach_dns_the_database_and_the_internet_but_not_the_cluster(
+    tools: Tools,
+) -> None:
+    objects = tools.template(set_values=URL)
+    policy = named(objects, "NetworkPolicy", EGRESS)
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    pods = {
+        d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"]
+        for d in of_kind(objects, "Deployment")
+    }
+    chosen = sorted(name for name, labels in pods.items() if selected.items() <= labels.items())
+    assert chosen == ["nq-notify-queue-worker-bulk", "nq-notify-queue-worker-urgent"]
+    # Egress only, so nothing but these rules leaves a worker; ingress (/metrics) is untouched.
+    assert policy["spec"]["policyTypes"] == ["Egress"]
+    dns, database, internet = policy["spec"]["egress"]
+    assert dns["ports"] == [{"port": 53, "protocol": "UDP"}, {"port": 53, "protocol": "TCP"}]
+    (dns_peer,) = dns["to"]
+    assert dns_peer["namespaceSelector"]["matchLabels"] == {
+        "kubernetes.io/metadata.name": "kube-system"
+    }
+    assert database["to"] == [{"podSelector": {}}]  # the release's namespace
+    assert database["ports"] == [
+        {"port": 5432, "protocol": "TCP"},
+        {"port": 6432, "protocol": "TCP"},
+    ]
+    assert "ports" not in internet
+    v4, v6 = (peer["ipBlock"] for peer in internet["to"])
+    assert v4["cidr"] == "0.0.0.0/0" and v6["cidr"] == "::/0"
+    assert {"169.254.169.254/32", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16"} <= set(
+        v4["except"]
+    )
+    assert {"fc00::/7", "fd00:ec2::254/128"} <= set(v6["except"])
+
+
+def test_the_workers_egress_takes_the_clusters_own_ranges_and_more_rules(tools: Tools) -> None:
+    objects = tools.template(
+        "--set",
+        "networkPolicy.egress.clusterCidrs={10.244.0.0/16,10.96.0.0/12}",
+        "--set-json",
+        'networkPolicy.egress.extraRules=[{"to":[{"namespaceSelector":{"matchLabels":'
+        '{"kubernetes.io/metadata.name":"infra"}}}],"ports":[{"port":8080}]}]',
+        set_values=URL,
+    )
+    *_, internet, extra = named(objects, "NetworkPolicy", EGRESS)["spec"]["egress"]
+    v4, v6 = (peer["ipBlock"] for peer in internet["to"])
+    assert v4["except"] == ["10.244.0.0/16", "10.96.0.0/12", "169.254.169.254/32"]
+    assert v6["except"] == ["fd00:ec2::254/128"]
+    assert extra["ports"] == [{"port": 8080}]
 
 
 def test_the_network_policy_admits_only_the_chosen_namespaces_to_the_api_port(
@@ -122,7 +184,7 @@ def test_the_network_policy_admits_only_the_chosen_namespaces_to_the_api_port(
         namespace="notify",
     )
 
-    (policy,) = of_kind(objects, "NetworkPolicy")
+    policy = named(objects, "NetworkPolicy", API_POLICY)
     api_pod = named(objects, "Deployment", "nq-notify-queue-api")["spec"]["template"]
     selected = policy["spec"]["podSelector"]["matchLabels"]
     assert selected.items() <= api_pod["metadata"]["labels"].items()

@@ -530,10 +530,13 @@ spec:
         # What it must not be able to do.
         ("create", "notifications.notifyqueue.io", False),
         ("delete", "notificationpolicies.notifyqueue.io", False),
+        ("list", "secrets", False),
+        ("watch", "secrets", False),
         ("create", "secrets", False),
         ("update", "secrets", False),
         ("patch", "secrets", False),
         ("delete", "secrets", False),
+        ("patch", "deployments.apps", False),
         ("create", "deployments.apps", False),
         ("delete", "deployments.apps", False),
         ("update", "deployments.apps", False),
@@ -554,11 +557,15 @@ spec:
 def test_the_operator_service_account_can_do_exactly_what_it_needs(
     release: Release, tools: Tools, kubeconfig: Path, verb: str, resource: str, allowed: bool
 ) -> None:
+    # `can-i patch deployments/scale` would ask about a Deployment named "scale": a subresource
+    # is its own flag.
+    kind, _, subresource = resource.partition("/")
     result = tools.kubectl(
         "auth",
         "can-i",
         verb,
-        resource,
+        kind,
+        *([f"--subresource={subresource}"] if subresource else []),
         "-n",
         release.namespace,
         f"--as=system:serviceaccount:{release.namespace}:{OPERATOR_SA}",

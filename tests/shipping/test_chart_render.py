@@ -446,6 +446,36 @@ def test_a_terminating_api_pod_keeps_serving_until_the_service_has_dropped_it(
     assert pod["terminationGracePeriodSeconds"] == 30
 
 
+def _verbs(role: dict[str, Any], group: str, resource: str) -> set[str]:
+    """What the role allows on `resource` of API group `group`, over all its rules."""
+    return {
+        verb
+        for rule in role["rules"]
+        if group in rule["apiGroups"] or "*" in rule["apiGroups"]
+        if resource in rule["resources"] or "*" in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+@pytest.mark.parametrize("render", ["default_objects", "full_objects"])
+def test_the_operator_reads_secrets_by_name_and_scales_only_through_the_subresource(
+    request: pytest.FixtureRequest, render: str
+) -> None:
+    objects: list[dict[str, Any]] = request.getfixturevalue(render)
+    (role,) = [
+        r
+        for r in of_kind(objects, "ClusterRole") + of_kind(objects, "Role")
+        if r["metadata"]["labels"].get("app.kubernetes.io/component") == "operator"
+        and not r["metadata"]["name"].endswith("-self")
+    ]
+    # A Secret only by its name: no list or watch that would show every Secret in scope.
+    assert _verbs(role, "", "secrets") == {"get"}
+    # Deployments are read, never written: replicas go through the scale subresource.
+    assert _verbs(role, "apps", "deployments") == {"list"}
+    assert _verbs(role, "apps", "deployments/scale") == {"patch"}
+    assert not any("*" in rule["verbs"] for rule in role["rules"])
+
+
 def test_a_watched_namespace_gets_a_role_instead_of_a_cluster_role(
     full_objects: list[dict[str, Any]],
 ) -> None:

@@ -5,7 +5,9 @@ previous operator's status patches, stay valid after `helm upgrade` replaces the
 Compared structurally against `git show <baseline>:crds/<file>`: every version still served,
 every property still there with its type, every enum value still allowed, no new required field,
 no tighter bound, no changed pattern, no new CEL rule. A rule that must change goes through a new
-version of the API, not an edit of v1alpha1.
+version of the API, not an edit of v1alpha1. One exception: a field that names another object may
+gain the pattern Kubernetes itself requires of that object's name (REFERENCE_PATTERNS), which
+refuses only names no object can have, and the path traversals they allowed (docs/security.md).
 """
 
 from __future__ import annotations
@@ -17,11 +19,14 @@ from typing import Any
 
 import yaml
 
+from notify_queue.services.kube import OBJECT_NAME_PATTERN, SECRET_KEY_PATTERN
 from tests.upgrade.baseline import REPO_ROOT, baseline_commit
 
 CRD_DIR = REPO_ROOT / "crds"
 _UPPER = ("maxLength", "maximum", "maxItems", "maxProperties")
 _LOWER = ("minLength", "minimum", "minItems", "minProperties")
+# A DNS-1123 subdomain (a Secret's or one of our objects' name) and a Secret's key.
+REFERENCE_PATTERNS = {OBJECT_NAME_PATTERN, SECRET_KEY_PATTERN}
 
 
 def narrowed(old: dict[str, Any], new: dict[str, Any], path: str = "") -> list[str]:
@@ -44,6 +49,8 @@ def narrowed(old: dict[str, Any], new: dict[str, Any], path: str = "") -> list[s
             found.append(f"{path}: {key} {old.get(key)} -> {new[key]}")
     for key in ("pattern", "format", "oneOf", "anyOf", "allOf", "not"):
         if key in new and new.get(key) != old.get(key):
+            if key == "pattern" and key not in old and new[key] in REFERENCE_PATTERNS:
+                continue  # a name no object can have was never a working reference
             found.append(f"{path}: {key} changed")
     old_rules = {r["rule"] for r in old.get("x-kubernetes-validations", [])}
     for rule in new.get("x-kubernetes-validations", []):
@@ -128,5 +135,9 @@ def test_the_check_finds_a_narrowed_schema() -> None:
     schema["required"] = [*schema.get("required", []), "subject"]
     schema["properties"]["recipient"]["maxLength"] = 10
     del schema["properties"]["metadata"]
+    # A reference's name pattern may be added; any other pattern is a narrowing.
+    schema["properties"]["category"]["pattern"] = OBJECT_NAME_PATTERN
+    schema["properties"]["recipientId"]["pattern"] = "^[a-z]+$"
     found = crd_narrowed(old, new)
-    assert len(found) == 4, found
+    assert len(found) == 5, found
+    assert any("recipientId: pattern changed" in f for f in found), found

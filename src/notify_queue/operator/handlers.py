@@ -3,12 +3,13 @@ so several operators can run in one process, as the tests do.
 
 The handlers are thin: they pass the object's fields to the mirrors and turn "try again later"
 errors into `kopf.TemporaryError` with a short delay. Handlers are per-object by nature; the
-per-change work (status write-back, TTL, scaling) is done by single tasks outside kopf.
+per-change work (status write-back, TTL, scaling, re-reading the policies' Secrets) is done by
+single tasks outside kopf. kopf watches our own kinds only: never Secrets or Deployments, which
+the operator may not list or watch (docs/security.md).
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -26,8 +27,6 @@ from notify_queue.services.kube import (
     VERSION,
     acknowledged_by,
 )
-
-log = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -148,24 +147,3 @@ def register_handlers(
     mirror(POLICIES, "policy", policies)
     if templates is not None:
         mirror(TEMPLATES, "template", templates)
-
-    # A Secret used by a policy changed (a rotation, or the Secret appearing at last): mirror
-    # each policy that uses it. The filter keeps kopf from running (and logging) a handler for
-    # every other Secret in scope.
-    def used_by_a_policy(namespace: str | None, name: str, **_: Any) -> bool:
-        return namespace is not None and policies.uses_secret(namespace, name)
-
-    @kopf.on.event("v1", "secrets", id="secret_changed", registry=registry, when=used_by_a_policy)
-    async def secret_changed(namespace: str | None, name: str, **_: Any) -> None:
-        for policy in policies.secret_users(namespace or "", name):
-            try:
-                await policies.resync(namespace=namespace or "", name=policy)
-            except (DatabaseUnavailable, KubeUnavailable) as exc:
-                # kopf does not retry event handlers; the Secret's next change, or the policy's
-                # resume when the operator restarts, mirrors it then.
-                log.warning(
-                    "policy %s/%s not re-mirrored after its Secret changed: %s",
-                    namespace,
-                    policy,
-                    exc,
-                )

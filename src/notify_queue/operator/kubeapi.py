@@ -6,6 +6,9 @@ precondition, a Secret, the worker Deployments and their scale subresource, Even
 made here with aiohttp, on the event loop, with the same credentials kopf logs in with: the
 official `kubernetes` package only loads the configuration (kubeconfig, exec plugins, in-cluster
 service account), it never makes a request, so no thread pool sits between us and the API.
+
+Every request path is built by `api_path` from percent-quoted segments: a name that holds a `/`
+or is `..` can never name another object or namespace (docs/security.md).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import kopf
@@ -60,6 +64,22 @@ class WorkerPool:
     uid: str
     replicas: int
     annotations: dict[str, str]
+
+
+def api_path(*segments: str) -> str:
+    """`/seg/seg/...` with every segment percent-quoted (a `/` stays inside its segment); an
+    empty, `.` or `..` segment is refused, since a server or client would fold it into its
+    neighbour."""
+    for segment in segments:
+        if segment in ("", ".", ".."):
+            raise KubeRefused(f"not an API path segment: {segment!r} in {segments!r}")
+    return "/" + "/".join(quote(segment, safe="") for segment in segments)
+
+
+def _objects(plural: str, namespace: str | None) -> tuple[str, ...]:
+    # The segments of one of our collections, in a namespace or (None) in all of them.
+    where = ("namespaces", namespace) if namespace is not None else ()
+    return ("apis", GROUP, VERSION, *where, plural)
 
 
 def load_kube_configuration(kubeconfig: Path | None = None) -> Any:
@@ -165,16 +185,22 @@ class KubeApi:
         tolerated: tuple[int, ...] = (404, 409),
     ) -> tuple[int, Any]:
         """(status, parsed body) of a call; 5xx, 429, 401 and 403 raise KubeUnavailable (try
-        again later: an overloaded server, credentials being refreshed, RBAC being fixed), other
-        4xx not in `tolerated` raise KubeRefused."""
+        again later: an overloaded server, credentials being refreshed, RBAC being fixed), a
+        redirect and other 4xx not in `tolerated` raise KubeRefused."""
         headers = {"Accept": "application/json"}
         if json is not None:
             headers["Content-Type"] = content_type
         if auth := self._authorization():
             headers["Authorization"] = auth
         try:
+            # No redirects: a request goes to the path built here (api_path) or nowhere.
             async with self._session.request(
-                method, self.server + path, json=json, params=params, headers=headers
+                method,
+                self.server + path,
+                json=json,
+                params=params,
+                headers=headers,
+                allow_redirects=False,
             ) as response:
                 text = await response.text()
                 status = response.status
@@ -186,6 +212,8 @@ class KubeApi:
             body = text  # a proxy's HTML error page, say: kept for the message
         if status >= 500 or status in (401, 403, 429):
             raise KubeUnavailable(f"{method} {path}: HTTP {status}: {_message(body)}")
+        if 300 <= status < 400:
+            raise KubeRefused(f"{method} {path}: HTTP {status}: redirected, not followed")
         if status >= 400 and status not in tolerated:
             raise KubeRefused(f"{method} {path}: HTTP {status}: {_message(body)}")
         return status, body
@@ -201,7 +229,7 @@ class KubeApi:
         metadata in a merge patch, so a uid there would be no precondition at all. A failed test
         is a 422 without details; a GET then tells it from a status the schema refused.
         """
-        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}/status"
+        path = api_path(*_objects(plural, namespace), name, "status")
         operations = [
             {"op": "test", "path": "/metadata/uid", "value": uid},
             {"op": "add", "path": "/status", "value": _without_nulls(status)},
@@ -221,9 +249,7 @@ class KubeApi:
     async def custom_object_get(
         self, *, plural: str, namespace: str, name: str
     ) -> dict[str, Any] | None:
-        code, body = await self._request(
-            "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}"
-        )
+        code, body = await self._request("GET", api_path(*_objects(plural, namespace), name))
         return None if code == 404 else dict(body)
 
     async def custom_object_delete(
@@ -232,7 +258,7 @@ class KubeApi:
         """Delete the object if it is still the one with `uid`; False when it is already gone."""
         code, _ = await self._request(
             "DELETE",
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}",
+            api_path(*_objects(plural, namespace), name),
             json={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}},
         )
         return code not in (404, 409)
@@ -241,8 +267,7 @@ class KubeApi:
         self, *, plural: str, namespace: str | None
     ) -> list[dict[str, Any]]:
         """Every object of ours of this kind in `namespace` (None: all namespaces)."""
-        where = f"/namespaces/{namespace}" if namespace else ""
-        _, body = await self._request("GET", f"/apis/{GROUP}/{VERSION}{where}/{plural}")
+        _, body = await self._request("GET", api_path(*_objects(plural, namespace or None)))
         return list((body or {}).get("items", []))
 
     async def finalizer_remove(
@@ -258,7 +283,7 @@ class KubeApi:
             return True
         code, _ = await self._request(
             "PATCH",
-            f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{plural}/{name}",
+            api_path(*_objects(plural, namespace), name),
             json=[
                 {"op": "test", "path": "/metadata/uid", "value": uid},
                 {"op": "test", "path": "/metadata/finalizers", "value": current},
@@ -275,7 +300,9 @@ class KubeApi:
 
     async def secret_value(self, *, namespace: str, name: str, key: str) -> str | None:
         """One key of a Secret, decoded; None when the Secret or the key does not exist."""
-        code, body = await self._request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        code, body = await self._request(
+            "GET", api_path("api", "v1", "namespaces", namespace, "secrets", name)
+        )
         if code == 404:
             return None
         data = (body or {}).get("data") or {}
@@ -285,7 +312,9 @@ class KubeApi:
 
     async def secret_data(self, *, namespace: str, name: str) -> dict[str, bytes] | None:
         """Every key of a Secret, decoded and exactly as stored; None when it does not exist."""
-        code, body = await self._request("GET", f"/api/v1/namespaces/{namespace}/secrets/{name}")
+        code, body = await self._request(
+            "GET", api_path("api", "v1", "namespaces", namespace, "secrets", name)
+        )
         if code == 404:
             return None
         data = (body or {}).get("data") or {}
@@ -310,18 +339,18 @@ class KubeApi:
             "data": {key: base64.b64encode(value).decode("ascii") for key, value in data.items()},
         }
         code, _ = await self._request(
-            "POST", f"/api/v1/namespaces/{namespace}/secrets", json=secret, tolerated=(409,)
+            "POST",
+            api_path("api", "v1", "namespaces", namespace, "secrets"),
+            json=secret,
+            tolerated=(409,),
         )
         return code != 409
 
     # --- worker pools ----------------------------------------------------------------------------
 
     async def worker_pools(self, *, namespace: str | None, label: str) -> list[WorkerPool]:
-        path = (
-            f"/apis/apps/v1/namespaces/{namespace}/deployments"
-            if namespace
-            else "/apis/apps/v1/deployments"
-        )
+        where = ("namespaces", namespace) if namespace else ()
+        path = api_path("apis", "apps", "v1", *where, "deployments")
         _, body = await self._request("GET", path, params={"labelSelector": label})
         pools = []
         for item in (body or {}).get("items", []):
@@ -346,11 +375,11 @@ class KubeApi:
         chart's RBAC grants both lists) is raised: scaling a pool that an unseen autoscaler
         also scales would be the fight this check exists to prevent.
         """
-        where = f"/namespaces/{namespace}" if namespace else ""
+        where = ("namespaces", namespace) if namespace else ()
         lists = []
         for path in (
-            f"/apis/autoscaling/v2{where}/horizontalpodautoscalers",
-            f"/apis/keda.sh/v1alpha1{where}/scaledobjects",
+            api_path("apis", "autoscaling", "v2", *where, "horizontalpodautoscalers"),
+            api_path("apis", "keda.sh", "v1alpha1", *where, "scaledobjects"),
         ):
             code, body = await self._request("GET", path, tolerated=(404,))
             lists.append([] if code == 404 else list((body or {}).get("items", [])))
@@ -360,7 +389,7 @@ class KubeApi:
         """Set the replica count through the scale subresource (what an autoscaler uses)."""
         await self._request(
             "PATCH",
-            f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}/scale",
+            api_path("apis", "apps", "v1", "namespaces", namespace, "deployments", name, "scale"),
             json={"spec": {"replicas": replicas}},
             content_type=MERGE_PATCH,
         )
@@ -368,22 +397,11 @@ class KubeApi:
     async def deployment_replicas(self, *, namespace: str, name: str) -> int | None:
         """Pods the Deployment still has (status.replicas); None when it does not exist."""
         code, body = await self._request(
-            "GET", f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+            "GET", api_path("apis", "apps", "v1", "namespaces", namespace, "deployments", name)
         )
         if code == 404:
             return None
         return int((body.get("status") or {}).get("replicas") or 0)
-
-    async def deployment_annotate(
-        self, *, namespace: str, name: str, annotations: dict[str, str | None]
-    ) -> None:
-        """Set annotations (None removes one)."""
-        await self._request(
-            "PATCH",
-            f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}",
-            json={"metadata": {"annotations": annotations}},
-            content_type=MERGE_PATCH,
-        )
 
     # --- events --------------------------------------------------------------------------------
 
@@ -412,7 +430,9 @@ class KubeApi:
             "count": 1,
         }
         try:
-            await self._request("POST", f"/api/v1/namespaces/{namespace}/events", json=event)
+            await self._request(
+                "POST", api_path("api", "v1", "namespaces", namespace, "events"), json=event
+            )
         except NotifyQueueError as exc:
             log.warning(
                 "could not post Event %s for %s/%s: %s", reason, namespace, involved["name"], exc

@@ -1,4 +1,4 @@
-"""Wiring of the operator role: settings in, kopf and three background tasks running, until stopped.
+"""Wiring of the operator role: settings in, kopf and four background tasks running, until stopped.
 
 kopf runs in-process through `kopf.operator(...)` with handlers on a dedicated
 `kopf.OperatorRegistry`, so tests (and `notify-queue up --kubernetes`) run the real operator in
@@ -7,9 +7,9 @@ their own process. It watches one namespace (`--namespace`) or the whole cluster
 duplicate rows (idempotency keys) or garble statuses (the status writer takes an advisory lock),
 see docs/operator.md.
 
-Beside kopf, three single tasks do the per-change work: the status writer (outbox → .status),
-the TTL sweeper and the worker scaler. kopf's cleanup activity stops them, before kopf goes on to
-cancel whatever tasks it finds left.
+Beside kopf, four single tasks do the per-change work: the status writer (outbox → .status),
+the TTL sweeper, the worker scaler and the policies' Secret refresher. kopf's cleanup activity
+stops them, before kopf goes on to cancel whatever tasks it finds left.
 
 On --metrics-port one small HTTP server serves /metrics (this operator's own figures) and
 /healthz, which relays kopf's liveness endpoint (kopf serves it on a loopback port of its own).
@@ -173,6 +173,9 @@ async def _run(
         waker=waker,
         renderer=renderer,
     )
+    policies = PolicyMirror(
+        PolicyRepository(db), kube, secret_refresh_seconds=settings.secret_refresh_interval
+    )
     registry = kopf.OperatorRegistry()
     register_handlers(
         registry,
@@ -189,7 +192,7 @@ async def _run(
                 renderer=renderer,
             ),
         ),
-        policies=PolicyMirror(PolicyRepository(db), kube),
+        policies=policies,
         templates=TemplateMirror(RecipientService(RecipientRepository(db)), kube),
     )
     sweeper = TtlSweeper(links, kube, namespace=namespace)
@@ -210,6 +213,7 @@ async def _run(
         ("status writer", writer.run),
         ("ttl sweeper", sweeper.run),
         ("worker scaler", scaler.run),
+        ("secret refresher", policies.run),
     ]
     tasks = [asyncio.create_task(_guarded(name, run, stop), name=name) for name, run in background]
     liveness = (

@@ -22,6 +22,7 @@ escalation's id and state (docs/escalation.md, "Kubernetes").
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
@@ -29,10 +30,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from notify_queue import tracing
-from notify_queue.errors import Conflict, NotFound, ValidationFailed
+from notify_queue.errors import Conflict, DatabaseUnavailable, NotFound, ValidationFailed
 from notify_queue.models import Notification, Policy, Source
 from notify_queue.operator import metrics
-from notify_queue.operator.kubeapi import KubeApi
+from notify_queue.operator.kubeapi import KubeApi, KubeRefused, KubeUnavailable
+from notify_queue.operator.waiting import pause
 from notify_queue.repositories.kube import KubeRepository
 from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.services import kube as rules
@@ -135,6 +137,7 @@ class NotificationMirror:
         outcome = "accepted" if result.created else "existing"
         metrics.MIRRORS.labels("notification", outcome).inc()
         if result.created:
+            await self._warn_if_policy_missing(involved, spec)
             self._kube.event_soon(
                 involved=involved,
                 type="Normal",
@@ -144,6 +147,31 @@ class NotificationMirror:
                 + ", ".join(str(n.id) for n in (result.notifications or (stored,))),
             )
         return outcome
+
+    async def _warn_if_policy_missing(
+        self, involved: dict[str, str], spec: Mapping[str, Any]
+    ) -> None:
+        """A Warning Event when spec.policy names a NotificationPolicy that does not exist: the
+        notification goes out under the workers' defaults (and the policy's, once it exists).
+        Its Accepted condition says the same (services.kube_status)."""
+        named = spec.get("policy")
+        if not named or named == rules.DEFAULT_POLICY:
+            return  # no policy, or the `default` one, which applies only when it exists
+        try:
+            found = await self._kube.custom_object_get(
+                plural=rules.POLICIES, namespace=involved["namespace"], name=str(named)
+            )
+        except (KubeUnavailable, KubeRefused) as exc:
+            log.warning("could not look up NotificationPolicy %r: %s", named, exc)
+            return
+        if found is None:
+            self._kube.event_soon(
+                involved=involved,
+                type="Warning",
+                reason="PolicyNotFound",
+                message=f"NotificationPolicy {named!r} does not exist in namespace "
+                f"{involved['namespace']}: the workers' defaults apply until it does",
+            )
 
     async def _created_escalation(
         self, involved: dict[str, str], generation: int, new: PreparedRequest
@@ -309,13 +337,24 @@ class NotificationMirror:
 
 
 class PolicyMirror:
-    def __init__(self, policies: PolicyRepository, kube: KubeApi) -> None:
+    """NotificationPolicies into the policies table, with their webhook Secret's key.
+
+    The operator may only get a Secret by name (no list or watch of Secrets, docs/security.md),
+    so a rotation is found by reading again: every `secret_refresh_seconds` (`run`) each Secret
+    a policy names is read, and a policy whose key's value changed (or appeared, or went) is
+    mirrored again.
+    """
+
+    def __init__(
+        self, policies: PolicyRepository, kube: KubeApi, *, secret_refresh_seconds: float = 60.0
+    ) -> None:
         self._policies = policies
         self._kube = kube
-        # (namespace, Secret name) -> the policies that use it, kept as policies are mirrored
-        # (every policy is, at start: resume), so a Secret event can be filtered before any
-        # handler runs: most Secrets in a cluster have nothing to do with us.
-        self._secret_users: dict[tuple[str, str], set[str]] = {}
+        self._secret_refresh_seconds = secret_refresh_seconds
+        # (namespace, policy) -> its Secret reference and a digest of the value last mirrored
+        # (None: missing), kept as policies are mirrored (every policy is, at start: resume).
+        # A digest, so no second copy of the key sits in memory.
+        self._secret_reads: dict[tuple[str, str], tuple[rules.SecretRef, str | None]] = {}
 
     async def changed(
         self,
@@ -334,17 +373,24 @@ class PolicyMirror:
         send them under the defaults (fail closed), and those show Reconciling/PolicyNotReady.
         """
         secret_value: str | None = None
-        ref = (spec.get("webhook") or {}).get("secretRef")
-        self._remember_secret(namespace, name, ref["name"] if ref else None)
         problem: tuple[str, str] | None = None
-        if ref:
+        try:
+            # Checked before any use: a name such as ../../kube-system/secrets/x is refused here
+            # (and by the CRD), never sent to the API server (docs/security.md).
+            ref = rules.secret_ref_from_spec(spec)
+        except ValidationFailed as exc:
+            ref, problem = None, ("Invalid", f"{exc}; its notifications wait until it is fixed")
+        if ref is None:
+            self._secret_reads.pop((namespace, name), None)
+        else:
             secret_value = await self._kube.secret_value(
-                namespace=namespace, name=ref["name"], key=ref["key"]
+                namespace=namespace, name=ref.name, key=ref.key
             )
+            self._secret_reads[(namespace, name)] = (ref, _digest(secret_value))
             if secret_value is None:
                 problem = (
                     "SecretNotFound",
-                    f"Secret {ref['name']!r} with key {ref['key']!r} not found in namespace "
+                    f"Secret {ref.name!r} with key {ref.key!r} not found in namespace "
                     f"{namespace}; its notifications wait until it exists",
                 )
         policy = Policy(name=rules.policy_name(namespace, name))
@@ -377,12 +423,44 @@ class PolicyMirror:
         )
         return ready
 
+    async def run(self, stop: asyncio.Event) -> None:
+        """Re-read the policies' Secrets every `secret_refresh_seconds`, until `stop`."""
+        while not stop.is_set():
+            await pause(stop, self._secret_refresh_seconds)
+            if not stop.is_set():
+                await self.refresh_secrets()
+
+    async def refresh_secrets(self) -> list[str]:
+        """Read each Secret a policy names (once per Secret and key) and mirror again each policy
+        whose key's value is not the one it mirrored; returns those policies
+        (`namespace/name`). A failure is logged and leaves that policy to the next round."""
+        values: dict[tuple[str, rules.SecretRef], str | None] = {}
+        mirrored = []
+        for (namespace, name), (ref, seen) in list(self._secret_reads.items()):
+            try:
+                if (namespace, ref) not in values:
+                    values[(namespace, ref)] = await self._kube.secret_value(
+                        namespace=namespace, name=ref.name, key=ref.key
+                    )
+                if _digest(values[(namespace, ref)]) == seen:
+                    continue
+                await self.resync(namespace=namespace, name=name)
+                mirrored.append(rules.policy_name(namespace, name))
+            except (DatabaseUnavailable, KubeUnavailable, KubeRefused) as exc:
+                log.warning(
+                    "policy %s/%s: its Secret %r not re-read: %s", namespace, name, ref.name, exc
+                )
+        if mirrored:
+            log.info("mirrored again after their Secret changed: %s", ", ".join(mirrored))
+        return mirrored
+
     async def resync(self, *, namespace: str, name: str) -> None:
         """Mirror a policy again from what the API server has now (its Secret changed)."""
         body = await self._kube.custom_object_get(
             plural=rules.POLICIES, namespace=namespace, name=name
         )
         if body is None or body["metadata"].get("deletionTimestamp"):
+            self._secret_reads.pop((namespace, name), None)
             return
         await self.changed(
             namespace=namespace,
@@ -394,26 +472,12 @@ class PolicyMirror:
         )
 
     async def deleted(self, *, namespace: str, name: str) -> None:
-        self._remember_secret(namespace, name, None)
+        self._secret_reads.pop((namespace, name), None)
         await self._policies.policy_delete(name=rules.policy_name(namespace, name))
 
-    def uses_secret(self, namespace: str, secret: str) -> bool:
-        """Whether a policy mirrored by this operator refers to this Secret."""
-        return (namespace, secret) in self._secret_users
 
-    def secret_users(self, namespace: str, secret: str) -> list[str]:
-        """The names of the policies that refer to this Secret."""
-        return sorted(self._secret_users.get((namespace, secret), ()))
-
-    def _remember_secret(self, namespace: str, policy: str, secret: str | None) -> None:
-        for key in [
-            k for k, users in self._secret_users.items() if policy in users and k[0] == namespace
-        ]:
-            self._secret_users[key].discard(policy)
-            if not self._secret_users[key]:
-                del self._secret_users[key]
-        if secret is not None:
-            self._secret_users.setdefault((namespace, secret), set()).add(policy)
+def _digest(value: str | None) -> str | None:
+    return None if value is None else hashlib.sha256(value.encode()).hexdigest()
 
 
 class TemplateMirror:

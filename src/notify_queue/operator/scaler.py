@@ -3,9 +3,10 @@
 One round reads the lane depths once (the claim index only) and exports them as metrics (per
 priority and channel: depth and oldest due age, for an HPA or KEDA to scale on instead), lists the
 Deployments labelled `notifyqueue.io/worker-pool`, applies the rule of `services.scaling` to
-each, sets the replica count through the scale subresource when it changes (with an Event), and
-keeps the "lower wanted since" moment in an annotation on the Deployment, so a restarted operator
-goes on waiting out the scale-down delay where the previous one stopped.
+each, and sets the replica count through the scale subresource when it changes (with an Event).
+It never writes to the Deployment itself (it may not: docs/security.md), so the moment since
+which fewer replicas are wanted is kept in memory: a restarted operator starts the scale-down
+delay afresh, scaling down later rather than sooner.
 
 A pool that an HorizontalPodAutoscaler or a KEDA ScaledObject targets is left alone: its
 replicas are the autoscaler's (an Event and a log line say so once, a gauge counts such pools).
@@ -24,7 +25,6 @@ from notify_queue.operator.kubeapi import KubeApi, WorkerPool
 from notify_queue.operator.waiting import pause
 from notify_queue.repositories.kube import KubeRepository, LaneDepth
 from notify_queue.services import scaling
-from notify_queue.services.validation import parse_rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,8 @@ class WorkerScaler:
         self._reported: dict[str, str] = {}
         # Pools (uid) an autoscaler owns -> which one, as last reported.
         self._owners: dict[str, str] = {}
+        # Pools (uid) -> since when fewer replicas are wanted (the scale-down delay runs).
+        self._lower_wanted_since: dict[str, datetime] = {}
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -80,6 +82,9 @@ class WorkerScaler:
                 continue
             await self._scale_pool(pool, counts, now or datetime.now(UTC))
         self._report_owners(managed)
+        seen = {pool.uid for pool in pools}
+        for uid in self._lower_wanted_since.keys() - seen:
+            del self._lower_wanted_since[uid]  # the Deployment is gone
         metrics.WORKER_POOLS.labels("operator").set(len(pools) - len(managed))
         metrics.WORKER_POOLS.labels("autoscaler").set(len(managed))
 
@@ -119,7 +124,7 @@ class WorkerScaler:
                 )
             return
         self._reported.pop(pool.uid, None)
-        since = _parse_time(pool.annotations.get(scaling.LOWER_WANTED_SINCE))
+        since = self._lower_wanted_since.get(pool.uid)
         depth = scaling.pool_depth(depths, config)
         decision = scaling.decide_scale(
             current=pool.replicas, depth=depth, config=config, lower_wanted_since=since, now=now
@@ -139,17 +144,10 @@ class WorkerScaler:
             self._kube.event_soon(
                 involved=involved, type="Normal", reason="Scaled", message=message
             )
-        if decision.lower_wanted_since != since:
-            value = (
-                None
-                if decision.lower_wanted_since is None
-                else decision.lower_wanted_since.isoformat()
-            )
-            await self._kube.deployment_annotate(
-                namespace=pool.namespace,
-                name=pool.name,
-                annotations={scaling.LOWER_WANTED_SINCE: value},
-            )
+        if decision.lower_wanted_since is None:
+            self._lower_wanted_since.pop(pool.uid, None)
+        else:
+            self._lower_wanted_since[pool.uid] = decision.lower_wanted_since
 
 
 def _involved(pool: WorkerPool) -> dict[str, str]:
@@ -160,12 +158,3 @@ def _involved(pool: WorkerPool) -> dict[str, str]:
         "name": pool.name,
         "uid": pool.uid,
     }
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return parse_rfc3339(value)
-    except ValueError:
-        return None  # unreadable: start the delay afresh

@@ -130,6 +130,7 @@ class StatusWriter:
             generation=change.generation,
             finished_at=change.finished_at,
             policy_ready=change.policy_ready,
+            policy_exists=change.policy_exists,
             related=change.related,
             escalation=(
                 None

@@ -75,6 +75,8 @@ class StatusChange:
     finished_at: datetime | None = None
     # False while the row's NotificationPolicy exists but is not Ready (the row is held).
     policy_ready: bool = True
+    # False when no NotificationPolicy of the row's name is mirrored (the defaults apply).
+    policy_exists: bool = True
     # Every notification a recipientId request became (the linked one included); else empty.
     related: tuple[uuid.UUID, ...] = ()
     # With spec.escalation: the escalation's id and state (status.escalation); `related` then
@@ -124,6 +126,7 @@ def _change_from_row(row: dict[str, Any]) -> StatusChange:
         notification=notification_from_row(row) if row["id"] is not None else None,
         finished_at=row["finished_at"],
         policy_ready=bool(row["object_policy_ready"]),
+        policy_exists=bool(row["object_policy_exists"]),
         related=tuple(row["related_ids"] or ()),
     )
 
@@ -189,7 +192,13 @@ async def _changes_citus(conn: Connection, *, namespace: str | None, limit: int)
     out: list[Row] = []
     for o in objects:
         n = by_id.get(o["object_notification_id"])
-        row: Row = {**missing, "object_policy_ready": True, **(n or {}), **o}
+        row: Row = {
+            **missing,
+            "object_policy_ready": True,
+            "object_policy_exists": True,
+            **(n or {}),
+            **o,
+        }
         # As the plain statement: the list for recipientId rows (empty when no key matched).
         row["related_ids"] = (
             related.get(n["id"], []) if n is not None and n["recipient_id"] is not None else None

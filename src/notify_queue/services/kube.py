@@ -4,6 +4,9 @@
   validation gate (`services.validation`) decides for both; its idempotency key defaults to
   `k8s:<uid>`, so one object is one notification however often it is mirrored.
 - A NotificationPolicy's spec, plus its webhook Secret's value, becomes a `Policy`.
+- Every name that refers to another object (a policy, a template, a Secret and its key) is
+  checked as Kubernetes checks that object's name before anything uses it, so that none can
+  point outside the object's namespace (docs/security.md); the CRDs hold the same patterns.
 - A notification's row becomes the object's `.status`: see `services.kube_status`.
 
 Nothing here talks to Kubernetes or the database; the operator does, and these rules are tested
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -52,6 +56,14 @@ REJECTED = "Rejected"
 ACKNOWLEDGED = "notifyqueue.io/acknowledged"
 ACKNOWLEDGED_BY = "notifyqueue.io/acknowledged-by"
 
+# A DNS-1123 subdomain: what Kubernetes requires of a Secret's name and of our objects' names.
+OBJECT_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+OBJECT_NAME_MAX_LENGTH = 253
+# What Kubernetes requires of a key in a Secret's data.
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"  # noqa: S105 - a pattern, not a secret
+_OBJECT_NAME = re.compile(OBJECT_NAME_PATTERN)
+_SECRET_KEY = re.compile(SECRET_KEY_PATTERN)
+
 # 90s, 15m, 2h, 1h30m; policies also take milliseconds (500ms). The CRDs check the same shapes.
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?(?:(\d+)ms)?$")
 
@@ -64,6 +76,69 @@ def parse_duration_seconds(text: str, *, allow_milliseconds: bool = True) -> flo
         raise ValueError(f"must be a duration such as 90s, 15m, 2h or 1h30m (units {units})")
     hours, minutes, seconds, millis = (int(g) if g else 0 for g in match.groups())
     return hours * 3600 + minutes * 60 + seconds + millis / 1000
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRef:
+    """A key of a Secret in the policy's own namespace (webhook.secretRef)."""
+
+    name: str
+    key: str
+
+
+def reference_error(value: object, field: str, *, kind: str) -> FieldError | None:
+    """None when `value` can be the name of a `kind` (a DNS-1123 subdomain), else the error."""
+    if (
+        isinstance(value, str)
+        and len(value) <= OBJECT_NAME_MAX_LENGTH
+        and _OBJECT_NAME.fullmatch(value)
+    ):
+        return None
+    return FieldError(
+        field,
+        f"must be the name of a {kind} in this namespace (a DNS-1123 subdomain: lower case "
+        "letters, digits, '-' and '.')",
+    )
+
+
+def secret_ref_from_spec(spec: Mapping[str, Any]) -> SecretRef | None:
+    """A policy's webhook.secretRef, its name and key checked; ValidationFailed names them."""
+    ref = (spec.get("webhook") or {}).get("secretRef")
+    if not ref:
+        return None
+    errors = []
+    if error := reference_error(ref.get("name"), "spec.webhook.secretRef.name", kind="Secret"):
+        errors.append(error)
+    key = ref.get("key")
+    if not (
+        isinstance(key, str) and len(key) <= OBJECT_NAME_MAX_LENGTH and _SECRET_KEY.fullmatch(key)
+    ):
+        errors.append(
+            FieldError(
+                "spec.webhook.secretRef.key",
+                "must be a key of a Secret (letters, digits, '-', '_' and '.')",
+            )
+        )
+    if errors:
+        raise ValidationFailed(errors)
+    return SecretRef(name=ref["name"], key=key)
+
+
+def _references_checked(spec: Mapping[str, Any]) -> None:
+    # The names a Notification gives of other objects of its namespace.
+    digest = spec["digest"] if isinstance(spec.get("digest"), Mapping) else {}
+    named = (
+        (spec.get("policy"), "spec.policy", "NotificationPolicy"),
+        (spec.get("template"), "spec.template", "NotificationTemplate"),
+        (digest.get("template"), "spec.digest.template", "NotificationTemplate"),
+    )
+    errors = [
+        error
+        for value, field, kind in named
+        if value is not None and (error := reference_error(value, field, kind=kind))
+    ]
+    if errors:
+        raise ValidationFailed(errors)
 
 
 def policy_name(namespace: str, name: str) -> str:
@@ -89,7 +164,9 @@ def request_from_spec(namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]
     `delay` becomes `delaySeconds`; `policy` (a name in the object's namespace, default
     `default`) becomes `namespace/name`. The policy is stored even when it does not exist (yet):
     workers read policies when they claim, so one created later applies from then on.
+    ValidationFailed when a name of another object (policy, template) is not a name.
     """
+    _references_checked(spec)
     data: dict[str, Any] = {
         key: spec[key]
         for key in (

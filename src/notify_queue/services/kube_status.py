@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from notify_queue.models import Notification, Status, Waiting
-from notify_queue.services.kube import PHASES, REJECTED
+from notify_queue.services.kube import DEFAULT_POLICY, PHASES, REJECTED
 
 # Final phases that count as done (see the module docstring): Ready=True, not Stalled.
 DELIBERATE_OUTCOMES = frozenset({"Sent", "Cancelled", "Suppressed"})
@@ -135,12 +135,23 @@ def _outcome(n: Notification, phase: str) -> tuple[str, str]:
     return phase, n.last_error or phase.lower()
 
 
+def _accepted(n: Notification, policy_exists: bool) -> str:
+    namespace, _, policy = (n.policy or "").partition("/")
+    if policy_exists or not policy or policy == DEFAULT_POLICY:
+        return f"enqueued as notification {n.id}"
+    return (
+        f"enqueued as notification {n.id}; NotificationPolicy {policy!r} does not exist in "
+        f"namespace {namespace}, so the workers' defaults apply until it does"
+    )
+
+
 def notification_status(
     notification: Notification,
     *,
     generation: int | None,
     finished_at: datetime | None = None,
     policy_ready: bool = True,
+    policy_exists: bool = True,
     related: Sequence[uuid.UUID] = (),
     escalation: tuple[uuid.UUID, str] | None = None,
 ) -> dict[str, Any]:
@@ -148,6 +159,8 @@ def notification_status(
 
     `finished_at`: when the row reached its final status (the row's column; the last update if
     unknown). `policy_ready`: False while the row's NotificationPolicy exists but is not Ready.
+    `policy_exists`: False when it does not exist; for a policy the object named (not the
+    `default` it falls back to) the Accepted condition then says the defaults apply.
     `related`: every row a recipientId request became (CONTRACT §9), as status.notifications;
     the phase and conditions follow `notification`, the first of them.
     `escalation`: (id, state) of a spec.escalation object, as status.escalation; its `related`
@@ -201,7 +214,7 @@ def notification_status(
         ),
         "observedGeneration": generation,
         "conditions": [
-            cond("Accepted", "True", "Enqueued", f"enqueued as notification {n.id}", n.created_at),
+            cond("Accepted", "True", "Enqueued", _accepted(n, policy_exists), n.created_at),
             delivered,
             ready,
             reconciling,

@@ -30,8 +30,6 @@ MIN_REPLICAS = "notifyqueue.io/min-replicas"
 MAX_REPLICAS = "notifyqueue.io/max-replicas"
 TARGET_DEPTH = "notifyqueue.io/target-depth-per-replica"
 SCALE_DOWN_DELAY = "notifyqueue.io/scale-down-delay"
-# Written by the operator: since when a lower replica count has been wanted (RFC 3339).
-LOWER_WANTED_SINCE = "notifyqueue.io/scale-down-wanted-since"
 
 
 @dataclass(frozen=True, slots=True)

@@ -531,9 +531,10 @@ ORDER BY c.first_seq
 
 -- name: status_outbox_notifications_citus
 -- The current state of a batch's rows (status_outbox_take_citus), by id in the queue and the log
--- (one probe of each shard's id index), and whether each row's policy is Ready (a reference
--- table, joined on the row's shard).
-SELECT COALESCE(p.ready, true) AS object_policy_ready, {{_notification_columns}}
+-- (one probe of each shard's id index), and whether each row's policy exists and is Ready (a
+-- reference table, joined on the row's shard).
+SELECT COALESCE(p.ready, true) AS object_policy_ready, p.name IS NOT NULL AS object_policy_exists,
+       {{_notification_columns}}
 FROM nq_all_notifications n
 LEFT JOIN nq_policies p ON p.name = n.policy
 WHERE n.id = ANY(%(ids)b::uuid[])

@@ -78,8 +78,9 @@ SELECT c.uid AS object_uid, c.namespace AS object_namespace, c.name AS object_na
                SELECT split_part(n.idempotency_key, ' ', 1) || ' ' || suffix
                FROM unnest(ARRAY['email', 'sms', 'push', 'suppressed']) AS suffix))
            ORDER BY k.created_at, k.notification_id) END AS related_ids,
-       -- A row held by a policy that is not Ready shows Reconciling/PolicyNotReady.
-       COALESCE(p.ready, true) AS object_policy_ready,
+       -- A row held by a policy that is not Ready shows Reconciling/PolicyNotReady; one whose
+       -- policy does not exist (the defaults apply) says so in its Accepted condition.
+       COALESCE(p.ready, true) AS object_policy_ready, p.name IS NOT NULL AS object_policy_exists,
        {{_notification_columns}}
 FROM changed c
 LEFT JOIN nq_kube_links l ON l.uid = c.uid
