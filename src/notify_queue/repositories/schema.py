@@ -3,7 +3,11 @@ each once (docs/upgrading.md, and the rules in `migrations/__init__.py`).
 
 Safe to run again and from several processes at once: the whole run holds a session-level
 advisory lock, so a second process waits and then finds nothing left to do. Each migration runs
-in its own transaction with its record.
+in its own transaction with its record, except a step headed `-- transaction: none`: index builds
+on the hot tables, `CREATE INDEX CONCURRENTLY`, which no transaction may hold. Those run one by
+one outside a transaction, and resume where an interrupted run left them: an index that a broken
+build left INVALID is dropped (concurrently) and built again, and the step is recorded only once
+every index it builds is valid (docs/upgrading.md, "Index builds on the queue").
 
 Beside running processes. `migrate` runs while the previous release serves, whose transactions
 hold the tables' locks for a moment each and take them in their own order. A migration's
@@ -63,6 +67,14 @@ _STEP_WAITS = "NQW01"
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 # The phase header: a comment line of its own among the file's leading comment lines.
 _PHASE = re.compile(r"^--\s*phase:\s*(\S+)\s*$")
+# The transaction header: `-- transaction: none` runs the step outside a transaction.
+_TRANSACTION = re.compile(r"^--\s*transaction:\s*(\S+)\s*$")
+# What a step outside a transaction may hold: concurrent index builds that a rerun skips once
+# built (IF NOT EXISTS), named so an invalid leftover can be found and dropped.
+_CONCURRENT_INDEX = re.compile(
+    r"^CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+(\w+)\s+ON\s",
+    re.IGNORECASE,
+)
 # How a process of 0.2.0 or later names its connections: `<role>@<release>` (Database).
 _RELEASE = re.compile(r"@(\d+)\.(\d+)\.(\d+)")
 
@@ -78,23 +90,56 @@ class Migration:
     name: str
     script: str
     phase: Phase = Phase.EXPAND
+    # A step outside a transaction: its index builds, (index name, statement), in file order.
+    # Empty for a step that runs in one transaction with its record.
+    concurrent_indexes: tuple[tuple[str, str], ...] = ()
 
 
-def _phase_of(script: str, filename: str) -> Phase:
-    """The `-- phase: expand|contract` header among the leading comments; expand by default."""
+def _header(script: str, pattern: re.Pattern[str]) -> str | None:
+    """The value of a `-- key: value` header among the file's leading comment lines."""
     for line in script.splitlines():
         stripped = line.strip()
         if not stripped:
             continue
         if not stripped.startswith("--"):
             break
-        match = _PHASE.match(stripped)
+        match = pattern.match(stripped)
         if match:
-            try:
-                return Phase(match[1])
-            except ValueError:
-                raise ValueError(f"{filename}: unknown phase {match[1]!r}") from None
-    return Phase.EXPAND
+            return match[1]
+    return None
+
+
+def _phase_of(script: str, filename: str) -> Phase:
+    """The `-- phase: expand|contract` header; expand by default."""
+    value = _header(script, _PHASE)
+    try:
+        return Phase(value or Phase.EXPAND)
+    except ValueError:
+        raise ValueError(f"{filename}: unknown phase {value!r}") from None
+
+
+def _concurrent_indexes_of(script: str, filename: str) -> tuple[tuple[str, str], ...]:
+    """A `-- transaction: none` step's statements, each `CREATE INDEX CONCURRENTLY IF NOT
+    EXISTS <name> ON ...` (nothing else may run outside a transaction); () for any other step."""
+    value = _header(script, _TRANSACTION)
+    if value is None:
+        return ()
+    if value != "none":
+        raise ValueError(f"{filename}: unknown transaction header {value!r} (only `none`)")
+    code = "\n".join(line.split("--", 1)[0] for line in script.splitlines())
+    statements = [s.strip() for s in code.split(";") if s.strip()]
+    found = []
+    for statement in statements:
+        match = _CONCURRENT_INDEX.match(statement)
+        if match is None:
+            raise ValueError(
+                f"{filename}: a `transaction: none` step holds only CREATE INDEX CONCURRENTLY "
+                f"IF NOT EXISTS statements, not {statement[:60]!r}"
+            )
+        found.append((match[1], statement))
+    if not found:
+        raise ValueError(f"{filename}: a `transaction: none` step with no index to build")
+    return tuple(found)
 
 
 def available_migrations(package: str = MIGRATIONS_PACKAGE) -> list[Migration]:
@@ -113,7 +158,8 @@ def _read_migrations(package: str) -> tuple[Migration, ...]:
             phase = _phase_of(script, entry.name)
             if phase is Phase.CONTRACT and version <= BASELINE_VERSION:
                 raise ValueError(f"{entry.name}: the baseline has no contract steps")
-            found.append(Migration(version, match[2], script, phase))
+            indexes = _concurrent_indexes_of(script, entry.name)
+            found.append(Migration(version, match[2], script, phase, indexes))
     return tuple(sorted(found, key=lambda m: m.version))
 
 
@@ -208,15 +254,19 @@ async def migrate(
 
 
 async def _apply(conn: Connection, migration: Migration) -> None:
-    """One migration and its record in one transaction, run again while it loses its locks to
-    the running processes' transactions (module docstring)."""
+    """One migration and its record in one transaction (or its concurrent index builds, then its
+    record), run again while it loses its locks to the running processes' transactions (module
+    docstring)."""
     pause, longest = _LOCK_BACKOFF_SECONDS
     for attempt in range(1, LOCK_ATTEMPTS + 1):
         try:
-            async with conn.transaction():
-                await conn.execute("migration_lock_timeout", {"timeout": LOCK_TIMEOUT})
-                await conn.execute_script(migration.script)
-                await _record(conn, migration)
+            if migration.concurrent_indexes:
+                await _build_concurrently(conn, migration)
+            else:
+                async with conn.transaction():
+                    await conn.execute("migration_lock_timeout", {"timeout": LOCK_TIMEOUT})
+                    await conn.execute_script(migration.script)
+                    await _record(conn, migration)
             return
         except psycopg.Error as exc:
             if exc.sqlstate == _STEP_WAITS and exc.diag.message_primary:
@@ -239,6 +289,36 @@ async def _apply(conn: Connection, migration: Migration) -> None:
             )
             await asyncio.sleep(pause)
             pause = min(pause * 2, longest)
+
+
+async def _build_concurrently(conn: Connection, migration: Migration) -> None:
+    """A `transaction: none` step: each index built with CONCURRENTLY, one statement at a time
+    outside a transaction, so creates and claims go on during the build (its SHARE UPDATE
+    EXCLUSIVE lock blocks no write; its waits for older transactions hold nobody back, so no
+    lock timeout here). A build that was interrupted (a killed migrate, a lost connection, a
+    deadlock) leaves an INVALID index that IF NOT EXISTS would keep: it is dropped and built
+    again. The record comes last, once every index is valid; the advisory lock of `migrate`
+    keeps a second migrator from dropping a build under way."""
+    for name, statement in migration.concurrent_indexes:
+        state = await conn.fetch_one("migration_index_state", {"name": name})
+        if state is not None and not state["valid"]:
+            log.warning(
+                "migration %04d_%s: index %s was left invalid by an interrupted build; "
+                "dropping and building it again",
+                migration.version,
+                migration.name,
+                name,
+            )
+            await conn.execute_on("migration_index_drop_concurrently", {"name": name})
+        await conn.execute_script(statement)
+        state = await conn.fetch_one("migration_index_state", {"name": name})
+        if state is None or not state["valid"]:
+            raise RuntimeError(
+                f"{migration.version:04d}_{migration.name}: index {name} is not valid after "
+                "its build"
+            )
+    async with conn.transaction():
+        await _record(conn, migration)
 
 
 async def _lay_out(conn: Connection) -> None:

@@ -87,3 +87,14 @@ END $$
 -- For this migration's transaction only: how long one of its statements may wait for a lock
 -- before the transaction gives up (and the migrator runs it again; schema.migrate).
 SELECT set_config('lock_timeout', %(timeout)s, true)
+
+-- name: migration_index_state
+-- An index of the migrations' schema by name: no row when it does not exist, `valid` false when
+-- a CREATE INDEX CONCURRENTLY that built it was interrupted (schema._build_concurrently).
+SELECT i.indisvalid AS valid
+FROM pg_index i
+WHERE i.indexrelid = to_regclass(%(name)s)
+
+-- name: migration_index_drop_concurrently
+-- An invalid index left by an interrupted concurrent build; dropped without blocking writes.
+DROP INDEX CONCURRENTLY IF EXISTS {name}
