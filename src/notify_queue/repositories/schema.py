@@ -2,7 +2,7 @@
 each once (docs/upgrading.md, and the rules in `migrations/__init__.py`).
 
 Safe to run again and from several processes at once: the whole run holds a session-level
-advisory lock, so a second process waits and then finds nothing left to do. Each migration runs
+advisory lock, so a second process waits (polling for it) and then finds nothing left to do. Each migration runs
 in its own transaction with its record, except a step headed `-- transaction: none`: index builds
 on the hot tables, `CREATE INDEX CONCURRENTLY`, which no transaction may hold. Those run one by
 one outside a transaction, and resume where an interrupted run left them: an index that a broken
@@ -60,8 +60,10 @@ BASELINE_VERSION = 8
 LOCK_TIMEOUT = "2s"
 LOCK_ATTEMPTS = 30
 _LOCK_BACKOFF_SECONDS = (0.2, 3.0)  # the first pause and the longest
-# An arbitrary constant that identifies "Notify Queue is migrating" among advisory locks.
+# An arbitrary constant that identifies "Notify Queue is migrating" among advisory locks, and how
+# often a migrator asks for it while another holds it (`_lock`).
 _MIGRATION_LOCK_KEY = 7_305_826_031
+_LOCK_POLL_SECONDS = 0.2
 # The SQLSTATE a step raises when what it depends on is not done yet (ContractStepWaits).
 _STEP_WAITS = "NQW01"
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
@@ -205,7 +207,7 @@ async def migrate(
     a schema gets every step. Returns the versions applied by this call."""
     applied_now: list[int] = []
     async with db.connection() as conn:
-        await conn.execute("migration_lock", {"key": _MIGRATION_LOCK_KEY})
+        await _lock(conn)
         try:
             await conn.execute("migration_ledgers_create")
             done = {row["version"] for row in await conn.fetch_all("migration_versions")}
@@ -251,6 +253,17 @@ async def migrate(
         finally:
             await conn.execute("migration_unlock", {"key": _MIGRATION_LOCK_KEY})
     return applied_now
+
+
+async def _lock(conn: Connection) -> None:
+    """Take the migrators' advisory lock, polling while another migrator holds it: a statement
+    blocked on the lock would keep its snapshot, which the holder's CREATE INDEX CONCURRENTLY
+    waits for (a deadlock between the two)."""
+    while True:
+        row = await conn.fetch_one("migration_lock", {"key": _MIGRATION_LOCK_KEY})
+        if row is not None and row["locked"]:
+            return
+        await asyncio.sleep(_LOCK_POLL_SECONDS)
 
 
 async def _apply(conn: Connection, migration: Migration) -> None:

@@ -1,6 +1,8 @@
 -- name: migration_lock
 -- Serialises migrators: a session-level advisory lock, held across the per-migration transactions.
-SELECT pg_advisory_lock(%(key)s)
+-- Tried, not waited for (schema.migrate polls): a statement waiting for it would hold a snapshot,
+-- and CREATE INDEX CONCURRENTLY in the holder's session waits for every older snapshot to end.
+SELECT pg_try_advisory_lock(%(key)s) AS locked
 
 -- name: migration_unlock
 SELECT pg_advisory_unlock(%(key)s)
