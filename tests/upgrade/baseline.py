@@ -7,10 +7,11 @@ runtime dependencies from PyPI into `~/.cache/notify-queue/upgrade-baseline/<ful
 fresh clone on the same machine does not install it again), so it runs exactly as that release's
 image would: its own code, its own SQL, its own migrations. Built once per commit (a lock file
 serialises concurrent test processes; a `built` marker, written last, says the build finished).
-`BASELINES` holds the previous release and, for one release more, the one before it (an upgrade
-that skips a release is supported for one release: docs/upgrading.md); each release adds its own
-and drops the oldest. A checkout without that commit in its history fails the test with the command to fetch it:
-an upgrade test that quietly skips would let an upgrade break unseen.
+`BASELINES` holds the previous release and, for one release more, the one before
+it (an upgrade that skips a release is supported for one release: docs/upgrading.md); each
+release adds its own and drops the oldest. A checkout without such a commit in its history fails
+the test with the command to fetch it: an upgrade test that quietly skips would let an upgrade
+break unseen.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from io import BytesIO
 from pathlib import Path
 
 import pytest
-
 
 
 @dataclass(frozen=True)

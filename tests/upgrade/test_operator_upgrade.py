@@ -34,7 +34,8 @@ async def test_the_old_operator_mirrors_and_reports_on_the_new_schema_and_crds(
     )
     new = Release("new", sys.executable, empty_database_url, tmp_path)
     try:
-        for release in (old, new):  # installed as the old release, then this release's pre-upgrade hook
+        # Installed as the old release, then this release's pre-upgrade hook.
+        for release in (old, new):
             migrated = release.run("migrate")
             assert migrated.returncode == 0, migrated.stderr
         operator = old.start(

@@ -1,5 +1,6 @@
 """An upgrade from each release this one upgrades from (0.2.0, and 0.1.0 for one release more,
-built from this repository's history) to this checkout, under load, through real processes: what `helm upgrade` does, step by step.
+built from this repository's history) to this checkout, under load, through real processes: what
+`helm upgrade` does, step by step.
 
 The previous release migrates an empty database and serves: its API takes creates from a client
 that never stops, its worker delivers to a real HTTP provider (counting deliveries per

@@ -2,7 +2,8 @@
 each once (docs/upgrading.md, and the rules in `migrations/__init__.py`).
 
 Safe to run again and from several processes at once: the whole run holds a session-level
-advisory lock, so a second process waits (polling for it) and then finds nothing left to do. Each migration runs
+advisory lock, so a second process waits (polling for it) and then finds nothing left to
+do. Each migration runs
 in its own transaction with its record, except a step headed `-- transaction: none`: index builds
 on the hot tables, `CREATE INDEX CONCURRENTLY`, which no transaction may hold. Those run one by
 one outside a transaction, and resume where an interrupted run left them: an index that a broken
