@@ -4,13 +4,15 @@ builds with CONCURRENTLY (what `migrate` runs) against the plain CREATE INDEX th
 
     python -m benchmarks.upgradelock [--backlog 1000000] [--clients 3] [--modes concurrent,plain]
 
-Per mode, a fresh database of a fresh embedded PostgreSQL migrated up to the step before the
-builds (0017), a backlog of pending notifications seeded with one INSERT ... SELECT, then clients
-that create one notification after another through `notify_queue_enqueue` (docs/enqueue.md), each
-connection with `lock_timeout = 2s`, while the rest of the migration runs: `concurrent`,
-`notify-queue migrate` as shipped; `plain`, the three builds as the steps used to run them (plain
-CREATE INDEX, in one transaction), then `notify-queue migrate` for the rest. The figures: how long
-migrate took, the longest create meanwhile, and the creates refused (lock timeout). Writes
+Per mode, a fresh database of a fresh embedded PostgreSQL, migrated, then made a database that
+lacks the queue's three indexes (dropped, their steps 0018 and 0026 unrecorded: a database of
+0.1.0 before the upgrade builds them); a backlog of pending notifications seeded with one
+INSERT ... SELECT; then clients that create one notification after another through
+`notify_queue_enqueue` (docs/enqueue.md), each connection with `lock_timeout = 2s`, while the
+indexes are built: `concurrent`, `notify-queue migrate` as shipped; `plain`, the three builds as
+the steps used to run them (plain CREATE INDEX, in one transaction), then `notify-queue migrate`,
+which records the steps. Only the builds run, so the figures are theirs: how long they took, the
+longest create meanwhile, and the creates refused (lock timeout). Writes
 `benchmarks/results/upgradelock/<timestamp>.json`.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import statistics
 import subprocess
@@ -35,14 +38,15 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.schema import migrate
 
 RESULTS = Path(__file__).parent / "results" / "upgradelock"
-BEFORE_THE_BUILDS = 17
+INDEXES = ("nq_jobs_waiting", "nq_jobs_digest", "nq_jobs_pending_created")
+BUILD_STEPS = [18, 26]
 SEED = """
 INSERT INTO nq_jobs (id, idempotency_key, request_hash, channel, recipient, subject, body,
-                     priority, status, send_at, next_attempt_at, max_attempts)
-SELECT gen_random_uuid(), 'backlog-' || g, 'seed', 'email', 'r' || (g %% 5000) || '@example.com',
-       'backlog', 'queued before the upgrade', (g %% 3)::smallint, 'PENDING',
-       now() + interval '1 day', now() + interval '1 day', 5
-FROM generate_series(1, %s) AS g
+                     priority, status, send_at, next_attempt_at, max_attempts, bucket)
+SELECT gen_random_uuid(), 'backlog-' || g, 'seed', 'email', r, 'backlog',
+       'queued before the upgrade', (g %% 3)::smallint, 'PENDING', now() + interval '1 day',
+       now() + interval '1 day', 5, nq_bucket(r)
+FROM generate_series(1, %s) AS g, LATERAL (SELECT 'r' || (g %% 5000) || '@example.com') AS x(r)
 """
 # The builds as 0017, 0019 and 0026 ran them before they moved out of the migration transaction.
 PLAIN_BUILDS = """
@@ -56,12 +60,14 @@ CREATE INDEX IF NOT EXISTS nq_jobs_pending_created ON nq_jobs (created_at, id)
 
 
 class Creates:
-    """Clients creating through the enqueue function, timing each call."""
+    """Clients creating through the enqueue function, timing each call (a refused one too: it
+    waited its lock timeout) and the gaps between successful creates."""
 
     def __init__(self, url: str, clients: int) -> None:
         self.url = url
-        self.latencies: list[float] = []
+        self.latencies: list[float] = []  # every call's, refused ones included
         self.refused: list[str] = []
+        self.successes: list[float] = []  # when each successful create ended
         self._stop = threading.Event()
         self._threads = [
             threading.Thread(target=self._client, args=(n,), daemon=True) for n in range(clients)
@@ -81,9 +87,10 @@ class Creates:
                         "SELECT notify_queue_enqueue(%s::jsonb, %s)",
                         (request, f"bench-{number}-{sequence}"),
                     )
-                except psycopg.errors.LockNotAvailable as exc:
+                except (psycopg.errors.LockNotAvailable, psycopg.errors.TransactionRollback) as exc:
                     self.refused.append(str(exc).splitlines()[0])
-                    continue
+                else:
+                    self.successes.append(time.monotonic())
                 self.latencies.append(time.monotonic() - began)
                 time.sleep(0.02)
 
@@ -98,14 +105,17 @@ class Creates:
             thread.join()
 
 
-async def _migrate_to(url: str, target: int) -> None:
+async def _migrate(url: str) -> None:
     async with Database(url, pool_size=1) as db:
-        await migrate(db, target=target)
+        await migrate(db)
 
 
 def run_mode(url: str, mode: str, backlog: int, clients: int) -> dict[str, Any]:
-    asyncio.run(_migrate_to(url, BEFORE_THE_BUILDS))
+    asyncio.run(_migrate(url))
     with psycopg.connect(url, autocommit=True) as conn:
+        for index in INDEXES:
+            conn.execute(f"DROP INDEX {index}")
+        conn.execute("DELETE FROM nq_schema_steps WHERE version = ANY(%s)", (BUILD_STEPS,))
         began = time.monotonic()
         conn.execute(SEED, (backlog,))
         conn.execute("ANALYZE nq_jobs")
@@ -113,6 +123,7 @@ def run_mode(url: str, mode: str, backlog: int, clients: int) -> dict[str, Any]:
     with Creates(url, clients) as creates:
         time.sleep(2)  # the clients' steady pace, before migrate
         before = len(creates.latencies)
+        refused_before = len(creates.refused)
         began = time.monotonic()
         if mode == "plain":
             with psycopg.connect(url) as conn:  # one transaction, as the steps ran
@@ -123,20 +134,26 @@ def run_mode(url: str, mode: str, backlog: int, clients: int) -> dict[str, Any]:
             text=True,
             check=False,
         )
-        took = time.monotonic() - began
+        ended = time.monotonic()
+        took = ended - began
         during = creates.latencies[before:]
+        refused = creates.refused[refused_before:]
+        ends = [began] + [t for t in creates.successes if began < t <= ended] + [ended]
     if migrated.returncode != 0:
-        raise RuntimeError(f"migrate failed: {migrated.stderr[-2000:]}")
+        raise RuntimeError(f"migrate failed: {migrated.stderr[-4000:]}")
     result = {
         "mode": mode,
         "backlog": backlog,
         "seed_seconds": round(seeded, 1),
         "migrate_seconds": round(took, 2),
         "creates_during_migrate": len(during),
-        "refused_during_migrate": len(creates.refused),
+        "refused_during_migrate": len(refused),
+        # The longest call, a refused one included (it waited its lock timeout), and the longest
+        # time no create succeeded: how long creates stalled.
         "longest_create_seconds": round(max(during, default=0.0), 3),
+        "longest_stall_seconds": round(max(b - a for a, b in itertools.pairwise(ends)), 3),
         "median_create_ms": round(statistics.median(during) * 1000, 2) if during else None,
-        "refusals": sorted(set(creates.refused))[:3],
+        "refusals": sorted(set(refused))[:3],
     }
     print(json.dumps(result))
     return result
