@@ -44,6 +44,7 @@ import psycopg
 from notify_queue import __version__
 from notify_queue.errors import ContractStepWaits, DatabaseBusy, OlderReleaseRunning
 from notify_queue.models import Engine
+from notify_queue.repositories import index_steps
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import database_engine_read
 from notify_queue.repositories.queries import expand_fragments
@@ -72,12 +73,6 @@ _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 _PHASE = re.compile(r"^--\s*phase:\s*(\S+)\s*$")
 # The transaction header: `-- transaction: none` runs the step outside a transaction.
 _TRANSACTION = re.compile(r"^--\s*transaction:\s*(\S+)\s*$")
-# What a step outside a transaction may hold: concurrent index builds that a rerun skips once
-# built (IF NOT EXISTS), named so an invalid leftover can be found and dropped.
-_CONCURRENT_INDEX = re.compile(
-    r"^CREATE\s+(?:UNIQUE\s+)?INDEX\s+CONCURRENTLY\s+IF\s+NOT\s+EXISTS\s+(\w+)\s+ON\s",
-    re.IGNORECASE,
-)
 # How a process of 0.2.0 or later names its connections: `<role>@<release>` (Database).
 _RELEASE = re.compile(r"@(\d+)\.(\d+)\.(\d+)")
 
@@ -122,27 +117,13 @@ def _phase_of(script: str, filename: str) -> Phase:
 
 
 def _concurrent_indexes_of(script: str, filename: str) -> tuple[tuple[str, str], ...]:
-    """A `-- transaction: none` step's statements, each `CREATE INDEX CONCURRENTLY IF NOT
-    EXISTS <name> ON ...` (nothing else may run outside a transaction); () for any other step."""
+    """A `-- transaction: none` step's index builds (index_steps); () for any other step."""
     value = _header(script, _TRANSACTION)
     if value is None:
         return ()
     if value != "none":
         raise ValueError(f"{filename}: unknown transaction header {value!r} (only `none`)")
-    code = "\n".join(line.split("--", 1)[0] for line in script.splitlines())
-    statements = [s.strip() for s in code.split(";") if s.strip()]
-    found = []
-    for statement in statements:
-        match = _CONCURRENT_INDEX.match(statement)
-        if match is None:
-            raise ValueError(
-                f"{filename}: a `transaction: none` step holds only CREATE INDEX CONCURRENTLY "
-                f"IF NOT EXISTS statements, not {statement[:60]!r}"
-            )
-        found.append((match[1], statement))
-    if not found:
-        raise ValueError(f"{filename}: a `transaction: none` step with no index to build")
-    return tuple(found)
+    return index_steps.concurrent_indexes(script, filename)
 
 
 def available_migrations(package: str = MIGRATIONS_PACKAGE) -> list[Migration]:
@@ -275,7 +256,10 @@ async def _apply(conn: Connection, migration: Migration) -> None:
     for attempt in range(1, LOCK_ATTEMPTS + 1):
         try:
             if migration.concurrent_indexes:
-                await _build_concurrently(conn, migration)
+                label = f"{migration.version:04d}_{migration.name}"
+                await index_steps.build(conn, label, migration.concurrent_indexes)
+                async with conn.transaction():
+                    await _record(conn, migration)
             else:
                 async with conn.transaction():
                     await conn.execute("migration_lock_timeout", {"timeout": LOCK_TIMEOUT})
@@ -303,36 +287,6 @@ async def _apply(conn: Connection, migration: Migration) -> None:
             )
             await asyncio.sleep(pause)
             pause = min(pause * 2, longest)
-
-
-async def _build_concurrently(conn: Connection, migration: Migration) -> None:
-    """A `transaction: none` step: each index built with CONCURRENTLY, one statement at a time
-    outside a transaction, so creates and claims go on during the build (its SHARE UPDATE
-    EXCLUSIVE lock blocks no write; its waits for older transactions hold nobody back, so no
-    lock timeout here). A build that was interrupted (a killed migrate, a lost connection, a
-    deadlock) leaves an INVALID index that IF NOT EXISTS would keep: it is dropped and built
-    again. The record comes last, once every index is valid; the advisory lock of `migrate`
-    keeps a second migrator from dropping a build under way."""
-    for name, statement in migration.concurrent_indexes:
-        state = await conn.fetch_one("migration_index_state", {"name": name})
-        if state is not None and not state["valid"]:
-            log.warning(
-                "migration %04d_%s: index %s was left invalid by an interrupted build; "
-                "dropping and building it again",
-                migration.version,
-                migration.name,
-                name,
-            )
-            await conn.execute_on("migration_index_drop_concurrently", {"name": name})
-        await conn.execute_script(statement)
-        state = await conn.fetch_one("migration_index_state", {"name": name})
-        if state is None or not state["valid"]:
-            raise RuntimeError(
-                f"{migration.version:04d}_{migration.name}: index {name} is not valid after "
-                "its build"
-            )
-    async with conn.transaction():
-        await _record(conn, migration)
 
 
 async def _lay_out(conn: Connection) -> None:

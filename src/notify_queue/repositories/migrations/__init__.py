@@ -38,8 +38,9 @@ The rules every file from 0009 on follows (docs/upgrading.md has the why and a w
   Citus propagates the function over one connection per node and refuses that after a parallel
   operation on a distributed table.
 - 0001-0008 are the baseline (0.1.0), recorded in nq_schema_migrations, where 0.1.0 looks;
-  every later step is recorded in nq_schema_steps with its phase. Never renumber or edit a
-  shipped file.
+  every later step is recorded in nq_schema_steps with its phase. Never renumber a shipped
+  file, and edit one only so that a database that applied the old text ends where one applying
+  the new text does (0017 and 0019 gave their index builds to 0018, which finds them built).
 - `make lint` runs squawk (`.squawk.toml`) on the files from 0009 on. An exception to one of its
   rules is written right before the statement: the reason, then the rule it waives:
 

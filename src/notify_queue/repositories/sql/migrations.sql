@@ -92,7 +92,7 @@ SELECT set_config('lock_timeout', %(timeout)s, true)
 
 -- name: migration_index_state
 -- An index of the migrations' schema by name: no row when it does not exist, `valid` false when
--- a CREATE INDEX CONCURRENTLY that built it was interrupted (schema._build_concurrently).
+-- a CREATE INDEX CONCURRENTLY that built it was interrupted (index_steps.build).
 SELECT i.indisvalid AS valid
 FROM pg_index i
 WHERE i.indexrelid = to_regclass(%(name)s)
