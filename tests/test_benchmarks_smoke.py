@@ -288,3 +288,21 @@ def test_the_cost_smoke_run_counts_what_each_phase_wrote_per_notification(
     assert set(default["idle"]) >= {"statements_per_second", "which", "seconds"}
     assert runs["notify-queue, single POST /notifications"]["created"] > 0
     assert "| per notification (job), ingest + drain |" in run.stdout
+
+
+def test_the_upgrade_lock_benchmark_times_creates_through_migrate_in_both_modes(
+    tmp_path: Path, project_root: Path
+) -> None:
+    _run(
+        project_root,
+        "benchmarks.upgradelock",
+        *("--backlog", "2000", "--clients", "1", "--output-dir", str(tmp_path)),
+        timeout=300,
+    )
+    (written,) = tmp_path.glob("*.json")
+    result = json.loads(written.read_text())
+    assert [(r["mode"], r["backlog"]) for r in result["runs"]] == [
+        ("concurrent", 2000),
+        ("plain", 2000),
+    ]
+    assert all(r["creates_during_migrate"] > 0 for r in result["runs"])

@@ -1,3 +1,3 @@
 """Notify Queue: notifications (email, SMS, push) queued in PostgreSQL, run as an operator."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"

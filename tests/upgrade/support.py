@@ -141,6 +141,7 @@ class CreateLoad:
     failures: list[str] = field(default_factory=list)
     phase: str = "before"
     longest_gap_seconds: float = 0.0
+    longest_create_seconds: dict[str, float] = field(default_factory=dict)  # by phase
     in_flight: Counter[str] = field(default_factory=Counter)  # requests under way, by target
     _last_success: float = 0.0
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -175,6 +176,7 @@ class CreateLoad:
                 if self.recipients and sequence % 2 == 0:
                     del body["channel"], body["recipient"]
                     body["recipientId"] = self.recipients[sequence % len(self.recipients)]
+                began = time.monotonic()
                 try:
                     response = await http.post(
                         target + "/notifications", headers={"Idempotency-Key": key}, json=body
@@ -188,6 +190,9 @@ class CreateLoad:
                             self.created.append(uuid.UUID(created["id"]))
                         self.created_by_phase[phase] += 1
                         now = time.monotonic()
+                        self.longest_create_seconds[phase] = max(
+                            self.longest_create_seconds.get(phase, 0.0), now - began
+                        )
                         self.longest_gap_seconds = max(
                             self.longest_gap_seconds, now - self._last_success
                         )

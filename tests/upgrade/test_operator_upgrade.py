@@ -1,7 +1,8 @@
-"""The previous release's operator (0.1.0, from its own virtualenv) against this release's schema
-and CRDs, as during a roll-out: the pre-upgrade hook has migrated and `helm upgrade` has replaced
-the CRDs, and the old operator pod still runs. It must start, mirror a Notification into the queue
-and write its status back as this release's worker delivers it."""
+"""The operator of each release this one upgrades from (0.2.0 and 0.1.0, each from its own
+virtualenv) against this release's schema and CRDs, as during a roll-out: the pre-upgrade hook has
+migrated and `helm upgrade` has replaced the CRDs, and the old operator pod still runs. It must
+start, mirror a Notification into the queue and write its status back as this release's worker
+delivers it."""
 
 from __future__ import annotations
 
@@ -13,13 +14,15 @@ import pytest
 from notify_queue.devcluster import LocalControlPlane
 from tests.operator.support import Kube, condition, notification, phase
 from tests.support import eventually
-from tests.upgrade.baseline import BASELINE_RELEASE, baseline_venv
+from tests.upgrade.baseline import BASELINES, Baseline, baseline_venv
 from tests.upgrade.support import Release, wait_logged
 
 pytestmark = [pytest.mark.kubernetes, pytest.mark.upgrade]
 
 
+@pytest.mark.parametrize("baseline", BASELINES, ids=lambda b: f"from-{b.release}")
 async def test_the_old_operator_mirrors_and_reports_on_the_new_schema_and_crds(
+    baseline: Baseline,
     empty_database_url: str,
     control_plane: LocalControlPlane,
     kube: Kube,
@@ -27,11 +30,12 @@ async def test_the_old_operator_mirrors_and_reports_on_the_new_schema_and_crds(
     tmp_path: Path,
 ) -> None:
     old = Release(
-        BASELINE_RELEASE, baseline_venv() / "bin" / "python", empty_database_url, tmp_path
+        baseline.release, baseline_venv(baseline) / "bin" / "python", empty_database_url, tmp_path
     )
     new = Release("new", sys.executable, empty_database_url, tmp_path)
     try:
-        for release in (old, new):  # installed as 0.1.0, then this release's pre-upgrade hook
+        # Installed as the old release, then this release's pre-upgrade hook.
+        for release in (old, new):
             migrated = release.run("migrate")
             assert migrated.returncode == 0, migrated.stderr
         operator = old.start(

@@ -1,5 +1,6 @@
-"""An upgrade from the previous release (0.1.0, built from this repository's history) to this
-checkout, under load, through real processes: what `helm upgrade` does, step by step.
+"""An upgrade from each release this one upgrades from (0.2.0, and 0.1.0 for one release more,
+built from this repository's history) to this checkout, under load, through real processes: what
+`helm upgrade` does, step by step.
 
 The previous release migrates an empty database and serves: its API takes creates from a client
 that never stops, its worker delivers to a real HTTP provider (counting deliveries per
@@ -27,7 +28,7 @@ from notify_queue.repositories.db import Database
 from tests.chaos.harness import WEBHOOK_SECRET, all_final, audit, read_rows, worker_flags
 from tests.chaos.peers import ChaosProvider, SignedWebhookReceiver
 from tests.support import eventually, free_port
-from tests.upgrade.baseline import BASELINE_RELEASE, baseline_venv
+from tests.upgrade.baseline import BASELINES, Baseline, baseline_venv
 from tests.upgrade.support import CreateLoad, Release, wait_logged, wait_ready
 
 pytestmark = pytest.mark.upgrade
@@ -53,14 +54,16 @@ async def _events_pending(url: str) -> int:
     return int(rows[0]["n"])
 
 
+@pytest.mark.parametrize("baseline", BASELINES, ids=lambda b: f"from-{b.release}")
 async def test_an_upgrade_under_load_fails_no_create_and_delivers_everything_once(
+    baseline: Baseline,
     empty_database_url: str,
     peers: tuple[ChaosProvider, SignedWebhookReceiver],
     tmp_path: Path,
 ) -> None:
     url = empty_database_url
     provider, receiver = peers
-    old = Release(BASELINE_RELEASE, baseline_venv() / "bin" / "python", url, tmp_path)
+    old = Release(baseline.release, baseline_venv(baseline) / "bin" / "python", url, tmp_path)
     new = Release("new", sys.executable, url, tmp_path)
     flags = worker_flags(provider, receiver)
     # A relay beside each release's worker (which relays too): both roles of the outbox.
@@ -105,7 +108,8 @@ async def test_an_upgrade_under_load_fails_no_create_and_delivers_everything_onc
         assert migrated.returncode == 0, migrated.stderr
 
         # The old release keeps serving on the new schema, and stays ready (0.1.0's /readyz
-        # compares the baseline ledger with its own latest version).
+        # compares the baseline ledger with its own latest version, 0.2.0's asks for its own
+        # steps only).
         load.phase = "overlap"
         delivered_before_overlap = sum(provider.deliveries.values())
         old_not_ready: list[str] = []
@@ -164,7 +168,7 @@ async def test_an_upgrade_under_load_fails_no_create_and_delivers_everything_onc
     print(
         f"upgrade: {len(load.created)} created ({dict(load.created_by_phase)}), "
         f"{len(load.failures)} failed, longest gap between creates "
-        f"{load.longest_gap_seconds:.2f}s, {delivered_in_overlap} delivered by {BASELINE_RELEASE} "
+        f"{load.longest_gap_seconds:.2f}s, {delivered_in_overlap} delivered by {baseline.release} "
         f"on the new schema, provider repeats absorbed {provider.repeats}, webhook repeats "
         f"{receiver.repeats}, old exits {old_exits}"
     )

@@ -2,8 +2,13 @@
 each once (docs/upgrading.md, and the rules in `migrations/__init__.py`).
 
 Safe to run again and from several processes at once: the whole run holds a session-level
-advisory lock, so a second process waits and then finds nothing left to do. Each migration runs
-in its own transaction with its record.
+advisory lock, so a second process waits (polling for it) and then finds nothing left to
+do. Each migration runs
+in its own transaction with its record, except a step headed `-- transaction: none`: index builds
+on the hot tables, `CREATE INDEX CONCURRENTLY`, which no transaction may hold. Those run one by
+one outside a transaction, and resume where an interrupted run left them: an index that a broken
+build left INVALID is dropped (concurrently) and built again, and the step is recorded only once
+every index it builds is valid (docs/upgrading.md, "Index builds on the queue").
 
 Beside running processes. `migrate` runs while the previous release serves, whose transactions
 hold the tables' locks for a moment each and take them in their own order. A migration's
@@ -39,6 +44,7 @@ import psycopg
 from notify_queue import __version__
 from notify_queue.errors import ContractStepWaits, DatabaseBusy, OlderReleaseRunning
 from notify_queue.models import Engine
+from notify_queue.repositories import index_steps
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import database_engine_read
 from notify_queue.repositories.queries import expand_fragments
@@ -56,13 +62,17 @@ BASELINE_VERSION = 8
 LOCK_TIMEOUT = "2s"
 LOCK_ATTEMPTS = 30
 _LOCK_BACKOFF_SECONDS = (0.2, 3.0)  # the first pause and the longest
-# An arbitrary constant that identifies "Notify Queue is migrating" among advisory locks.
+# An arbitrary constant that identifies "Notify Queue is migrating" among advisory locks, and how
+# often a migrator asks for it while another holds it (`_lock`).
 _MIGRATION_LOCK_KEY = 7_305_826_031
+_LOCK_POLL_SECONDS = 0.2
 # The SQLSTATE a step raises when what it depends on is not done yet (ContractStepWaits).
 _STEP_WAITS = "NQW01"
 _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 # The phase header: a comment line of its own among the file's leading comment lines.
 _PHASE = re.compile(r"^--\s*phase:\s*(\S+)\s*$")
+# The transaction header: `-- transaction: none` runs the step outside a transaction.
+_TRANSACTION = re.compile(r"^--\s*transaction:\s*(\S+)\s*$")
 # How a process of 0.2.0 or later names its connections: `<role>@<release>` (Database).
 _RELEASE = re.compile(r"@(\d+)\.(\d+)\.(\d+)")
 
@@ -78,23 +88,42 @@ class Migration:
     name: str
     script: str
     phase: Phase = Phase.EXPAND
+    # A step outside a transaction: its index builds, (index name, statement), in file order.
+    # Empty for a step that runs in one transaction with its record.
+    concurrent_indexes: tuple[tuple[str, str], ...] = ()
 
 
-def _phase_of(script: str, filename: str) -> Phase:
-    """The `-- phase: expand|contract` header among the leading comments; expand by default."""
+def _header(script: str, pattern: re.Pattern[str]) -> str | None:
+    """The value of a `-- key: value` header among the file's leading comment lines."""
     for line in script.splitlines():
         stripped = line.strip()
         if not stripped:
             continue
         if not stripped.startswith("--"):
             break
-        match = _PHASE.match(stripped)
+        match = pattern.match(stripped)
         if match:
-            try:
-                return Phase(match[1])
-            except ValueError:
-                raise ValueError(f"{filename}: unknown phase {match[1]!r}") from None
-    return Phase.EXPAND
+            return match[1]
+    return None
+
+
+def _phase_of(script: str, filename: str) -> Phase:
+    """The `-- phase: expand|contract` header; expand by default."""
+    value = _header(script, _PHASE)
+    try:
+        return Phase(value or Phase.EXPAND)
+    except ValueError:
+        raise ValueError(f"{filename}: unknown phase {value!r}") from None
+
+
+def _concurrent_indexes_of(script: str, filename: str) -> tuple[tuple[str, str], ...]:
+    """A `-- transaction: none` step's index builds (index_steps); () for any other step."""
+    value = _header(script, _TRANSACTION)
+    if value is None:
+        return ()
+    if value != "none":
+        raise ValueError(f"{filename}: unknown transaction header {value!r} (only `none`)")
+    return index_steps.concurrent_indexes(script, filename)
 
 
 def available_migrations(package: str = MIGRATIONS_PACKAGE) -> list[Migration]:
@@ -113,7 +142,8 @@ def _read_migrations(package: str) -> tuple[Migration, ...]:
             phase = _phase_of(script, entry.name)
             if phase is Phase.CONTRACT and version <= BASELINE_VERSION:
                 raise ValueError(f"{entry.name}: the baseline has no contract steps")
-            found.append(Migration(version, match[2], script, phase))
+            indexes = _concurrent_indexes_of(script, entry.name)
+            found.append(Migration(version, match[2], script, phase, indexes))
     return tuple(sorted(found, key=lambda m: m.version))
 
 
@@ -159,7 +189,7 @@ async def migrate(
     a schema gets every step. Returns the versions applied by this call."""
     applied_now: list[int] = []
     async with db.connection() as conn:
-        await conn.execute("migration_lock", {"key": _MIGRATION_LOCK_KEY})
+        await _lock(conn)
         try:
             await conn.execute("migration_ledgers_create")
             done = {row["version"] for row in await conn.fetch_all("migration_versions")}
@@ -207,16 +237,34 @@ async def migrate(
     return applied_now
 
 
+async def _lock(conn: Connection) -> None:
+    """Take the migrators' advisory lock, polling while another migrator holds it: a statement
+    blocked on the lock would keep its snapshot, which the holder's CREATE INDEX CONCURRENTLY
+    waits for (a deadlock between the two)."""
+    while True:
+        row = await conn.fetch_one("migration_lock", {"key": _MIGRATION_LOCK_KEY})
+        if row is not None and row["locked"]:
+            return
+        await asyncio.sleep(_LOCK_POLL_SECONDS)
+
+
 async def _apply(conn: Connection, migration: Migration) -> None:
-    """One migration and its record in one transaction, run again while it loses its locks to
-    the running processes' transactions (module docstring)."""
+    """One migration and its record in one transaction (or its concurrent index builds, then its
+    record), run again while it loses its locks to the running processes' transactions (module
+    docstring)."""
     pause, longest = _LOCK_BACKOFF_SECONDS
     for attempt in range(1, LOCK_ATTEMPTS + 1):
         try:
-            async with conn.transaction():
-                await conn.execute("migration_lock_timeout", {"timeout": LOCK_TIMEOUT})
-                await conn.execute_script(migration.script)
-                await _record(conn, migration)
+            if migration.concurrent_indexes:
+                label = f"{migration.version:04d}_{migration.name}"
+                await index_steps.build(conn, label, migration.concurrent_indexes)
+                async with conn.transaction():
+                    await _record(conn, migration)
+            else:
+                async with conn.transaction():
+                    await conn.execute("migration_lock_timeout", {"timeout": LOCK_TIMEOUT})
+                    await conn.execute_script(migration.script)
+                    await _record(conn, migration)
             return
         except psycopg.Error as exc:
             if exc.sqlstate == _STEP_WAITS and exc.diag.message_primary:

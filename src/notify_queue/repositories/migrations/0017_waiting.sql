@@ -1,19 +1,8 @@
--- Why a notification waits (CONTRACT section 10, docs/design.md "Why a notification waits"): the
--- deferred PENDING rows by reason and until, for the gauge notify_queue_waiting{reason} (an
--- index-only count per reason on every scrape: queue_status_waiting) and `GET
--- /notifications?waiting=R` (notification_list_waiting). Partial: a row enters it only while it
--- waits for a reason, so due rows, claims and completions that finish a row never touch it, and
--- the index is as small as the deferred part of the backlog.
+-- Why a notification waits (docs/design.md "Why a notification waits"): the API's answer and the
+-- enqueue function's say it. The deferred PENDING rows' index, for the gauge
+-- notify_queue_waiting{reason} and `GET /notifications?waiting=R`, is built concurrently by
+-- 0018, outside a transaction.
 -- An expand step: 0.1.0 never reads or writes these columns.
-
--- Why: CONCURRENTLY cannot run inside a transaction, and the migrator runs each file in one
--- (with its ledger record, so a failed step leaves nothing behind). nq_jobs holds only the
--- unfinished notifications (0013/0014: finished ones are in nq_delivery_log), so the build reads
--- the backlog, not the history; its SHARE lock holds creates and claims back for that read only,
--- during the pre-upgrade migrate. A backlog of millions is the case to schedule migrate for.
--- squawk-ignore require-concurrent-index-creation
-CREATE INDEX nq_jobs_waiting ON nq_jobs (waiting_reason, waiting_until)
-    WHERE status = 'PENDING' AND waiting_reason IS NOT NULL;
 
 -- The enqueue function answers a notification as the API does (0016), so with `waiting`: the same
 -- rule as models.current_waiting (PENDING, a reason, until ahead or unknown), on the database's

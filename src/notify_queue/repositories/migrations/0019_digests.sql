@@ -39,14 +39,8 @@ CREATE UNIQUE INDEX nq_digests_open ON nq_digests (bucket, recipient, channel, k
 -- Retention of closed digests (their items' log rows keep their id for `digest` answers).
 CREATE INDEX nq_digests_closed ON nq_digests (closed_at) WHERE state <> 'open';
 
--- A digest's items in the queue: the carrier's render and completion read them through this.
--- Partial on digest_id: a plain notification writes no entry, so creates and claims that never
--- use digests pay nothing for it.
--- Why: CONCURRENTLY cannot run in the migrator's transaction; nq_jobs holds only the unfinished
--- notifications (the backlog, not the history), and the predicate matches none of today's rows
--- (0.1.0 never sets digest_id), so the build is a read of the backlog, as 0017's index.
--- squawk-ignore require-concurrent-index-creation
-CREATE INDEX nq_jobs_digest ON nq_jobs (bucket, digest_id) WHERE digest_id IS NOT NULL;
+-- A digest's items in the queue (nq_jobs_digest, which the carrier's render and completion
+-- read) are indexed by 0018, built concurrently outside a transaction.
 
 -- One item joins its recipient's open digest for key and channel, or opens it (then it is the
 -- carrier). The open digest row is locked (FOR UPDATE) until the caller's commit: a claim that

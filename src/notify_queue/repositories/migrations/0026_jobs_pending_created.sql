@@ -1,4 +1,5 @@
--- The claim writes one index entry fewer (issue 20; docs/performance.md "The drain's CPU, step by
+-- transaction: none
+-- The claim writes one index entry fewer (docs/performance.md "The drain's CPU, step by
 -- step", step 11), expand half; 0027 drops the index it replaces.
 --
 -- A claim rewrites its rows (PENDING to PROCESSING), and that update is not HOT: it changes the
@@ -10,8 +11,7 @@
 -- index of PROCESSING rows. So the order of the queue's rows is kept for PENDING ones only: a
 -- claim writes no entry here, a retry (back to PENDING) writes one as before.
 --
--- Why: CONCURRENTLY cannot run in the migrator's transaction; nq_jobs holds only the unfinished
--- notifications (the backlog, not the history), so the build is a read of the backlog, as 0017's
--- and 0019's indexes are, during the pre-upgrade migrate.
--- squawk-ignore require-concurrent-index-creation
-CREATE INDEX nq_jobs_pending_created ON nq_jobs (created_at, id) WHERE status = 'PENDING';
+-- Built with CONCURRENTLY, outside a transaction, so creates and claims go on during the build
+-- (docs/upgrading.md, "Index builds on the queue").
+CREATE INDEX CONCURRENTLY IF NOT EXISTS nq_jobs_pending_created ON nq_jobs (created_at, id)
+    WHERE status = 'PENDING';

@@ -20,6 +20,16 @@ The rules every file from 0009 on follows (docs/upgrading.md has the why and a w
   `migrate` leaves contract steps pending (and says so); `migrate --contract` applies them and
   refuses while a process of an older release is connected to the database. A database with no
   schema yet gets every step at once.
+- An index on a table of the running release's hot path (nq_jobs: every create and claim) is
+  built with `CREATE INDEX CONCURRENTLY IF NOT EXISTS <name>`, in a file of its own headed, on a
+  line of its own,
+
+      -- transaction: none
+
+  which `migrate` runs outside a transaction, statement by statement, dropping and rebuilding an
+  index an interrupted build left invalid, and recording the step once every index is valid. Such
+  a file holds nothing else (docs/upgrading.md, "Index builds on the queue"). A plain CREATE INDEX
+  is for a table created in the same file or one nothing writes while the previous release runs.
 - An expand step never depends on a contract step (they may run a release apart).
 - DDL of a distributed table in a file of several statements runs through `EXECUTE` in a `DO`
   block: a Citus coordinator sends it on to the worker nodes as the text it was given, the whole
@@ -28,8 +38,9 @@ The rules every file from 0009 on follows (docs/upgrading.md has the why and a w
   Citus propagates the function over one connection per node and refuses that after a parallel
   operation on a distributed table.
 - 0001-0008 are the baseline (0.1.0), recorded in nq_schema_migrations, where 0.1.0 looks;
-  every later step is recorded in nq_schema_steps with its phase. Never renumber or edit a
-  shipped file.
+  every later step is recorded in nq_schema_steps with its phase. Never renumber a shipped
+  file, and edit one only so that a database that applied the old text ends where one applying
+  the new text does (0017 and 0019 gave their index builds to 0018, which finds them built).
 - `make lint` runs squawk (`.squawk.toml`) on the files from 0009 on. An exception to one of its
   rules is written right before the statement: the reason, then the rule it waives:
 

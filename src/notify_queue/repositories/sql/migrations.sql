@@ -1,6 +1,8 @@
 -- name: migration_lock
 -- Serialises migrators: a session-level advisory lock, held across the per-migration transactions.
-SELECT pg_advisory_lock(%(key)s)
+-- Tried, not waited for (schema.migrate polls): a statement waiting for it would hold a snapshot,
+-- and CREATE INDEX CONCURRENTLY in the holder's session waits for every older snapshot to end.
+SELECT pg_try_advisory_lock(%(key)s) AS locked
 
 -- name: migration_unlock
 SELECT pg_advisory_unlock(%(key)s)
@@ -87,3 +89,14 @@ END $$
 -- For this migration's transaction only: how long one of its statements may wait for a lock
 -- before the transaction gives up (and the migrator runs it again; schema.migrate).
 SELECT set_config('lock_timeout', %(timeout)s, true)
+
+-- name: migration_index_state
+-- An index of the migrations' schema by name: no row when it does not exist, `valid` false when
+-- a CREATE INDEX CONCURRENTLY that built it was interrupted (index_steps.build).
+SELECT i.indisvalid AS valid
+FROM pg_index i
+WHERE i.indexrelid = to_regclass(%(name)s)
+
+-- name: migration_index_drop_concurrently
+-- An invalid index left by an interrupted concurrent build; dropped without blocking writes.
+DROP INDEX CONCURRENTLY IF EXISTS {name}
