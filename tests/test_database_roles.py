@@ -34,6 +34,7 @@ from tests.receivers import WebhookReceiver
 from tests.support import eventually, running_api
 
 REQUEST = {"channel": "email", "recipient": "a@example.com", "body": "hello"}
+OPTED_OUT = "INSERT INTO nq_recipients (id, email, opt_out_all) VALUES ('r1', 'r@x', true)"
 
 
 def executable_by(conn: psycopg.Connection[Any], role: str) -> list[str]:
@@ -95,7 +96,7 @@ def test_a_session_setting_changes_none_of_the_enqueue_defaults(database_url: st
         assert row is not None
         assert row[0]["maxAttempts"] == 6
         # A recipient who opted out of everything: the event's URL is the default webhook's.
-        conn.execute("INSERT INTO nq_recipients (id, email, opt_out_all) VALUES ('r1', 'r@x', true)")
+        conn.execute(OPTED_OUT)
         conn.execute(
             "SELECT notify_queue_enqueue(%s::jsonb, 'session-2')",
             [json.dumps({"recipientId": "r1", "body": "hi"})],
@@ -119,7 +120,7 @@ async def test_migrate_writes_the_enqueue_defaults_it_is_configured_with(
             "SELECT notify_queue_enqueue(%s::jsonb, 'configured-1')", [json.dumps(REQUEST)]
         ).fetchone()
         assert row is not None and row[0]["maxAttempts"] == 9
-        conn.execute("INSERT INTO nq_recipients (id, email, opt_out_all) VALUES ('r1', 'r@x', true)")
+        conn.execute(OPTED_OUT)
         conn.execute(
             "SELECT notify_queue_enqueue(%s::jsonb, 'configured-2')",
             [json.dumps({"recipientId": "r1", "body": "hi"})],
