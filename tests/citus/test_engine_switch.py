@@ -44,7 +44,6 @@ async def test_the_roles_keep_the_plain_statements_until_migrate_has_distributed
         assert layout(url) == {}
         async with peers() as (provider, hooks):
             async with running_api(url, tmp_path / "api-registered.log") as base:
-                assert await database_status(base) == {"engine": "postgresql", "workerNodes": 0}
                 before = await _create_all(base, "before", 10)
                 with workers(url, tmp_path, provider.url, hooks.url):
 
@@ -52,6 +51,7 @@ async def test_the_roles_keep_the_plain_statements_until_migrate_has_distributed
                         return statuses(url) == {"SENT": 10}
 
                     await eventually(sent_before, timeout=120, what="10 SENT before the layout")
+                assert await database_status(base) == {"engine": "postgresql", "workerNodes": 0}
 
             migrate(url)
             assert layout(url)["nq_jobs"][0] == "h"
