@@ -177,6 +177,16 @@ async def test_the_runtime_role_runs_the_api_and_a_worker_and_cannot_change_the_
                         return bool(got.json()["status"] == "SENT")
 
                     await eventually(sent, timeout=60)
+
+                    # Retention (30 days) retired the older partitions, as the log's owner.
+                    async def retired() -> bool:
+                        with psycopg.connect(url) as conn:
+                            expired = conn.execute(
+                                "SELECT * FROM nq_delivery_log_expired(interval '30 days')"
+                            ).fetchall()
+                        return expired == []
+
+                    await eventually(retired, timeout=60)
                 assert [r.json["id"] for r in provider.received] == [made.json()["id"]]
                 assert "Traceback" not in (tmp_path / "worker.log").read_text()
 
