@@ -158,6 +158,13 @@ def worker(url: str, provider_url: str, log_path: Path) -> Iterator[subprocess.P
 async def test_the_runtime_role_runs_the_api_and_a_worker_and_cannot_change_the_schema(
     database_url: str, tmp_path: Path
 ) -> None:
+    await runtime_role_runs_the_api_and_a_worker(database_url, tmp_path)
+
+
+async def runtime_role_runs_the_api_and_a_worker(database_url: str, tmp_path: Path) -> None:
+    """The scenario, on plain PostgreSQL here and on Citus (tests/citus/test_database_roles.py):
+    a login in the runtime group creates and delivers, retention retires the expired partitions,
+    and that login may change nothing in the schema."""
     provider = await WebhookReceiver().start()
     try:
         with login_in(database_url, "notify_queue_runtime") as url:
