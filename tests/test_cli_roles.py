@@ -71,7 +71,7 @@ def one_line(text: str) -> str:
 @pytest.mark.parametrize(
     ("role", "flag", "readers"),
     [
-        ("worker", "--max-attempts", "api, operator"),  # fixed when a notification is created
+        ("worker", "--max-attempts", "migrate, api, operator"),  # fixed when one is created
         ("operator", "--rate-limit", "worker"),
         ("operator", "--backoff-base", "worker"),
         ("operator", "--webhook-secret", "worker, relay"),

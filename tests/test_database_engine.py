@@ -1,7 +1,7 @@
 """The database engine as `/status` reports it (CONTRACT section 11): plain PostgreSQL is
 `postgresql` with 0 worker nodes, also when the server could load Citus but this database has no
 extension; the answer is read at most once per TTL per process. The Citus side is in
-tests/citus/test_engine.py."""
+tests/citus/test_cluster.py and tests/citus/test_engine_switch.py."""
 
 from __future__ import annotations
 

@@ -228,7 +228,7 @@ async def _run(role: str, settings: DatabaseOptions) -> None:
         await run_up(settings)
     elif isinstance(settings, MigrateSettings):
         from notify_queue.repositories.db import Database
-        from notify_queue.repositories.schema import migrate
+        from notify_queue.repositories.schema import EnqueueDefaults, migrate
 
         # Through a transaction-mode pooler migrate's session-level lock would not hold: its
         # --database-url reaches PostgreSQL directly (docs/operations.md, "PgBouncer").
@@ -238,7 +238,12 @@ async def _run(role: str, settings: DatabaseOptions) -> None:
             name="notify-queue-migrate",
             prepared_statements=settings.prepares_on_server,
         ) as db:
-            applied = await migrate(db, contract=settings.contract)
+            defaults = EnqueueDefaults.configured(
+                max_attempts=settings.max_attempts,
+                webhook_url=settings.webhook_url,
+                given=settings.model_fields_set,
+            )
+            applied = await migrate(db, contract=settings.contract, enqueue_defaults=defaults)
         print(f"schema up to date ({len(applied)} migrations applied)")
     elif isinstance(settings, WorkerSettings):
         from notify_queue.worker.main import run_worker

@@ -235,7 +235,8 @@ class CreationOptions(_Options):
     """Notification defaults
 
     Fixed when a notification is created (by the API or by the operator for a Notification
-    object) and stored with it; workers deliver what each notification says.
+    object) and stored with it; workers deliver what each notification says. `migrate` writes it
+    and --webhook-url where the SQL function notify_queue_enqueue reads them (docs/enqueue.md).
     """
 
     max_attempts: int = Field(
@@ -594,8 +595,9 @@ GROUPS: tuple[type[_Options], ...] = (
 # --- roles -----------------------------------------------------------------------------------
 
 
-class MigrateSettings(DatabaseOptions, MigrateOptions):
-    """`notify-queue migrate`."""
+class MigrateSettings(DatabaseOptions, CreationOptions, DefaultWebhookOptions, MigrateOptions):
+    """`notify-queue migrate`: also the defaults it writes for notify_queue_enqueue (the API's
+    own, from the same variables; docs/enqueue.md)."""
 
 
 class ApiSettings(

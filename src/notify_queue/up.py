@@ -37,7 +37,7 @@ async def run_up(settings: UpSettings) -> None:
     from notify_queue.api.server import server_config
     from notify_queue.embedded import EmbeddedPostgres
     from notify_queue.repositories.db import Database
-    from notify_queue.repositories.schema import migrate
+    from notify_queue.repositories.schema import EnqueueDefaults, migrate
     from notify_queue.worker.main import run_worker
 
     embedded = None
@@ -61,7 +61,12 @@ async def run_up(settings: UpSettings) -> None:
             session_url=settings.listen_database_url,
             prepared_statements=settings.prepares_on_server,
         ) as db:
-            await migrate(db)
+            defaults = EnqueueDefaults.configured(
+                max_attempts=settings.max_attempts,
+                webhook_url=settings.webhook_url,
+                given=settings.model_fields_set,
+            )
+            await migrate(db, enqueue_defaults=defaults)
             server = _QuietServer(
                 server_config(create_app(settings, db=db), settings, log_level="warning")
             )

@@ -95,12 +95,15 @@ class DeliveryLogRepository:
         self, *, retention_seconds: float, keys_per_chunk: int = 10_000
     ) -> list[Dropped]:
         """Drop every partition wholly older than the retention. Does nothing while another
-        process runs it. DETACH ... CONCURRENTLY, so on a session connection (`_alone`)."""
+        process runs it. DETACH ... CONCURRENTLY, so on a session connection (`_alone`); a user
+        that does not own the log (the runtime role) has nq_delivery_log_retire do it."""
         dropped: list[Dropped] = []
         async with self._alone("nq delivery log retention") as conn:
             if conn is None:
                 return dropped
             citus = (await self._engine.engine_get(conn=conn)).engine is Engine.CITUS
+            ownership = await conn.fetch_one("delivery_log_owned")
+            owned = bool(ownership and ownership["owned"])
             expired = await conn.fetch_all(
                 "delivery_log_expired", {"retention_seconds": retention_seconds}
             )
@@ -116,6 +119,10 @@ class DeliveryLogRepository:
                     if row is None or row["last_id"] is None:
                         break
                     after = row["last_id"]
+                if not owned:  # the runtime role: as the owner, with a plain DETACH
+                    row = await conn.fetch_one("delivery_log_retire", {"partition": name})
+                    dropped.append(Dropped(name, int(row["dropped"]) if row else 0))
+                    continue
                 if p["detach_pending"]:  # a concurrent detach was interrupted
                     await conn.execute_on("delivery_log_detach_finalize", {"partition": name})
                 elif p["attached"] and citus:

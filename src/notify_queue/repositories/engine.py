@@ -1,12 +1,13 @@
 """Which engine the database is: plain PostgreSQL, or a Citus coordinator with worker nodes.
 
-Citus counts when its extension is installed in this database and at least one worker node is
-registered (CONTRACT section 11); a coordinator with no worker node keeps every table on itself
-and behaves as plain PostgreSQL. `/status` reports the answer, and the schema and the claim
-shape will follow it (issue 21).
+Two questions with two answers. `migrate` distributes the schema when Citus's extension is
+installed and at least one worker node is registered (`citus_worker_nodes`). The running roles
+use the Citus statements once the schema *is* distributed (`database_engine_read`): a node
+registered before `migrate` has run leaves every table on the coordinator, where only the plain
+statements work (docs/scaling.md, "When the roles switch"). `/status` reports the latter.
 
-The answer changes only by an operator's action (adding or removing a node), so each process
-reads it at most once per `ttl_seconds` instead of on every `/status` or scrape.
+The answer changes only by `migrate` or an operator's action (adding or removing a node), so
+each process reads it at most once per `ttl_seconds` instead of on every `/status` or scrape.
 """
 
 from __future__ import annotations
@@ -22,14 +23,25 @@ from notify_queue.repositories.db import Connection, Database
 ENGINE_TTL_SECONDS = 30.0
 
 
-async def database_engine_read(conn: Connection) -> DatabaseEngine:
-    """Read the engine now (two statements on `conn`; no cache)."""
+async def citus_worker_nodes(conn: Connection) -> int:
+    """The worker nodes registered with this database's Citus; 0 without the extension."""
     row = await conn.fetch_one("database_engine_citus_installed")
     if row is None or not row["installed"]:
-        return DatabaseEngine(Engine.POSTGRESQL, 0)
+        return 0
     nodes = await conn.fetch_one("database_engine_citus_worker_nodes")
-    workers = int(nodes["n"]) if nodes is not None else 0
-    return DatabaseEngine(Engine.CITUS if workers else Engine.POSTGRESQL, workers)
+    return int(nodes["n"]) if nodes is not None else 0
+
+
+async def database_engine_read(conn: Connection) -> DatabaseEngine:
+    """Read the engine the roles run on now (up to three statements on `conn`; no cache): Citus
+    once `migrate` has distributed the schema over worker nodes, else plain PostgreSQL."""
+    workers = await citus_worker_nodes(conn)
+    if not workers:
+        return DatabaseEngine(Engine.POSTGRESQL, 0)
+    layout = await conn.fetch_one("database_engine_citus_distributed")
+    if layout is None or not layout["distributed"]:
+        return DatabaseEngine(Engine.POSTGRESQL, 0)
+    return DatabaseEngine(Engine.CITUS, workers)
 
 
 class EngineRepository:

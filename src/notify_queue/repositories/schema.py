@@ -35,6 +35,7 @@ import asyncio
 import functools
 import logging
 import re
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
@@ -43,10 +44,9 @@ import psycopg
 
 from notify_queue import __version__
 from notify_queue.errors import ContractStepWaits, DatabaseBusy, OlderReleaseRunning
-from notify_queue.models import Engine
 from notify_queue.repositories import index_steps
 from notify_queue.repositories.db import Connection, Database
-from notify_queue.repositories.engine import database_engine_read
+from notify_queue.repositories.engine import citus_worker_nodes
 from notify_queue.repositories.queries import expand_fragments
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,28 @@ _RELEASE = re.compile(r"@(\d+)\.(\d+)\.(\d+)")
 class Phase(StrEnum):
     EXPAND = "expand"
     CONTRACT = "contract"
+
+
+@dataclass(frozen=True)
+class EnqueueDefaults:
+    """What notify_queue_enqueue takes from the deployment's configuration (0045), as `migrate`
+    was given it: None (and `webhook_url_given` false) keeps what the database has."""
+
+    max_attempts: int | None = None
+    webhook_url: str | None = None
+    webhook_url_given: bool = False
+
+    @classmethod
+    def configured(
+        cls, *, max_attempts: int, webhook_url: str | None, given: AbstractSet[str]
+    ) -> EnqueueDefaults:
+        """From a role's settings: only what was configured (`given`, the settings' fields set
+        by a flag or a variable), so a `migrate` without them keeps the database's values."""
+        return cls(
+            max_attempts=max_attempts if "max_attempts" in given else None,
+            webhook_url=webhook_url,
+            webhook_url_given="webhook_url" in given,
+        )
 
 
 @dataclass(frozen=True)
@@ -182,11 +204,13 @@ async def migrate(
     target: int | None = None,
     contract: bool = False,
     package: str = MIGRATIONS_PACKAGE,
+    enqueue_defaults: EnqueueDefaults | None = None,
 ) -> list[int]:
     """Apply every pending expand step (up to `target`, if given: the tests of a migration fill
     the schema before it); with `contract`, the contract steps too, once no process of an older
     release is connected (else `OlderReleaseRunning`, and nothing is applied). A database without
-    a schema gets every step. Returns the versions applied by this call."""
+    a schema gets every step. Then the application's roles and their rights, and the enqueue
+    function's defaults. Returns the versions applied by this call."""
     applied_now: list[int] = []
     async with db.connection() as conn:
         await _lock(conn)
@@ -222,6 +246,8 @@ async def migrate(
                 )
                 applied_now.append(migration.version)
             await _enqueue_role(conn)
+            await _runtime_role(conn)
+            await _enqueue_defaults(conn, enqueue_defaults or EnqueueDefaults())
             waiting = [m for m in pending if m.version not in applied_now]
             if not waiting and target is None:
                 await _lay_out(conn)
@@ -294,8 +320,8 @@ async def _lay_out(conn: Connection) -> None:
     (`citus_layout.sql`: each table is skipped once pg_dist_partition has it, so a second
     `migrate` changes nothing). Runs once no step waits: the contract steps drop the triggers
     Citus refuses on distributed tables. On plain PostgreSQL, nothing."""
-    engine = await database_engine_read(conn)
-    if engine.engine is not Engine.CITUS:
+    workers = await citus_worker_nodes(conn)
+    if not workers:
         return
     layout, functions = _read_layout()
     async with conn.transaction():
@@ -303,7 +329,7 @@ async def _lay_out(conn: Connection) -> None:
     # Its own transaction: create_distributed_function after the tables are distributed.
     async with conn.transaction():
         await conn.execute_script(functions)
-    log.info("distributed layout checked on Citus (%d worker nodes)", engine.worker_nodes)
+    log.info("distributed layout checked on Citus (%d worker nodes)", workers)
 
 
 @functools.cache
@@ -346,6 +372,53 @@ async def _enqueue_role(conn: Connection) -> None:
         log.info("created role %s", ENQUEUE_ROLE)
     async with conn.transaction():
         await conn.execute("migration_enqueue_role_grant")
+
+
+RUNTIME_ROLE = "notify_queue_runtime"
+
+
+async def _runtime_role(conn: Connection) -> None:
+    """The role `notify_queue_runtime` (NOLOGIN), with data rights on the schema and no more,
+    for the API, workers, relay and operator (docs/operations.md, "Database roles"). Created
+    when missing if this user may create roles, as `notify_queue_enqueue` is; its rights are
+    granted again on every run, so what a migration added is covered."""
+    state = await conn.fetch_one("migration_runtime_role_state")
+    if state is None:
+        return
+    if not state["present"]:
+        if not state["can_create"]:
+            log.warning(
+                "role %s not created: the migrating user lacks CREATEROLE (create it as an "
+                "administrator: CREATE ROLE %s NOLOGIN, then run migrate again)",
+                RUNTIME_ROLE,
+                RUNTIME_ROLE,
+            )
+            return
+        try:
+            async with conn.transaction():
+                await conn.execute("migration_runtime_role_create")
+        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
+            pass  # a migrator of another database on this server created it just now
+        log.info("created role %s", RUNTIME_ROLE)
+    async with conn.transaction():
+        await conn.execute("migration_runtime_role_grant")
+
+
+async def _enqueue_defaults(conn: Connection, defaults: EnqueueDefaults) -> None:
+    """Write what this `migrate` was configured with where notify_queue_enqueue reads it
+    (nq_enqueue_defaults, 0045), once that table exists."""
+    present = await conn.fetch_one("migration_enqueue_defaults_present")
+    if present is None or not present["present"]:
+        return
+    async with conn.transaction():
+        await conn.execute(
+            "migration_enqueue_defaults_set",
+            {
+                "max_attempts": defaults.max_attempts,
+                "set_webhook_url": defaults.webhook_url_given,
+                "webhook_url": defaults.webhook_url,
+            },
+        )
 
 
 async def _record(conn: Connection, migration: Migration) -> None:

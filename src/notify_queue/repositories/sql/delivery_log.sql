@@ -13,6 +13,16 @@ SELECT nq_delivery_log_forget_keys(%(partition)s, %(after)s, %(limit)s) AS last_
 -- name: delivery_log_drop
 SELECT nq_delivery_log_drop(%(partition)s) AS dropped
 
+-- name: delivery_log_owned
+-- Whether this connection's user owns the log (or is a member of its owner): DETACH and DROP are
+-- the owner's; the runtime role retires a partition through nq_delivery_log_retire (0045).
+SELECT pg_has_role(current_user, c.relowner, 'USAGE') AS owned
+FROM pg_class c WHERE c.oid = 'nq_delivery_log'::regclass
+
+-- name: delivery_log_retire
+-- A partition detached (plain DETACH) and dropped as the log's owner, for the runtime role.
+SELECT nq_delivery_log_retire(%(partition)s) AS dropped
+
 -- name: delivery_log_lock
 -- One run of %(run)s (retention, the index parts' build) at a time across workers; session-level:
 -- the run spans transactions.

@@ -85,6 +85,50 @@ BEGIN
     EXECUTE 'GRANT USAGE ON SCHEMA ' || quote_ident(current_schema()) || ' TO notify_queue_enqueue';
 END $$
 
+-- name: migration_runtime_role_state
+-- Whether the runtime role exists and whether this user could create it (CREATEROLE or
+-- superuser).
+SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'notify_queue_runtime') AS present,
+       (SELECT rolcreaterole OR rolsuper FROM pg_roles WHERE rolname = current_user) AS can_create
+
+-- name: migration_runtime_role_create
+-- The group role of the API, the workers, the relay and the operator (docs/operations.md,
+-- "Database roles"): NOLOGIN, the deployment's login roles are granted into it.
+CREATE ROLE notify_queue_runtime NOLOGIN
+
+-- name: migration_runtime_role_grant
+-- Data rights on what the schema has now, and on what this user makes in it later (the log's
+-- partitions, made as their owner by nq_delivery_log_prepare); never CREATE on the schema nor
+-- ownership of anything, so the roles that run cannot change the schema. EXECUTE on every
+-- function of the schema: the runtime's statements call them (0044 took it from PUBLIC).
+DO $$
+DECLARE
+    s text := quote_ident(current_schema());
+BEGIN
+    EXECUTE 'GRANT USAGE ON SCHEMA ' || s || ' TO notify_queue_runtime';
+    EXECUTE 'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ' || s
+            || ' TO notify_queue_runtime';
+    EXECUTE 'GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA ' || s
+            || ' TO notify_queue_runtime';
+    EXECUTE 'GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA ' || s || ' TO notify_queue_runtime';
+    EXECUTE 'ALTER DEFAULT PRIVILEGES IN SCHEMA ' || s
+            || ' GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO notify_queue_runtime';
+    EXECUTE 'ALTER DEFAULT PRIVILEGES IN SCHEMA ' || s
+            || ' GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO notify_queue_runtime';
+    EXECUTE 'ALTER DEFAULT PRIVILEGES IN SCHEMA ' || s
+            || ' GRANT EXECUTE ON FUNCTIONS TO notify_queue_runtime';
+END $$
+
+-- name: migration_enqueue_defaults_present
+SELECT to_regclass('nq_enqueue_defaults') IS NOT NULL AS present
+
+-- name: migration_enqueue_defaults_set
+-- What notify_queue_enqueue takes from the deployment (0045): the values this `migrate` was
+-- configured with; NULL keeps the stored one (a setting `migrate` was not given).
+UPDATE nq_enqueue_defaults
+SET max_attempts = COALESCE(%(max_attempts)s, max_attempts),
+    webhook_url = CASE WHEN %(set_webhook_url)s THEN %(webhook_url)s ELSE webhook_url END
+
 -- name: migration_lock_timeout
 -- For this migration's transaction only: how long one of its statements may wait for a lock
 -- before the transaction gives up (and the migrator runs it again; schema.migrate).
