@@ -248,7 +248,7 @@ class Waiting(_Wire):
     until: UtcTime | None = Field(description="When it becomes due again, where known.")
     detail: str = Field(
         description="One sentence: what it waits for; of a Scheduled one, when it is due "
-        "and how soon (`due at 2026-12-07T18:00:00Z (in 42 s)`)."
+        "(`due at 2026-12-07T18:00:00Z`)."
     )
 
 
@@ -407,22 +407,13 @@ def waiting_json(w: domain.Waiting) -> dict[str, Any]:
     }
 
 
-def waiting_detail(w: domain.Waiting, now: datetime | None = None) -> str:
-    """The stored detail, but a scheduled notification's says when it is due, as read now:
-    `due at 2026-12-07T18:00:00Z (in 42 s)` (the stored one names only its cause, the same for
-    sendAt and delaySeconds)."""
+def waiting_detail(w: domain.Waiting) -> str:
+    """The stored detail, but a scheduled notification's says when it is due:
+    `due at 2026-12-07T18:00:00Z` (the stored one names only its cause, the same for sendAt and
+    delaySeconds). The SQL answers word it alike (nq_notification_json)."""
     if w.reason is not WaitingReason.SCHEDULED or w.until is None:
         return w.detail
-    seconds = max(0, math.ceil((w.until - (now or datetime.now(UTC))).total_seconds()))
-    if seconds < 120:
-        ahead = f"{seconds} s"
-    elif seconds < 7_200:
-        ahead = f"{seconds // 60} min"
-    elif seconds < 172_800:
-        ahead = f"{seconds // 3_600} h"
-    else:
-        ahead = f"{seconds // 86_400} days"
-    return f"due at {w.until.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ} (in {ahead})"
+    return f"due at {w.until.astimezone(UTC):%Y-%m-%dT%H:%M:%SZ}"
 
 
 class NotificationPage(_Wire):
