@@ -24,6 +24,7 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.services.retention import DeliveryLogKeeper
 from tests.shipping.support import ROOT
+from tests.support import delivery_log_history
 
 
 def operations_sql() -> list[str]:
@@ -34,6 +35,7 @@ def test_the_operations_sql_runs_against_the_current_schema(database_url: str) -
     blocks = operations_sql()
     assert len(blocks) == 5
     with psycopg.connect(database_url, autocommit=True) as conn:
+        delivery_log_history(conn)  # a database that has run for over a month
         conn.execute(
             "INSERT INTO nq_delivery_log (id, idempotency_key, request_hash, channel, recipient,"
             " body, priority, status, send_at, next_attempt_at, max_attempts, finished_at) VALUES"
