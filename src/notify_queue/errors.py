@@ -67,6 +67,10 @@ class ContractStepWaits(NotifyQueueError):
     building, 0029); nothing was applied, and running it again later succeeds."""
 
 
+class AddressInUse(NotifyQueueError):
+    """The address a process must listen on is taken by another process."""
+
+
 @dataclass
 class ConfigurationError(NotifyQueueError):
     """A setting is invalid or a combination of settings cannot work."""
