@@ -307,6 +307,21 @@ def test_migrate_ignores_the_variables_of_other_roles(database_url: str) -> None
     assert "schema up to date" in result.stdout
 
 
+def test_migrate_takes_the_direct_url_when_the_database_url_is_a_pooler(database_url: str) -> None:
+    # The chart's pods have the pooler as NOTIFY_QUEUE_DATABASE_URL and the direct connection as
+    # NOTIFY_QUEUE_LISTEN_DATABASE_URL: `kubectl exec ... -- notify-queue migrate --contract` in
+    # any of them must take the direct one (its advisory lock needs a session). A pooler that
+    # answers nothing stands in for one that would break the lock.
+    result = run(
+        "migrate",
+        NOTIFY_QUEUE_DATABASE_URL="postgresql://nobody@127.0.0.1:1/pooler",
+        NOTIFY_QUEUE_LISTEN_DATABASE_URL=database_url,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert "schema up to date" in result.stdout
+
+
 def test_a_role_still_refuses_its_own_bad_variable() -> None:
     result = run(
         "worker",

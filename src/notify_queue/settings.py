@@ -134,9 +134,10 @@ class ListenDatabaseOptions(_Options):
     listen_database_url: str | None = Field(
         None,
         description="libpq URI that reaches PostgreSQL directly (or through a session-mode "
-        "pool), for what needs one session: the LISTEN connection, and a worker's delivery log "
-        "retention run (a session-level lock). One connection per process, plus one during a "
-        "retention run. Unset: --database-url.",
+        "pool), for what needs one session: the LISTEN connection, a worker's delivery log "
+        "retention run and `migrate` (session-level locks; migrate connects only here when it "
+        "is set). One connection per process, plus one during a retention run. Unset: "
+        "--database-url.",
     )
 
 
@@ -553,7 +554,7 @@ GROUPS: tuple[type[_Options], ...] = (
 # --- roles -----------------------------------------------------------------------------------
 
 
-class MigrateSettings(DatabaseOptions, MigrateOptions):
+class MigrateSettings(DatabaseOptions, ListenDatabaseOptions, MigrateOptions):
     """`notify-queue migrate`."""
 
 
