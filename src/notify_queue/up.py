@@ -137,6 +137,10 @@ async def run_up(settings: UpSettings) -> None:
                 tasks.append(asyncio.create_task(operator, name="operator"))
             await _serving(server, api_task)
             api = f"http://{settings.host}:{settings.port}"
+            if cluster is not None:
+                # No Service fronts this API (the API server never proxies to loopback), so
+                # `kubectl notify` is told where it is (docs/kubectl-notify.md).
+                log.info("kubectl notify: export NOTIFY_QUEUE_API_URL=%s", api)
             log.info(
                 "Notify Queue is up: API on %s (try: curl -s %s/status); Ctrl-C stops", api, api
             )
