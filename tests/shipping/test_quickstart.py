@@ -218,6 +218,7 @@ def _run_the_quickstart(checkout: Path, tmp_path: Path) -> None:
         code = background.interrupt()
         assert code == 0, f"notify-queue up exited {code} on Ctrl-C:\n{background.tail()}"
         assert "stopped" in background.tail()
+        _a_first_start_is_quiet(background.output)
         background = None
     finally:
         if background is not None and background.process.poll() is None:
@@ -230,6 +231,17 @@ def _run_the_quickstart(checkout: Path, tmp_path: Path) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert not stray, f"processes left running from the quickstart: {stray}"
+
+
+def _a_first_start_is_quiet(output: list[str]) -> None:
+    """A newcomer's first `up --kubernetes` on a new database: one line for the migrations, no
+    partition dropped (a new database has none before it existed), no warning from kopf."""
+    log = "".join(output)
+    assert len(re.findall(r"INFO .*migrations applied: ", log)) == 1, log
+    assert "applied migration" not in log
+    assert "dropped nq_delivery_log" not in log
+    assert "OS signals are ignored" not in log
+    assert " WARNING " not in log, [line for line in output if " WARNING " in line]
 
 
 def _the_plugin_read_the_api(checkout: Path, env: dict[str, str], state: Path) -> None:
