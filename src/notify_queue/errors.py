@@ -67,8 +67,8 @@ class ContractStepWaits(NotifyQueueError):
     building, 0029); nothing was applied, and running it again later succeeds."""
 
 
-class AddressInUse(NotifyQueueError):
-    """The address a process must listen on is taken by another process."""
+class CannotListen(NotifyQueueError):
+    """The address a process must listen on cannot be bound: taken, or not this machine's."""
 
 
 @dataclass

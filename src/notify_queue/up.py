@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import uvicorn
 
-from notify_queue.errors import AddressInUse
+from notify_queue.errors import CannotListen, NotifyQueueError
 from notify_queue.logs import redact_url
 from notify_queue.settings import UpSettings
 
@@ -45,11 +45,11 @@ def _listen(host: str, port: int) -> socket.socket:
     except OSError as exc:
         sock.close()
         if exc.errno == errno.EADDRINUSE:
-            raise AddressInUse(
+            raise CannotListen(
                 f"cannot listen on {host}:{port}: another process has the port; stop it or "
                 "choose another with --port (NOTIFY_QUEUE_PORT)"
             ) from None
-        raise AddressInUse(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror}") from None
     return sock
 
 
@@ -58,7 +58,7 @@ async def _serving(server: uvicorn.Server, task: asyncio.Task[None]) -> None:
     while not server.started:
         if task.done():
             task.result()
-            raise AddressInUse("the API stopped before it was serving")
+            raise NotifyQueueError("the API stopped before it served (its log says why)")
         await asyncio.sleep(0.05)
 
 
