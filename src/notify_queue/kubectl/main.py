@@ -107,7 +107,7 @@ def _retry(cluster: Cluster, args: argparse.Namespace) -> str:
 
 
 def _ack(cluster: Cluster, args: argparse.Namespace) -> str:
-    """Annotate; the operator acknowledges the escalation (CONTRACT §10). An object that shows
+    """Annotate; the operator acknowledges the escalation (docs/escalation.md). An object that shows
     no escalation is annotated all the same (its CRD may predate `spec.escalation`), with a
     warning, since the annotation then acknowledges nothing."""
     namespace = args.namespace or cluster.namespace

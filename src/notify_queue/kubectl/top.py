@@ -2,7 +2,8 @@
 
 Depth per lane (PENDING and due now, per priority) and the oldest due age come from the API's
 `/status`; the counts of notifications waiting per reason from the gauge `notify_queue_waiting`
-on its `/metrics`, when the API exports it (CONTRACT §10); worker pools are the Deployments
+on its `/metrics`, when the API exports it; the oldest due per lane from its gauge
+`notify_queue_queue_oldest_due_age_seconds{priority}`; worker pools are the Deployments
 labelled `notifyqueue.io/worker-pool` (the chart makes them, the operator scales them) with
 their replicas and the scaling annotations the operator reads.
 """
