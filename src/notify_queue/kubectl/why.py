@@ -7,8 +7,7 @@ check the rules without a cluster.
 Where the waiting reason comes from, first that is there: the object's `status.waiting`
 (docs/operator.md), the API's `waiting`, and else, for a Pending object, its `Reconciling`
 condition, whose reason and message the operator writes for every notification still in
-progress, with
-`status.nextAttemptAt` as the time it is due again.
+progress, with `status.nextAttemptAt` as the time it is due again.
 """
 
 from __future__ import annotations
