@@ -144,10 +144,11 @@ def test_the_options_of_each_role_are_the_ones_its_code_reads() -> None:
         "--outbound-allow",
     }
     assert "--webhook-dispatch" in worker and "--webhook-dispatch" not in relay
-    # A separate LISTEN URL only where something LISTENs: workers (new work) and the operator
-    # (the status outbox); the relay and the API only poll or NOTIFY.
+    # A separate direct URL only where something needs a session: workers (LISTEN for new work),
+    # the operator (the status outbox) and migrate (its advisory lock); the relay and the API only
+    # poll or NOTIFY.
     listens = {r for r in ROLE_SETTINGS if "--listen-database-url" in flags_in_help(r)}
-    assert listens == {"worker", "operator", "up"}
+    assert listens == {"worker", "operator", "migrate", "up"}
     assert not {f for f in api if f.startswith(("--provider", "--smtp"))}
     assert flags_in_help("up") == api | worker | operator | {"--data-dir", "--kubernetes"}
 
