@@ -127,8 +127,8 @@ class DatabaseOptions(_Options):
 class ListenDatabaseOptions(_Options):
     """Direct database connection
 
-    For the roles that LISTEN (workers on new work, the operator on the status outbox), when
-    --database-url goes through a transaction-mode pooler such as PgBouncer.
+    For the roles that need one session (workers and the operator LISTEN, migrate holds an
+    advisory lock), when --database-url goes through a transaction-mode pooler such as PgBouncer.
     """
 
     listen_database_url: str | None = Field(
