@@ -462,3 +462,35 @@ def missing_component(name: str, how_to_get_it: str) -> NoReturn:
         required = f"{message} ({REQUIRE_COMPONENTS}=1: every component is required)"
         raise pytest.fail.Exception(required, pytrace=False) from None  # not the lookup's error
     raise pytest.skip.Exception(message) from None
+
+
+# The delivery log's partitions for the 35 days before today and one for everything older: what a
+# database that has run that long holds (a new one has partitions from today on). For the tests
+# that write notifications finished in the past.
+_DELIVERY_LOG_HISTORY = """
+DO $$
+DECLARE
+    today date := (now() AT TIME ZONE 'UTC')::date;
+    day date;
+BEGIN
+    IF to_regclass('nq_delivery_log_before_' || to_char(today - 35, 'YYYYMMDD')) IS NULL THEN
+        EXECUTE 'CREATE TABLE '
+            || quote_ident('nq_delivery_log_before_' || to_char(today - 35, 'YYYYMMDD'))
+            || ' PARTITION OF nq_delivery_log FOR VALUES FROM (MINVALUE) TO ('
+            || quote_literal((today - 35)::timestamp AT TIME ZONE 'UTC') || ')';
+    END IF;
+    FOR day IN SELECT generate_series(today - 35, today - 1, '1 day')::date LOOP
+        CONTINUE WHEN to_regclass('nq_delivery_log_' || to_char(day, 'YYYYMMDD')) IS NOT NULL;
+        EXECUTE 'CREATE TABLE ' || quote_ident('nq_delivery_log_' || to_char(day, 'YYYYMMDD'))
+            || ' PARTITION OF nq_delivery_log FOR VALUES FROM ('
+            || quote_literal(day::timestamp AT TIME ZONE 'UTC') || ') TO ('
+            || quote_literal((day + 1)::timestamp AT TIME ZONE 'UTC') || ')';
+    END LOOP;
+END $$
+"""
+
+
+def delivery_log_history(conn: psycopg.Connection[Any]) -> None:
+    """Give the database's delivery log partitions for the past (_DELIVERY_LOG_HISTORY); safe to
+    repeat."""
+    conn.execute(_DELIVERY_LOG_HISTORY)

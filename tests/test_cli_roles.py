@@ -146,10 +146,11 @@ def test_the_options_of_each_role_are_the_ones_its_code_reads() -> None:
         "--outbound-allow",
     }
     assert "--webhook-dispatch" in worker and "--webhook-dispatch" not in relay
-    # A separate LISTEN URL only where something LISTENs: workers (new work) and the operator
-    # (the status outbox); the relay and the API only poll or NOTIFY.
+    # A separate direct URL only where something needs a session: workers (LISTEN for new work),
+    # the operator (the status outbox) and migrate (its advisory lock); the relay and the API only
+    # poll or NOTIFY.
     listens = {r for r in ROLE_SETTINGS if "--listen-database-url" in flags_in_help(r)}
-    assert listens == {"worker", "operator", "up"}
+    assert listens == {"worker", "operator", "migrate", "up"}
     assert not {f for f in api if f.startswith(("--provider", "--smtp"))}
     assert flags_in_help("up") == api | worker | operator | {"--data-dir", "--kubernetes"}
 
@@ -311,6 +312,21 @@ async def test_the_api_ignores_the_variables_of_other_roles(
 
 def test_migrate_ignores_the_variables_of_other_roles(database_url: str) -> None:
     result = run("migrate", NOTIFY_QUEUE_DATABASE_URL=database_url, **OTHER_ROLES_VARIABLES)
+
+    assert result.returncode == 0, result.stderr
+    assert "schema up to date" in result.stdout
+
+
+def test_migrate_takes_the_direct_url_when_the_database_url_is_a_pooler(database_url: str) -> None:
+    # The chart's pods have the pooler as NOTIFY_QUEUE_DATABASE_URL and the direct connection as
+    # NOTIFY_QUEUE_LISTEN_DATABASE_URL: `kubectl exec ... -- notify-queue migrate --contract` in
+    # any of them must take the direct one (its advisory lock needs a session). A pooler that
+    # answers nothing stands in for one that would break the lock.
+    result = run(
+        "migrate",
+        NOTIFY_QUEUE_DATABASE_URL="postgresql://nobody@127.0.0.1:1/pooler",
+        NOTIFY_QUEUE_LISTEN_DATABASE_URL=database_url,
+    )
 
     assert result.returncode == 0, result.stderr
     assert "schema up to date" in result.stdout

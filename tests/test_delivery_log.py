@@ -14,7 +14,7 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.repositories.schema import migrate
 from notify_queue.services.retention import DeliveryLogKeeper
-from tests.support import new, notification_service, set_status_sql
+from tests.support import delivery_log_history, new, notification_service, set_status_sql
 
 _FINISHED = ("SENT", "FAILED", "DEAD_LETTERED", "CANCELLED", "EXPIRED", "SUPPRESSED")
 
@@ -36,6 +36,7 @@ def _counters(conn: psycopg.Connection[Any]) -> dict[str, int]:
 
 def _add_finished(conn: psycopg.Connection[Any], prefix: str, days_ago: int, n: int) -> None:
     """`n` SENT notifications with their keys, finished `days_ago` days ago, into the log."""
+    delivery_log_history(conn)
     conn.execute(
         """WITH rows AS (
                INSERT INTO nq_delivery_log (id, idempotency_key, request_hash, channel, recipient,
@@ -68,6 +69,22 @@ async def test_a_finished_notification_leaves_the_queue_for_the_log_in_the_same_
     # The key stays taken while its notification is in the log: the same request is a repeat.
     again = await notification_service(db).enqueue(new(key="k"))
     assert not again.created and again.notification.id == created.notification.id
+
+
+async def test_a_new_database_has_partitions_from_today_on_and_nothing_to_drop(
+    db: Database, database_url: str
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        first, last, n = _rows(
+            conn,
+            "SELECT min(c.relname::text), max(c.relname::text), count(*) FROM pg_inherits i"
+            " JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = 'nq_delivery_log'::regclass",
+        )[0]
+        (today,) = _rows(conn, "SELECT to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')")[0]
+    assert first == f"nq_delivery_log_{today}"
+    assert (n, last >= first) == (8, True)  # today and a week ahead
+    assert await DeliveryLogKeeper(DeliveryLogRepository(db), retention_days=1).maintain() == []
 
 
 async def test_retention_drops_whole_partitions_with_their_keys_and_counts(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from notify_queue.kubectl import top, why
-from notify_queue.kubectl.api import parse_service
+from notify_queue.kubectl.api import ApiChoice, parse_service
 from notify_queue.kubectl.cluster import PluginError
 from notify_queue.kubectl.main import main
 from notify_queue.kubectl.output import duration, relative, table
@@ -126,6 +126,33 @@ def test_api_service_names_parse_with_or_without_namespace_and_port() -> None:
     assert parse_service("svc") == (None, "svc", None)
     with pytest.raises(PluginError):
         parse_service("nq/")
+
+
+def test_the_oldest_due_per_lane_is_read_from_the_apis_gauge() -> None:
+    text = (
+        "# TYPE notify_queue_queue_oldest_due_age_seconds gauge\n"
+        'notify_queue_queue_oldest_due_age_seconds{priority="HIGH"} 0.0\n'
+        'notify_queue_queue_oldest_due_age_seconds{priority="NORMAL"} 42.5\n'
+        'notify_queue_queue_oldest_due_age_seconds{priority="LOW"} 0.0\n'
+    )
+    assert top.lane_oldest_due(text) == {"HIGH": 0.0, "NORMAL": 42.5, "LOW": 0.0}
+    assert top.lane_oldest_due("# TYPE notify_queue_queue_depth gauge\n") is None
+    report = {"status": {"due": {"NORMAL": 3}}, "oldestDue": {"NORMAL": 42.5}, "pools": []}
+    rows = [line.split() for line in top.render(report | {"poolsNamespace": "nq"}).splitlines()]
+    assert ["NORMAL", "3", "42s"] in rows and ["HIGH", "0", "<none>"] in rows
+
+
+def test_the_api_url_comes_from_the_flag_else_the_variable_and_excludes_a_service(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NOTIFY_QUEUE_API_URL", "http://127.0.0.1:8080/")
+    assert ApiChoice.of(None, None) == ApiChoice("http://127.0.0.1:8080", None)
+    assert ApiChoice.of("http://h:1", None) == ApiChoice("http://h:1", None)
+    assert ApiChoice.of(None, "nq/api") == ApiChoice(None, "nq/api")
+    with pytest.raises(PluginError, match="give one"):
+        ApiChoice.of("http://h:1", "nq/api")
+    monkeypatch.delenv("NOTIFY_QUEUE_API_URL")
+    assert ApiChoice.of(None, None) == ApiChoice(None, None)
 
 
 def test_a_usage_error_exits_2_and_a_missing_kubeconfig_is_one_line(

@@ -230,10 +230,11 @@ async def _run(role: str, settings: DatabaseOptions) -> None:
         from notify_queue.repositories.db import Database
         from notify_queue.repositories.schema import EnqueueDefaults, migrate
 
-        # Through a transaction-mode pooler migrate's session-level lock would not hold: its
-        # --database-url reaches PostgreSQL directly (docs/operations.md, "PgBouncer").
+        # Through a transaction-mode pooler migrate's session-level lock would not hold: the
+        # direct URL when there is one (docs/operations.md, "PgBouncer"), so `migrate` run in
+        # any pod of the release, whose --database-url may be the pooler's, is safe.
         async with Database(
-            settings.require_database_url(),
+            settings.listen_database_url or settings.require_database_url(),
             pool_size=1,
             name="notify-queue-migrate",
             prepared_statements=settings.prepares_on_server,

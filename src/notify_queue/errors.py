@@ -67,6 +67,10 @@ class ContractStepWaits(NotifyQueueError):
     building, 0029); nothing was applied, and running it again later succeeds."""
 
 
+class CannotListen(NotifyQueueError):
+    """The address a process must listen on cannot be bound: taken, or not this machine's."""
+
+
 @dataclass
 class ConfigurationError(NotifyQueueError):
     """A setting is invalid or a combination of settings cannot work."""

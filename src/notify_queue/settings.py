@@ -127,16 +127,17 @@ class DatabaseOptions(_Options):
 class ListenDatabaseOptions(_Options):
     """Direct database connection
 
-    For the roles that LISTEN (workers on new work, the operator on the status outbox), when
-    --database-url goes through a transaction-mode pooler such as PgBouncer.
+    For the roles that need one session (workers and the operator LISTEN, migrate holds an
+    advisory lock), when --database-url goes through a transaction-mode pooler such as PgBouncer.
     """
 
     listen_database_url: str | None = Field(
         None,
         description="libpq URI that reaches PostgreSQL directly (or through a session-mode "
-        "pool), for what needs one session: the LISTEN connection, and a worker's delivery log "
-        "retention run (a session-level lock). One connection per process, plus one during a "
-        "retention run. Unset: --database-url.",
+        "pool), for what needs one session: the LISTEN connection, a worker's delivery log "
+        "retention run and `migrate` (session-level locks; migrate connects only here when it "
+        "is set). One connection per process, plus one during a retention run. Unset: "
+        "--database-url.",
     )
 
 
@@ -595,7 +596,9 @@ GROUPS: tuple[type[_Options], ...] = (
 # --- roles -----------------------------------------------------------------------------------
 
 
-class MigrateSettings(DatabaseOptions, CreationOptions, DefaultWebhookOptions, MigrateOptions):
+class MigrateSettings(
+    DatabaseOptions, ListenDatabaseOptions, CreationOptions, DefaultWebhookOptions, MigrateOptions
+):
     """`notify-queue migrate`: also the defaults it writes for notify_queue_enqueue (the API's
     own, from the same variables; docs/enqueue.md)."""
 

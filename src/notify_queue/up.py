@@ -11,17 +11,55 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import signal
+import socket
 import threading
 from collections.abc import Iterator
 
 import uvicorn
 
+from notify_queue.errors import CannotListen, NotifyQueueError
 from notify_queue.logs import redact_url
 from notify_queue.settings import UpSettings
 
 log = logging.getLogger(__name__)
+
+
+class _SignalsAreOurs(logging.Filter):
+    """kopf warns "OS signals are ignored: running not in the main thread" whenever it runs in a
+    thread. Here that is by design: `up` handles SIGINT/SIGTERM and stops kopf by its stop flag."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("OS signals are ignored")
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The API's socket, bound before anything starts: a taken port stops `up` at once, in one
+    line, instead of after it has said it is up."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise CannotListen(
+                f"cannot listen on {host}:{port}: another process has the port; stop it or "
+                "choose another with --port (NOTIFY_QUEUE_PORT)"
+            ) from None
+        raise CannotListen(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+async def _serving(server: uvicorn.Server, task: asyncio.Task[None]) -> None:
+    """Return once the API accepts requests (uvicorn's `started`), or raise what stopped it."""
+    while not server.started:
+        if task.done():
+            task.result()
+            raise NotifyQueueError("the API stopped before it served (its log says why)")
+        await asyncio.sleep(0.05)
 
 
 class _QuietServer(uvicorn.Server):
@@ -40,19 +78,20 @@ async def run_up(settings: UpSettings) -> None:
     from notify_queue.repositories.schema import EnqueueDefaults, migrate
     from notify_queue.worker.main import run_worker
 
+    listening = _listen(settings.host, settings.port)
     embedded = None
-    if settings.database_url is None:
-        embedded = await asyncio.to_thread(EmbeddedPostgres, settings.data_dir / "postgres")
-        settings = settings.model_copy(update={"database_url": embedded.url()})
-    url = settings.require_database_url()
-    log.info("database: %s", redact_url(url))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     cluster = None
     operator_stop = threading.Event()
     try:
+        if settings.database_url is None:
+            embedded = await asyncio.to_thread(EmbeddedPostgres, settings.data_dir / "postgres")
+            settings = settings.model_copy(update={"database_url": embedded.url()})
+        url = settings.require_database_url()
+        log.info("database: %s", redact_url(url))
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
         async with Database(
             url,
             pool_size=settings.database_pool_size,
@@ -70,8 +109,9 @@ async def run_up(settings: UpSettings) -> None:
             server = _QuietServer(
                 server_config(create_app(settings, db=db), settings, log_level="warning")
             )
+            api_task = asyncio.create_task(server.serve(sockets=[listening]), name="api")
             tasks = [
-                asyncio.create_task(server.serve(), name="api"),
+                api_task,
                 asyncio.create_task(run_worker(settings, db=db, stop=stop), name="worker"),
             ]
             if settings.kubernetes:
@@ -87,6 +127,7 @@ async def run_up(settings: UpSettings) -> None:
                 # --metrics-port is the worker's here: the operator serving on it as well would
                 # find the port taken.
                 operator_settings = settings.model_copy(update={"metrics_port": None})
+                logging.getLogger("kopf._core.reactor.running").addFilter(_SignalsAreOurs())
                 operator = asyncio.to_thread(
                     asyncio.run,
                     run_operator(
@@ -94,7 +135,12 @@ async def run_up(settings: UpSettings) -> None:
                     ),
                 )
                 tasks.append(asyncio.create_task(operator, name="operator"))
+            await _serving(server, api_task)
             api = f"http://{settings.host}:{settings.port}"
+            if cluster is not None:
+                # No Service fronts this API (the API server never proxies to loopback), so
+                # `kubectl notify` is told where it is (docs/kubectl-notify.md).
+                log.info("kubectl notify: export NOTIFY_QUEUE_API_URL=%s", api)
             log.info(
                 "Notify Queue is up: API on %s (try: curl -s %s/status); Ctrl-C stops", api, api
             )
@@ -111,6 +157,7 @@ async def run_up(settings: UpSettings) -> None:
             if failures:
                 raise failures[0]
     finally:
+        listening.close()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         if cluster is not None:

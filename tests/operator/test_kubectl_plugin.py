@@ -22,7 +22,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,10 +71,13 @@ class Plugin:
     cluster: LocalControlPlane
     namespace: str
 
+    env: dict[str, str] = field(default_factory=dict)
+
     async def run(
         self, *args: str, user: str = "admin", via_kubectl: bool = False
     ) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_QUEUE_")}
+        env |= self.env
         env["KUBECONFIG"] = str(self.cluster.kubeconfig_for(user))
         env["PATH"] = f"{PLUGIN.parent}{os.pathsep}{env.get('PATH', '')}"
         command = (
@@ -376,11 +379,47 @@ async def test_top_shows_depth_per_lane_statuses_and_worker_pools(
             "targetDepthPerReplica": None,
         }
     ]
+    assert set(report["oldestDue"]) == {"HIGH", "NORMAL", "LOW"}
     text = await plugin.ok("top", "-n", plugin.namespace)
     lines = [line.split() for line in text.splitlines()]
-    assert ["LANE", "DUE", "NOW"] in lines and ["HIGH", "1"] in lines
+    assert ["LANE", "DUE", "NOW", "OLDEST", "DUE"] in lines
+    assert [line[:2] for line in lines if line[:1] == ["HIGH"]] == [["HIGH", "1"]]
     assert ["PENDING", "1"] in lines
     assert ["urgent", "nq-notify-queue-worker-urgent", "HIGH", "all", "0/2", "1", "4"] in lines
+
+
+async def test_with_an_api_url_why_top_and_retry_reach_an_api_no_service_fronts(
+    kube: Kube,
+    control_plane: LocalControlPlane,
+    namespace: str,
+    operator: OperatorThread,
+    database_url: str,
+    db: Database,
+    tmp_path: Path,
+) -> None:
+    """`notify-queue up --kubernetes`: the API on loopback, no Service, so the plugin is given
+    the API's address ($NOTIFY_QUEUE_API_URL or --api-url) and its tokens in the variables the
+    API reads; a wrong token is refused in one line."""
+    await _dead_lettered(kube, Plugin(control_plane, namespace), database_url, db, "lost")
+
+    args = ("--api-token", API_TOKEN, "--admin-token", ADMIN_TOKEN)
+    async with running_api(database_url, tmp_path / "api.log", *args) as url:
+        tokens = {"NOTIFY_QUEUE_API_TOKEN": API_TOKEN, "NOTIFY_QUEUE_ADMIN_TOKEN": ADMIN_TOKEN}
+        plugin = Plugin(control_plane, namespace, env={"NOTIFY_QUEUE_API_URL": url} | tokens)
+        report = await plugin.json("why", "lost", "-n", namespace)
+        assert report["api"] == "ok"
+        assert [a["outcome"] for a in report["deliveryAttempts"]] == ["temporary_failure"] * 2
+        flagged = Plugin(control_plane, namespace, env=tokens)
+        top = await flagged.json("top", "-n", namespace, "--api-url", url)
+        assert (top["api"], top["apiUrl"]) == ("ok", url)
+        assert top["status"]["counts"]["DEAD_LETTERED"] == 1
+        retried = await plugin.ok("retry", "lost", "-n", namespace, via_kubectl=True)
+        assert retried.startswith("notification.notifyqueue.io/lost retried (")
+        unauthorised = Plugin(control_plane, namespace, env={"NOTIFY_QUEUE_API_URL": url})
+        refused = await unauthorised.json("why", "lost", "-n", namespace)
+        assert refused["api"].startswith(
+            "the API refused the token from $NOTIFY_QUEUE_API_TOKEN / $NOTIFY_QUEUE_ADMIN_TOKEN"
+        )
 
 
 async def test_ack_annotates_the_notification_once(

@@ -24,6 +24,7 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.services.retention import DeliveryLogKeeper
 from tests.shipping.support import ROOT
+from tests.support import delivery_log_history
 
 
 def operations_sql() -> list[str]:
@@ -34,6 +35,7 @@ def test_the_operations_sql_runs_against_the_current_schema(database_url: str) -
     blocks = operations_sql()
     assert len(blocks) == 5
     with psycopg.connect(database_url, autocommit=True) as conn:
+        delivery_log_history(conn)  # a database that has run for over a month
         conn.execute(
             "INSERT INTO nq_delivery_log (id, idempotency_key, request_hash, channel, recipient,"
             " body, priority, status, send_at, next_attempt_at, max_attempts, finished_at) VALUES"
@@ -61,6 +63,12 @@ def test_the_operations_sql_runs_against_the_current_schema(database_url: str) -
             " AND tablename IN (to_char(now() - interval '1 day', '\"nq_delivery_log_\"YYYYMMDD'),"
             "                   to_char(now(), '\"nq_delivery_log_\"YYYYMMDD'))"
         ).fetchall()
+        every_archived = {
+            name
+            for (name,) in conn.execute(
+                "SELECT tablename::text FROM pg_tables WHERE schemaname = 'nq_archive'"
+            ).fetchall()
+        }
         circuit = conn.execute("SELECT state, failures FROM nq_provider_circuits").fetchone()
         # The job copies a day's partition once the day has been over for an hour: in the first
         # hour after midnight (UTC) yesterday's is not copied yet.
@@ -74,6 +82,8 @@ def test_the_operations_sql_runs_against_the_current_schema(database_url: str) -
     assert archived == [("old-sent",)]
     yesterday = (datetime.now(UTC) - timedelta(days=1)).strftime("nq_delivery_log_%Y%m%d")
     assert [name for (name,) in recent_archived] == ([yesterday] if yesterday_copied else [])
+    # Only days that held rows: not the month of empty days before them.
+    assert every_archived == {partition} | ({yesterday} if yesterday_copied else set())
 
 
 async def test_the_archive_job_copies_every_partition_retention_drops_day_after_day(
@@ -145,10 +155,14 @@ async def test_the_archive_job_copies_every_partition_retention_drops_day_after_
             ).fetchall()
         }
         created_later = {d for d in dropped if d not in existing_at_install}
-        # Several days made after the job was installed went, and each went into the archive.
+        # Several days made after the job was installed went, and each that held rows went into
+        # the archive; an empty day is not copied.
         assert len(created_later) >= 5
-        assert dropped <= archived, sorted(dropped - archived)
-        for partition in dropped:
+        with_rows = {d for d in dropped if rows_of.get(d)}
+        assert len(with_rows & created_later) >= 5
+        assert with_rows <= archived, sorted(with_rows - archived)
+        assert all(rows_of.get(p) for p in archived), sorted(archived - set(rows_of))
+        for partition in with_rows:
             copied = conn.execute(
                 f"SELECT id FROM nq_archive.{partition}"  # noqa: S608
             ).fetchall()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -212,9 +214,11 @@ def _run_the_quickstart(checkout: Path, tmp_path: Path) -> None:
             )
             Path(f"{state}.next").replace(state)
         assert background is not None
+        _the_plugin_read_the_api(checkout, env, state)
         code = background.interrupt()
         assert code == 0, f"notify-queue up exited {code} on Ctrl-C:\n{background.tail()}"
         assert "stopped" in background.tail()
+        _a_first_start_is_quiet(background.output)
         background = None
     finally:
         if background is not None and background.process.poll() is None:
@@ -227,6 +231,44 @@ def _run_the_quickstart(checkout: Path, tmp_path: Path) -> None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert not stray, f"processes left running from the quickstart: {stray}"
+
+
+def _a_first_start_is_quiet(output: list[str]) -> None:
+    """A newcomer's first `up --kubernetes` on a new database: one line for the migrations, no
+    partition dropped (a new database has none before it existed), no warning from kopf."""
+    log = "".join(output)
+    assert len(re.findall(r"INFO .*migrations applied: ", log)) == 1, log
+    assert "applied migration" not in log
+    assert "dropped nq_delivery_log" not in log
+    assert "OS signals are ignored" not in log
+    assert " WARNING " not in log, [line for line in output if " WARNING " in line]
+
+
+def _the_plugin_read_the_api(checkout: Path, env: dict[str, str], state: Path) -> None:
+    """`kubectl notify` in the reader's shell got its answers from the API, not the lines that
+    stand in for them when it cannot reach it (which exit 0 as well)."""
+
+    def plugin(*args: str) -> Any:
+        result = subprocess.run(
+            ["bash", "-c", f"source {state}; kubectl notify {' '.join(args)} -o json"],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    why = plugin("why", "bounce")
+    assert why["api"] == "ok", why["api"]
+    assert why["deliveryAttempts"], why
+    assert why["retries"], why  # the quickstart's `kubectl notify retry bounce`
+    top = plugin("top")
+    assert top["api"] == "ok", top["api"]
+    assert top["status"]["counts"], top
+    assert set(top["oldestDue"]) == {"HIGH", "NORMAL", "LOW"}, top
 
 
 def _processes_in(checkout: Path) -> list[int]:

@@ -10,7 +10,6 @@ after the send time). `tests/api/test_openapi.py` keeps the two field lists equa
 from __future__ import annotations
 
 import functools
-import math
 import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal

@@ -1,4 +1,8 @@
-"""Reaching the HTTP API through the Kubernetes service proxy, with the chart's API token.
+"""Reaching the HTTP API through the Kubernetes service proxy, with the chart's API token; or
+directly, at `--api-url` (or $NOTIFY_QUEUE_API_URL), with the token in $NOTIFY_QUEUE_API_TOKEN and
+$NOTIFY_QUEUE_ADMIN_TOKEN (the names the API reads), where no Service fronts the API: under
+`notify-queue up --kubernetes` the API runs on this machine's loopback, which the API server
+never proxies to.
 
 Which Service: `--api-service NAMESPACE/NAME[:PORT]` when given; else the Service the chart
 labels `app.kubernetes.io/part-of=notify-queue, app.kubernetes.io/component=api`, looked for in
@@ -21,10 +25,13 @@ would never reach the API. The API accepts the header wherever it accepts the be
 from __future__ import annotations
 
 import base64
+import os
 from dataclasses import dataclass
 from typing import Any
 
-from notify_queue.kubectl.cluster import Cluster, KubeRequestFailed, PluginError
+import httpx
+
+from notify_queue.kubectl.cluster import Cluster, KubeRequestFailed, PluginError, message_of
 
 # The API reads the same name (notify_queue.api.auth.TOKEN_HEADER); the plugin cannot import it
 # (controllers are independent of each other).
@@ -96,7 +103,8 @@ def find_service(cluster: Cluster, namespace: str, explicit: str | None) -> ApiS
     if not found:
         raise ApiUnavailable(
             "no notify-queue API Service found (label app.kubernetes.io/component=api); "
-            "pass --api-service NAMESPACE/NAME"
+            "pass --api-service NAMESPACE/NAME, or --api-url URL for an API no Service fronts "
+            f"(notify-queue up --kubernetes: export {API_URL_VARIABLE}=http://127.0.0.1:8080)"
         )
     if len(found) > 1:
         names = ", ".join(f"{s['metadata']['namespace']}/{s['metadata']['name']}" for s in found)
@@ -170,35 +178,81 @@ def find_tokens(cluster: Cluster, service: ApiService) -> Tokens:
     return Tokens(None, None, "none found")
 
 
-class NotifyApi:
-    """The HTTP API of one release, through `/api/v1/namespaces/NS/services/NAME:PORT/proxy`."""
+@dataclass(frozen=True)
+class ApiChoice:
+    """What the user said about where the API is: `--api-url` (else $NOTIFY_QUEUE_API_URL) or
+    `--api-service`; neither: the Service is found by the chart's labels."""
 
-    def __init__(self, cluster: Cluster, service: ApiService, tokens: Tokens) -> None:
+    url: str | None = None
+    service: str | None = None
+
+    @classmethod
+    def of(cls, url: str | None, service: str | None) -> ApiChoice:
+        if url and service:
+            raise PluginError("--api-url and --api-service name two APIs; give one")
+        if not url and not service:
+            url = os.environ.get(API_URL_VARIABLE) or None
+        return cls(url.rstrip("/") if url else None, service)
+
+
+API_URL_VARIABLE = "NOTIFY_QUEUE_API_URL"
+
+
+class NotifyApi:
+    """The HTTP API of one release, through `/api/v1/namespaces/NS/services/NAME:PORT/proxy`,
+    or at a URL given directly (`service` is then None)."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        service: ApiService | None,
+        tokens: Tokens,
+        *,
+        url: str | None = None,
+        timeout_seconds: float = 30.0,
+    ) -> None:
         self._cluster = cluster
         self.service = service
         self.tokens = tokens
+        self.url = url
+        self._timeout = timeout_seconds
 
     @classmethod
-    def connect(cls, cluster: Cluster, namespace: str, explicit: str | None) -> NotifyApi:
+    def connect(
+        cls, cluster: Cluster, namespace: str, choice: ApiChoice, *, timeout_seconds: float = 30.0
+    ) -> NotifyApi:
+        if choice.url:
+            tokens = Tokens(
+                os.environ.get(TOKEN_VARIABLES["api"]) or None,
+                os.environ.get(TOKEN_VARIABLES["admin"]) or None,
+                f"${TOKEN_VARIABLES['api']} / ${TOKEN_VARIABLES['admin']}",
+            )
+            return cls(cluster, None, tokens, url=choice.url, timeout_seconds=timeout_seconds)
         try:
-            service = find_service(cluster, namespace, explicit)
+            service = find_service(cluster, namespace, choice.service)
             return cls(cluster, service, find_tokens(cluster, service))
         except ApiUnavailable:
             raise
         except PluginError as exc:
             raise ApiUnavailable(str(exc)) from None
 
+    @property
+    def label(self) -> str:
+        return self.service.label if self.service is not None else str(self.url)
+
     def call(self, method: str, path: str, *, body: Any = None, admin: bool = False) -> Any:
-        s = self.service
         # Cancel and retry need the admin token when there is one; anything else takes either.
         token = (admin and self.tokens.admin) or self.tokens.api or self.tokens.admin
+        if self.service is None:
+            return self._direct(method, path, body=body, token=token)
+        s = self.service
         try:
             return self._cluster.request(
                 method,
                 f"/api/v1/namespaces/{s.namespace}/services/{s.name}:{s.port}/proxy{path}",
                 body=body,
                 headers={TOKEN_HEADER: token} if token else None,
-                what=f"{method} {path} through {s.label}",
+                what=f"{method} {path} through {self.label}",
             )
         except KubeRequestFailed as exc:
             if exc.status in (401, 403) and not _from_kubernetes(exc.body):
@@ -212,6 +266,34 @@ class NotifyApi:
 
     def get(self, path: str) -> Any:
         return self.call("GET", path)
+
+    def _direct(self, method: str, path: str, *, body: Any, token: str | None) -> Any:
+        what = f"{method} {path} at {self.url}"
+        try:
+            response = httpx.request(
+                method,
+                f"{self.url}{path}",
+                json=body,
+                headers={TOKEN_HEADER: token} if token else None,
+                timeout=self._timeout,
+            )
+        except httpx.HTTPError as exc:
+            raise ApiUnavailable(f"cannot reach the API at {self.url}: {exc}") from None
+        try:
+            parsed: Any = response.json()
+        except ValueError:
+            parsed = response.text
+        if response.is_success:
+            return parsed
+        if response.status_code in (401, 403):
+            raise ApiUnavailable(
+                f"the API refused the token from {self.tokens.source} "
+                f"(HTTP {response.status_code}): {_detail(parsed)}"
+            )
+        message = message_of(parsed, f"HTTP {response.status_code}")
+        if response.status_code >= 500:
+            raise ApiUnavailable(f"{what}: {message}")
+        raise KubeRequestFailed(f"{what}: {message}", status=response.status_code, body=parsed)
 
 
 def _from_kubernetes(body: Any) -> bool:

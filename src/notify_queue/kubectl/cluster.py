@@ -67,7 +67,7 @@ def _default_namespace(target: Target, in_cluster: bool) -> str:
     return str(((chosen or {}).get("context") or {}).get("namespace") or "default")
 
 
-def _message_of(body: Any, fallback: str) -> str:
+def message_of(body: Any, fallback: str) -> str:
     """The one sentence of an error body: a Kubernetes Status, an API problem, or the text."""
     if isinstance(body, dict):
         text = body.get("message") or body.get("detail") or body.get("title")
@@ -141,7 +141,7 @@ class Cluster:
         subject = what or path
         if status == 404 and isinstance(parsed, dict) and parsed.get("kind") == "Status":
             raise KubeRequestFailed(f"{subject} not found", status=404, body=parsed)
-        message = _message_of(parsed, f"HTTP {status} {reason}")
+        message = message_of(parsed, f"HTTP {status} {reason}")
         raise KubeRequestFailed(f"{subject}: {message}", status=status, body=parsed)
 
     def _send(

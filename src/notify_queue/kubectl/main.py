@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from notify_queue.kubectl import top, why
-from notify_queue.kubectl.api import ApiUnavailable, NotifyApi
+from notify_queue.kubectl.api import API_URL_VARIABLE, ApiChoice, ApiUnavailable, NotifyApi
 from notify_queue.kubectl.cluster import Cluster, KubeRequestFailed, PluginError, Target
 from notify_queue.kubectl.output import age, as_json, table
 
@@ -25,6 +25,16 @@ ACKNOWLEDGED = "notifyqueue.io/acknowledged"
 ACKNOWLEDGED_BY = "notifyqueue.io/acknowledged-by"
 RETRYABLE_PHASES = ("Failed", "DeadLettered")
 KIND = "notification.notifyqueue.io"
+
+
+def _choice(args: argparse.Namespace) -> ApiChoice:
+    return ApiChoice.of(args.api_url, args.api_service)
+
+
+def _connect(cluster: Cluster, namespace: str, args: argparse.Namespace) -> NotifyApi:
+    return NotifyApi.connect(
+        cluster, namespace, _choice(args), timeout_seconds=args.request_timeout
+    )
 
 
 def _why(cluster: Cluster, args: argparse.Namespace) -> str:
@@ -40,7 +50,7 @@ def _why(cluster: Cluster, args: argparse.Namespace) -> str:
     notification_id = (obj.get("status") or {}).get("notificationId")
     if notification_id:
         try:
-            api = NotifyApi.connect(cluster, namespace, args.api_service)
+            api = _connect(cluster, namespace, args)
             api_notification = api.get(f"/notifications/{notification_id}")
         except (ApiUnavailable, KubeRequestFailed) as exc:
             api_note = str(exc)
@@ -51,7 +61,9 @@ def _why(cluster: Cluster, args: argparse.Namespace) -> str:
 
 
 def _top(cluster: Cluster, args: argparse.Namespace) -> str:
-    report = top.build_report(cluster, args.namespace or cluster.namespace, args.api_service)
+    report = top.build_report(
+        cluster, args.namespace or cluster.namespace, _choice(args), args.request_timeout
+    )
     return as_json(report) if args.output == "json" else top.render(report)
 
 
@@ -81,7 +93,7 @@ def _retry_one(
             f"notification {name} is {phase or 'not handled yet'}; only Failed or DeadLettered "
             "notifications can be retried"
         )
-    api = api or NotifyApi.connect(cluster, meta["namespace"], args.api_service)
+    api = api or _connect(cluster, meta["namespace"], args)
     retried = _retry_ids(api, obj)
     if not retried:
         raise PluginError(f"notification {name}: no row was Failed or DeadLettered any more")
@@ -95,7 +107,7 @@ def _retry(cluster: Cluster, args: argparse.Namespace) -> str:
 
 
 def _ack(cluster: Cluster, args: argparse.Namespace) -> str:
-    """Annotate; the operator acknowledges the escalation (CONTRACT §10). An object that shows
+    """Annotate; the operator acknowledges the escalation (docs/escalation.md). An object that shows
     no escalation is annotated all the same (its CRD may predate `spec.escalation`), with a
     warning, since the annotation then acknowledges nothing."""
     namespace = args.namespace or cluster.namespace
@@ -173,7 +185,7 @@ def _retry_all(cluster: Cluster, dead: list[dict[str, Any]], args: argparse.Name
         ns = o["metadata"]["namespace"]
         try:
             if ns not in apis:
-                apis[ns] = NotifyApi.connect(cluster, ns, args.api_service)
+                apis[ns] = _connect(cluster, ns, args)
             print(_retry_one(cluster, apis[ns], o, args), flush=True)
             retried += 1
         except PluginError as exc:
@@ -202,6 +214,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--api-service",
         metavar="NAMESPACE/NAME[:PORT]",
         help="the notify-queue API Service (default: found by the chart's labels)",
+    )
+    common.add_argument(
+        "--api-url",
+        metavar="URL",
+        help=f"the notify-queue API itself, not through a Service (default: ${API_URL_VARIABLE}; "
+        "its tokens from $NOTIFY_QUEUE_API_TOKEN and $NOTIFY_QUEUE_ADMIN_TOKEN), e.g. "
+        "http://127.0.0.1:8080 for `notify-queue up --kubernetes`",
     )
     common.add_argument(
         "--request-timeout",

@@ -2,7 +2,8 @@
 
 Depth per lane (PENDING and due now, per priority) and the oldest due age come from the API's
 `/status`; the counts of notifications waiting per reason from the gauge `notify_queue_waiting`
-on its `/metrics`, when the API exports it (CONTRACT §10); worker pools are the Deployments
+on its `/metrics`, when the API exports it; the oldest due per lane from its gauge
+`notify_queue_queue_oldest_due_age_seconds{priority}`; worker pools are the Deployments
 labelled `notifyqueue.io/worker-pool` (the chart makes them, the operator scales them) with
 their replicas and the scaling annotations the operator reads.
 """
@@ -13,7 +14,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from notify_queue.kubectl.api import ApiUnavailable, NotifyApi
+from notify_queue.kubectl.api import ApiChoice, ApiUnavailable, NotifyApi
 from notify_queue.kubectl.cluster import Cluster, KubeRequestFailed
 from notify_queue.kubectl.output import NONE, duration, relative, table
 
@@ -36,6 +37,19 @@ def waiting_counts(metrics_text: str) -> dict[str, float] | None:
                 s.labels.get("reason", ""): s.value
                 for s in family.samples
                 if s.name == "notify_queue_waiting"
+            }
+    return None
+
+
+def lane_oldest_due(metrics_text: str) -> dict[str, float] | None:
+    """Seconds the oldest due notification of each lane has waited, from the API's gauge
+    `notify_queue_queue_oldest_due_age_seconds{priority}`; None when it is not exported."""
+    for family in text_string_to_metric_families(metrics_text):
+        if family.name == "notify_queue_queue_oldest_due_age_seconds":
+            return {
+                s.labels.get("priority", ""): s.value
+                for s in family.samples
+                if s.name == family.name
             }
     return None
 
@@ -63,16 +77,23 @@ def worker_pools(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     return pools
 
 
-def build_report(cluster: Cluster, namespace: str, api_service: str | None) -> dict[str, Any]:
-    report: dict[str, Any] = {"api": "ok", "status": None, "waiting": None}
+def build_report(
+    cluster: Cluster, namespace: str, choice: ApiChoice, timeout_seconds: float = 30.0
+) -> dict[str, Any]:
+    report: dict[str, Any] = {"api": "ok", "status": None, "waiting": None, "oldestDue": None}
     pools_namespace = namespace
     try:
-        api = NotifyApi.connect(cluster, namespace, api_service)
-        pools_namespace = api.service.namespace
-        report["apiService"] = f"{api.service.namespace}/{api.service.name}"
+        api = NotifyApi.connect(cluster, namespace, choice, timeout_seconds=timeout_seconds)
+        if api.service is None:
+            report["apiUrl"] = api.url
+        else:
+            pools_namespace = api.service.namespace
+            report["apiService"] = f"{api.service.namespace}/{api.service.name}"
         report["status"] = api.get("/status")
         metrics = api.get("/metrics")
-        report["waiting"] = waiting_counts(metrics if isinstance(metrics, str) else "")
+        text = metrics if isinstance(metrics, str) else ""
+        report["waiting"] = waiting_counts(text)
+        report["oldestDue"] = lane_oldest_due(text)
     except ApiUnavailable as exc:
         report["api"] = str(exc)
     try:
@@ -92,7 +113,19 @@ def render(report: dict[str, Any]) -> str:
     else:
         due = status.get("due") or {}
         oldest = status.get("oldestDueAgeSeconds") or 0
-        parts.append(table(("LANE", "DUE NOW"), [(lane, due.get(lane, 0)) for lane in LANES]))
+        lanes = report.get("oldestDue")
+        if lanes is None:  # an API without the per-lane gauge
+            parts.append(table(("LANE", "DUE NOW"), [(lane, due.get(lane, 0)) for lane in LANES]))
+        else:
+            parts.append(
+                table(
+                    ("LANE", "DUE NOW", "OLDEST DUE"),
+                    [
+                        (lane, due.get(lane, 0), duration(lanes[lane]) if lanes.get(lane) else NONE)
+                        for lane in LANES
+                    ],
+                )
+            )
         parts.append(f"Oldest due: {duration(oldest) if oldest else NONE}")
         counts = status.get("counts") or {}
         parts.append(

@@ -4,10 +4,10 @@ The report is a pure function of what was read (the object, its policy, the API'
 or the reason it could not be read), so the text and `-o json` say the same thing, and a test can
 check the rules without a cluster.
 
-Where the waiting reason comes from, first that is there: the object's `status.waiting` (CONTRACT
-§10), the API's `waiting`, and else, for a Pending object, its `Reconciling` condition, whose
-reason and message the operator writes for every notification still in progress, with
-`status.nextAttemptAt` as the time it is due again.
+Where the waiting reason comes from, first that is there: the object's `status.waiting`
+(docs/operator.md), the API's `waiting`, and else, for a Pending object, its `Reconciling`
+condition, whose reason and message the operator writes for every notification still in
+progress, with `status.nextAttemptAt` as the time it is due again.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Posting webhook events, signed the Standard Webhooks way (CONTRACT section 6).
+"""Posting webhook events, signed the Standard Webhooks way (docs/webhooks.md).
 
 Each POST carries `webhook-id` (the event id, the same on every attempt so receivers can drop
 repeats), `webhook-timestamp` (unix seconds, fresh per attempt so receivers can reject replays)

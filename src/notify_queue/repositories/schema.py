@@ -238,13 +238,22 @@ async def migrate(
                 if migration.phase is Phase.CONTRACT and not contracting:
                     continue
                 await _apply(conn, migration)
-                log.info(
+                log.debug(
                     "applied migration %04d_%s (%s)",
                     migration.version,
                     migration.name,
                     migration.phase,
                 )
                 applied_now.append(migration.version)
+            if applied_now:
+                # One line at INFO however many steps ran (a fresh database takes them all);
+                # each step is logged at DEBUG.
+                log.info(
+                    "migrations applied: %d (%04d to %04d)",
+                    len(applied_now),
+                    applied_now[0],
+                    applied_now[-1],
+                )
             await _enqueue_role(conn)
             await _runtime_role(conn)
             await _enqueue_defaults(conn, enqueue_defaults or EnqueueDefaults())

@@ -27,6 +27,7 @@ class DeliveryLogKeeper:
         for partition in await self._repository.partitions_index():
             log.info("delivery log: %s has its part of the log's indexes", partition)
         if self._retention_seconds <= 0:
+            log.debug("delivery log: retention off, nothing dropped")
             return []
         dropped = await self._repository.partitions_drop_expired(
             retention_seconds=self._retention_seconds
@@ -40,4 +41,5 @@ class DeliveryLogKeeper:
         forgotten = await self._repository.digests_forget(retention_seconds=self._retention_seconds)
         if forgotten:
             log.info("digests: removed %d closed before the retention", forgotten)
+        log.debug("delivery log: retention run done, %d partitions dropped", len(dropped))
         return dropped

@@ -179,16 +179,28 @@ BEGIN
     RETURN dropped;
 END $$;
 
--- Rows finished more than 35 days ago go into one partition: older than the default retention,
--- so the first retention run drops them whole (with --retention 0 they stay, like all history).
+-- Partitions for the rows there are, and no more: none in a new database (the prepare below
+-- makes today's on), else from the first day a row finished. Rows finished more than 35 days
+-- ago go into one partition: older than the default retention, so the first retention run
+-- drops them whole (with --retention 0 they stay, like all history).
 DO $$
 DECLARE
     first_day date := (now() AT TIME ZONE 'UTC')::date - 35;
+    oldest date := (SELECT (min(COALESCE(finished_at, updated_at)) AT TIME ZONE 'UTC')::date
+                    FROM nq_notifications_0007 WHERE status NOT IN ('PENDING', 'PROCESSING'));
     day date;
 BEGIN
-    EXECUTE 'CREATE TABLE ' || quote_ident('nq_delivery_log_before_' || to_char(first_day, 'YYYYMMDD'))
-        || ' PARTITION OF nq_delivery_log FOR VALUES FROM (MINVALUE) TO ('
-        || quote_literal(first_day::timestamp AT TIME ZONE 'UTC') || ')';
+    IF oldest IS NULL THEN
+        RETURN;
+    END IF;
+    IF oldest >= first_day THEN
+        first_day := LEAST(oldest, (now() AT TIME ZONE 'UTC')::date);
+    ELSE
+        EXECUTE 'CREATE TABLE '
+            || quote_ident('nq_delivery_log_before_' || to_char(first_day, 'YYYYMMDD'))
+            || ' PARTITION OF nq_delivery_log FOR VALUES FROM (MINVALUE) TO ('
+            || quote_literal(first_day::timestamp AT TIME ZONE 'UTC') || ')';
+    END IF;
     -- Up to yesterday, or to the last day a row says it finished if that is later (a clock that
     -- ran ahead): every existing row must find its partition.
     FOR day IN SELECT generate_series(first_day, GREATEST(
