@@ -125,9 +125,11 @@ def test_the_options_of_each_role_are_the_ones_its_code_reads() -> None:
     assert not {f for f in operator if f.startswith(("--rate-limit", "--backoff"))}
     assert {f for f in operator | api if f.startswith("--webhook")} == {"--webhook-url"}
     # The relay POSTs stored events: webhook options (--webhook-url tells the installer's own
-    # endpoint from client URLs), the guard, polling and metrics only.
+    # endpoint from client URLs), the guard, polling and metrics only, and the direct
+    # connection its LISTEN for new events needs behind a transaction-mode pooler.
     assert relay == {
         "--database-url",
+        "--listen-database-url",
         "--log-format",
         "--log-level",
         "--database-pool-size",
@@ -144,10 +146,10 @@ def test_the_options_of_each_role_are_the_ones_its_code_reads() -> None:
         "--outbound-allow",
     }
     assert "--webhook-dispatch" in worker and "--webhook-dispatch" not in relay
-    # A separate LISTEN URL only where something LISTENs: workers (new work) and the operator
-    # (the status outbox); the relay and the API only poll or NOTIFY.
+    # A separate LISTEN URL only where something LISTENs: workers (new work), the relay (new
+    # webhook events) and the operator (the status outbox); the API only NOTIFYs.
     listens = {r for r in ROLE_SETTINGS if "--listen-database-url" in flags_in_help(r)}
-    assert listens == {"worker", "operator", "up"}
+    assert listens == {"worker", "relay", "operator", "up"}
     assert not {f for f in api if f.startswith(("--provider", "--smtp"))}
     assert flags_in_help("up") == api | worker | operator | {"--data-dir", "--kubernetes"}
 

@@ -127,7 +127,8 @@ class DatabaseOptions(_Options):
 class ListenDatabaseOptions(_Options):
     """Direct database connection
 
-    For the roles that LISTEN (workers on new work, the operator on the status outbox), when
+    For the roles that LISTEN (workers on new work, relays on new webhook events, the operator
+    on the status outbox), when
     --database-url goes through a transaction-mode pooler such as PgBouncer.
     """
 
@@ -307,7 +308,8 @@ class PollOptions(_Options):
         description="Bounds the delay when a hint is lost: new work wakes workers at once "
         "through LISTEN/NOTIFY, and a worker polls every this many seconds only while its LISTEN "
         "connection is down (regaining it triggers a look); while it listens, an idle worker looks "
-        "at its own due times and every 30 s (or this, if longer). A relay alone polls at this.",
+        "at its own due times and every 30 s (or this, if longer). A relay alone looks at this, "
+        "and new webhook events wake it at once through LISTEN/NOTIFY too.",
     )
 
 
@@ -564,14 +566,19 @@ class ApiSettings(
 
 
 class RelaySettings(
-    DatabaseOptions, ListenOptions, MetricsOptions, PollOptions, WebhookOptions, OutboundOptions
+    DatabaseOptions,
+    ListenOptions,
+    MetricsOptions,
+    PollOptions,
+    WebhookOptions,
+    OutboundOptions,
+    ListenDatabaseOptions,
 ):
     """`notify-queue relay`: the webhook outbox only."""
 
 
 class WorkerSettings(
     RelaySettings,
-    ListenDatabaseOptions,
     WorkerOptions,
     DeliveryPolicyOptions,
     ProviderOptions,
