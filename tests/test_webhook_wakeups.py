@@ -3,7 +3,8 @@
 
 The relay is a real `notify-queue worker` (or `notify-queue relay`) process with --poll-interval
 60, so its looks are a minute apart, and a real receiver; each test waits until the relay is idle
-(its LISTEN connection in place, none of its statements running) and only then writes an event
+(it POSTed a warm-up event written before it started, its LISTEN connection is in place) and
+only then writes an event
 from somewhere else: the API (a recipient opted out at creation), `notify_queue_enqueue` in a
 caller's transaction, and another worker's expiry. The event must arrive well before the relay's
 next look could have found it: only the NOTIFY at the writer's commit can bring it in time.
@@ -12,6 +13,7 @@ next look could have found it: only the NOTIFY at the writer's commit can bring 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -55,23 +57,36 @@ def role(database_url: str, log: Path, *args: str) -> Iterator[None]:
                 process.wait()
 
 
-async def relay_idle(database_url: str, name: str) -> None:
-    """Until a `name` process listens for events and runs no statement: its first look is over,
-    and its next is a minute away."""
+async def warm_up(database_url: str, hooks: WebhookReceiver) -> None:
+    """An event due now, written before the relay starts: its first look POSTs it."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(
+            "INSERT INTO nq_webhook_events (id, notification_id, url, payload, bucket)"
+            " VALUES (gen_random_uuid(), gen_random_uuid(), %s, %s, 0)",
+            [hooks.url, json.dumps({"status": "WARM-UP"})],
+        )
 
-    async def idle() -> bool:
+
+async def relay_idle(database_url: str, hooks: WebhookReceiver) -> None:
+    """Until the relay has made its first look (it POSTed the warm-up event) and a worker's or
+    relay's LISTEN connection is in place (not the operator's, on the status outbox). The
+    warm-up's lease (2 x --webhook-timeout + 5 s) is longer than a look: the relay's next look
+    is LOOK_SECONDS away."""
+
+    async def listening() -> bool:
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
             cur = await conn.execute(
-                "SELECT count(*) FILTER (WHERE application_name LIKE 'notify-queue-listen%%'"
-                "                          AND query LIKE 'LISTEN%%'),"
-                "       count(*) FILTER (WHERE application_name LIKE %s AND state <> 'idle')"
-                " FROM pg_stat_activity WHERE pid <> pg_backend_pid()",
-                [f"{name}%"],
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name LIKE 'notify-queue-listen%' AND query LIKE 'LISTEN nq_w%'"
             )
-            listening, busy = await cur.fetchone() or (0, 0)
-            return bool(listening >= 1 and busy == 0)
+            row = await cur.fetchone()
+            return bool(row and row[0] >= 1)
 
-    await eventually(idle, timeout=120, what=f"an idle {name}")
+    async def warmed_up() -> bool:
+        return hooks.arrived.is_set()
+
+    await eventually(warmed_up, timeout=120, what="the warm-up event")
+    await eventually(listening, timeout=120, what="a LISTEN connection")
 
 
 async def arrives(hooks: WebhookReceiver, status: str, written_at: float) -> None:
@@ -84,8 +99,14 @@ async def arrives(hooks: WebhookReceiver, status: str, written_at: float) -> Non
     assert time.monotonic() - written_at < LOOK_SECONDS
 
 
+def relay_args(hooks: WebhookReceiver) -> tuple[str, ...]:
+    """A relay's looks LOOK_SECONDS apart, and the warm-up's lease longer than that."""
+    looks = ("--poll-interval", str(LOOK_SECONDS), "--webhook-timeout", str(LOOK_SECONDS))
+    return (*looks, "--webhook-url", hooks.url)
+
+
 def worker_args(hooks: WebhookReceiver, *extra: str) -> tuple[str, ...]:
-    return ("worker", "--poll-interval", str(LOOK_SECONDS), "--webhook-url", hooks.url, *extra)
+    return ("worker", *relay_args(hooks), *extra)
 
 
 async def test_an_event_written_by_the_api_reaches_an_idle_worker(
@@ -93,11 +114,12 @@ async def test_an_event_written_by_the_api_reaches_an_idle_worker(
 ) -> None:
     hooks = await WebhookReceiver().start()
     try:
+        await warm_up(database_url, hooks)
         with role(database_url, tmp_path / "worker.log", *worker_args(hooks)):
             async with running_api(
                 database_url, tmp_path / "api.log", "--webhook-url", hooks.url
             ) as url:
-                await relay_idle(database_url, "notify-queue-worker")
+                await relay_idle(database_url, hooks)
                 async with httpx.AsyncClient(base_url=url) as http:
                     put = await http.put(
                         "/recipients/alice",
@@ -126,8 +148,9 @@ async def test_an_event_written_by_enqueue_in_a_callers_transaction_reaches_an_i
 ) -> None:
     hooks = await WebhookReceiver().start()
     try:
+        await warm_up(database_url, hooks)
         with role(database_url, tmp_path / "worker.log", *worker_args(hooks)):
-            await relay_idle(database_url, "notify-queue-worker")
+            await relay_idle(database_url, hooks)
             async with await psycopg.AsyncConnection.connect(database_url) as app:
                 await app.execute(
                     "INSERT INTO nq_recipients (id, email, opt_out_all)"
@@ -158,10 +181,11 @@ async def test_an_event_written_by_another_workers_expiry_reaches_an_idle_relay(
     the old code: the relay looked only every --poll-interval."""
     hooks = await WebhookReceiver().start()
     try:
-        relay = ("relay", "--poll-interval", str(LOOK_SECONDS), "--webhook-url", hooks.url)
+        relay = ("relay", *relay_args(hooks))
         # Its own --poll-interval (1 s): housekeeping runs at most once per poll interval.
         expirer = ("worker", "--webhook-url", hooks.url, "--webhook-dispatch", "off")
         expirer += ("--channels", "email")
+        await warm_up(database_url, hooks)
         with (
             role(database_url, tmp_path / "relay.log", *relay),
             role(database_url, tmp_path / "worker.log", *expirer),
@@ -169,7 +193,7 @@ async def test_an_event_written_by_another_workers_expiry_reaches_an_idle_relay(
             async with running_api(
                 database_url, tmp_path / "api.log", "--webhook-url", hooks.url
             ) as url:
-                await relay_idle(database_url, "notify-queue-relay")
+                await relay_idle(database_url, hooks)
                 expires_at = datetime.now(UTC) + timedelta(seconds=2)
                 async with httpx.AsyncClient(base_url=url) as http:
                     created = await http.post(

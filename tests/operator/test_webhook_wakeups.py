@@ -14,7 +14,7 @@ from tests.api.support import sql
 from tests.operator.conftest import StartOperator
 from tests.operator.support import GROUP_VERSION, Kube
 from tests.receivers import WebhookReceiver
-from tests.test_webhook_wakeups import arrives, relay_idle, role, worker_args
+from tests.test_webhook_wakeups import arrives, relay_idle, role, warm_up, worker_args
 
 pytestmark = pytest.mark.kubernetes
 
@@ -33,8 +33,9 @@ async def test_an_event_written_by_the_operator_reaches_an_idle_worker(
             database_url,
             "INSERT INTO nq_recipients (id, email, opt_out_all) VALUES ('quiet', 'q@x.io', true)",
         )
+        await warm_up(database_url, hooks)
         with role(database_url, tmp_path / "worker.log", *worker_args(hooks)):
-            await relay_idle(database_url, "notify-queue-worker")
+            await relay_idle(database_url, hooks)
             await kube.create(
                 {
                     "apiVersion": GROUP_VERSION,
