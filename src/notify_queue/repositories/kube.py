@@ -307,10 +307,9 @@ class KubeRepository:
     ) -> int:
         """Queue a status write for each object whose notification's reason ran out in (after,
         upto], or that waits for a worker only in `lanes`; return how many were queued."""
-        rows = await self._db.fetch_all(
-            "waiting_refresh_candidates",
-            {"after": after, "upto": upto, "lanes": lane_keys(lanes)},
-        )
+        rows = await self._db.fetch_all("waiting_refresh_passed", {"after": after, "upto": upto})
+        if lanes:
+            rows += await self._db.fetch_all("waiting_refresh_lanes", {"lanes": lane_keys(lanes)})
         if not rows:
             return 0
         queued = await self._db.fetch_one(

@@ -199,16 +199,23 @@ SELECT (SELECT min(waiting_until) FROM nq_jobs
           AND waiting_until > now()) AS next_until,
        now() AS now
 
--- name: waiting_refresh_candidates
--- Kubernetes notifications whose shown waiting went stale: a reason whose `until` passed in
--- (after, upto], and, in the lanes whose service by live workers changed (`channel:rank`), the
--- rows that wait for a worker only (they show `NoWorker`, or stop showing it). Ids only: the
--- links are the coordinator's own table, joined by the next statement.
+-- name: waiting_refresh_passed
+-- Kubernetes notifications whose waiting reason ran out in (after, upto]: their status still
+-- shows it. A read of the partial index nq_jobs_waiting (0017: deferred PENDING rows only), so
+-- the cost follows what waits, never the due backlog. Ids only: the links are the coordinator's
+-- own table, joined by waiting_refresh_queue.
+SELECT id FROM nq_jobs
+WHERE status = 'PENDING' AND waiting_reason IS NOT NULL AND source = 'kubernetes'
+  AND waiting_until > %(after)s AND waiting_until <= %(upto)s
+
+-- name: waiting_refresh_lanes
+-- Kubernetes notifications that wait for a worker only (no reason, or it ran out) in the lanes
+-- whose service by live workers just changed (`channel:rank`): they show `NoWorker`, or stop
+-- showing it. Run only when a worker started or stopped; a scan of the queue's PENDING rows.
 SELECT id FROM nq_jobs
 WHERE status = 'PENDING' AND source = 'kubernetes'
-  AND ((waiting_until > %(after)s AND waiting_until <= %(upto)s)
-       OR (channel || ':' || priority = ANY(%(lanes)s::text[])
-           AND (waiting_reason IS NULL OR waiting_until <= %(upto)s)))
+  AND (waiting_reason IS NULL OR waiting_until <= now())
+  AND channel || ':' || priority = ANY(%(lanes)s::text[])
 
 -- name: waiting_refresh_queue
 -- A status write for each object linked to these notifications (in this operator's namespace),
