@@ -127,9 +127,11 @@ def test_the_options_of_each_role_are_the_ones_its_code_reads() -> None:
     assert not {f for f in operator if f.startswith(("--rate-limit", "--backoff"))}
     assert {f for f in operator | api if f.startswith("--webhook")} == {"--webhook-url"}
     # The relay POSTs stored events: webhook options (--webhook-url tells the installer's own
-    # endpoint from client URLs), the guard, polling and metrics only.
+    # endpoint from client URLs), the guard, polling and metrics only, and the direct
+    # connection its LISTEN for new events needs behind a transaction-mode pooler.
     assert relay == {
         "--database-url",
+        "--listen-database-url",
         "--log-format",
         "--log-level",
         "--database-pool-size",
@@ -147,10 +149,10 @@ def test_the_options_of_each_role_are_the_ones_its_code_reads() -> None:
     }
     assert "--webhook-dispatch" in worker and "--webhook-dispatch" not in relay
     # A separate direct URL only where something needs a session: workers (LISTEN for new work),
-    # the operator (the status outbox) and migrate (its advisory lock); the relay and the API only
-    # poll or NOTIFY.
+    # the relay (new webhook events), the operator (the status outbox) and migrate (its advisory
+    # lock); the API only NOTIFYs.
     listens = {r for r in ROLE_SETTINGS if "--listen-database-url" in flags_in_help(r)}
-    assert listens == {"worker", "operator", "migrate", "up"}
+    assert listens == {"worker", "relay", "operator", "migrate", "up"}
     assert not {f for f in api if f.startswith(("--provider", "--smtp"))}
     assert flags_in_help("up") == api | worker | operator | {"--data-dir", "--kubernetes"}
 

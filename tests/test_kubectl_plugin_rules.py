@@ -33,7 +33,18 @@ def test_the_waiting_reason_comes_from_status_waiting_first() -> None:
     obj = _obj({"phase": "Pending", "waiting": waiting,
                 "conditions": [_reconciling("Waiting", "due at …")]})  # fmt: skip
     api = {"waiting": {"reason": "Backoff", "until": None, "detail": "x"}}
-    assert why.waiting_of(obj, api) == {**waiting, "source": "status.waiting"}
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert why.waiting_of(obj, api, now=now) == {**waiting, "source": "status.waiting"}
+
+
+def test_a_status_waiting_whose_until_passed_gives_way_to_the_api() -> None:
+    stale = {"reason": "EscalationStep", "until": "2026-01-01T07:00:00Z", "detail": "step 3"}
+    obj = _obj({"phase": "Pending", "waiting": stale})
+    api = {"waiting": {"reason": "NoWorker", "until": None, "detail": "no live worker"}}
+    after = datetime(2026, 1, 1, 7, 0, 15, tzinfo=UTC)
+    assert why.waiting_of(obj, api, now=after)["reason"] == "NoWorker"  # type: ignore[index]
+    before = datetime(2026, 1, 1, 6, 59, tzinfo=UTC)
+    assert why.waiting_of(obj, api, now=before)["source"] == "status.waiting"  # type: ignore[index]
 
 
 def test_then_from_the_api_then_from_the_reconciling_condition() -> None:

@@ -6,7 +6,8 @@ until, detail), in `GET /notifications?waiting=R`, and in the gauge `notify_queu
 reason always present): Scheduled (send time ahead), RecipientRateLimit (the recipient's window),
 PolicyNotReady, QuietHours, ProviderRateLimit (a provider's send rate), Backoff (after a
 temporary failure) and CircuitOpen (the only provider's circuit is open). A scheduled row whose
-time has come, with no worker yet, is PENDING with `waiting` null: it waits for a worker only.
+time has come, with no worker yet, is PENDING waiting NoWorker (no live worker serves its lane,
+and no `until`: it is due as soon as one starts); once a worker serves it, it is sent.
 DigestWindow and EscalationStep belong to the digest and escalation features; here they are
 present in the gauge at 0.
 """
@@ -152,15 +153,17 @@ async def test_each_cause_gives_its_reason_in_the_api_the_list_and_the_gauge(
     later = await _create(http, delaySeconds=3600)
     assert later["waiting"]["reason"] == "Scheduled"
     assert later["waiting"]["until"] == later["sendAt"] and later["waiting"]["detail"]
-    # A send time that has come: due, so it waits for a worker only, and no reason is shown.
+    # A send time that has come: due, and no worker runs, so it waits NoWorker.
     soon = await _create(http, sendAt=(datetime.now(UTC) + timedelta(seconds=1)).isoformat())
     assert soon["waiting"]["reason"] == "Scheduled"
 
     async def due() -> bool:
         n = (await http.get(f"/notifications/{soon['id']}")).json()
-        return n["status"] == "PENDING" and n["waiting"] is None
+        waiting = n["waiting"] or {}
+        return n["status"] == "PENDING" and waiting.get("reason") == "NoWorker"
 
-    await eventually(due, what="the scheduled notification due, with waiting null")
+    await eventually(due, what="the scheduled notification due, waiting NoWorker")
+    assert await _listed(http, "NoWorker") == {soon["id"]}
     assert await _listed(http, "Scheduled") == {later["id"]}
 
     worker = workers.start(

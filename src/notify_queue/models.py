@@ -193,6 +193,9 @@ class WaitingReason(enum.StrEnum):
     POLICY_NOT_READY = "PolicyNotReady"  # its NotificationPolicy is not Ready (the claim)
     DIGEST_WINDOW = "DigestWindow"  # its digest is still open (the digest feature writes it)
     ESCALATION_STEP = "EscalationStep"  # a later escalation step (the escalation feature)
+    # Due, but no live worker serves its channel and lane: computed when read from the workers'
+    # heartbeats (services/waiting.py), never stored.
+    NO_WORKER = "NoWorker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -595,6 +598,14 @@ class WebhookResult:
 class ProviderCircuit:
     state: str  # closed | half-open | open
     open_until: datetime | None
+
+
+class Wakeup(enum.Enum):
+    """What a worker's LISTEN connection heard (docs/design.md "Wake-ups and scheduling")."""
+
+    WORK = "work"  # notifications were written: the claimer looks
+    WEBHOOK_EVENTS = "webhook-events"  # webhook events were written, by any process: the relay
+    RECONNECTED = "reconnected"  # hints sent while away are lost: every sleeper looks
 
 
 class Engine(enum.StrEnum):

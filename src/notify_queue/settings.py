@@ -127,8 +127,9 @@ class DatabaseOptions(_Options):
 class ListenDatabaseOptions(_Options):
     """Direct database connection
 
-    For the roles that need one session (workers and the operator LISTEN, migrate holds an
-    advisory lock), when --database-url goes through a transaction-mode pooler such as PgBouncer.
+    For the roles that need one session (workers LISTEN for new work, relays for new webhook
+    events, the operator for the status outbox; migrate holds an advisory lock), when
+    --database-url goes through a transaction-mode pooler such as PgBouncer.
     """
 
     listen_database_url: str | None = Field(
@@ -344,7 +345,8 @@ class PollOptions(_Options):
         description="Bounds the delay when a hint is lost: new work wakes workers at once "
         "through LISTEN/NOTIFY, and a worker polls every this many seconds only while its LISTEN "
         "connection is down (regaining it triggers a look); while it listens, an idle worker looks "
-        "at its own due times and every 30 s (or this, if longer). A relay alone polls at this.",
+        "at its own due times and every 30 s (or this, if longer). A relay alone looks at this, "
+        "and new webhook events wake it at once through LISTEN/NOTIFY too.",
     )
 
 
@@ -610,14 +612,19 @@ class ApiSettings(
 
 
 class RelaySettings(
-    DatabaseOptions, ListenOptions, MetricsOptions, PollOptions, WebhookOptions, OutboundOptions
+    DatabaseOptions,
+    ListenOptions,
+    MetricsOptions,
+    PollOptions,
+    WebhookOptions,
+    OutboundOptions,
+    ListenDatabaseOptions,
 ):
     """`notify-queue relay`: the webhook outbox only."""
 
 
 class WorkerSettings(
     RelaySettings,
-    ListenDatabaseOptions,
     WorkerOptions,
     DeliveryPolicyOptions,
     ProviderOptions,

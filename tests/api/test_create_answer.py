@@ -43,7 +43,8 @@ async def test_a_single_create_answers_what_a_read_of_it_shows(
 
     assert created.status_code == 201, created.text
     answer = await _same_as_read(shared_client, created)
-    assert answer["waiting"] is None and answer["status"] == "PENDING"
+    # Due now, and no worker runs in these tests: it waits NoWorker, in the answer as in a read.
+    assert answer["waiting"]["reason"] == "NoWorker" and answer["status"] == "PENDING"
 
 
 async def test_a_scheduled_create_answers_its_waiting_and_times_as_a_read_shows_them(

@@ -335,7 +335,25 @@ async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
         failed = {c.id for c in claimed[:3]}
         await finish(db, claimed, failed=failed)
         assert await schema.migrate(db, target=26) == [26]
-        assert await schema.migrate(db) == [28, 30, 32, 35, 37, 38, 39, 40, 41, 42, 43, 44, 45]
+        assert await schema.migrate(db) == [
+            28,
+            30,
+            32,
+            35,
+            37,
+            38,
+            39,
+            40,
+            41,
+            42,
+            43,
+            44,
+            45,
+            48,
+            49,
+            52,
+            53,
+        ]
         partitions = await DeliveryLogRepository(db).partitions_index()
         assert len(partitions) == 1
         assert await schema.migrate(db, contract=True) == [27, 29, 31, 33, 34, 36]

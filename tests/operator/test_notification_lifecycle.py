@@ -49,7 +49,8 @@ async def test_an_applied_notification_is_sent_and_its_status_says_so(
 
     obj = await eventually(accepted, timeout=15)
     assert condition(obj, "Accepted")["status"] == "True"
-    assert condition(obj, "Delivered")["reason"] == "Waiting"
+    # Due, and no worker runs yet: it waits NoWorker (docs/design.md "Why a notification waits").
+    assert condition(obj, "Delivered")["reason"] == "NoWorker"
     row = await _row(db, f"k8s:{uid}")
     assert (
         row is not None

@@ -57,7 +57,25 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
         )
         today = _one(url, "SELECT tableoid::regclass::text FROM nq_delivery_log LIMIT 1")
 
-        assert await migrate(db) == [28, 30, 32, 35, 37, 38, 39, 40, 41, 42, 43, 44, 45]
+        assert await migrate(db) == [
+            28,
+            30,
+            32,
+            35,
+            37,
+            38,
+            39,
+            40,
+            41,
+            42,
+            43,
+            44,
+            45,
+            48,
+            49,
+            52,
+            53,
+        ]
         assert (
             _one(
                 url,

@@ -39,6 +39,7 @@ class Waiting(TypedDict):
         "PolicyNotReady",
         "DigestWindow",
         "EscalationStep",
+        "NoWorker",
     ]
     until: str | None
     detail: str

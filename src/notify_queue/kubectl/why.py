@@ -5,16 +5,19 @@ or the reason it could not be read), so the text and `-o json` say the same thin
 check the rules without a cluster.
 
 Where the waiting reason comes from, first that is there: the object's `status.waiting`
-(docs/operator.md), the API's `waiting`, and else, for a Pending object, its `Reconciling`
-condition, whose reason and message the operator writes for every notification still in
-progress, with `status.nextAttemptAt` as the time it is due again.
+(docs/operator.md) unless its `until` has passed (the operator writes it again then; until it
+has, that word is older than the notification's state), the API's `waiting` (computed when read:
+`NoWorker` among them), and else, for a Pending object, its `Reconciling` condition, whose reason
+and message the operator writes for every notification still in progress, with
+`status.nextAttemptAt` as the time it is due again.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-from notify_queue.kubectl.output import NONE, fields, relative, table
+from notify_queue.kubectl.output import NONE, fields, parse_time, relative, table
 from notify_queue.services.kube import DEFAULT_POLICY
 
 FINAL_PHASES = {"Sent", "Failed", "DeadLettered", "Cancelled", "Expired", "Rejected", "Suppressed"}
@@ -27,10 +30,14 @@ def _condition(obj: dict[str, Any], type: str) -> dict[str, Any] | None:
     return None
 
 
-def waiting_of(obj: dict[str, Any], api: dict[str, Any] | None) -> dict[str, Any] | None:
+def waiting_of(
+    obj: dict[str, Any], api: dict[str, Any] | None, now: datetime | None = None
+) -> dict[str, Any] | None:
     status = obj.get("status") or {}
-    if status.get("waiting"):
-        return {**status["waiting"], "source": "status.waiting"}
+    waiting = status.get("waiting")
+    until = parse_time(waiting.get("until")) if waiting else None
+    if waiting and (until is None or until > (now or datetime.now(UTC))):
+        return {**waiting, "source": "status.waiting"}
     if api and api.get("waiting"):
         return {**api["waiting"], "source": "api"}
     if status.get("phase") != "Pending":

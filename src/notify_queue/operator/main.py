@@ -35,6 +35,7 @@ from notify_queue.errors import SchemaNotCurrent
 from notify_queue.operator.handlers import register_handlers
 from notify_queue.operator.kubeapi import KubeApi, load_kube_configuration
 from notify_queue.operator.mirror import NotificationMirror, PolicyMirror, TemplateMirror
+from notify_queue.operator.refresh import WaitingRefresher
 from notify_queue.operator.scaler import WorkerScaler
 from notify_queue.operator.status import StatusWriter
 from notify_queue.operator.sweeper import TtlSweeper
@@ -50,6 +51,7 @@ from notify_queue.services.kube import ACKNOWLEDGED
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.recipients import RecipientService
 from notify_queue.services.rendering import RenderPool
+from notify_queue.services.waiting import LiveLanes
 from notify_queue.services.wakeups import DebouncedWaker
 from notify_queue.settings import OperatorSettings
 
@@ -196,6 +198,7 @@ async def _run(
         templates=TemplateMirror(RecipientService(RecipientRepository(db)), kube),
     )
     sweeper = TtlSweeper(links, kube, namespace=namespace)
+    lanes = LiveLanes(repository.workers)
     writer = StatusWriter(
         links,
         kube,
@@ -203,7 +206,9 @@ async def _run(
         batch_size=settings.status_batch_size,
         patches_per_second=settings.status_patches_per_second,
         on_finished=sweeper.poke,
+        lanes=lanes,
     )
+    refresher = WaitingRefresher(links, lanes, writer, namespace=namespace)
     scaler = WorkerScaler(
         links, kube, namespace=namespace, interval_seconds=settings.scale_interval
     )
@@ -212,6 +217,7 @@ async def _run(
     background: list[tuple[str, Callable[[asyncio.Event], Awaitable[None]]]] = [
         ("status writer", writer.run),
         ("ttl sweeper", sweeper.run),
+        ("waiting refresher", refresher.run),
         ("worker scaler", scaler.run),
         ("secret refresher", policies.run),
     ]

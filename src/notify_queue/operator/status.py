@@ -24,8 +24,10 @@ from notify_queue.operator import metrics
 from notify_queue.operator.kubeapi import KubeApi, KubeUnavailable, PatchOutcome
 from notify_queue.operator.waiting import pause
 from notify_queue.repositories.kube import KubeRepository, StatusChange
+from notify_queue.repositories.workers import Lanes
 from notify_queue.services.kube import NOTIFICATIONS, object_reference
 from notify_queue.services.kube_status import notification_status
+from notify_queue.services.waiting import ALL_LANES, LiveLanes, with_no_worker
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,7 @@ class StatusWriter:
         concurrency: int = 16,
         fallback_poll_seconds: float = 5.0,
         on_finished: Callable[[], None] = lambda: None,
+        lanes: LiveLanes | None = None,
     ) -> None:
         self._repository = repository
         self._kube = kube
@@ -78,7 +81,14 @@ class StatusWriter:
         self._concurrency = asyncio.Semaphore(concurrency)
         self._fallback_poll_seconds = fallback_poll_seconds
         self._on_finished = on_finished
+        # The lanes live workers serve: a due notification none serves shows `NoWorker`.
+        self._lanes = lanes
+        self._served: Lanes = ALL_LANES
         self._wake = asyncio.Event()
+
+    def poke(self) -> None:
+        """Changes were queued by this process: drain now."""
+        self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
         listener = asyncio.create_task(self._listen(stop), name="status outbox listener")
@@ -111,6 +121,8 @@ class StatusWriter:
                 # None: another replica is writing this scope's batch right now.
                 if batch is None or not batch.changes:
                     return patched
+                if self._lanes is not None:
+                    self._served = await self._lanes.served()
                 results = await asyncio.gather(*(self._write(c) for c in batch.changes))
                 written = [c for c, ok in zip(batch.changes, results, strict=True) if ok]
                 await batch.delete([seq for c in written for seq in c.outbox_seqs])
@@ -126,7 +138,7 @@ class StatusWriter:
         if not change.linked or n is None:
             return True
         status = notification_status(
-            n,
+            with_no_worker(n, self._served),
             generation=change.generation,
             finished_at=change.finished_at,
             policy_ready=change.policy_ready,

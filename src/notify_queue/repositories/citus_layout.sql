@@ -41,8 +41,14 @@ DECLARE
     shards CONSTANT integer := 16;
     t text;
 BEGIN
-    -- Citus refuses triggers on distributed tables: the contract steps that drop 0.1.0's must be
-    -- applied first (a fresh database gets them with the rest).
+    -- Citus refuses triggers on distributed tables. The events' NOTIFY (0048) goes: a NOTIFY on
+    -- a worker node would never reach the coordinator's listeners anyway.
+    IF NOT EXISTS (SELECT FROM pg_dist_partition
+                   WHERE logicalrelid = 'nq_webhook_events'::regclass) THEN
+        DROP TRIGGER IF EXISTS nq_webhook_events_notify ON nq_webhook_events;
+    END IF;
+    -- The contract steps that drop 0.1.0's triggers must be applied first (a fresh database gets
+    -- them with the rest).
     IF EXISTS (SELECT FROM pg_trigger
                WHERE tgrelid IN ('nq_jobs'::regclass, 'nq_delivery_log'::regclass,
                                  'nq_webhook_events'::regclass)

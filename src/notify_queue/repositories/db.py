@@ -247,17 +247,18 @@ class Database:
 
     async def listen(
         self,
-        channel: str,
+        channels: tuple[str, ...],
         stop: asyncio.Event,
         *,
         on_state: Callable[[bool], None] | None = None,
     ) -> AsyncIterator[str]:
-        """Yield the payload of each NOTIFY on `channel` until `stop` is set; reconnects on loss.
+        """Yield the channel of each NOTIFY on one of `channels` until `stop` is set; reconnects
+        on loss. One connection for them all: each LISTEN ties up a session.
 
         Runs on its own connection to `session_url`, outside the pool: a LISTEN ties up a
         session, which a transaction-mode pooler gives back after each transaction (the
         notifications would then reach whichever client runs there next, or nobody). After a
-        reconnect it yields an empty payload, because hints sent while it was away are lost and
+        reconnect it yields "" (any channel), because hints sent while it was away are lost and
         the caller should look for work anyway. `on_state(True)` is called once the LISTEN is in
         place and `on_state(False)` when the connection is lost (or the listener ends): while it
         is away the caller cannot rely on hints and polls instead.
@@ -271,7 +272,8 @@ class Database:
                     autocommit=True,
                     application_name=application_name("notify-queue-listen"),
                 ) as conn:
-                    await conn.execute(f"LISTEN {channel}")  # channel is a constant of ours
+                    for channel in channels:
+                        await conn.execute(f"LISTEN {channel}")  # channels are constants of ours
                     delay = 0.1
                     listening = True
                     if on_state is not None:
@@ -279,7 +281,7 @@ class Database:
                     yield ""
                     while not stop.is_set():
                         async for notify in conn.notifies(timeout=1.0):
-                            yield notify.payload
+                            yield notify.channel
             except _UNAVAILABLE as exc:
                 if listening and on_state is not None:
                     listening = False

@@ -22,12 +22,15 @@ from notify_queue.models import (
     Preferences,
     Priority,
     Status,
+    Wakeup,
 )
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.notifications import citus_finish, citus_queue_returned_changes
+from notify_queue.repositories.webhooks import WEBHOOK_EVENTS_CHANNEL
 
 WAKEUP_CHANNEL = "nq_wakeup"
+_WAKEUPS = {WAKEUP_CHANNEL: Wakeup.WORK, WEBHOOK_EVENTS_CHANNEL: Wakeup.WEBHOOK_EVENTS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -524,10 +527,17 @@ class DeliveryRepository:
         due = [t for t in (row["lease_ends_at"], row["expires_at"]) if t is not None]
         return (min(due) if due else None), row["now"]
 
-    def wakeups(
-        self, stop: asyncio.Event, *, on_state: Callable[[bool], None] | None = None
-    ) -> AsyncIterator[str]:
-        return self._db.listen(WAKEUP_CHANNEL, stop, on_state=on_state)
+    async def wakeups(
+        self,
+        stop: asyncio.Event,
+        *,
+        webhook_events: bool,
+        on_state: Callable[[bool], None] | None = None,
+    ) -> AsyncIterator[Wakeup]:
+        """New work, and with `webhook_events` new webhook events, on one LISTEN connection."""
+        channels = (WAKEUP_CHANNEL, WEBHOOK_EVENTS_CHANNEL) if webhook_events else (WAKEUP_CHANNEL,)
+        async for channel in self._db.listen(channels, stop, on_state=on_state):
+            yield _WAKEUPS.get(channel, Wakeup.RECONNECTED)
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,6 +32,7 @@ from notify_queue.models import (
 from notify_queue.repositories.db import Connection, Database, Row
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import notification_from_row
+from notify_queue.repositories.workers import Lanes, lane_keys
 
 STATUS_OUTBOX_CHANNEL = "nq_status_outbox"
 
@@ -298,8 +299,32 @@ class KubeRepository:
 
     async def status_outbox_wakeups(self, stop: asyncio.Event) -> AsyncIterator[None]:
         """One item per NOTIFY from the outbox trigger, and one after each (re)connect."""
-        async for _ in self._db.listen(STATUS_OUTBOX_CHANNEL, stop):
+        async for _ in self._db.listen((STATUS_OUTBOX_CHANNEL,), stop):
             yield None
+
+    # --- waiting refresh (operator/refresh.py) --------------------------------------------
+
+    async def waiting_refresh_next(self) -> tuple[datetime | None, datetime]:
+        """When the next Kubernetes notification's waiting reason runs out, and the database's
+        now."""
+        row = await self._db.fetch_one("waiting_refresh_next")
+        assert row is not None
+        return row["next_until"], row["now"]
+
+    async def waiting_refresh_queue(
+        self, *, after: datetime, upto: datetime, lanes: Lanes, namespace: str | None
+    ) -> int:
+        """Queue a status write for each object whose notification's reason ran out in (after,
+        upto], or that waits for a worker only in `lanes`; return how many were queued."""
+        rows = await self._db.fetch_all("waiting_refresh_passed", {"after": after, "upto": upto})
+        if lanes:
+            rows += await self._db.fetch_all("waiting_refresh_lanes", {"lanes": lane_keys(lanes)})
+        if not rows:
+            return 0
+        queued = await self._db.fetch_one(
+            "waiting_refresh_queue", {"ids": [r["id"] for r in rows], "namespace": namespace}
+        )
+        return int(queued["queued"]) if queued is not None else 0
 
     # --- TTL sweep ---------------------------------------------------------------------------
 

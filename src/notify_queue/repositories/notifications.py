@@ -31,6 +31,7 @@ from notify_queue.repositories.rows import (
     recipient_from_row,
     template_from_row,
 )
+from notify_queue.repositories.workers import Lanes, WorkerRepository, lane_keys
 
 
 class NotificationRepository:
@@ -40,6 +41,8 @@ class NotificationRepository:
         self._default_webhook_url = default_webhook_url
         # For /status: the engine, read at most once per TTL by this process.
         self._engine = EngineRepository(db)
+        # The workers' heartbeats, on the same database (`NoWorker`).
+        self.workers = WorkerRepository(db)
 
     @asynccontextmanager
     async def targeted_transaction(
@@ -141,9 +144,11 @@ class NotificationRepository:
         limit: int,
         recipient_id: str | None = None,
         waiting: WaitingReason | None = None,
+        unserved: Lanes = frozenset(),
     ) -> list[Notification]:
         """A page in (created_at, id) order; with `waiting`, only rows waiting for that reason
-        now (a query of its own over the queue: only PENDING rows wait)."""
+        now (a query of its own over the queue: only PENDING rows wait). `NoWorker` rows are
+        the due ones in the `unserved` lanes."""
         params: dict[str, Any] = {
             "status": status.value if status else None,
             "channel": channel,
@@ -156,6 +161,12 @@ class NotificationRepository:
         # Each statement named at its call (the security test reads the names from the code).
         if waiting is None:
             rows = await self._db.fetch_all("notification_list", params)
+        elif waiting is WaitingReason.NO_WORKER:
+            if not unserved:
+                return []
+            rows = await self._db.fetch_all(
+                "notification_list_unserved", params | {"lanes": lane_keys(unserved)}
+            )
         else:
             rows = await self._db.fetch_all(
                 "notification_list_waiting", params | {"waiting": waiting.value}
@@ -259,13 +270,19 @@ class NotificationRepository:
     async def workers_wake(self) -> None:
         await self._db.execute("notification_wake_workers")
 
-    async def queue_status(self, *, waiting: bool = False) -> QueueStatus:
+    async def queue_status(
+        self, *, waiting: bool = False, unserved: Lanes = frozenset()
+    ) -> QueueStatus:
+        """The queue now; with `waiting` the count per reason, `NoWorker` in `unserved` lanes."""
         async with self._db.connection() as conn:
             counts = await conn.fetch_all("queue_status_counts")
             due = await conn.fetch_all("queue_status_due")
             hooks = await conn.fetch_all("queue_status_webhooks")
             circuits = await conn.fetch_all("provider_circuits_read")
             waits = await conn.fetch_all("queue_status_waiting") if waiting else []
+            if waiting and unserved:
+                row = await conn.fetch_one("queue_status_unserved", {"lanes": lane_keys(unserved)})
+                waits.append({"reason": WaitingReason.NO_WORKER, "n": row["n"] if row else 0})
             now = (await conn.fetch_one("database_now") or {})["now"]
             engine = await self._engine.engine_get(conn=conn)
         oldest = min((r["oldest_due"] for r in due), default=None)

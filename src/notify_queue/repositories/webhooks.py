@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 
 from notify_queue.models import Engine, WebhookEvent, WebhookResult
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.engine import EngineRepository
+
+# A statement that writes webhook events NOTIFYs this channel at its commit, whoever runs it
+# (the trigger of migration 0048), so an idle relay POSTs them at once.
+WEBHOOK_EVENTS_CHANNEL = "nq_webhook_events"
 
 
 class WebhookRepository:
@@ -19,6 +24,11 @@ class WebhookRepository:
 
     async def _citus(self) -> bool:
         return (await self._engine.engine_get()).engine is Engine.CITUS
+
+    async def webhook_events_wakeups(self, stop: asyncio.Event) -> AsyncIterator[None]:
+        """One item per NOTIFY of new webhook events, and one after each (re)connect."""
+        async for _ in self._db.listen((WEBHOOK_EVENTS_CHANNEL,), stop):
+            yield None
 
     async def webhook_events_claim(
         self,

@@ -28,6 +28,7 @@ from notify_queue.models import (
     Priority,
     Status,
     WaitingReason,
+    Wakeup,
 )
 from notify_queue.repositories.delivery import (
     NO_CHAIN_HEADS,
@@ -258,9 +259,13 @@ class DeliveryService:
         return _seconds_until(due, now, ceiling)
 
     def wakeups(
-        self, stop: asyncio.Event, *, on_state: Callable[[bool], None] | None = None
-    ) -> AsyncIterator[str]:
-        return self._repository.wakeups(stop, on_state=on_state)
+        self,
+        stop: asyncio.Event,
+        *,
+        webhook_events: bool,
+        on_state: Callable[[bool], None] | None = None,
+    ) -> AsyncIterator[Wakeup]:
+        return self._repository.wakeups(stop, webhook_events=webhook_events, on_state=on_state)
 
 
 def _seconds_until(due: datetime | None, now: datetime, ceiling: float) -> float:

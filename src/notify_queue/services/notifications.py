@@ -38,6 +38,7 @@ from notify_queue.services.preferences import derived_key, opt_out_reason
 from notify_queue.services.rendering import InlineRenderer, Renderer
 from notify_queue.services.templates import render
 from notify_queue.services.validation import PreparedRequest, same_request
+from notify_queue.services.waiting import LiveLanes
 from notify_queue.services.wakeups import DebouncedWaker
 
 MAX_BATCH = 1000
@@ -60,6 +61,7 @@ class NotificationService:
         waker: DebouncedWaker | None = None,
         creates_in_flight: int = CREATES_IN_FLIGHT,
         renderer: Renderer | None = None,
+        lanes: LiveLanes | None = None,
     ) -> None:
         """`renderer` renders templates; a process serving clients passes a RenderPool (the
         inline default has no time or memory limit: for tests and tools)."""
@@ -67,6 +69,9 @@ class NotificationService:
         self._renderer: Renderer = renderer if renderer is not None else InlineRenderer()
         self._default_max_attempts = default_max_attempts
         self._waker = waker
+        # The lanes live workers serve, for `NoWorker` (services/waiting.py); read from the
+        # repository's database unless given (a test's clock).
+        self._lanes = lanes if lanes is not None else LiveLanes(repository.workers)
         self._creates = CreateCoalescer(
             self.create_many, max_in_flight=creates_in_flight, max_batch=MAX_BATCH
         )
@@ -142,7 +147,18 @@ class NotificationService:
             expanded = await self._enqueue_targeted([requests[i] for i in targeted])
             for index, outcome in zip(targeted, expanded, strict=True):
                 results[index] = outcome
-        return [r for r in results if r is not None]
+        done = [r for r in results if r is not None]
+        # The answer says what a read would: a due notification no live worker serves waits
+        # NoWorker (the lanes are read at most once per few seconds per process).
+        await self._lanes.apply(
+            [
+                n
+                for r in done
+                if isinstance(r, CreateResult)
+                for n in (r.notification, *r.notifications)
+            ]
+        )
+        return done
 
     async def _enqueue_targeted(
         self, requests: Sequence[PreparedRequest]
@@ -291,6 +307,7 @@ class NotificationService:
         found = await self._repository.notification_get(id=id)
         if found is None:
             raise NotFound(f"notification {id} does not exist")
+        await self._lanes.apply([found])
         return found
 
     async def list(
@@ -316,7 +333,11 @@ class NotificationService:
             after=after,
             limit=limit + 1,
             waiting=waiting,
+            unserved=await self._lanes.unserved()
+            if waiting is WaitingReason.NO_WORKER
+            else frozenset(),
         )
+        await self._lanes.apply(items)
         if len(items) <= limit:
             return items, None
         items = items[:limit]
@@ -374,7 +395,8 @@ class NotificationService:
 
     async def status(self, *, waiting: bool = False) -> QueueStatus:
         """The queue now; with `waiting`, also the count per waiting reason (for /metrics)."""
-        return await self._repository.queue_status(waiting=waiting)
+        unserved = await self._lanes.unserved() if waiting else frozenset()
+        return await self._repository.queue_status(waiting=waiting, unserved=unserved)
 
 
 def _keys_of(request_key: str) -> list[str]:

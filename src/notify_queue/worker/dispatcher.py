@@ -68,9 +68,10 @@ class WebhookDispatcher:
         self._trusted = trusted
         self._health = health or Health()
         self._concurrency = concurrency
-        # The longest an idle relay sleeps without a look. Alone (`relay`), nothing tells it of
-        # new events, so it looks every --poll-interval; inside a worker, that worker's results
-        # `poke` it and this is only the safety look for other workers' events.
+        # The longest an idle relay sleeps without a look. New events `poke` it: the NOTIFY of
+        # the statement that wrote them, heard on its process's LISTEN connection (not on Citus:
+        # docs/design.md "Wake-ups and scheduling"), and inside a worker that worker's own
+        # results. This is the safety look for a NOTIFY lost with its connection.
         self._look_seconds = max(look_seconds or settings.poll_interval, settings.poll_interval)
         self._claim_batch = max(1, int(concurrency * _CLAIM_BATCH_SHARE))
         self._wake = asyncio.Event()
@@ -83,7 +84,7 @@ class WebhookDispatcher:
         self._record_lock = asyncio.Lock()
 
     def poke(self) -> None:
-        """New events were written by this process: look now instead of at the next look."""
+        """New events were written: look now instead of at the next look."""
         self._wake.set()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -115,6 +116,9 @@ class WebhookDispatcher:
                 self._slot_free.clear()
                 await wait_any(self._slot_free, stop, timeout=s.poll_interval)
                 continue
+            # Cleared before the claim: a poke for an event committed after its snapshot wakes
+            # the wait below instead of being lost with a clear after it.
+            self._wake.clear()
             try:
                 events = await self._repository.webhook_events_claim(
                     limit=free,
@@ -138,7 +142,6 @@ class WebhookDispatcher:
             except DatabaseUnavailable as exc:
                 log.warning("webhook dispatch paused: %s", exc)
                 wait = s.poll_interval
-            self._wake.clear()
             await wait_any(self._wake, stop, timeout=wait)
 
     def _post_done(self, task: asyncio.Task[None]) -> None:

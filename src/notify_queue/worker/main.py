@@ -21,9 +21,11 @@ from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryReposit
 from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.repositories.providers import ProviderRepository
 from notify_queue.repositories.webhooks import WebhookRepository
+from notify_queue.repositories.workers import WorkerRepository
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.rendering import RenderPool
 from notify_queue.services.retention import DeliveryLogKeeper
+from notify_queue.services.waiting import WorkerHeartbeat
 from notify_queue.settings import RelaySettings, Switch, WorkerSettings
 from notify_queue.worker.dispatcher import WebhookDispatcher
 from notify_queue.worker.endpoints import start_endpoints
@@ -144,6 +146,9 @@ async def run_worker(
                 DeliveryLogRepository(db), retention_days=settings.retention
             ),
             lease_seconds=settings.lease_seconds,
+            heartbeat=WorkerHeartbeat(
+                WorkerRepository(db), channels=settings.channels, priorities=settings.priorities
+            ),
         )
         log.info(
             "worker started: lanes %s, channels %s, concurrency %d, batch %d, webhooks %s",
@@ -178,15 +183,27 @@ async def run_relay(
     """Relay the webhook outbox alone until SIGTERM/SIGINT (or `stop`)."""
     health = Health()
     done = asyncio.Event()
-    async with _process(settings, "notify-queue-relay", db, health) as db:
+    async with _process(
+        settings, "notify-queue-relay", db, health, session_url=settings.listen_database_url
+    ) as db:
         dispatcher, close_dispatcher = webhook_dispatcher(settings, db, health)
+        events = WebhookRepository(db)
+
+        async def listen() -> None:
+            # Every statement that writes events NOTIFYs at its commit (docs/design.md,
+            # "Wake-ups and scheduling").
+            async for _ in events.webhook_events_wakeups(done):
+                dispatcher.poke()
+
+        async def relay() -> None:
+            await asyncio.gather(
+                supervise("webhooks", lambda: dispatcher.run(done), health, stop=done),
+                supervise("listen", listen, health, stop=done),
+            )
+
         log.info("relay started")
         try:
-            await _until_signal(
-                supervise("webhooks", lambda: dispatcher.run(done), health, stop=done),
-                done.set,
-                stop,
-            )
+            await _until_signal(relay(), done.set, stop)
         finally:
             await close_dispatcher()
             log.info("relay stopped")

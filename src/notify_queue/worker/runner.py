@@ -20,9 +20,12 @@ after a backoff. No task dies silently.
   a result leaves memory only once its statement committed;
 - housekeeping recovers expired leases and expires overdue notifications when the first lease
   runs out or the first notification expires (its own timer), and prunes old slots;
-- the webhook relay (`--webhook-dispatch on`) relays the outbox, woken by this worker's own
-  results and its events' next due time;
-- retention keeps the delivery log's partitions: the coming days', and none past --retention.
+- the webhook relay (`--webhook-dispatch on`) relays the outbox, woken by the NOTIFY of every
+  statement that writes events (whichever process runs it, on the listener's connection), by
+  this worker's own results, and by its events' next due time;
+- retention keeps the delivery log's partitions: the coming days', and none past --retention;
+- the heartbeat says which lanes this worker serves, every 15 s, until it stops claiming (a
+  notification no live worker serves waits `NoWorker`: services/waiting.py).
 
 On SIGTERM the claimer stops, deliveries in flight get --shutdown-grace-seconds to finish, and
 what is still unfinished is handed back without using an attempt.
@@ -49,9 +52,11 @@ from notify_queue.models import (
     Outcome,
     Priority,
     Status,
+    Wakeup,
 )
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.retention import DeliveryLogKeeper
+from notify_queue.services.waiting import WorkerHeartbeat
 from notify_queue.worker.deliveries import Deliveries
 from notify_queue.worker.dispatcher import WebhookDispatcher
 from notify_queue.worker.metrics import DELIVERIES, DUE_TO_SENT, STALE_RESULTS
@@ -89,8 +94,10 @@ class Worker:
         delivery_log: DeliveryLogKeeper | None = None,
         lease_seconds: float | None = None,
         safety_look_seconds: float = SAFETY_LOOK_SECONDS,
+        heartbeat: WorkerHeartbeat | None = None,
     ) -> None:
         self._service = service
+        self._heartbeat = heartbeat
         self._delivery_log = delivery_log
         self._router = router
         self._dispatcher = dispatcher
@@ -137,13 +144,18 @@ class Worker:
         if self._dispatcher is not None:
             dispatcher = self._dispatcher
             tasks["webhooks"] = lambda: dispatcher.run(self._stop)
+        if self._heartbeat is not None:
+            heartbeat = self._heartbeat
+            tasks["heartbeat"] = lambda: heartbeat.run(self._claiming_stopped)
+        # The claimer, and the heartbeat that says which lanes this worker claims, stop first.
+        first = ("claim", "heartbeat")
         supervised = {
             name: asyncio.create_task(
                 supervise(
                     name,
                     run,
                     self.health,
-                    stop=self._claiming_stopped if name == "claim" else self._stop,
+                    stop=self._claiming_stopped if name in first else self._stop,
                 ),
                 name=name,
             )
@@ -235,10 +247,20 @@ class Worker:
         # The listener reconnects by itself; a (re)start that gets here is a working listener.
         self.health.ok("listen")
         try:
-            async for _ in self._service.wakeups(self._stop, on_state=self._listen_state):
-                # A hint, or the (re)connect itself: hints sent while away are lost, so look.
-                self._wake.set()
-                self._housekeeping_wake.set()
+            wakeups = self._service.wakeups(
+                self._stop,
+                webhook_events=self._dispatcher is not None,
+                on_state=self._listen_state,
+            )
+            async for wakeup in wakeups:
+                # Events written by any process (an API's create, SQL, another worker) reach
+                # this relay at once (docs/design.md "Wake-ups and scheduling"); the
+                # (re)connect itself wakes everyone.
+                if wakeup is not Wakeup.WORK and self._dispatcher is not None:
+                    self._dispatcher.poke()
+                if wakeup is not Wakeup.WEBHOOK_EVENTS:
+                    self._wake.set()
+                    self._housekeeping_wake.set()
         finally:
             self._listen_state(False)
 

@@ -143,6 +143,33 @@ SELECT {{_notification_columns}} FROM (
 ORDER BY n.created_at, n.id
 LIMIT %(limit)s
 
+-- name: notification_list_unserved
+-- notification_list for `?waiting=NoWorker`: PENDING rows that wait for a worker only (no reason,
+-- or its until passed) in the lanes no live worker serves, `channel:rank` strings (the lanes come
+-- from nq_workers, a table this statement does not join: on Citus it is the coordinator's alone).
+-- A scan of the due part of the queue in those lanes; asked for by a person, rarely.
+SELECT {{_notification_columns}} FROM nq_jobs n
+WHERE n.status = 'PENDING'
+  AND (n.waiting_reason IS NULL OR n.waiting_until <= now())
+  AND n.channel || ':' || n.priority = ANY(%(lanes)s::text[])
+  AND (%(status)s::text IS NULL OR status = %(status)s)
+  AND (%(channel)s::text IS NULL OR channel = %(channel)s)
+  AND (%(recipient)s::text IS NULL OR recipient = %(recipient)s)
+  AND (%(recipient_id)s::text IS NULL OR recipient_id = %(recipient_id)s)
+  AND (%(after_created_at)s::timestamptz IS NULL
+       OR (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
+ORDER BY created_at, id
+LIMIT %(limit)s
+
+-- name: queue_status_unserved
+-- The `NoWorker` count of notify_queue_waiting: PENDING rows that wait for a worker only in the
+-- lanes no live worker serves (as notification_list_unserved). Read only when a lane is
+-- unserved; its cost follows that lane's due backlog.
+SELECT count(*) AS n FROM nq_jobs
+WHERE status = 'PENDING'
+  AND (waiting_reason IS NULL OR waiting_until <= now())
+  AND channel || ':' || priority = ANY(%(lanes)s::text[])
+
 -- name: _finished_notifications
 -- The log's rows with the columns only an unfinished row has, as nq_all_notifications gives them.
 SELECT l.*, NULL::text AS waiting_reason, NULL::timestamptz AS waiting_until,

@@ -190,3 +190,43 @@ objects AS (
       AND (l.ttl_delete_requested_at IS NULL OR l.ttl_delete_requested_at < now() - interval '1 minute')
     ORDER BY n.finished_at
     LIMIT %(limit)s
+
+-- name: waiting_refresh_next
+-- When the next Kubernetes notification's waiting reason runs out (its `until`), and the
+-- database's now: the refresher sleeps until then (operator/refresh.py). Rows with a reason only,
+-- the partial index nq_jobs_waiting (0017).
+SELECT (SELECT min(waiting_until) FROM nq_jobs
+        WHERE status = 'PENDING' AND waiting_reason IS NOT NULL AND source = 'kubernetes'
+          AND waiting_until > now()) AS next_until,
+       now() AS now
+
+-- name: waiting_refresh_passed
+-- Kubernetes notifications whose waiting reason ran out in (after, upto]: their status still
+-- shows it. A read of the partial index nq_jobs_waiting (0017: deferred PENDING rows only), so
+-- the cost follows what waits, never the due backlog. Ids only: the links are the coordinator's
+-- own table, joined by waiting_refresh_queue.
+SELECT id FROM nq_jobs
+WHERE status = 'PENDING' AND waiting_reason IS NOT NULL AND source = 'kubernetes'
+  AND waiting_until > %(after)s AND waiting_until <= %(upto)s
+
+-- name: waiting_refresh_lanes
+-- Kubernetes notifications that wait for a worker only (no reason, or it ran out) in the lanes
+-- whose service by live workers just changed (`channel:rank`): they show `NoWorker`, or stop
+-- showing it. Run only when a worker started or stopped; a scan of the queue's PENDING rows.
+SELECT id FROM nq_jobs
+WHERE status = 'PENDING' AND source = 'kubernetes'
+  AND (waiting_reason IS NULL OR waiting_until <= now())
+  AND channel || ':' || priority = ANY(%(lanes)s::text[])
+
+-- name: waiting_refresh_queue
+-- A status write for each object linked to these notifications (in this operator's namespace),
+-- as the status trigger queues one for a change of the row (0003); the writer is poked in-process.
+WITH queued AS (
+    INSERT INTO nq_status_outbox (uid, namespace, name, notification_id, old_status, new_status)
+    SELECT l.uid, l.namespace, l.name, l.notification_id, 'PENDING', 'PENDING'
+    FROM nq_kube_links l
+    WHERE l.notification_id = ANY(%(ids)s::uuid[])
+      AND (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
+    RETURNING seq
+)
+SELECT count(*) AS queued FROM queued
