@@ -1,4 +1,4 @@
-"""The HTTP API (CONTRACT §4): FastAPI routes over `services`, problem+json errors, /metrics.
+"""The HTTP API (docs/api-reference.md): FastAPI routes over `services`, problem+json errors, /metrics.
 
 `create_app(settings, db=...)` builds the ASGI app; `main.run_api(settings)` serves it.
 """

@@ -1,8 +1,8 @@
-"""`/notifications*`: create (one or a batch), read, list, cancel and retry (CONTRACT §4).
+"""`/notifications*`: create (one or a batch), read, list, cancel and retry (docs/api-reference.md).
 
 Thin on purpose: the rules are in `services` (validation, idempotency by a unique key in the
 database, state changes as conditional updates); this module turns HTTP into service calls and
-results into the contract's responses. A create resolves its idempotency key from the header or
+results into the documented responses. A create resolves its idempotency key from the header or
 the body, names every bad field at once, and answers 201 (created), 200 (the same request again)
 or 409 (the key with another request). A batch validates each item on its own and enqueues all
 valid ones with one `enqueue_many` call: two statements for up to 1,000 items.
@@ -354,7 +354,7 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
 
 
 async def _create_escalation(runtime: ApiRuntime, new: PreparedRequest) -> Response:
-    """A create with `escalation` (CONTRACT section 10): 201 with the escalation and its steps,
+    """A create with `escalation` (docs/escalation.md): 201 with the escalation and its steps,
     200 for the same request again, 409 for the key with another request."""
     creates = runtime.metrics.creates
     result = await runtime.escalations.create(new)
@@ -368,7 +368,7 @@ async def _create_escalation(runtime: ApiRuntime, new: PreparedRequest) -> Respo
 
 
 def _created_json(result: CreateResult) -> dict[str, Any]:
-    """A user-targeted create's answer: every notification the request became (CONTRACT §9)."""
+    """A user-targeted create's answer: every notification the request became."""
     made = result.notifications or (result.notification,)
     return {"notifications": [notification_json(n) for n in made]}
 

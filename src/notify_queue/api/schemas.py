@@ -1,4 +1,4 @@
-"""The API's wire shapes (CONTRACT §4): pydantic models for the OpenAPI document and the output.
+"""The API's wire shapes (docs/api-reference.md): pydantic models for the OpenAPI document and the output.
 
 Output models serialise the domain records of `notify_queue.models` in camelCase with RFC 3339
 UTC times ending in `Z`. The create-request models here *describe* the body for the OpenAPI
@@ -541,7 +541,7 @@ class Readiness(_Wire):
     schema_version: int
 
 
-# --- recipients and templates (CONTRACT §9; validated by services.recipients) ----------------
+# --- recipients and templates (docs/recipients.md; validated by services.recipients) ----------
 
 
 class OptOut(_Wire):

@@ -1,4 +1,4 @@
-"""The worker's Prometheus metrics (CONTRACT section 7), served on --metrics-port.
+"""The worker's Prometheus metrics (docs/operations.md, "What to watch"), served on --metrics-port.
 
 The three that every delivery adds to (`DELIVERIES`, `DELIVERY_DURATION`, `DUE_TO_SENT`) are
 `LoopCounter` and `LoopHistogram`: plain numbers, where prometheus_client's own types take a lock
