@@ -1,4 +1,4 @@
--- Digests (CONTRACT section 10, issue 22; docs/digests.md has the states, the lock order and the
+-- Digests (docs/digests.md has the states, the lock order and the
 -- races handled). An expand step: 0.1.0 never reads nq_digests, never writes nq_jobs.digest_id
 -- (0012 added it), and calls none of the functions defined or replaced here. The enqueue
 -- function's rules and body learn `digest` where they are defined, in 0016 (unshipped, one

@@ -1,5 +1,4 @@
--- Escalation until acknowledged and the voice channel (CONTRACT section 10, issue 22;
--- docs/escalation.md has the states, the lock order and the races). An expand step: the previous
+-- Escalation until acknowledged and the voice channel (docs/escalation.md has the states, the lock order and the races). An expand step: the previous
 -- release never reads the new table or column, and the functions keep their names, arguments
 -- and results.
 --
