@@ -1,9 +1,9 @@
 """JSON text in and out of the create path, by orjson, with the standard library's exact answers.
 
-The API's create path parsed and wrote JSON with the standard library: on a batch of 1,000 that
-was a quarter of the API's CPU (docs/performance.md, "The API path"). orjson does both in C, several
-times faster, and is what FastAPI and Starlette users reach for; it is used where it gives the
-same result, and the standard library decides everything else:
+The API's create path parsed and wrote JSON with the standard library, a large share of the
+API's CPU on a batch (docs/performance.md). orjson does both in C, several times faster, and is
+what FastAPI and Starlette users reach for; it is used where it gives the same result, and the
+standard library decides everything else:
 
 - `loads`: orjson reads integers beyond 64 bits as floats (the standard library keeps them whole,
   and a request's hash and stored metadata depend on it) and refuses a few things the standard

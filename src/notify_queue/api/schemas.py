@@ -1,4 +1,6 @@
-"""The API's wire shapes (docs/api-reference.md): pydantic models for the OpenAPI document and the output.
+"""The API's wire shapes: pydantic models for the OpenAPI document and the output.
+
+docs/api-reference.md is generated from them.
 
 Output models serialise the domain records of `notify_queue.models` in camelCase with RFC 3339
 UTC times ending in `Z`. The create-request models here *describe* the body for the OpenAPI

@@ -102,8 +102,9 @@ def _attempts(n: Notification) -> str:
 
 def _progress(n: Notification, *, policy_ready: bool) -> tuple[str, str]:
     """(reason, message) of a notification still in progress (Reconciling=True). While it waits
-    (docs/design.md, "Why a notification waits") the reason is why it waits and the message its one-sentence detail;
-    due and waiting only for a worker, `Waiting` (never tried) or `RetryScheduled`."""
+    (docs/design.md, "Why a notification waits") the reason is why it waits and the message its
+    one-sentence detail; due and waiting only for a worker, `Waiting` (never tried) or
+    `RetryScheduled`."""
     due = kube_time(n.next_attempt_at)
     if n.status is Status.PROCESSING:
         return "Delivering", f"attempt {n.attempt_count} in progress"

@@ -3,7 +3,8 @@
 The HTTP API and the operator both turn their input into a `NotificationRequest` and call
 `to_new_notification`; anything invalid raises `ValidationFailed` naming every bad field (camelCase,
 as the client wrote it), so bad input never reaches the database. The request hash is taken over
-the request as sent, so repeating a `delaySeconds` request is the same request (docs/api-notes.md, "Idempotency").
+the request as sent, so repeating a `delaySeconds` request is the same request
+(docs/api-notes.md, "Idempotency").
 """
 
 from __future__ import annotations
@@ -191,7 +192,8 @@ class EscalationRequest(BaseModel):
 
 
 class NotificationRequest(BaseModel):
-    """A request to send one notification, with the API's field names and limits (docs/api-reference.md)."""
+    """A request to send one notification, with the API's field names and limits
+    (docs/api-reference.md)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=False, frozen=True)
 

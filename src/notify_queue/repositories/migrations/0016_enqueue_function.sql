@@ -644,11 +644,11 @@ RETURN jsonb_build_object(
                                              'version', n.template_version) END);
 
 -- Enqueue in the caller's transaction: the body of a single POST /notifications
--- (docs/api-reference.md) and its idempotency key (NULL: the request's idempotencyKey). Answers as the API
--- does: the notification, or {"notifications": [...]} for a recipientId request; the original
--- for a repeat of the key with the same request. Raises 22023 naming every bad field (the
--- message as the API's detail, DETAIL the errors as JSON), 23505 for the key with another
--- request, 0A000 for what only the API can do (templates: rendered by Jinja2 in Python).
+-- (docs/api-reference.md) and its idempotency key (NULL: the request's idempotencyKey). Answers as
+-- the API does: the notification, or {"notifications": [...]} for a recipientId request; the
+-- original for a repeat of the key with the same request. Raises 22023 naming every bad field (the
+-- message as the API's detail, DETAIL the errors as JSON), 23505 for the key with another request,
+-- 0A000 for what only the API can do (templates: rendered by Jinja2 in Python).
 -- The defaults the API takes from its flags come from settings here: notify_queue.max_attempts
 -- [6] and notify_queue.webhook_url (docs/enqueue.md: `ALTER DATABASE ... SET`).
 CREATE FUNCTION notify_queue_enqueue(request jsonb, idempotency_key text) RETURNS jsonb
