@@ -19,7 +19,7 @@ from typing import Any
 # The bits a version 7 UUID fixes: the version (7) and the RFC 9562 variant (0b10).
 _UUID7_FIXED = (0xF << 76) | (0x3 << 62)
 _UUID7_SET = (0x7 << 76) | (0x2 << 62)
-# Read once: an enum member through its class runs enum's Python property (~0.3 us).
+# Read once: an enum member through its class runs enum's Python property.
 _SAFE_UNKNOWN = uuid.SafeUUID.unknown
 
 
@@ -32,8 +32,8 @@ def time_ordered_uuid() -> uuid.UUID:
     (random v4 ids made every updated row dirty a page of its own at millions of rows).
 
     Made as CPython 3.14's own `uuid7()` makes its UUID (`UUID._from_int`): the value is a
-    valid UUID by construction, so `UUID(int=...)`'s checks of its arguments (0.9 of the 2.3 µs
-    this took, once per created notification) are skipped.
+    valid UUID by construction, so `UUID(int=...)`'s checks of its arguments (a large part of its
+    cost, once per created notification) are skipped.
     """
     value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
     made = object.__new__(uuid.UUID)
@@ -77,7 +77,7 @@ class Channel(enum.StrEnum):
 
 
 # A stored channel's text as its member: a dict lookup where `Channel(text)` runs enum's Python
-# `__call__` (~0.5 µs), once per claimed and per listed row.
+# `__call__`, once per claimed and per listed row.
 CHANNEL_BY_VALUE: dict[str, Channel] = {str(c): c for c in Channel}
 
 # The channels a recipientId request uses when it names none, in that order (docs/recipients.md).

@@ -549,7 +549,7 @@ class _BucketVisit:
 
 # A completion's column that is NULL (or false) for every result of its batch (eight of fourteen
 # for a batch of SENT results) is sent as one NULL instead of an array of them: psycopg dumps an
-# array element by element in Python (~0.2 µs per NULL, ~0.4 per flag), and the functions read
+# array element by element in Python, and the functions read
 # their arrays through one multi-argument `unnest`, which pads a NULL array with NULLs
 # (tests/test_completion_arrays.py).
 # A NULL flag reads as false: they are used only as `CASE WHEN flag` and `WHERE flag`.

@@ -440,7 +440,7 @@ _REQUIRED = {
 
 def request_hash(data: dict[str, Any]) -> str:
     """A digest of the request as sent, without its idempotency key, independent of key order."""
-    sent = dict(data)  # copied in C, then the key dropped: a comprehension was 0.55 us an item
+    sent = dict(data)  # copied in C, then the key dropped: cheaper than a comprehension
     sent.pop("idempotencyKey", None)
     # Sorted keys, compact, UTF-8: the same bytes in every release (stored hashes must match).
     return hashlib.sha256(jsontext.canonical(sent)).hexdigest()
