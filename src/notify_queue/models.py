@@ -19,7 +19,7 @@ from typing import Any
 # The bits a version 7 UUID fixes: the version (7) and the RFC 9562 variant (0b10).
 _UUID7_FIXED = (0xF << 76) | (0x3 << 62)
 _UUID7_SET = (0x7 << 76) | (0x2 << 62)
-# Read once: an enum member through its class runs enum's Python property (~0.3 us).
+# Read once: an enum member through its class runs enum's Python property.
 _SAFE_UNKNOWN = uuid.SafeUUID.unknown
 
 
@@ -32,8 +32,8 @@ def time_ordered_uuid() -> uuid.UUID:
     (random v4 ids made every updated row dirty a page of its own at millions of rows).
 
     Made as CPython 3.14's own `uuid7()` makes its UUID (`UUID._from_int`): the value is a
-    valid UUID by construction, so `UUID(int=...)`'s checks of its arguments (0.9 of the 2.3 µs
-    this took, once per created notification) are skipped.
+    valid UUID by construction, so `UUID(int=...)`'s checks of its arguments (a large part of its
+    cost, once per created notification) are skipped.
     """
     value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
     made = object.__new__(uuid.UUID)
@@ -72,17 +72,17 @@ class Channel(enum.StrEnum):
     EMAIL = "email"
     SMS = "sms"
     PUSH = "push"
-    # A phone call (CONTRACT section 10): the recipient is an E.164 number, the body is spoken.
+    # A phone call (docs/escalation.md): the recipient is an E.164 number, the body is spoken.
     VOICE = "voice"
 
 
 # A stored channel's text as its member: a dict lookup where `Channel(text)` runs enum's Python
-# `__call__` (~0.5 µs), once per claimed and per listed row.
+# `__call__`, once per claimed and per listed row.
 CHANNEL_BY_VALUE: dict[str, Channel] = {str(c): c for c in Channel}
 
-# The channels a recipientId request uses when it names none, in that order (CONTRACT section 9:
-# "default all three"). `voice` is used only where asked for: a call is the loudest channel, kept
-# for escalation steps and requests that name it.
+# The channels a recipientId request uses when it names none, in that order (docs/recipients.md).
+# `voice` is used only where asked for: a call is the loudest channel, kept for escalation steps
+# and requests that name it.
 DEFAULT_CHANNELS = (Channel.EMAIL, Channel.SMS, Channel.PUSH)
 
 
@@ -133,11 +133,11 @@ FINAL_STATUSES = frozenset(
     }
 )
 RETRYABLE_STATUSES = frozenset({Status.FAILED, Status.DEAD_LETTERED})
-# Statuses that report to a webhook (CONTRACT section 6).
+# Statuses that report to a webhook (docs/webhooks.md).
 WEBHOOK_STATUSES = frozenset(
     {Status.SENT, Status.FAILED, Status.DEAD_LETTERED, Status.EXPIRED, Status.SUPPRESSED}
 )
-# The category a notification has when the request names none (CONTRACT §9).
+# The category a notification has when the request names none (docs/recipients.md).
 DEFAULT_CATEGORY = "transactional"
 # The category that passes quiet hours whatever its priority.
 CRITICAL_CATEGORY = "critical"
@@ -181,8 +181,8 @@ class Outcome(enum.StrEnum):
 
 
 class WaitingReason(enum.StrEnum):
-    """Why a PENDING notification is not due yet (CONTRACT section 10; docs/design.md "Why a
-    notification waits"). Each is written by the statement that defers the row, in that write."""
+    """Why a PENDING notification is not due yet (docs/design.md, "Why a notification waits").
+    Each is written by the statement that defers the row, in that write."""
 
     SCHEDULED = "Scheduled"  # its send time is ahead (the create)
     BACKOFF = "Backoff"  # a retry after a temporary failure (the completion)
@@ -216,7 +216,7 @@ def current_waiting(
     """The `waiting` a reader sees now: None unless the row is PENDING with a reason whose
     `until` is still ahead. The stored reason is written once, when the row is deferred, and
     cleared only by the next write of the row (the claim); a row whose `until` has passed is due
-    and waits for a worker only, so its old reason is not shown (CONTRACT: null when due). The
+    and waits for a worker only, so its old reason is not shown (a due row has no `waiting`). The
     clock is read only for a row with a reason: most have none, and a batch's answer reads one
     per row."""
     if status is not Status.PENDING or reason is None:
@@ -228,7 +228,7 @@ def current_waiting(
 
 @dataclass(frozen=True, slots=True)
 class DigestSpec:
-    """What a create asks of its digest (CONTRACT section 10, docs/digests.md)."""
+    """What a create asks of its digest (docs/digests.md)."""
 
     key: str
     window_seconds: int
@@ -248,9 +248,8 @@ class DigestRef:
 # NewNotification and Notification are built once per created notification on the create path
 # (a batch of 1,000 builds 2,000), ClaimedNotification, DeliveryResult and Completion once or
 # twice per delivery on the worker's, and none is changed after: slotted, not frozen, because a
-# frozen dataclass sets each field through object.__setattr__, 2.2 us more per object of 28
-# fields than plain slots (docs/performance.md, "The API path" and "The workers' share of the
-# drain"). STYLE.md: on the hot path a slotted dataclass is enough.
+# frozen dataclass sets each field through object.__setattr__, a cost per field on every object
+# of the hot paths. STYLE.md: on the hot path a slotted dataclass is enough.
 @dataclass(slots=True)
 class NewNotification:
     """A validated request to enqueue, with its send time already resolved."""
@@ -532,7 +531,7 @@ class Completion:  # not frozen: see NewNotification
     address_gone: bool = False
     # The provider the row stays bound to (the row's `provider`); None clears the binding.
     bound_provider: str | None = None
-    # Why a PENDING result waits (CONTRACT section 10); None: `QuietHours` for an absolute
+    # Why a PENDING result waits (docs/design.md); None: `QuietHours` for an absolute
     # next due time, else `Backoff`.
     waiting_reason: str | None = None
     # The one sentence stored with the reason; None: complete_deliveries words it from the
@@ -609,7 +608,7 @@ class Wakeup(enum.Enum):
 
 
 class Engine(enum.StrEnum):
-    """The database engine behind the coordinator's URL (CONTRACT section 11)."""
+    """The database engine behind the coordinator's URL (docs/scaling.md)."""
 
     POSTGRESQL = "postgresql"
     CITUS = "citus"

@@ -1,6 +1,6 @@
 """Typed configuration, in one place, grouped the way each role reads it.
 
-Every option of CONTRACT sections 2 and 9 is a field of exactly one *group* (`DatabaseOptions`,
+Every option of the command line is a field of exactly one *group* (`DatabaseOptions`,
 `WebhookOptions`, ...), with its unit and the reason for its default. Each role's settings are
 composed of the groups that role reads (`ApiSettings`, `WorkerSettings`, ...), so a role is
 offered only its own options: the command line refuses a flag the role does not read, and
@@ -499,7 +499,7 @@ class ProviderOptions(_Options):
         0.0, ge=0.0, description="Milliseconds each simulated delivery takes."
     )
     provider_url: str | None = Field(
-        None, description="URL the http provider POSTs to (CONTRACT section 5)."
+        None, description="URL the http provider POSTs to (docs/http-provider.md)."
     )
     provider_timeout: Seconds = Field(
         10.0, description="Seconds before a provider call counts as timed out."

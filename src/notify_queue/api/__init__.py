@@ -1,4 +1,6 @@
-"""The HTTP API (CONTRACT §4): FastAPI routes over `services`, problem+json errors, /metrics.
+"""The HTTP API: FastAPI routes over `services`, problem+json errors, /metrics.
+
+The endpoints and their shapes are in docs/api-reference.md.
 
 `create_app(settings, db=...)` builds the ASGI app; `main.run_api(settings)` serves it.
 """

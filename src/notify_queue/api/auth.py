@@ -1,4 +1,4 @@
-"""Bearer-token authentication (CONTRACT §4).
+"""Bearer-token authentication (docs/api-notes.md, "Authentication").
 
 Two optional tokens: with `--api-token`, every `/notifications*` and `/status` call needs it
 (401 otherwise); with `--admin-token` too, cancel and retry need the admin token (403 with the

@@ -1,7 +1,7 @@
 """Reading a JSON request body: media type (415), strict JSON (400), storable text (400).
 
 The notification routes read the body themselves instead of letting FastAPI bind a model, for
-two reasons: the idempotency hash is taken over the request *as sent* (CONTRACT §4), and every
+two reasons: the idempotency hash is taken over the request *as sent* (docs/api-notes.md), and every
 bad field, header and body alike, must be named in one 400. Parsing is strict: `NaN`,
 `Infinity` and numbers that overflow a double are not JSON (RFC 8259), and PostgreSQL cannot
 store NUL characters or unpaired surrogates, so those are named as bad fields here instead of

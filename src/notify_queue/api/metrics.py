@@ -1,4 +1,4 @@
-"""The API's `/metrics` (CONTRACT §7): global queue figures read from the database.
+"""The API's `/metrics` (docs/operations.md): global queue figures read from the database.
 
 The figures are the database's, not this process's, so every API replica reports the same
 numbers and none is lost on restart. Reading them is seven statements, two of them counts over

@@ -1,4 +1,4 @@
-"""`/escalations/{id}` (CONTRACT section 10): read an escalation and acknowledge it. Created by
+"""`/escalations/{id}` (docs/escalation.md): read an escalation and acknowledge it. Created by
 `POST /notifications` with `escalation` (routes_notifications). The rules and the races are in
 services.escalations and docs/escalation.md."""
 

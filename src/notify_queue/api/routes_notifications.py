@@ -1,8 +1,8 @@
-"""`/notifications*`: create (one or a batch), read, list, cancel and retry (CONTRACT §4).
+"""`/notifications*`: create (one or a batch), read, list, cancel and retry (docs/api-reference.md).
 
 Thin on purpose: the rules are in `services` (validation, idempotency by a unique key in the
 database, state changes as conditional updates); this module turns HTTP into service calls and
-results into the contract's responses. A create resolves its idempotency key from the header or
+results into the documented responses. A create resolves its idempotency key from the header or
 the body, names every bad field at once, and answers 201 (created), 200 (the same request again)
 or 409 (the key with another request). A batch validates each item on its own and enqueues all
 valid ones with one `enqueue_many` call: two statements for up to 1,000 items.
@@ -97,7 +97,7 @@ class _ServedDirectly(APIRoute):
     """A route documented from its declaration like any other, whose endpoint (Request in,
     Response out) is called directly, without FastAPI's per-request machinery: solving
     dependencies, two exit stacks and the route's own exception wrapper cost more per single
-    create than everything the create itself does (docs/performance.md, "The API path").
+    create than everything the create itself does (docs/performance.md).
 
     Its declared `dependencies` therefore document the route (the security scheme) but do not
     run: the endpoint makes the same checks itself. Exceptions go to the app's exception
@@ -354,7 +354,7 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
 
 
 async def _create_escalation(runtime: ApiRuntime, new: PreparedRequest) -> Response:
-    """A create with `escalation` (CONTRACT section 10): 201 with the escalation and its steps,
+    """A create with `escalation` (docs/escalation.md): 201 with the escalation and its steps,
     200 for the same request again, 409 for the key with another request."""
     creates = runtime.metrics.creates
     result = await runtime.escalations.create(new)
@@ -368,7 +368,7 @@ async def _create_escalation(runtime: ApiRuntime, new: PreparedRequest) -> Respo
 
 
 def _created_json(result: CreateResult) -> dict[str, Any]:
-    """A user-targeted create's answer: every notification the request became (CONTRACT §9)."""
+    """A user-targeted create's answer: every notification the request became."""
     made = result.notifications or (result.notification,)
     return {"notifications": [notification_json(n) for n in made]}
 
@@ -423,9 +423,8 @@ def _batch_items(data: Any) -> list[Any]:
 def _batch_requests(items: list[Any], *, now: datetime) -> list[PreparedRequest | ValidationFailed]:
     """Each item checked as a single create is (its stored text, its fields, its key, its times),
     every bad field of an item named in its one error. A step at a time over the whole batch, not
-    item by item: the same checks and errors at 2-2.5 µs less per item (17.0-17.5 against
-    15.1-15.4 µs for the checks alone), each step's code staying warm across the batch
-    (docs/performance.md, "A batch checked a step at a time")."""
+    item by item: the same checks and errors, cheaper per item because each step's code stays
+    warm across the batch."""
     prefixes = [f"notifications[{index}]." for index in range(len(items))]
     errors: list[list[FieldError]] = [
         storable_errors(item, prefix.rstrip("."))

@@ -1,5 +1,5 @@
-"""`/recipients*` and `/templates*` (CONTRACT §9): stored recipients with their preferences, and
-templates. Thin like the notification routes: bodies are read as sent and validated by
+"""`/recipients*` and `/templates*`: stored recipients with their preferences, and templates
+(docs/recipients.md). Thin like the notification routes: bodies are read as sent and validated by
 `services.recipients` (every bad field named in one 400); the answers are the stored records.
 """
 

@@ -1,4 +1,6 @@
-"""The API's wire shapes (CONTRACT §4): pydantic models for the OpenAPI document and the output.
+"""The API's wire shapes: pydantic models for the OpenAPI document and the output.
+
+docs/api-reference.md is generated from them.
 
 Output models serialise the domain records of `notify_queue.models` in camelCase with RFC 3339
 UTC times ending in `Z`. The create-request models here *describe* the body for the OpenAPI
@@ -345,8 +347,8 @@ def notification_json(n: domain.Notification) -> dict[str, Any]:
     text equal, key order included. Delivery attempts (stored JSON, empty until a worker has
     tried) still go through their model, which also normalises their times and numbers. A
     `StrEnum`'s text is `str(member)`, C code, where `.value` runs enum's Python property
-    (~0.15 µs each, four per notification); a UUID stays a UUID, its text written by orjson
-    (`str()` is ~0.9 µs of Python).
+    (four per notification); a UUID stays a UUID, its text written by orjson (`str()` is
+    Python).
     """
     template = n.template
     waiting = n.waiting
@@ -541,7 +543,7 @@ class Readiness(_Wire):
     schema_version: int
 
 
-# --- recipients and templates (CONTRACT §9; validated by services.recipients) ----------------
+# --- recipients and templates (docs/recipients.md; validated by services.recipients) ----------
 
 
 class OptOut(_Wire):

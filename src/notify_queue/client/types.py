@@ -1,4 +1,4 @@
-"""The API's answers as TypedDicts, camelCase as on the wire (CONTRACT §4, §9, §10).
+"""The API's answers as TypedDicts, camelCase as on the wire (docs/api-reference.md).
 
 Written from the OpenAPI document's components of the same name; tests/enqueue/test_client.py
 fails when a component gains, loses or renames a property that its TypedDict does not. Times
@@ -167,7 +167,7 @@ class Template(TypedDict):
 
 
 class Escalation(TypedDict):
-    """CONTRACT §10: GET /escalations/{id} and the acknowledgement's answer."""
+    """GET /escalations/{id} and the acknowledgement's answer (docs/escalation.md)."""
 
     id: str
     state: Literal["active", "acknowledged", "exhausted"]

@@ -1,2 +1,2 @@
-"""The Kubernetes operator (CONTRACT section 8): kopf handlers plus the status writer, TTL sweeper
+"""The Kubernetes operator (docs/operator.md): kopf handlers plus the status writer, TTL sweeper
 and worker scaler. `run_operator` in `main` is the entry point."""

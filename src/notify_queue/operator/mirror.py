@@ -7,8 +7,8 @@ re-list, a second replica) finds the same row instead of making a second. The li
 is saved with the first status write in one statement; from then on the status writer keeps
 `.status` current. What the queue refuses becomes phase `Rejected`, written here, with the reason.
 
-A Notification with `recipientId` becomes one row per channel (CONTRACT §9): the object links to
-the first, whose status its phase follows, and the status writer lists them all in
+A Notification with `recipientId` becomes one row per channel (docs/operator.md): the object
+links to the first, whose status its phase follows, and the status writer lists them all in
 `status.notifications`.
 
 A Notification with `spec.escalation` becomes an escalation through the same

@@ -1,4 +1,4 @@
-"""The HTTP provider (CONTRACT section 5): one JSON POST per attempt to a delivery service.
+"""The HTTP provider (docs/http-provider.md): one JSON POST per attempt to a delivery service.
 
 The notification id travels as `Idempotency-Key` on every attempt, so a retry after a lost
 answer or a worker crash is deduplicated by the receiver. Every outcome is classified here and
@@ -31,9 +31,9 @@ from notify_queue.providers.outbound import describe_failed_response, read_body_
 # Statuses that say "not now" rather than "never" (RFC 9110 and RFC 8470 for 425).
 _TEMPORARY_STATUSES = frozenset({408, 425, 429})
 # Temporary answers that prove the request was not acted on, so another provider may be tried at
-# once without risking a duplicate (CONTRACT section 9): too many requests, unavailable.
+# once without risking a duplicate (docs/providers.md, "Failover"): too many requests, unavailable.
 _NOTHING_SENT_STATUSES = frozenset({429, 503})
-# "Gone": the address or push token is no longer valid (CONTRACT section 9). Permanent.
+# "Gone": the address or push token is no longer valid (docs/providers.md). Permanent.
 _GONE = 410
 
 

@@ -78,8 +78,8 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     set_json_loads(_json_loads, conn)
     # Times read as UTC datetimes (`datetime.timezone.utc`): psycopg gives a timestamptz the
     # session's time zone, and a server set to 'Etc/UTC' (Debian's default) made every value a
-    # ZoneInfo datetime, whose arithmetic asks the zone for its offset each time (the worker's
-    # due-to-sent observation 1.8 against 0.4 µs per delivery). Every time this program writes as
+    # ZoneInfo datetime, whose arithmetic asks the zone for its offset each time (several times
+    # slower for the worker's due-to-sent observation). Every time this program writes as
     # text is written in UTC explicitly (nq_rfc3339, `AT TIME ZONE 'UTC'`), so only the Python
     # objects change. A SET, not a startup option: PgBouncer passes it on (it tracks TimeZone
     # per client) where it refuses an `options` startup parameter.
@@ -90,7 +90,7 @@ class _MostRecentFirstPool(AsyncConnectionPool[Any]):
     """psycopg_pool hands out its idle connections in turn (the longest idle first). A worker
     runs a handful of statements over and over from two or three tasks at a time; in turn, each
     of its pooled connections planned each statement and filled its catalog caches anew (a
-    connection's first claim cost 23-34 ms of the server's CPU, docs/performance.md), and each was
+    connection's first claim costs the server far more than the next ones), and each was
     idle long enough to be checked again before use. Handed out most recently returned first,
     the connections a role needs at once stay warm and the others idle at the far end, where the
     pool's own shrinking (`max_idle`) closes them first."""
@@ -359,9 +359,8 @@ class Connection:
         self, query: str, params: Params | None = None, *, prepare: bool = False
     ) -> list[Any]:
         """Rows as named tuples (`row.id`), read in binary. For the claim: a claimed row is
-        35 columns, and as a dict of parsed text it cost a worker ~2 µs more per notification
-        than as a named tuple of binary values (docs/performance.md, "The claim's rows as named
-        tuples"). `prepare` as in `fetch_one`."""
+        35 columns, and a dict of parsed text costs a worker more per notification than a named
+        tuple of binary values. `prepare` as in `fetch_one`."""
         try:
             cur = self._conn.cursor(row_factory=namedtuple_row, binary=True)
             await cur.execute(_sql(query), params, prepare=self._prepare(prepare))

@@ -123,8 +123,8 @@ class DeliveryRepository:
         # whole queue on plain PostgreSQL, bucket by bucket on Citus.
         self._engine = engine or EngineRepository(db)
         # Plain PostgreSQL: whether the next claim tries one call (`claim` alone), as long as the
-        # last claim found no user-targeted candidate (docs/performance.md, "The claim in one
-        # round trip"): a queue of such rows claims in its transaction without a wasted call.
+        # last claim found no user-targeted candidate: a queue of such rows claims in its
+        # transaction without a wasted call.
         self._claim_alone = True
 
     async def notifications_claim(
@@ -154,8 +154,7 @@ class DeliveryRepository:
                 if alone is not None:
                     return alone
             # The steps' functions carry the drain's plan settings (0042), as the completion's
-            # does (0041): one plan per connection, reading by index whatever the statistics
-            # (docs/performance.md, "The drain's CPU, step by step", steps 7, 10).
+            # does (0041): one plan per connection, reading by index whatever the statistics.
             async with self._db.transaction() as conn:
                 return await self._claim_in(conn, lock_params, screen, quiet_hours, chain_heads)
         # Citus: a lock-free look at the most urgent due rows, then one router claim per bucket
@@ -560,7 +559,7 @@ class _BucketVisit:
 
 # A completion's column that is NULL (or false) for every result of its batch (eight of fourteen
 # for a batch of SENT results) is sent as one NULL instead of an array of them: psycopg dumps an
-# array element by element in Python (~0.2 µs per NULL, ~0.4 per flag), and the functions read
+# array element by element in Python, and the functions read
 # their arrays through one multi-argument `unnest`, which pads a NULL array with NULLs
 # (tests/test_completion_arrays.py).
 # A NULL flag reads as false: they are used only as `CASE WHEN flag` and `WHERE flag`.

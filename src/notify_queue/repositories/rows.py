@@ -50,7 +50,7 @@ def notification_from_row(row: dict[str, Any]) -> Notification:
         metadata=row["metadata"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
-        # Only a SENT notification has a provider (CONTRACT section 9: the one that sent it).
+        # Only a SENT notification has a provider (the one that sent it).
         # Before that, the column holds the provider an attempt is bound to (docs/providers.md).
         provider=row.get("provider") if row["status"] == Status.SENT else None,
         delivery_attempts=row.get("delivery_attempts") or [],

@@ -49,7 +49,7 @@ from notify_queue.services.rendering import Renderer
 
 log = logging.getLogger(__name__)
 
-# Why a notification no provider was asked for waits (CONTRACT section 10).
+# Why a notification no provider was asked for waits (docs/design.md, "Why a notification waits").
 _NOT_TRIED_REASONS = {
     Outcome.CIRCUIT_OPEN: WaitingReason.CIRCUIT_OPEN,
     Outcome.PROVIDER_LIMITED: WaitingReason.PROVIDER_RATE_LIMIT,

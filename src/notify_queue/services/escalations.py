@@ -1,4 +1,4 @@
-"""Escalation until acknowledged (CONTRACT section 10, docs/escalation.md).
+"""Escalation until acknowledged (docs/escalation.md).
 
 A create with `recipientId` and `escalation.steps` becomes an escalation and one notification
 per step, each to the recipient's contact for the step's channel, due `afterSeconds` after the

@@ -52,7 +52,7 @@ PHASES: dict[Status, str] = {
 }
 REJECTED = "Rejected"
 # `kubectl notify ack` sets it (and ACKNOWLEDGED_BY, who ran it, when the API server says):
-# the operator then acknowledges the object's escalation (CONTRACT section 10).
+# the operator then acknowledges the object's escalation (docs/escalation.md).
 ACKNOWLEDGED = "notifyqueue.io/acknowledged"
 ACKNOWLEDGED_BY = "notifyqueue.io/acknowledged-by"
 
@@ -159,7 +159,7 @@ def idempotency_key_for(uid: str, spec: Mapping[str, Any]) -> str:
 
 
 def request_from_spec(namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The HTTP API's request body for a Notification spec (CONTRACT §4 field names).
+    """The HTTP API's request body for a Notification spec (docs/api-reference.md field names).
 
     `delay` becomes `delaySeconds`; `policy` (a name in the object's namespace, default
     `default`) becomes `namespace/name`. The policy is stored even when it does not exist (yet):

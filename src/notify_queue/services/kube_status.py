@@ -90,7 +90,7 @@ def condition(
 
 
 def _waiting(w: Waiting | None) -> dict[str, Any] | None:
-    """`status.waiting`: the API's `waiting` field (CONTRACT section 10), or None (cleared)."""
+    """`status.waiting`: the API's `waiting` field (docs/design.md), or None (cleared)."""
     if w is None:
         return None
     return {"reason": w.reason.value, "until": _precise_time(w.until), "detail": w.detail}
@@ -102,8 +102,9 @@ def _attempts(n: Notification) -> str:
 
 def _progress(n: Notification, *, policy_ready: bool) -> tuple[str, str]:
     """(reason, message) of a notification still in progress (Reconciling=True). While it waits
-    (CONTRACT section 10) the reason is why it waits and the message its one-sentence detail;
-    due and waiting only for a worker, `Waiting` (never tried) or `RetryScheduled`."""
+    (docs/design.md, "Why a notification waits") the reason is why it waits and the message its
+    one-sentence detail; due and waiting only for a worker, `Waiting` (never tried) or
+    `RetryScheduled`."""
     due = kube_time(n.next_attempt_at)
     if n.status is Status.PROCESSING:
         return "Delivering", f"attempt {n.attempt_count} in progress"
@@ -161,7 +162,7 @@ def notification_status(
     unknown). `policy_ready`: False while the row's NotificationPolicy exists but is not Ready.
     `policy_exists`: False when it does not exist; for a policy the object named (not the
     `default` it falls back to) the Accepted condition then says the defaults apply.
-    `related`: every row a recipientId request became (CONTRACT §9), as status.notifications;
+    `related`: every row a recipientId request became (docs/operator.md), as status.notifications;
     the phase and conditions follow `notification`, the first of them.
     `escalation`: (id, state) of a spec.escalation object, as status.escalation; its `related`
     are the steps in order and `notification` is the last step (docs/escalation.md).

@@ -46,9 +46,8 @@ MAX_PAGE = 1000
 # Statements of coalesced single creates running at once (services.coalescing). One: every create
 # that arrives while a statement runs goes into the next, so under load a statement carries as
 # many creates as there are clients waiting. PostgreSQL's cost per statement is most of a small
-# one's, so this is what sets its CPU per create: from 64 clients, 1 in flight gave ~32 creates
-# per statement and 140-155 µs of PostgreSQL CPU per create, 2 gave ~16 and 232-240 µs, 4 gave
-# ~9 and 265-325 µs (docs/performance.md, "The API path"). A lone create still goes at once.
+# one's, so fewer statements in flight means fewer, fuller statements and less PostgreSQL CPU per
+# create (docs/performance.md). A lone create still goes at once.
 CREATES_IN_FLIGHT = 1
 
 

@@ -1,4 +1,4 @@
-"""The preference rules, in one place: opt-outs and quiet hours (CONTRACT §9, docs/recipients.md).
+"""The preference rules, in one place: opt-outs and quiet hours (docs/recipients.md).
 
 Pure functions of a recipient's preferences, the notification and a moment, used twice: when a
 user-targeted request is expanded (which channels to create) and when a notification is claimed

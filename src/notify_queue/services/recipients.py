@@ -1,4 +1,4 @@
-"""Recipients and templates: validation and CRUD (CONTRACT §9).
+"""Recipients and templates: validation and CRUD (docs/recipients.md).
 
 A recipient is stored whole by PUT (idempotent: the same body again changes nothing visible but
 `updatedAt`) and its preferences are merged by PATCH under a row lock. Validation follows the
@@ -84,7 +84,7 @@ class RecipientBody(BaseModel):
 
     email: Annotated[StrictStr | None, Field(max_length=MAX_RECIPIENT_CHARS)] = None
     phone: StrictStr | None = None
-    # The number a voice call goes to (CONTRACT section 10); absent: `phone`.
+    # The number a voice call goes to (docs/escalation.md); absent: `phone`.
     voice: StrictStr | None = None
     push_tokens: Annotated[
         list[Annotated[StrictStr, Field(min_length=1, max_length=MAX_RECIPIENT_CHARS)]],

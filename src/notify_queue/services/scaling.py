@@ -1,5 +1,5 @@
 """How many workers a pool should run: the scaling rule for Deployments labelled
-`notifyqueue.io/worker-pool` (CONTRACT section 8), as pure functions.
+`notifyqueue.io/worker-pool` (docs/operator.md, "Worker scaling"), as pure functions.
 
 desired = clamp(ceil(depth / target-depth-per-replica), min-replicas, max-replicas), where depth
 is the number of notifications PENDING, due now and not expired in the lanes the pool drains:

@@ -31,7 +31,7 @@ from notify_queue.services.rendering import Renderer
 from notify_queue.services.sandbox import ENVIRONMENT, RULE_OUTPUT
 from notify_queue.services.validation import MAX_BODY_BYTES, MAX_SUBJECT_CHARS
 
-# Which parts each channel's entry has (CONTRACT §9): SMS has no subject.
+# Which parts each channel's entry has (docs/recipients.md): SMS has no subject.
 CHANNEL_PARTS: dict[Channel, tuple[str, ...]] = {
     Channel.EMAIL: ("subject", "body"),
     Channel.SMS: ("body",),

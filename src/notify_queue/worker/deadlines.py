@@ -1,13 +1,13 @@
 """The worker's deadline around each provider call, kept in ticks rather than one timer per call.
 
-`asyncio.timeout` arms a timer per use (a `TimerHandle` pushed on the loop's heap, cancelled on
-the way out): 4.4 µs of the worker's CPU per delivery, more than the simulated provider's whole
+`asyncio.timeout` arms a timer per use (a `TimerHandle` pushed on the loop's heap, cancelled on the
+way out), which costs more of the worker's CPU per delivery than the simulated provider's whole
 call. The deadline is a safety net behind the provider's own timeout (routing.py: its timeout + a
-margin of a second), so it needs no sub-second precision: every call whose deadline falls within
-the same tick (0.1 s) shares one timer, and a call past its deadline is cancelled at the end of
-that tick, at most a tick late. Entering is a dict lookup and a set insertion, leaving removes the
-call from its tick's set: a tick's timer never touches a call that has left, and nothing is held
-for calls that have.
+margin of a second), so it needs no sub-second precision: every call whose deadline falls within the
+same tick (0.1 s) shares one timer, and a call past its deadline is cancelled at the end of that
+tick, at most a tick late. Entering is a dict lookup and a set insertion, leaving removes the call
+from its tick's set: a tick's timer never touches a call that has left, and nothing is held for
+calls that have.
 
 Inside the block a deadline works as `asyncio.timeout`'s does: the task is cancelled, and on the
 way out a cancellation this deadline caused becomes `TimeoutError`; one from anywhere else (the

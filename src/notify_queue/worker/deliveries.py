@@ -1,9 +1,8 @@
 """The worker's deliveries in flight: claimed notifications, delivered by long-lived tasks.
 
 A task per delivery (`create_task`, its first step scheduled and run as a handle, the
-`current_task` lookup and the bookkeeping on the way out) was ~8% of a worker's profile when the
-provider answers at once; without it the workers' CPU over PostgreSQL's fell by ~9%
-(docs/performance.md, "Deliveries by long-lived tasks"). Here up to `size` (--concurrency)
+`current_task` lookup and the bookkeeping on the way out) is a visible share of a worker's CPU
+when the provider answers at once (docs/performance.md). Here up to `size` (--concurrency)
 runners take claimed notifications from one queue, in the order claimed, each delivering one at
 a time. A runner is made when there is work and no idle runner, and then lives as long as the
 pool.

@@ -1,9 +1,9 @@
-"""The worker's Prometheus metrics (CONTRACT section 7), served on --metrics-port.
+"""The worker's Prometheus metrics (docs/operations.md, "What to watch"), served on --metrics-port.
 
 The three that every delivery adds to (`DELIVERIES`, `DELIVERY_DURATION`, `DUE_TO_SENT`) are
 `LoopCounter` and `LoopHistogram`: plain numbers, where prometheus_client's own types take a lock
-per increment and, per observation, two and a walk along the buckets in Python (0.5, 1.1-1.7 µs;
-three per delivery were ~4% of a worker's CPU per notification, docs/performance.md). They are
+per increment and, per observation, two and a walk along the buckets in Python, a measurable share
+of a worker's CPU at three per delivery (docs/performance.md). They are
 written on the worker's event loop only, and read on it too: /metrics is served on the same loop
 (worker/endpoints.py), so a scrape never sees a number half-written. Their exposition is
 prometheus_client's, line for line (tests/test_worker_metrics.py compares the two).

@@ -1,4 +1,4 @@
--- The one place that turns status changes into webhook events (CONTRACT section 6), called from
+-- The one place that turns status changes into webhook events (docs/webhooks.md), called from
 -- every statement that moves notifications to a reported status (completion, lease recovery,
 -- expiry) inside that same statement, so the event commits or rolls back with the change.
 -- Takes arrays from the caller's UPDATE ... RETURNING rather than re-reading the table: a function

@@ -1,4 +1,4 @@
--- Recipients, their preferences, templates, and the SUPPRESSED state (issue 12, CONTRACT §9).
+-- Recipients, their preferences, templates, and the SUPPRESSED state (docs/recipients.md).
 
 -- A recipient: contacts per channel, a timezone and preferences. Preferences are columns, not a
 -- jsonb document: the claim reads them for every user-targeted notification it takes (one

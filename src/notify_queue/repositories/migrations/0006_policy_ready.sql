@@ -1,4 +1,4 @@
--- NotificationPolicy readiness (issue 13): policies fail closed.
+-- NotificationPolicy readiness (docs/operator.md): policies fail closed.
 --
 -- The operator mirrors every NotificationPolicy, including one whose webhook Secret is missing
 -- or whose spec cannot be used; such a row has ready = false, and workers hold the

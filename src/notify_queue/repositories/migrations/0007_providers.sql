@@ -1,4 +1,4 @@
--- Named providers with chains, shared send-rate limits, circuit breakers and failover (issue 11).
+-- Named providers with chains, shared send-rate limits, circuit breakers and failover.
 -- The design and its reasons are in docs/design.md ("Providers").
 
 -- A provider's send schedule, shared by every worker: the next moment a send may start (GCRA,

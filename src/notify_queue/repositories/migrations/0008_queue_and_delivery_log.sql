@@ -1,4 +1,4 @@
--- The hot queue table and the delivery log (issue 10). The design and its reasons are in
+-- The hot queue table and the delivery log. The design and its reasons are in
 -- docs/design.md ("The queue and the delivery log").
 --
 -- Before: one table held every notification ever sent, with nine indexes, and every

@@ -1,4 +1,4 @@
--- Idempotency keys across retention (issue 19). Expand-only: two functions of 0008 replaced with
+-- Idempotency keys across retention. Expand-only: two functions of 0008 replaced with
 -- the same signatures and results, so 0.1.0's API and workers, which call them by name during an
 -- upgrade, get the fix as soon as this runs.
 --

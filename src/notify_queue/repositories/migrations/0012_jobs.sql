@@ -1,4 +1,4 @@
--- The queue for every engine (issues 20, 21, 22, 23), expand half. docs/design.md ("The queue's
+-- The queue for every engine, expand half. docs/design.md ("The queue's
 -- tables") and docs/upgrading.md ("0.1.0 to 0.2.0") have the reasons; in short:
 --
 -- 1. The unfinished notifications gain columns: `bucket` (the recipient's bucket, the

@@ -1,4 +1,4 @@
--- Enqueue in your own transaction (CONTRACT §10, issue 22; docs/enqueue.md has the reasons).
+-- Enqueue in your own transaction (docs/enqueue.md has the reasons).
 --
 -- notify_queue_enqueue(request jsonb, idempotency_key text) takes the body of a single
 -- POST /notifications, validates it as the API does, inserts in the caller's transaction and
@@ -643,12 +643,12 @@ RETURN jsonb_build_object(
                      ELSE jsonb_build_object('name', n.template_name,
                                              'version', n.template_version) END);
 
--- Enqueue in the caller's transaction: the body of a single POST /notifications (CONTRACT §4,
--- §9, §10) and its idempotency key (NULL: the request's idempotencyKey). Answers as the API
--- does: the notification, or {"notifications": [...]} for a recipientId request; the original
--- for a repeat of the key with the same request. Raises 22023 naming every bad field (the
--- message as the API's detail, DETAIL the errors as JSON), 23505 for the key with another
--- request, 0A000 for what only the API can do (templates: rendered by Jinja2 in Python).
+-- Enqueue in the caller's transaction: the body of a single POST /notifications
+-- (docs/api-reference.md) and its idempotency key (NULL: the request's idempotencyKey). Answers as
+-- the API does: the notification, or {"notifications": [...]} for a recipientId request; the
+-- original for a repeat of the key with the same request. Raises 22023 naming every bad field (the
+-- message as the API's detail, DETAIL the errors as JSON), 23505 for the key with another request,
+-- 0A000 for what only the API can do (templates: rendered by Jinja2 in Python).
 -- The defaults the API takes from its flags come from settings here: notify_queue.max_attempts
 -- [6] and notify_queue.webhook_url (docs/enqueue.md: `ALTER DATABASE ... SET`).
 CREATE FUNCTION notify_queue_enqueue(request jsonb, idempotency_key text) RETURNS jsonb

@@ -1,8 +1,8 @@
--- Digests (CONTRACT section 10, issue 22; docs/digests.md has the states, the lock order and the
--- races handled). An expand step: 0.1.0 never reads nq_digests, never writes nq_jobs.digest_id
--- (0012 added it), and calls none of the functions defined or replaced here. The enqueue
--- function's rules and body learn `digest` where they are defined, in 0016 (unshipped, one
--- definition in this release); the functions they call for it are here.
+-- Digests (docs/digests.md has the states, the lock order and the races handled). An expand step:
+-- 0.1.0 never reads nq_digests, never writes nq_jobs.digest_id (0012 added it), and calls none of
+-- the functions defined or replaced here. The enqueue function's rules and body learn `digest`
+-- where they are defined, in 0016 (unshipped, one definition in this release); the functions they
+-- call for it are here.
 --
 -- A digest is a row of nq_digests: the recipient's open collection for one key on one channel.
 -- Its items are ordinary notifications (nq_jobs rows with digest_id). One of them, the carrier,

@@ -1,7 +1,6 @@
--- Escalation until acknowledged and the voice channel (CONTRACT section 10, issue 22;
--- docs/escalation.md has the states, the lock order and the races). An expand step: the previous
--- release never reads the new table or column, and the functions keep their names, arguments
--- and results.
+-- Escalation until acknowledged and the voice channel (docs/escalation.md has the states, the
+-- lock order and the races). An expand step: the previous release never reads the new table or
+-- column, and the functions keep their names, arguments and results.
 --
 -- 1. nq_escalations: one row per escalation, keyed (bucket, id) like the queue, so on Citus it is
 --    co-located with its steps (repositories/citus_layout.sql distributes it on bucket). The

@@ -1,4 +1,4 @@
--- Notify Queue on Citus, the rest of issue 21 (docs/scaling.md "Citus: every role"), expand step.
+-- Notify Queue on Citus, every role (docs/scaling.md "Citus: every role"), expand step.
 --
 -- Retention's key cleanup for Citus, where the partition's rows cannot be locked (FOR KEY SHARE
 -- runs only in a query on one shard) in the statement that deletes keys from another

@@ -1,5 +1,5 @@
--- The drain's cost per notification (issue 20, docs/performance.md "The drain's CPU, step by
--- step"), expand step: functions replaced in place with the same arguments and results.
+-- The drain's cost per notification (docs/performance.md), expand step: functions replaced in place
+-- with the same arguments and results.
 --
 -- nq_attempts_append (0012) keeps a notification's last 20 provider calls. The completion calls
 -- it once per result. Its body held a subquery (the last 20 of a longer array), and a SQL

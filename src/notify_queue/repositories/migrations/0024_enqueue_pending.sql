@@ -1,6 +1,5 @@
--- The API path's PostgreSQL cost per create (issue 20, item 5; docs/performance.md "The API
--- path"), expand step: one new function, nothing replaced. 0.2.0's statements keep calling
--- nq_insert_notifications (0016), unchanged.
+-- The API path's PostgreSQL cost per create (docs/performance.md), expand step: one new function,
+-- nothing replaced. 0.2.0's statements keep calling nq_insert_notifications (0016), unchanged.
 --
 -- nq_enqueue_pending is nq_insert_notifications for the API's common batch: every row PENDING,
 -- no digest's item (the caller sends those to the full function). A statement of ~16-32

@@ -1,5 +1,5 @@
--- The claim's new row versions on the old one's page (issue 20; docs/performance.md "The drain's
--- CPU, step by step", step 9), expand step: a storage parameter, nothing renamed or dropped.
+-- The claim's new row versions on the old one's page, so they are logged short, expand step: a
+-- storage parameter, nothing renamed or dropped.
 --
 -- A claim rewrites every queue row it admits (status, attempt, token, lease, provider,
 -- updated_at), and a new version that fits on the old one's page is logged as the bytes between

@@ -1,6 +1,5 @@
 -- transaction: none
--- The claim writes one index entry fewer (docs/performance.md "The drain's CPU, step by
--- step", step 11), expand half; 0027 drops the index it replaces.
+-- The claim writes one index entry fewer, expand half; 0027 drops the index it replaces.
 --
 -- A claim rewrites its rows (PENDING to PROCESSING), and that update is not HOT: it changes the
 -- status, which the partial indexes' predicates read. A version that is not HOT gets an entry in

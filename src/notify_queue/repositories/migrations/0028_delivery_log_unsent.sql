@@ -1,5 +1,5 @@
--- The log's status index without SENT rows (issue 20; docs/performance.md "The drain's CPU, step
--- by step", step 12), expand half; 0029 drops the index it replaces.
+-- The log's status index without SENT rows, so a completion writes no entry there, expand half;
+-- 0029 drops the index it replaces.
 --
 -- Every completion wrote an entry in nq_delivery_log_status_created (status, created_at, id) for
 -- its row: 88 B of WAL, its share of page splits and its CPU, for an index whose readers want

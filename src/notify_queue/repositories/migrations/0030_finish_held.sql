@@ -1,5 +1,5 @@
--- The completion takes no row lock (issue 20; docs/performance.md "The drain's CPU, step by step",
--- step 13), expand half; 0031 drops the function this one replaces.
+-- The completion takes no row lock (a WAL record and a pass per row less), expand half; 0031 drops
+-- the function this one replaces.
 --
 -- The completion locked its results' rows (FOR UPDATE) before deciding anything, so that what it
 -- read was what nq_finish moved: a tuple lock is a WAL record of its own (54 B) and a pass over

@@ -1,6 +1,5 @@
 -- The hash of the request that made a notification is kept once, with its idempotency key
--- (issue 20; docs/performance.md "The drain's CPU, step by step", step 14), expand half; 0033
--- stops writing the rows' copy.
+-- (a copy less per row), expand half; 0033 stops writing the rows' copy.
 --
 -- Every queue and log row carried `request_hash` (64 hex characters, 65 B on disk) beside the
 -- same hash in nq_idempotency_keys, the one place a key is unique: written at the create and

@@ -1,5 +1,5 @@
--- The API's common batch writes its new idempotency keys by a plain insert (issue 20;
--- docs/performance.md "The drain's CPU, step by step", step 16).
+-- The API's common batch writes its new idempotency keys by a plain insert, which
+-- writes no confirmation record.
 -- phase: contract
 --
 -- nq_enqueue_pending (0024, last replaced by 0033) wrote every key with `ON CONFLICT (key) DO

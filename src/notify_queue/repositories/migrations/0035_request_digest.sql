@@ -1,5 +1,5 @@
--- The request hash kept with a key as 16 bytes (issue 20; docs/performance.md "The drain's CPU,
--- step by step", step 17), expand half; 0036 makes the insert functions write it.
+-- The request hash kept with a key as 16 bytes instead of 65, expand half; 0036 makes the insert
+-- functions write it.
 --
 -- A key's row kept the hash of its request as 64 hex characters (65 B on disk): SHA-256 of the
 -- request as sent. What it is for, telling the same request (200) from another (409) under one

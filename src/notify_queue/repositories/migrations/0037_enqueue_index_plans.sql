@@ -1,6 +1,5 @@
 -- The enqueue finds the keys it brings through the key's index whatever the statistics say
--- (issue 20, item 3: plans that do not depend on luck; docs/performance.md, "The single-create
--- leg and the enqueue's plan").
+-- (plans that do not depend on luck).
 --
 -- nq_enqueue_pending is PL/pgSQL: each connection plans its statement and keeps the plan until
 -- the tables' statistics change. Once autovacuum had analysed a new nq_idempotency_keys at its

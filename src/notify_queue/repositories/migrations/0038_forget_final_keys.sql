@@ -1,5 +1,5 @@
--- Retention forgets the keys of rows no retry can bring back without locking them (issue 20:
--- docs/performance.md, "Retention, counted beside the peers' cleanup").
+-- Retention forgets the keys of rows no retry can bring back without locking them
+-- (retention's cost: docs/performance.md).
 --
 -- nq_delivery_log_forget_keys (0011) locks every row of its chunk FOR KEY SHARE before it forgets
 -- the row's key, which serialises it with a retry moving that row back to the queue (the race

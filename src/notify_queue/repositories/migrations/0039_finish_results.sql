@@ -1,7 +1,6 @@
--- The completion's final results moved without reading their rows first (issue 20:
--- docs/performance.md, "The completion without its machinery"), expand only: a new function;
--- nothing the previous release calls changes, and nq_finish_held (0030) stays for every other
--- path to a final status (cancel, expiry, lease recovery, escalation steps).
+-- The completion's final results moved without reading their rows first, expand only: a new
+-- function; nothing the previous release calls changes, and nq_finish_held (0030) stays for every
+-- other path to a final status (cancel, expiry, lease recovery, escalation steps).
 --
 -- complete_deliveries read every result's row (`held`, a primary-key probe per result), joined
 -- the results to what it read to work out each final value (attempt count less the attempt given

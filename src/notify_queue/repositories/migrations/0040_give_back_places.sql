@@ -1,6 +1,5 @@
 -- The places in the recipients' windows that a completion gives back, and the push tokens a
--- provider said are gone, as functions the statements call only when they have some (issue 20:
--- docs/performance.md, "The admission and the give-back, only where they apply"). Expand only:
+-- provider said are gone, as functions the statements call only when they have some. Expand only:
 -- two new functions; nothing the previous release calls changes.
 --
 -- complete_deliveries gave places back and removed gone push tokens in steps of its own (an

@@ -1,6 +1,6 @@
--- The completion as a function that carries the drain's plan settings (issue 20:
--- docs/performance.md, "The completion in one round trip"). Expand only: one new function; the
--- previous release sends its own statement, which reads and writes the same rows.
+-- The completion as a function that carries the drain's plan settings, so the completion is one
+-- round trip. Expand only: one new function; the previous release sends its own statement, which
+-- reads and writes the same rows.
 --
 -- complete_deliveries ran in a transaction of its own for one reason: `SET LOCAL` of the
 -- settings every drain statement is planned under (enable_seqscan off, generic plans: delivery.sql,

@@ -1,6 +1,6 @@
--- The claim's steps as functions, and the claim of address-targeted rows in one call (issue 20:
--- docs/performance.md, "The claim in one round trip"). Expand only: two new functions; the
--- previous release sends its own statements, which read and write the same rows.
+-- The claim's steps as functions, and the claim of address-targeted rows in one call, so a claim is
+-- one round trip. Expand only: two new functions; the previous release sends its own statements,
+-- which read and write the same rows.
 --
 -- A claim was four round trips (its begin with the drain's settings, the lock step, the
 -- admission, the commit; ~130-300 us of a worker's CPU each), in one transaction because the

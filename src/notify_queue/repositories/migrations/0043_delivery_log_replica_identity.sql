@@ -1,5 +1,5 @@
--- The log's partitions publish every change they take to logical replication (issue 21;
--- docs/scaling.md, "Adding worker nodes"), expand step: a property of each partition and the
+-- The log's partitions publish every change they take to logical replication
+-- (docs/scaling.md, "Adding worker nodes"), expand step: a property of each partition and the
 -- function that makes them, replaced with its signature and result unchanged.
 --
 -- Citus moves a shard to another node (citus_rebalance_start, citus_move_shard_placement) by

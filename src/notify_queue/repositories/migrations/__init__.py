@@ -3,7 +3,7 @@
 The rules every file from 0009 on follows (docs/upgrading.md has the why and a worked example):
 
 - `notify-queue migrate` runs before the roll-out (the chart's pre-upgrade hook), while the
-  previous release's API, worker, relay and operator serve. So a file is an EXPAND step by
+  previous release's API, worker, relay and operator serve. So a file is an *expand* step by
   default: new tables, nullable columns or columns with a default, indexes on small or new tables,
   new functions, a `CREATE OR REPLACE FUNCTION` that keeps working exactly for the previous
   release's callers. Nothing the previous release reads or writes is renamed, dropped, retyped or
@@ -11,7 +11,7 @@ The rules every file from 0009 on follows (docs/upgrading.md has the why and a w
   reads with `*` (its prepared statements would fail: docs/upgrading.md).
 - A rename, drop, type change or constraint the previous release would break is split: an expand
   step adds the new thing (and a trigger or the code writes both), the code backfills and switches
-  its reads, and the destructive half is a CONTRACT step in a later release, once the code of
+  its reads, and the destructive half is a *contract* step in a later release, once the code of
   that release no longer touches the old thing. A contract step says so in its leading comments,
   on a line of its own:
 
@@ -41,6 +41,7 @@ The rules every file from 0009 on follows (docs/upgrading.md has the why and a w
   every later step is recorded in nq_schema_steps with its phase. Never renumber a shipped
   file, and edit one only so that a database that applied the old text ends where one applying
   the new text does (0017 and 0019 gave their index builds to 0018, which finds them built).
+  Comments may be reworded freely, except the `-- phase:` and `-- transaction:` headers.
 - `make lint` runs squawk (`.squawk.toml`) on the files from 0009 on. An exception to one of its
   rules is written right before the statement: the reason, then the rule it waives:
 

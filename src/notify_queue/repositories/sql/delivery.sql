@@ -54,8 +54,8 @@ ORDER BY bucket
 -- Record a batch of results: nq_complete_deliveries (0041), which says what it writes and why. A
 -- function so that it carries the drain's plan settings itself: the worker calls it in
 -- autocommit, one round trip, where the statement needed a transaction of its own for SET LOCAL
--- (BEGIN and the settings, the statement, COMMIT: docs/performance.md, "The completion in one
--- round trip"). One row: the ids accepted, and whether a finished row may have its webhook event.
+-- (BEGIN and the settings, the statement, COMMIT). One row: the ids accepted, and whether a
+-- finished row may have its webhook event.
 SELECT c.accepted, c.events_possible
 FROM nq_complete_deliveries(
     %(ids)b::uuid[], %(claim_tokens)b::uuid[], %(statuses)b::text[],

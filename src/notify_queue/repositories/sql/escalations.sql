@@ -1,4 +1,4 @@
--- Escalations (CONTRACT section 10, docs/escalation.md): the create, the read and the
+-- Escalations (docs/escalation.md): the create, the read and the
 -- acknowledgement. Lock order, everywhere: the escalation row first, then its steps' queue rows.
 -- The worker never locks an escalation row: its claim reads the row's state from its snapshot
 -- (nq_claim, 0042: "ESCALATION GUARD"), which is what makes the order safe.

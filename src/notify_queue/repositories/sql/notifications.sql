@@ -36,9 +36,8 @@ SELECT * FROM nq_insert_notifications(%(items)s::json, %(default_max_attempts)s,
 -- only the columns the server decides returned: the caller builds each notification from its
 -- request and these (repositories.rows.enqueued_notifications).
 -- Read as one row of arrays, an element per inserted row (in no set order: the caller matches
--- them by id): a thousand rows cost the driver a dict and a call per column each, ~2.5 us of the
--- API's CPU per notification, where arrays decode in one call per column (docs/performance.md,
--- "The enqueue's answer as arrays"). created_at and updated_at are the columns' default, now(),
+-- them by id): rows cost the driver a dict and a call per column each, where arrays decode in one
+-- call per column. created_at and updated_at are the columns' default, now(),
 -- the same for every row of one transaction: one value each, and each one's array only when its
 -- rows differ (never on one server; said, not assumed, for an engine that fills defaults
 -- elsewhere).
