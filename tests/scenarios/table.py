@@ -96,13 +96,17 @@ async def _ids(claimed: list[ClaimedNotification]) -> list[str]:
 
 async def recipient_rate_limit(run: Run) -> dict[str, Any]:
     """Four to one recipient under a limit of three an hour: three go, the fourth waits for the
-    oldest slot to free, without using an attempt; another recipient is not slowed."""
+    oldest place to free, without using an attempt; another recipient is not slowed. A fifth,
+    created once the three were sent, waits too: their places stay in the window."""
     made = await notification_service(run.db).enqueue_many(
         [new(recipient=run.recipient()) for _ in range(4)] + [new(recipient=run.recipient("o"))]
     )
     worker = run.worker(rate_limit=3)
     batch = await worker.claim(10)
     await worker.complete([(c, SENT) for c in batch.claimed])
+    # One more, after those were sent: the window still holds their three places.
+    made += await notification_service(run.db).enqueue_many([new(recipient=run.recipient())])
+    later = await worker.claim(10)
     states = [await run.state(m.notification.id) for m in made]
     waiting = [await run.row(m.notification.id) for m in made]
     due = [
@@ -113,6 +117,7 @@ async def recipient_rate_limit(run: Run) -> dict[str, Any]:
     return {
         "claimed": len(batch.claimed),
         "rate limited": len(batch.rate_limited),
+        "claimed later": len(later.claimed),
         "states": sorted(states),
         "due in about an hour": [timedelta(minutes=55) < d <= timedelta(hours=1) for d in due],
     }
@@ -329,8 +334,9 @@ SCENARIOS = [
         {
             "claimed": 4,
             "rate limited": 1,
-            "states": [("PENDING", 0, "RecipientRateLimit")] + [("SENT", 1, None)] * 4,
-            "due in about an hour": [True],
+            "claimed later": 0,
+            "states": [("PENDING", 0, "RecipientRateLimit")] * 2 + [("SENT", 1, None)] * 4,
+            "due in about an hour": [True, True],
         },
     ),
     Scenario(
