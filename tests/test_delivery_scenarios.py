@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from notify_queue.embedded import EmbeddedPostgres
 
+from notify_queue.embedded import EmbeddedPostgres
 from notify_queue.repositories.db import Database
 from tests.api.support import api_client
 from tests.conftest import cloned_database
@@ -21,7 +21,9 @@ def scenario_database(pg_server: EmbeddedPostgres) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
-async def test_a_delivery_scenario_on_postgresql(scenario_database: str, scenario: Scenario) -> None:
+async def test_a_delivery_scenario_on_postgresql(
+    scenario_database: str, scenario: Scenario
+) -> None:
     db = Database(scenario_database, pool_size=4, name="scenarios")
     await db.open()
     try:

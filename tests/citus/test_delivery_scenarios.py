@@ -4,6 +4,7 @@ claim and completion on the coordinator (the Citus functions)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +20,7 @@ pytestmark = pytest.mark.citus
 
 @pytest.fixture(scope="module")
 def scenario_database(citus_cluster: CitusCluster) -> Iterator[str]:
-    name = "scenarios"
+    name = f"scenarios_{os.getpid()}"
     url = citus_cluster.create_database(name)
     try:
         migrate(url)

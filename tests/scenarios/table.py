@@ -35,6 +35,7 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import ChainHeads, DeliveryRepository
 from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.services.delivery import DeliveryService
+from notify_queue.services.preferences import system_clock
 from tests.api.support import sql
 from tests.support import defaults, new, notification_service
 
@@ -61,7 +62,7 @@ class Run:
             DeliveryRepository(self.db, defaults(**overrides)),
             priorities=list(Priority),
             channels=list(Channel),
-            **({"clock": lambda: clock} if clock is not None else {}),
+            clock=(lambda: clock) if clock is not None else system_clock,
         )
 
     async def create(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -280,7 +281,9 @@ async def escalation_guard(run: Run) -> dict[str, Any]:
         f"/recipients/{user}", json={"phone": "+4915112345678", "pushTokens": ["device-1"]}
     )
     steps = [{"channel": "push"}, {"channel": "sms", "afterSeconds": 60}]
-    made = await run.create({"recipientId": user, "body": "db down", "escalation": {"steps": steps}})
+    made = await run.create(
+        {"recipientId": user, "body": "db down", "escalation": {"steps": steps}}
+    )
     first_id = made["notifications"][0]["id"]
     worker = run.worker(backoff_base_seconds=0.0, backoff_max_seconds=0.0)
     in_flight = await worker.claim(10)
