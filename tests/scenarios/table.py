@@ -15,13 +15,21 @@ scenario's rows. Time moves by setting a row's due time (`Run.make_due`), never 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
+from aiohttp import web
 
 from notify_queue.models import (
     Channel,
@@ -37,7 +45,7 @@ from notify_queue.repositories.policies import PolicyRepository
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.preferences import system_clock
 from tests.api.support import sql
-from tests.support import defaults, new, notification_service
+from tests.support import defaults, eventually, new, notification_service
 
 SENT = DeliveryResult(Outcome.SENT)
 TEMPORARY = DeliveryResult(Outcome.TEMPORARY_FAILURE, error="503 try again")
@@ -321,6 +329,89 @@ async def failover_binding(run: Run) -> dict[str, Any]:
     return {"claims": seen, "after": (await run.state(made.notification.id))[:2]}
 
 
+class FlakyGateway:
+    """An HTTP provider on loopback: 503 to each message's first call, 200 to every later one;
+    the calls it got, by message id."""
+
+    def __init__(self) -> None:
+        self.calls: dict[str, list[int]] = {}
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def _send(self, request: web.Request) -> web.Response:
+        id = (await request.json())["id"]
+        answers = self.calls.setdefault(id, [])
+        answers.append(503 if not answers else 200)
+        if answers[-1] == 503:
+            return web.Response(status=503, text="try again")
+        return web.json_response({"messageId": f"m-{id}"})
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[FlakyGateway]:
+        app = web.Application()
+        app.router.add_post("/send", self._send)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}/send"
+        try:
+            yield self
+        finally:
+            await self._runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def worker_process(url: str, provider_url: str) -> AsyncIterator[subprocess.Popen[bytes]]:
+    """One `notify-queue worker` on `url` delivering through the HTTP provider at
+    `provider_url`, with a short backoff; stopped by SIGTERM, as Kubernetes stops it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NOTIFY_QUEUE_")}
+    command = [sys.executable, "-m", "notify_queue", "worker", "--database-url", url]
+    command += ["--provider", "http", "--provider-url", provider_url, "--rate-limit", "1000"]
+    command += ["--poll-interval", "0.2", "--backoff-base", "0.05", "--backoff-max", "0.2"]
+    command += ["--log-level", "WARNING"]
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield process
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.to_thread(process.wait, 60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+            log.seek(0)
+            assert process.returncode == 0, log.read().decode()[-3000:]
+
+
+async def through_the_worker_process(run: Run) -> dict[str, Any]:
+    """The real `notify-queue worker` process: each message's first call answered 503 is
+    retried after its backoff and sent by the second; the provider got each message twice, its
+    one 200 the last."""
+    made = [
+        await run.create({"channel": "email", "recipient": run.recipient(), "body": f"n{i}"})
+        for i in range(3)
+    ]
+    ids = [m["id"] for m in made]
+
+    async def sent() -> bool:
+        for id in ids:
+            assert process.poll() is None, "the worker stopped"
+            if (await run.row(id))["status"] != "SENT":
+                return False
+        return True
+
+    async with FlakyGateway().running() as gateway:
+        async with worker_process(run.url, gateway.url) as process:
+            await eventually(sent, timeout=60, what="every notification SENT")
+    return {
+        "states": [(await run.state(id))[:2] for id in ids],
+        "calls": [gateway.calls.get(id) for id in ids],
+    }
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -402,6 +493,11 @@ SCENARIOS = [
         "the failover binding is sticky after an unknown outcome",
         failover_binding,
         {"claims": [("a", None), ("a", "a"), ("a", None)], "after": ("PENDING", 3)},
+    ),
+    Scenario(
+        "a real worker process retries a temporary failure and sends",
+        through_the_worker_process,
+        {"states": [("SENT", 2)] * 3, "calls": [[503, 200]] * 3},
     ),
 ]
 
