@@ -42,6 +42,7 @@ from notify_queue.models import (
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import ChainHeads, DeliveryRepository
 from notify_queue.repositories.policies import PolicyRepository
+from notify_queue.repositories.providers import ProviderRepository
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.preferences import system_clock
 from tests.api.support import sql
@@ -329,6 +330,26 @@ async def failover_binding(run: Run) -> dict[str, Any]:
     return {"claims": seen, "after": (await run.state(made.notification.id))[:2]}
 
 
+async def lost_lease(run: Run) -> dict[str, Any]:
+    """A worker that dies during its call to provider b: the lease runs out, housekeeping puts
+    the row back, and the next claim takes it again, still bound to b (b may have sent it) and
+    on the place in its recipient's window the lost attempt took (a limit of one)."""
+    await notification_service(run.db).enqueue_many([new(recipient=run.recipient())])
+    worker = run.worker(lease_seconds=0.0, rate_limit=1)
+    [claimed] = (await worker.claim(10, chain_heads=HEADS)).claimed
+    rebound = await ProviderRepository(run.db).notification_bind_provider(
+        id=claimed.id, claim_token=claimed.claim_token, provider="b"
+    )
+    recovered, _, _ = await worker.housekeeping()
+    again = await worker.claim(10, chain_heads=HEADS)
+    return {
+        "rebound": rebound,
+        "recovered": recovered,
+        "claimed again": [(c.attempt_count, c.sticky_provider) for c in again.claimed],
+        "rate limited": len(again.rate_limited),
+    }
+
+
 class FlakyGateway:
     """An HTTP provider on loopback: 503 to each message's first call, 200 to every later one;
     the calls it got, by message id."""
@@ -493,6 +514,11 @@ SCENARIOS = [
         "the failover binding is sticky after an unknown outcome",
         failover_binding,
         {"claims": [("a", None), ("a", "a"), ("a", None)], "after": ("PENDING", 3)},
+    ),
+    Scenario(
+        "a lost lease is recovered, keeping its binding and its window place",
+        lost_lease,
+        {"rebound": True, "recovered": 1, "claimed again": [(2, "b")], "rate limited": 0},
     ),
     Scenario(
         "a real worker process retries a temporary failure and sends",
