@@ -124,6 +124,14 @@ def test_the_values_schema_rejects_a_bad_value_and_names_it(
             "workers.pools.bulk serves voice, which the smtp provider cannot deliver: set "
             "provider.type (http) or list the pool's channels without it",
         ),
+        (
+            [
+                "providersFile.content.providers[0].name=gw",
+                "providersFile.content.providers[0].type=simulated",
+                "providersFile.content.providers[0].channels={email,sms,push}",
+            ],
+            "workers.pools.bulk serves voice, which no provider of providersFile.content lists",
+        ),
         (["database.url="], "database.url is empty"),
         (["api.databaseUrlKey=pooled"], "api.databaseUrlKey (pooled) needs existingSecret"),
     ],
