@@ -174,7 +174,7 @@ def test_a_worker_refuses_to_start_when_smtp_would_have_to_deliver_sms_and_push(
     assert "the smtp provider cannot deliver push" in line
 
 
-def test_a_worker_without_channels_serves_voice_so_smtp_as_its_provider_must_be_overridden() -> None:
+def test_a_worker_without_channels_serves_voice_which_smtp_as_its_provider_cannot() -> None:
     result = run(
         "worker",
         "--provider",

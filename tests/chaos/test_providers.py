@@ -130,7 +130,12 @@ async def test_a_down_provider_fails_over_opens_its_circuit_and_gets_traffic_bac
                 "url": a.url,
                 "circuitBreaker": {"failures": 3, "openFor": "3s"},
             },
-            {"name": "b", "type": "http", "channels": ["email", "sms", "push", "voice"], "url": b.url},
+            {
+                "name": "b",
+                "type": "http",
+                "channels": ["email", "sms", "push", "voice"],
+                "url": b.url,
+            },
         ],
         ["a", "b"],
     )

@@ -132,8 +132,9 @@ def exported_names(exposition: str) -> set[str]:
 
 
 PROVIDERS_FILE = """\
-# sim-main and sim-backup deliver email, sms and voice; sim-push gets only the `timeout` push tokens, so
-# its circuit breaker opens after two timeouts in a row, half-opens a second later, and so on.
+# sim-main and sim-backup deliver email, sms and voice; sim-push gets only the `timeout` push
+# tokens, so its circuit breaker opens after two timeouts in a row, half-opens a second later, and
+# so on.
 providers:
   - {name: sim-main, type: simulated, channels: [email, sms, voice], latencyMs: 2}
   - {name: sim-backup, type: simulated, channels: [email, sms, voice]}
