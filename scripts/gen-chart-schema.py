@@ -9,7 +9,8 @@ value or an option the role does not read (`api.config: {rate-limit: 5}`) then f
 top-level `config` serves every role, so it takes any option that one of the chart's roles reads.
 
 Options that the chart sets itself, or that must come from a Secret, are left out (EXCLUDED,
-each with the reason); the rest of the file is written by hand and kept as it is.
+each with the reason). A pool's `channels` are written from the program's channels too; the rest
+of the file is written by hand and kept as it is.
 
     scripts/gen-chart-schema.py           rewrite the file
     scripts/gen-chart-schema.py --check   exit 1 when the file is not what this would write
@@ -118,11 +119,28 @@ def tracing_schema() -> dict[str, Any]:
     }
 
 
+def channels_schema() -> dict[str, Any]:
+    """A pool's `channels`: those of notify_queue.models.Channel, so a new channel is accepted
+    as soon as the program knows it."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from notify_queue.models import Channel
+
+    return {
+        "type": "array",
+        "description": "The channels this pool serves (its workers' --channels). Left out: "
+        "every channel, and then neither --channels nor the channels annotation is set.",
+        "minItems": 1,
+        "uniqueItems": True,
+        "items": {"enum": [str(channel) for channel in Channel]},
+    }
+
+
 def render() -> str:
     document = json.loads(SCHEMA.read_text())
     for name, roles in DEFINITIONS.items():
         document["definitions"][name] = config_schema(roles)
     document["definitions"]["tracingEnv"] = tracing_schema()
+    document["definitions"]["pool"]["properties"]["channels"] = channels_schema()
     return json.dumps(document, indent=2) + "\n"
 
 

@@ -77,7 +77,7 @@ async def soak(args: argparse.Namespace) -> int:
                     {
                         "name": name,
                         "type": "http",
-                        "channels": ["email", "sms", "push"],
+                        "channels": ["email", "sms", "push", "voice"],
                         "url": p.url,
                         "timeout": "5s",
                         "circuitBreaker": {"failures": 5, "openFor": "2s"},

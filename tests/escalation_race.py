@@ -23,7 +23,6 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from notify_queue.models import Channel
 from notify_queue.providers.http import HttpProvider
 from tests.api.support import api_client
 from tests.support import eventually, start_workers
@@ -92,7 +91,6 @@ async def no_step_is_sent_after_the_acknowledgement_committed(
         workers = await start_workers(
             database_url,
             HttpProvider(f"http://127.0.0.1:{port}/send", 10.0, session),
-            channels=list(Channel),
             backoff_base=0.1,
             backoff_max=0.3,
         )

@@ -176,6 +176,29 @@ def test_a_worker_refuses_to_start_when_smtp_would_have_to_deliver_sms_and_push(
     assert "the smtp provider cannot deliver push" in line
 
 
+def test_a_worker_without_channels_serves_voice_which_smtp_as_its_provider_cannot() -> None:
+    result = run(
+        "worker",
+        "--provider",
+        "smtp",
+        "--smtp-host",
+        "127.0.0.1",
+        "--sms-provider",
+        "http",
+        "--push-provider",
+        "http",
+        "--provider-url",
+        "http://127.0.0.1:1/send",
+        NOTIFY_QUEUE_DATABASE_URL="postgresql://nobody@127.0.0.1:1/none",
+    )
+
+    assert result.returncode == 2
+    # Voice has no --voice-provider: the message names the flag that exists.
+    assert one_line(result.stderr).endswith(
+        "the smtp provider cannot deliver voice: set --provider, or leave it out of --channels"
+    )
+
+
 def test_a_worker_refuses_an_http_provider_without_url_only_for_channels_it_serves() -> None:
     result = run(
         "worker",

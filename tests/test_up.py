@@ -1,7 +1,7 @@
 """`notify-queue up`, the real program, as a newcomer first runs it: it says it is up only once its
 API answers, a taken port stops it with one line and no claim to be up, and a first start on an
 empty database logs one line for the migrations and drops no delivery log partitions (a new
-database has none from before it existed).
+database has none from before it existed); its worker serves every channel, voice included.
 """
 
 from __future__ import annotations
@@ -117,3 +117,24 @@ def test_a_taken_port_stops_up_in_one_line_without_claiming_it_is_up(database_ur
         f"notify-queue up: cannot listen on 127.0.0.1:{port}: another process has the port; "
         "stop it or choose another with --port (NOTIFY_QUEUE_PORT)"
     ]
+
+
+def test_up_calls_a_voice_number_sent_through_its_api(empty_database: str) -> None:
+    port = free_port()
+    up = Up("--database-url", empty_database, "--port", str(port), "--poll-interval", "0.2")
+    try:
+        up.wait_for(READY)
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+            call = {"channel": "voice", "recipient": "+4930123456", "body": "db-1 is down"}
+            call["idempotencyKey"] = "db-1-down"
+            made = http.post("/notifications", json=call)
+            assert made.status_code == 201, made.text
+            deadline = time.monotonic() + 60
+            while (status := http.get(f"/notifications/{made.json()['id']}").json()["status"]) != (
+                "SENT"
+            ):
+                assert status in ("PENDING", "PROCESSING"), status
+                assert time.monotonic() < deadline, f"still {status}:\n" + "\n".join(up.lines)
+                time.sleep(0.1)
+    finally:
+        assert up.stop() == 0, "\n".join(up.lines)

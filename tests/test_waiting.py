@@ -169,6 +169,8 @@ async def test_each_cause_gives_its_reason_in_the_api_the_list_and_the_gauge(
     worker = workers.start(
         "--providers-file",
         _providers_file(tmp_path),
+        "--channels",
+        "email,sms,push",
         "--rate-limit",
         "1",
         "--rate-limit-window",

@@ -30,7 +30,7 @@ def run(ctx: Context) -> None:
                     {
                         "name": "limited",
                         "type": "http",
-                        "channels": ["email", "sms", "push"],
+                        "channels": ["email", "sms", "push", "voice"],
                         "url": f"http://127.0.0.1:{port}/send",
                         "rateLimit": {"perSecond": per_second},
                     }

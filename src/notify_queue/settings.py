@@ -283,9 +283,10 @@ class WorkerOptions(_Options):
         "one-time codes from waiting behind a campaign.",
     )
     channels: Annotated[list[Channel], NoDecode] = Field(
-        default_factory=lambda: [Channel.EMAIL, Channel.SMS, Channel.PUSH],
+        default_factory=lambda: list(Channel),
         description="The channels this worker delivers (comma-separated); each needs a provider "
-        "that can deliver it.",
+        "that can deliver it. Every channel by default, voice included, so an escalation's call "
+        "goes out with no setting; list them to keep a worker off one.",
     )
     shutdown_grace_seconds: Seconds = Field(
         10.0,
@@ -315,7 +316,7 @@ class WorkerOptions(_Options):
         if not self.priorities:
             problems.append("--priorities needs at least one of HIGH, NORMAL, LOW")
         if not self.channels:
-            problems.append("--channels needs at least one of email, sms, push")
+            problems.append(f"--channels needs at least one of {', '.join(Channel)}")
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -644,8 +645,10 @@ class WorkerSettings(
         for channel in self.channels:
             kind = self.provider_for(channel)
             if channel not in PROVIDER_CHANNELS[kind]:
+                flag = f"{channel}_provider"
+                fix = f"--{channel}-provider" if flag in type(self).model_fields else "--provider"
                 problems.append(
-                    f"the {kind} provider cannot deliver {channel}: set --{channel}-provider, "
+                    f"the {kind} provider cannot deliver {channel}: set {fix}, "
                     "or leave it out of --channels"
                 )
             elif kind is ProviderKind.HTTP and not self.provider_url:

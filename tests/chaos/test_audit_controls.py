@@ -90,7 +90,7 @@ async def test_the_soak_audit_reports_a_key_repeated_at_one_provider_or_sent_by_
                         {
                             "name": name,
                             "type": "http",
-                            "channels": ["email", "sms", "push"],
+                            "channels": ["email", "sms", "push", "voice"],
                             "url": p.url,
                             "timeout": "5s",
                         }

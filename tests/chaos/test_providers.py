@@ -126,11 +126,16 @@ async def test_a_down_provider_fails_over_opens_its_circuit_and_gets_traffic_bac
             {
                 "name": "a",
                 "type": "http",
-                "channels": ["email", "sms", "push"],
+                "channels": ["email", "sms", "push", "voice"],
                 "url": a.url,
                 "circuitBreaker": {"failures": 3, "openFor": "3s"},
             },
-            {"name": "b", "type": "http", "channels": ["email", "sms", "push"], "url": b.url},
+            {
+                "name": "b",
+                "type": "http",
+                "channels": ["email", "sms", "push", "voice"],
+                "url": b.url,
+            },
         ],
         ["a", "b"],
     )
@@ -247,7 +252,7 @@ async def test_four_workers_keep_a_provider_under_its_rate_limit_in_every_second
                 {
                     "name": "a",
                     "type": "http",
-                    "channels": ["email", "sms", "push"],
+                    "channels": ["email", "sms", "push", "voice"],
                     "url": f"http://127.0.0.1:{port}/send",
                     "rateLimit": {"perSecond": per_second} if limited else None,
                 }

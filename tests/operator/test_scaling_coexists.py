@@ -219,6 +219,7 @@ async def test_the_keda_example_query_counts_what_the_bulk_pool_could_claim(
     for priority, channel, count in [
         (Priority.NORMAL, Channel.EMAIL, 4),
         (Priority.LOW, Channel.PUSH, 3),
+        (Priority.LOW, Channel.VOICE, 2),  # the bulk pool serves every channel
         (Priority.HIGH, Channel.SMS, 5),  # the urgent pool's lane: not counted
     ]:
         for _ in range(count):
@@ -231,7 +232,7 @@ async def test_the_keda_example_query_counts_what_the_bulk_pool_could_claim(
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         cursor = await conn.execute(_keda_query().encode())
         ((count,),) = await cursor.fetchall()
-    assert count == 7
+    assert count == 9
     lanes = await KubeRepository(db).lane_depths()
     bulk = sum(
         lane.depth for (p, _c), lane in lanes.items() if p in (Priority.NORMAL, Priority.LOW)

@@ -132,11 +132,12 @@ def exported_names(exposition: str) -> set[str]:
 
 
 PROVIDERS_FILE = """\
-# sim-main and sim-backup deliver email and sms; sim-push gets only the `timeout` push tokens, so
-# its circuit breaker opens after two timeouts in a row, half-opens a second later, and so on.
+# sim-main and sim-backup deliver email, sms and voice; sim-push gets only the `timeout` push
+# tokens, so its circuit breaker opens after two timeouts in a row, half-opens a second later, and
+# so on.
 providers:
-  - {name: sim-main, type: simulated, channels: [email, sms], latencyMs: 2}
-  - {name: sim-backup, type: simulated, channels: [email, sms]}
+  - {name: sim-main, type: simulated, channels: [email, sms, voice], latencyMs: 2}
+  - {name: sim-backup, type: simulated, channels: [email, sms, voice]}
   - {name: sim-push, type: simulated, channels: [push], timeout: 200ms,
      circuitBreaker: {failures: 2, openFor: 1s}}
 chains:

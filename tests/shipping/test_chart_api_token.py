@@ -67,7 +67,8 @@ def _hook_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ["--set", "api.auth=open"],
         ["--set", "providersFile.content.providers[0].name=gw",
          "--set", "providersFile.content.providers[0].type=http",
-         "--set", "providersFile.content.providers[0].url=http://gw/send"],
+         "--set", "providersFile.content.providers[0].url=http://gw/send",
+         "--set", "providersFile.content.providers[0].channels={email,sms,push,voice}"],
     ],
     ids=["defaults", "full values", "auth.existingSecret", "existingSecret", "given tokens",
          "open", "providers file"],
@@ -120,6 +121,7 @@ def test_pod_checksums_cover_only_rendered_content(tools: Tools) -> None:
             "--set", "providersFile.content.providers[0].name=gw",
             "--set", "providersFile.content.providers[0].type=http",
             "--set", f"providersFile.content.providers[0].url={url}",
+            "--set", "providersFile.content.providers[0].channels={email,sms,push,voice}",
         ]  # fmt: skip
 
     text = _render_text(tools, *providers("http://gw/send"))

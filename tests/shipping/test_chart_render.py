@@ -22,7 +22,8 @@ from notify_queue.models import Channel
 from notify_queue.operator.api_token import build_parser as token_parser
 from notify_queue.operator.release import build_parser as release_parser
 from notify_queue.provider_specs import load_provider_specs
-from notify_queue.settings import ROLE_SETTINGS
+from notify_queue.services.scaling import PoolConfig, pool_config_from_annotations
+from notify_queue.settings import ROLE_SETTINGS, WorkerSettings
 from tests.shipping.support import (
     CHART,
     FULL_VALUES,
@@ -38,6 +39,9 @@ pytestmark = pytest.mark.kubernetes
 
 RELEASE_MODULE = "notify_queue.operator.release"
 TOKEN_MODULE = "notify_queue.operator.api_token"
+WORKER_DEFAULT_CHANNELS = WorkerSettings.model_fields["channels"].get_default(
+    call_default_factory=True
+)
 
 
 @pytest.fixture(scope="module")
@@ -82,6 +86,7 @@ def test_helm_lint_strict_passes(tools: Tools, values: list[Path]) -> None:
         ("auth.existingSecret=Not_A_Secret", "at '/auth/existingSecret'"),
         ("auth.apiToken=t", "additional properties 'apiToken' not allowed"),
         ("tracing.env.OTEL_EXPORTER_OTLP_ENDPONT=x", "'OTEL_EXPORTER_OTLP_ENDPONT' not allowed"),
+        ("workers.pools.bulk.channels={fax}", "at '/workers/pools/bulk/channels/0'"),
     ],
 )
 def test_the_values_schema_rejects_a_bad_value_and_names_it(
@@ -107,6 +112,25 @@ def test_the_values_schema_rejects_a_bad_value_and_names_it(
         (
             ["workers.pools.urgent.minReplicas=20"],
             "workers.pools.urgent: minReplicas (20) must not exceed maxReplicas (10)",
+        ),
+        (
+            [
+                "provider.type=smtp",
+                "provider.sms=http",
+                "provider.push=http",
+                "config.smtp-host=mail",
+                "config.provider-url=http://gw/send",
+            ],
+            "workers.pools.bulk serves voice, which the smtp provider cannot deliver: set "
+            "provider.type (http) or list the pool's channels without it",
+        ),
+        (
+            [
+                "providersFile.content.providers[0].name=gw",
+                "providersFile.content.providers[0].type=simulated",
+                "providersFile.content.providers[0].channels={email,sms,push}",
+            ],
+            "workers.pools.bulk serves voice, which no provider of providersFile.content lists",
         ),
         (["database.url="], "database.url is empty"),
         (["api.databaseUrlKey=pooled"], "api.databaseUrlKey (pooled) needs existingSecret"),
@@ -238,11 +262,34 @@ def test_worker_pools_split_urgent_from_bulk_lanes(default_objects: list[dict[st
     assert lanes == {"urgent": "HIGH", "bulk": "NORMAL,LOW"}
 
 
+def _pool(objects: list[dict[str, Any]], name: str) -> tuple[PoolConfig, list[str]]:
+    """The pool's lanes as the operator reads them, and the channels its workers serve."""
+    deployment = named(objects, "Deployment", f"nq-notify-queue-worker-{name}")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    flags = build_parser().parse_args(container["args"])
+    served = flags.channels.split(",") if flags.channels else WORKER_DEFAULT_CHANNELS
+    return pool_config_from_annotations(deployment["metadata"]["annotations"]), served
+
+
+def test_the_default_pools_serve_every_channel_voice_included(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    for name in ("urgent", "bulk"):
+        config, served = _pool(default_objects, name)
+        assert served == list(Channel), name
+        assert config.channels == frozenset(Channel), name  # scaled on the voice backlog too
+
+
+def test_a_pool_may_serve_voice_alone(tools: Tools) -> None:
+    objects = tools.template(set_values={"workers.pools.bulk.channels": "{voice}"})
+    config, served = _pool(objects, "bulk")
+    assert served == ["voice"] and config.channels == frozenset({Channel.VOICE})
+
+
 def test_worker_annotations_are_what_the_operators_scaling_rule_reads(
     full_objects: list[dict[str, Any]],
 ) -> None:
     from notify_queue.models import Priority
-    from notify_queue.services.scaling import pool_config_from_annotations
 
     urgent = named(full_objects, "Deployment", "notify-worker-urgent")
     config = pool_config_from_annotations(urgent["metadata"]["annotations"])
@@ -520,7 +567,7 @@ def test_a_providers_file_becomes_a_configmap_every_worker_mounts_with_secrets_b
 providersFile:
   content:
     providers:
-      - {name: sms-main, type: http, channels: [sms, push], url: "http://gw:8080/send",
+      - {name: sms-main, type: http, channels: [sms, push, voice], url: "http://gw:8080/send",
          rateLimit: {perSecond: 50}}
       - {name: sms-backup, type: http, channels: [sms, push], url: "https://backup.example/s"}
       - {name: mail, type: smtp, channels: [email], host: smtp.infra,

@@ -1,5 +1,6 @@
 """examples/08-escalation: the push goes out, the acknowledgement cancels the SMS and the call;
-through a real `notify-queue api` process and a worker loop with the simulated provider."""
+through a real `notify-queue api` process and a worker loop with the simulated provider, serving
+the channels a worker serves by default."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-from notify_queue.models import Channel
 from notify_queue.providers.simulated import SimulatedProvider
 from tests.support import running_api, start_workers
 
@@ -20,7 +20,7 @@ async def test_the_escalation_example_pages_then_acknowledges(
     database_url: str, tmp_path: Path
 ) -> None:
     provider = SimulatedProvider(failure_rate=0.0, latency_ms=0, timeout_seconds=10)
-    workers = await start_workers(database_url, provider, channels=list(Channel))
+    workers = await start_workers(database_url, provider)  # the default channels: voice too
     try:
         async with running_api(database_url, tmp_path / "api.log") as url:
             env = {**os.environ, "NOTIFY_QUEUE_URL": url}

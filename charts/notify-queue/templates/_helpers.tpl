@@ -324,16 +324,28 @@ database-url listen-database-url api-token admin-token webhook-secret smtp-passw
 {{- end }}
 {{- end -}}
 
-{{/* Each enabled pool can deliver every channel it serves, with what its provider needs. */}}
+{{/* Each enabled pool can deliver every channel it serves, with what its provider needs; with a
+providers file, some provider of the file lists the channel (else its workers refuse to start). */}}
 {{- define "notify-queue.validateProviders" -}}
 {{- $root := . -}}
+{{- $listed := list }}
+{{- range (dig "providers" list (default dict .Values.providersFile.content)) }}
+{{- $listed = concat $listed (default list .channels) }}
+{{- end }}
 {{- range $name, $pool := .Values.workers.pools }}
 {{- if dig "enabled" true $pool }}
 {{- $config := merge (dict) (default dict $pool.config) (default dict $root.Values.workers.config) (default dict $root.Values.config) }}
-{{- range $channel := default (list "email" "sms" "push") $pool.channels }}
+{{- /* Without a list the pool serves every channel (the worker's default), voice included. */}}
+{{- range $channel := default (list "email" "sms" "push" "voice") $pool.channels }}
+{{- $own := has $channel (list "email" "sms" "push") }}
+{{- if and $root.Values.providersFile.content (not (has $channel $listed)) }}
+{{- fail (printf "workers.pools.%s serves %s, which no provider of providersFile.content lists: add it to a provider's channels or list the pool's channels without it" $name $channel) }}
+{{- end }}
 {{- $kind := default $root.Values.provider.type (get $root.Values.provider $channel) }}
 {{- if and (eq $kind "smtp") (ne $channel "email") }}
-{{- fail (printf "workers.pools.%s serves %s, which the smtp provider cannot deliver: set provider.%s (http) or leave %s out of the pool's channels" $name $channel $channel $channel) }}
+{{- $fix := ternary (printf "provider.%s" $channel) "provider.type" $own }}
+{{- $pick := ternary (printf "leave %s out of the pool's channels" $channel) "list the pool's channels without it" (not (empty $pool.channels)) }}
+{{- fail (printf "workers.pools.%s serves %s, which the smtp provider cannot deliver: set %s (http) or %s" $name $channel $fix $pick) }}
 {{- end }}
 {{- if and (eq $kind "http") (not (get $config "provider-url")) }}
 {{- fail (printf "workers.pools.%s delivers %s with the http provider, which needs config.provider-url" $name $channel) }}

@@ -86,7 +86,9 @@ def pool_config_from_annotations(annotations: Mapping[str, str]) -> PoolConfig:
         try:
             channels = frozenset(Channel(c.strip().lower()) for c in raw.split(",") if c.strip())
         except ValueError:
-            errors.append(FieldError(CHANNELS, f"must list email, sms or push, not {raw!r}"))
+            *others, last = Channel
+            known = f"{', '.join(others)} or {last}"
+            errors.append(FieldError(CHANNELS, f"must list {known}, not {raw!r}"))
     delay = defaults.scale_down_delay_seconds
     if (raw := annotations.get(SCALE_DOWN_DELAY)) is not None and raw.strip():
         try:
