@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from notify_queue.headers import GENERATED_HEADERS_VERIFIED
 from tests.shipping.support import ROOT, Tools
 from tests.support import directory_outside_pytest
 
@@ -241,7 +242,10 @@ def _a_first_start_is_quiet(output: list[str]) -> None:
     assert "applied migration" not in log
     assert "dropped nq_delivery_log" not in log
     assert "OS signals are ignored" not in log
-    assert " WARNING " not in log, [line for line in output if " WARNING " in line]
+    warnings = [line for line in output if " WARNING " in line]
+    if not GENERATED_HEADERS_VERIFIED:  # this Python's own, said once (docs/security.md)
+        warnings = [line for line in warnings if "CVE-2024-6923" not in line]
+    assert not warnings, warnings
 
 
 def _the_plugin_read_the_api(checkout: Path, env: dict[str, str], state: Path) -> None:
