@@ -15,7 +15,7 @@ channel's chain from the providers file) and, per provider:
 Before 2, the row is made to name that provider (the claim bound it to its chain's head; another
 provider costs one statement), so an unknown outcome leaves the right provider named.
 
-Then the failover rule (CONTRACT section 9, docs/design.md "Providers"): SENT and permanent
+Then the failover rule (docs/providers.md, docs/design.md "Providers"): SENT and permanent
 failures end the walk. A temporary failure moves on to the next provider only when it proves
 nothing was sent (connection refused, 429, 503), or after anything with `Always`; after a timeout
 `OnDefiniteFailure` retries the same provider later (its idempotency key makes that safe; a

@@ -1,5 +1,5 @@
--- The drain's per-bucket steps as Citus distributed functions delegated by bucket (issue 21,
--- docs/scaling.md "Citus: the drain as delegated functions"). Not a numbered migration: like
+-- The drain's per-bucket steps as Citus distributed functions delegated by bucket
+-- (docs/scaling.md "Citus: the drain as delegated functions"). Not a numbered migration: like
 -- citus/layout.sql, `notify-queue migrate` runs it after the layout whenever the engine is Citus
 -- (repositories/schema.py); plain PostgreSQL never has these functions. CREATE OR REPLACE and
 -- create_distributed_function are idempotent, so a second `migrate` changes nothing.

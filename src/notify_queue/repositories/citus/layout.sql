@@ -1,5 +1,5 @@
--- The distributed layout on a Citus coordinator with worker nodes (issue 21, CONTRACT section 11,
--- docs/scaling.md "Citus: the layout"). Not a numbered migration: `notify-queue migrate` runs it
+-- The distributed layout on a Citus coordinator with worker nodes (docs/scaling.md "Citus: the
+-- layout"). Not a numbered migration: `notify-queue migrate` runs it
 -- after the migrations whenever the engine is Citus (repositories/schema.py), and every part of
 -- it skips what pg_dist_partition already has, so running it again changes nothing. On plain
 -- PostgreSQL it never runs: the schema there stays the migrations' alone.

@@ -1,4 +1,4 @@
--- Statements for a Citus coordinator only (issue 21, docs/scaling.md "Citus: every role"). Each
+-- Statements for a Citus coordinator only (docs/scaling.md "Citus: every role"). Each
 -- is the plain-PostgreSQL statement of the same name without `_bucket`/`_citus` (delivery.sql,
 -- webhooks.sql, notifications.sql), reshaped for what Citus 14 runs; the repositories choose by
 -- the engine (EngineRepository), one path per shape, and plain PostgreSQL never runs these.
@@ -541,7 +541,7 @@ WHERE n.id = ANY(%(ids)b::uuid[])
 
 -- name: status_outbox_related_citus
 -- status_outbox_take's related_ids for the rows of recipientId requests (one row per channel,
--- keys "<key> <channel>", issue 12): the keys to look for, then the keys (distributed by key,
+-- keys "<key> <channel>"): the keys to look for, then the keys (distributed by key,
 -- one probe each), each step a CTE the coordinator evaluates (the correlated subquery of the
 -- plain statement is refused beside a CTE).
 WITH wanted AS MATERIALIZED (
