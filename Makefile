@@ -71,7 +71,7 @@ format: $(STAMP) ## format the code
 	$(BIN)/ruff format src tests benchmarks
 	$(BIN)/ruff check --fix src tests benchmarks
 
-typecheck: $(STAMP) ## mypy strict
+typecheck: $(STAMP) ## mypy strict over src, benchmarks and scripts
 	$(BIN)/mypy
 
 layers: $(STAMP) ## check the layering with import-linter

@@ -80,7 +80,9 @@ def main() -> None:
         queue.migrate(url)
         queue.seed_due(url, per_round * args.rounds)
         with psycopg.connect(url, autocommit=True) as conn:
-            backend = psutil.Process(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+            pid = conn.execute("SELECT pg_backend_pid()").fetchone()
+            assert pid is not None
+            backend = psutil.Process(pid[0])
             runs = alternating.alternate(
                 args.rounds,
                 [str(s) for s in sizes],

@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from notify_queue.models import Channel, NewNotification, Priority, Source
@@ -60,10 +61,10 @@ class SteadyEnqueuer:
 
     async def run(
         self,
-        make: callable,
+        make: Callable[[int], NewNotification],
         rate: float,
         *,
-        seconds: float | None = None,  # type: ignore[valid-type]
+        seconds: float | None = None,
         until: asyncio.Event | None = None,
     ) -> None:
         assert self.service is not None

@@ -7,9 +7,10 @@ Starts a coordinator and two worker nodes (tests/citus/cluster.py; Citus built b
 runs `notify-queue migrate` on the coordinator twice, adds a `bucket` column where the schema has
 none, distributes the per-notification tables by it (co-located with the queue), the idempotency
 keys by key, makes the small tables reference tables, applying after each refusal the smallest
-workaround to see the next one; then runs every named query of repositories/sql/*.sql once with a
-seeded notification and plausible parameters, each in a transaction that is rolled back. Nothing
-here changes the schema in the repository: it tells what to reshape, and re-checks a reshaping.
+workaround to see the next one; then runs every named query (repositories/sql/*.sql and
+citus/statements.sql) once with a seeded notification and plausible parameters, each in a
+transaction that is rolled back. Nothing here changes the schema in the repository: it tells
+what to reshape, and re-checks a reshaping.
 """
 
 from __future__ import annotations

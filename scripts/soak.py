@@ -38,11 +38,11 @@ from tests.chaos.harness import (  # noqa: E402
     WorkerProcesses,
     audit,
     lost_outcomes_bound,
-    poll,
     read_rows,
     worker_flags,
 )
 from tests.chaos.peers import ChaosProvider, SignedWebhookReceiver  # noqa: E402
+from tests.support import eventually as poll  # noqa: E402
 from tests.support import free_port  # noqa: E402
 
 from notify_queue.embedded import EmbeddedPostgres  # noqa: E402
@@ -269,7 +269,8 @@ async def _retry_dead_letters(http: aiohttp.ClientSession, base: str) -> int:
     while True:
         async with http.post(f"{base}/notifications/retry", json={"status": "DEAD_LETTERED"}) as r:
             body = await r.json()
-        total += body["retried"]
+        retried: int = body["retried"]
+        total += retried
         if body["remaining"] == 0:
             return total
 
@@ -292,14 +293,16 @@ async def _final(db: Database, ids: list[uuid.UUID]) -> bool:
         )
     except Exception:
         return False
-    return rows[0]["n"] == len(ids)
+    final: int = rows[0]["n"]
+    return final == len(ids)
 
 
 async def _webhooks_settled(db: Database) -> bool:
     rows = await read_rows(
         db, "SELECT count(*) AS n FROM nq_webhook_events WHERE state <> 'delivered'"
     )
-    return rows[0]["n"] == 0
+    unsettled: int = rows[0]["n"]
+    return unsettled == 0
 
 
 def main() -> int:

@@ -304,7 +304,7 @@ class RunningWorkers:
 def single_provider_router(provider: Any, db: Database, *, timeout: float = 10.0) -> Any:
     """A worker's router with `provider` (any object with `deliver`) for every channel."""
     from notify_queue.models import Channel, Failover
-    from notify_queue.provider_specs import ProviderSpecs
+    from notify_queue.providers.specs import ProviderSpecs
     from notify_queue.repositories.providers import ProviderRepository
     from notify_queue.worker.routing import Router
 

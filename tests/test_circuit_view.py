@@ -14,7 +14,7 @@ import uuid
 from notify_queue.models import Outcome
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.providers import CircuitReport, ProviderRepository
-from notify_queue.worker.routing import Circuits
+from notify_queue.worker.circuits import Circuits
 
 
 class SlowProbe(ProviderRepository):

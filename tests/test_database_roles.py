@@ -78,7 +78,7 @@ def test_the_enqueue_role_can_execute_exactly_the_enqueue_function(database_url:
 def test_a_function_the_migrating_user_makes_later_is_not_executable_by_public(
     database_url: str,
 ) -> None:
-    """As citus_functions.sql's, (re)made on every `migrate`: the default privileges of the
+    """As citus/functions.sql's, (re)made on every `migrate`: the default privileges of the
     migrating user leave PUBLIC out."""
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("CREATE FUNCTION nq_made_later() RETURNS integer LANGUAGE sql RETURN 1")

@@ -19,7 +19,7 @@ from notify_queue.models import (
     Policy,
     Status,
 )
-from notify_queue.provider_specs import ProviderSpecs
+from notify_queue.providers.specs import ProviderSpecs
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import ChainHeads
 from notify_queue.repositories.notifications import NotificationRepository

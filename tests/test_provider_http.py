@@ -20,11 +20,11 @@ import pytest
 from aiohttp import test_utils, web
 
 from notify_queue.models import Channel, Outcome
-from notify_queue.provider_specs import specs_from_settings
 from notify_queue.providers import SimulatedProvider, build_providers
 from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.http import HttpProvider, parse_retry_after
 from notify_queue.providers.outbound import trusted_session
+from notify_queue.providers.specs import specs_from_settings
 from notify_queue.settings import ProviderKind, WorkerSettings
 from tests.test_posting import RawServer
 

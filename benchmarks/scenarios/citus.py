@@ -55,7 +55,7 @@ from benchmarks.scenarios.ingest import start_api
 
 IDLE_SECONDS = 10.0
 TOP_STATEMENTS = 8
-# The drain's functions delegated to a worker node (citus_functions.sql): their calls there, the
+# The drain's functions delegated to a worker node (citus/functions.sql): their calls there, the
 # rows pg_stat_statements counted for them, and the rows each call served (docs/scaling.md "Fewer
 # calls"). Matched on the top-level statements of the worker nodes (the call as the coordinator
 # sent it); a claim's rows are its admission's (one row per claimed notification), a completion's

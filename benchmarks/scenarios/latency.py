@@ -45,7 +45,10 @@ def percentiles(conn: psycopg.Connection[Any], prefix: str, label: str) -> dict[
     count, claimed, claimed_max, sent, sent_max, insert_p99 = row
     if not count:
         return {f"{label}_count": 0}
-    ms = lambda v: round(float(v) * 1000, 1)  # noqa: E731
+
+    def ms(seconds: Any) -> float:
+        return round(float(seconds) * 1000, 1)
+
     return {
         f"{label}_count": count,
         f"{label}_to_claimed_p50_ms": ms(claimed[0]),

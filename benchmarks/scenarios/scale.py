@@ -82,7 +82,10 @@ async def claim_loop(
     elapsed = time.perf_counter() - t0
     bar.close()
     timings.sort()
-    pct = lambda q: round(timings[min(int(q * len(timings)), len(timings) - 1)] * 1000, 2)  # noqa: E731
+
+    def pct(q: float) -> float:
+        return round(timings[min(int(q * len(timings)), len(timings) - 1)] * 1000, 2)
+
     return {
         "claimed": claimed,
         "deferred": deferred,

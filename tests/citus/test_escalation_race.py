@@ -1,6 +1,6 @@
 """The escalation-acknowledge race on Citus (the scenario: tests/escalation_race.py), the schema
 distributed by `notify-queue migrate`: the claim is the delegated nq_claim_admit_bucket
-(repositories/citus_functions.sql), whose guard reads the escalation's state on the node that
+(repositories/citus/functions.sql), whose guard reads the escalation's state on the node that
 holds the bucket, twice: once to cancel the acknowledged steps it locked, once in the statement
 that hands out the rest. The negative control, `without_guard`, replaces both reads by `false`
 (on every node: Citus propagates the distributed function's new definition)."""

@@ -54,10 +54,10 @@ CO_LOCATED = [
     "nq_rate_windows",
     "nq_webhook_events",
     "nq_digests",
-    # So a function delegated by bucket counts on its own node (citus_functions.sql).
+    # So a function delegated by bucket counts on its own node (citus/functions.sql).
     "nq_counters",
 ]
-# The drain's per-bucket steps, delegated to the node holding the bucket (citus_functions.sql).
+# The drain's per-bucket steps, delegated to the node holding the bucket (citus/functions.sql).
 DELEGATED = {
     "nq_finish_bucket",
     "nq_complete_bucket",

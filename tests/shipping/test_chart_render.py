@@ -21,7 +21,7 @@ from notify_queue.cli import build_parser
 from notify_queue.models import Channel
 from notify_queue.operator.api_token import build_parser as token_parser
 from notify_queue.operator.release import build_parser as release_parser
-from notify_queue.provider_specs import load_provider_specs
+from notify_queue.providers.specs import load_provider_specs
 from notify_queue.services.scaling import PoolConfig, pool_config_from_annotations
 from notify_queue.settings import ROLE_SETTINGS, WorkerSettings
 from tests.shipping.support import (

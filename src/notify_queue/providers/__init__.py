@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import aiohttp
 
-from notify_queue.provider_specs import ProviderSpec, ProviderSpecs
 from notify_queue.providers.base import DeliveryRequest, Provider
 from notify_queue.providers.http import HttpProvider
 from notify_queue.providers.outbound import OutboundRefused, trusted_session
 from notify_queue.providers.posting import guarded_poster, trusted_poster
 from notify_queue.providers.simulated import SimulatedProvider
 from notify_queue.providers.smtp import SmtpProvider
+from notify_queue.providers.specs import ProviderSpec, ProviderSpecs
 from notify_queue.providers.webhooks import WebhookSender
 
 __all__ = [

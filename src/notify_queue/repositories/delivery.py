@@ -236,7 +236,7 @@ class DeliveryRepository:
             "quiet_ids": list(quiet),
         }
         if routed:
-            # Both steps are functions delegated to the bucket's node (citus_functions.sql); the
+            # Both steps are functions delegated to the bucket's node (citus/functions.sql); the
             # first locked the candidates' digests too (SKIP LOCKED), which the second reads.
             admit_params["digest_ids"] = locked["digest_ids"]
             rows = await conn.fetch_named("claim_admit_candidates_bucket", admit_params)
@@ -418,7 +418,8 @@ class DeliveryRepository:
         async with self._db.connection() as conn:
             for part in await conn.fetch_all("citus_job_buckets", {"ids": list(tokens)}):
                 # The release and its objects' outbox rows in one transaction; the note on the
-                # coordinator (sql/citus.sql: the router statement is sent whole to the node).
+                # coordinator (citus/statements.sql: the router statement is sent whole to the
+                # node).
                 async with conn.transaction():
                     row = await conn.fetch_one(
                         "release_claims_bucket",
@@ -472,7 +473,8 @@ class DeliveryRepository:
         async with self._db.connection() as conn:
             await conn.fetch_one("notification_log_ready")  # see notifications_claim
             for part in await conn.fetch_all("overdue_buckets", {"limit": limit}):
-                # Locked by bucket, moved on the coordinator, in one transaction (sql/citus.sql).
+                # Locked by bucket, moved on the coordinator, in one transaction
+                # (citus/statements.sql).
                 async with conn.transaction():
                     overdue = await conn.fetch_all(
                         "expire_overdue_bucket", {**params, "bucket": part["bucket"]}

@@ -70,13 +70,13 @@ class EscalationRepository:
         return True
 
     async def _acknowledge_citus(self, *, id: uuid.UUID, by: str | None) -> bool:
-        """The acknowledgement on Citus (sql/citus.sql): the bucket first (lock-free), so every
-        lock names one shard, the escalation's and its steps'; the mark commits in a transaction
-        of its own, then the steps are stopped in a second one (docs/scaling.md: one transaction
-        for both crashed a worker node in COMMIT PREPARED under Citus 14.0.1). The mark alone
-        is the acknowledgement: from its commit on the claim cancels any step it would hand
-        out (the ESCALATION GUARD), so a second transaction that fails loses nothing but the
-        early CANCELLED, which a repeated acknowledgement or the step's claim writes."""
+        """The acknowledgement on Citus (citus/statements.sql): the bucket first (lock-free), so
+        every lock names one shard, the escalation's and its steps'; the mark commits in a
+        transaction of its own, then the steps are stopped in a second one (docs/scaling.md: one
+        transaction for both crashed a worker node in COMMIT PREPARED under Citus 14.0.1). The mark
+        alone is the acknowledgement: from its commit on the claim cancels any step it would hand
+        out (the ESCALATION GUARD), so a second transaction that fails loses nothing but the early
+        CANCELLED, which a repeated acknowledgement or the step's claim writes."""
         async with self._db.transaction() as conn:
             found = await conn.fetch_one("escalation_buckets", {"id": id})
             if found is None:

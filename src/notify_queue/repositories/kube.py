@@ -4,8 +4,8 @@ The status outbox is filled by the statements that change rows (nq_note_changes,
 that belong to Notification objects, and drained here by one writer at a time, in batches, inside
 a transaction that holds an advisory lock (see `status_outbox_batch`).
 
-On Citus the links and the outbox are plain tables on the coordinator (citus_layout.sql), and the
-statements that also read the distributed notifications take another shape (sql/citus.sql,
+On Citus the links and the outbox are plain tables on the coordinator (citus/layout.sql), and the
+statements that also read the distributed notifications take another shape (citus/statements.sql,
 docs/scaling.md "Citus: the operator"): the link is saved before its row is locked by bucket, the
 outbox's batch reads its rows by id in a second statement, the TTL sweep marks without SKIP
 LOCKED. The engine chooses; plain PostgreSQL runs the statements of operator.sql unchanged.
@@ -246,7 +246,7 @@ class KubeRepository:
 
     async def _kube_link_save_citus(self, params: dict[str, Any]) -> None:
         """kube_link_save on Citus: the link in a transaction of its own, then the row locked by
-        bucket and its status queued (sql/citus.sql, kube_link_save_citus, says why no change
+        bucket and its status queued (citus/statements.sql, kube_link_save_citus, says why no change
         slips between the two). A failure between them leaves a link without its first status
         write; kopf runs the create handler again, which saves both again."""
         found = await self._db.fetch_one("kube_link_bucket_citus", params)

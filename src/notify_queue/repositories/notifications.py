@@ -222,7 +222,7 @@ class NotificationRepository:
                     left = await conn.fetch_one("digest_item_cancel", leave)
                 else:
                     # Citus: the item's move and the digest's update in two statements, so
-                    # nq_finish_held stays on the coordinator (sql/citus.sql).
+                    # nq_finish_held stays on the coordinator (citus/statements.sql).
                     left = await conn.fetch_one("digest_item_cancel_bucket", leave)
                     if left is not None:
                         left = await citus_finish(
@@ -424,7 +424,7 @@ def enqueue_item(position: int, n: NewNotification) -> dict[str, Any]:
 
 async def _retry_citus(conn: Connection, id: uuid.UUID) -> int:
     """Retry one notification on Citus in `conn`'s transaction (nq_retry in routed steps:
-    sql/citus.sql); 1 when it moved back to the queue, else 0."""
+    citus/statements.sql); 1 when it moved back to the queue, else 0."""
     found = await conn.fetch_all("citus_log_buckets", {"ids": [id]})
     if not found:
         return 0

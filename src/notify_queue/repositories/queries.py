@@ -1,4 +1,4 @@
-"""Loads the named SQL queries from `sql/*.sql` once, at import.
+"""Loads the named SQL queries from `sql/*.sql` and `citus/statements.sql` once, at import.
 
 Each query is a block that starts with `-- name: <name>` followed by comment lines saying what it
 does and why it locks what it locks. Keeping SQL in `.sql` files lets it be read, reviewed and
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 from importlib import resources
+from importlib.resources.abc import Traversable
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 _FRAGMENT = re.compile(r"\{\{(_\w+)\}\}")
@@ -26,11 +27,16 @@ _FRAGMENT = re.compile(r"\{\{(_\w+)\}\}")
 _FRAGMENTS: dict[str, str] = {}
 
 
+def _sources() -> list[Traversable]:
+    """The plain statements, then the Citus coordinator's: one namespace of names."""
+    root = resources.files("notify_queue.repositories")
+    plain = sorted((e for e in root.joinpath("sql").iterdir() if e.name.endswith(".sql")), key=str)
+    return [*plain, root.joinpath("citus", "statements.sql")]
+
+
 def _load() -> dict[str, str]:
     queries: dict[str, str] = {}
-    for entry in sorted(resources.files("notify_queue.repositories.sql").iterdir(), key=str):
-        if not entry.name.endswith(".sql"):
-            continue
+    for entry in _sources():
         parts = _NAME.split(entry.read_text(encoding="utf-8"))
         for name, text in zip(parts[1::2], parts[2::2], strict=True):
             if name in queries:
@@ -46,7 +52,7 @@ def _load() -> dict[str, str]:
 
 
 def expand_fragments(text: str) -> str:
-    """`text` (SQL outside these files: citus_functions.sql) with each `{{_name}}` replaced by
+    """`text` (SQL outside these files: citus/functions.sql) with each `{{_name}}` replaced by
     the fragment's text, as in a query."""
     return _FRAGMENT.sub(lambda m: _FRAGMENTS[m[1]], text)
 

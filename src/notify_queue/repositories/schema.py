@@ -53,9 +53,9 @@ log = logging.getLogger(__name__)
 
 MIGRATIONS_PACKAGE = "notify_queue.repositories.migrations"
 # The distributed layout, run after the migrations on a Citus coordinator with worker nodes.
-CITUS_LAYOUT = "citus_layout.sql"
+CITUS_LAYOUT = "citus/layout.sql"
 # The drain's per-bucket functions, delegated to the node that holds the bucket (Citus only).
-CITUS_FUNCTIONS = "citus_functions.sql"
+CITUS_FUNCTIONS = "citus/functions.sql"
 # 0.1.0's last migration: the versions recorded where 0.1.0 looks (see the module docstring).
 BASELINE_VERSION = 8
 # A migration's lock waits, and how often it is tried again after losing one (module docstring).
@@ -326,7 +326,7 @@ async def _apply(conn: Connection, migration: Migration) -> None:
 
 async def _lay_out(conn: Connection) -> None:
     """On a Citus coordinator with worker nodes, distribute what is not distributed yet
-    (`citus_layout.sql`: each table is skipped once pg_dist_partition has it, so a second
+    (`citus/layout.sql`: each table is skipped once pg_dist_partition has it, so a second
     `migrate` changes nothing). Runs once no step waits: the contract steps drop the triggers
     Citus refuses on distributed tables. On plain PostgreSQL, nothing."""
     workers = await citus_worker_nodes(conn)

@@ -11,10 +11,10 @@ from contextlib import asynccontextmanager
 
 from notify_queue import heap
 from notify_queue.headers import GENERATED_HEADERS_VERIFIED
-from notify_queue.provider_specs import specs_from_settings
 from notify_queue.providers import build_providers
 from notify_queue.providers.outbound import trusted_session
 from notify_queue.providers.posting import guarded_poster, trusted_poster
+from notify_queue.providers.specs import specs_from_settings
 from notify_queue.providers.webhooks import WebhookSender
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryRepository

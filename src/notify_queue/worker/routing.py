@@ -15,7 +15,7 @@ channel's chain from the providers file) and, per provider:
 Before 2, the row is made to name that provider (the claim bound it to its chain's head; another
 provider costs one statement), so an unknown outcome leaves the right provider named.
 
-Then the failover rule (CONTRACT section 9, docs/design.md "Providers"): SENT and permanent
+Then the failover rule (docs/providers.md, docs/design.md "Providers"): SENT and permanent
 failures end the walk. A temporary failure moves on to the next provider only when it proves
 nothing was sent (connection refused, 429, 503), or after anything with `Always`; after a timeout
 `OnDefiniteFailure` retries the same provider later (its idempotency key makes that safe; a
@@ -33,22 +33,18 @@ what the attempt came to; the walk's decisions are made there, not here.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
-import uuid
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from notify_queue import jsontext, tracing
 from notify_queue.errors import DatabaseUnavailable
 from notify_queue.models import Channel, ClaimedNotification, DeliveryResult, Failover, Outcome
-from notify_queue.provider_specs import ProviderSpec, ProviderSpecs
 from notify_queue.providers.base import DeliveryRequest, Provider
+from notify_queue.providers.specs import ProviderSpec, ProviderSpecs
 from notify_queue.repositories.delivery import ChainHeads
-from notify_queue.repositories.providers import CircuitRow, ProviderRepository
-from notify_queue.services.circuits import CircuitTally
+from notify_queue.repositories.providers import ProviderRepository
 from notify_queue.services.failover import (
     NextVisit,
     Skip,
@@ -59,13 +55,9 @@ from notify_queue.services.failover import (
     providers_to_try,
     walk_end,
 )
+from notify_queue.worker.circuits import Circuits
 from notify_queue.worker.deadlines import Deadlines
-from notify_queue.worker.metrics import (
-    CIRCUIT_STATE,
-    CIRCUIT_TRANSITIONS,
-    DELIVERIES,
-    DELIVERY_DURATION,
-)
+from notify_queue.worker.metrics import DELIVERIES, DELIVERY_DURATION
 from notify_queue.worker.slots import SlotBook, wait_for_slot
 
 log = logging.getLogger(__name__)
@@ -73,114 +65,6 @@ log = logging.getLogger(__name__)
 # The worker's deadline for one provider call: the provider's own timeout fires first and says
 # what it saw; the deadline catches a provider that hangs anyway.
 DEADLINE_MARGIN_SECONDS = 1.0
-_CIRCUIT_CODES = {"closed": 0, "half-open": 1, "open": 2}
-
-
-@dataclass(slots=True)
-class _CircuitView:
-    state: str
-    open_until: float  # loop time
-    probe_until: float  # loop time
-    probing: bool = False  # a delivery of this worker is asking for the probe right now
-
-
-class Circuits:
-    """This worker's view of every provider's circuit, and its outcomes to report."""
-
-    def __init__(
-        self, repository: ProviderRepository, breakers: dict[str, tuple[int, float, float]]
-    ) -> None:
-        self._repository = repository
-        # name -> (failures threshold, open_for_seconds, probe_seconds)
-        self._breakers = breakers
-        self._views: dict[str, _CircuitView] = {}
-        self._tally = CircuitTally()
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self._breakers)
-
-    async def refresh(self) -> None:
-        if self._breakers:
-            self._apply(await self._repository.provider_circuits_read())
-
-    def _apply(self, rows: list[CircuitRow]) -> None:
-        now = asyncio.get_running_loop().time()
-        for row in rows:
-            if row.provider not in self._breakers:
-                continue
-
-            def at(moment: datetime | None, clock: datetime = row.clock) -> float:
-                return now + (moment - clock).total_seconds() if moment else now
-
-            # Updated in place: a `gate` call may be waiting for the probe on this very view,
-            # and its `probing` flag must stay the one it will clear.
-            view = self._views.setdefault(row.provider, _CircuitView(row.state, now, now))
-            view.state, view.open_until, view.probe_until = (
-                row.state,
-                at(row.open_until),
-                at(row.probe_until),
-            )
-            CIRCUIT_STATE.labels(row.provider).set(_CIRCUIT_CODES[row.state])
-
-    async def gate(self, name: str) -> tuple[bool, uuid.UUID | None, float]:
-        """(may call, probe token if this call is the probe, seconds to wait when it may not)."""
-        view = self._views.get(name)
-        if name not in self._breakers or view is None or view.state == "closed":
-            return True, None, 0.0
-        now = asyncio.get_running_loop().time()
-        if view.state == "open" and now < view.open_until:
-            return False, None, view.open_until - now
-        if view.probing or (view.state == "half-open" and now < view.probe_until):
-            return False, None, max(view.probe_until - now, 0.5)
-        view.probing = True
-        try:
-            token = await self._repository.provider_circuit_take_probe(
-                provider=name, probe_seconds=self._breakers[name][2]
-            )
-        finally:
-            view.probing = False
-        view.state = "half-open"
-        view.probe_until = now + self._breakers[name][2]
-        if token is None:  # another worker probes
-            return False, None, 0.5
-        log.info("circuit of provider %s half-open: probing with one notification", name)
-        return True, token, 0.0
-
-    async def give_back(self, name: str, probe: uuid.UUID) -> None:
-        """The delivery that took the probe does not call after all: hand it back now, so
-        another delivery (of any worker) probes instead of nobody until the probe times out."""
-        view = self._views.get(name)
-        if view is not None:
-            view.probe_until = asyncio.get_running_loop().time()
-        try:
-            await self._repository.provider_circuit_return_probe(provider=name, probe_token=probe)
-        except DatabaseUnavailable as exc:
-            log.warning("handing back the probe of provider %s failed: %s", name, exc)
-
-    def observe(self, name: str, outcome: Outcome, probe: uuid.UUID | None) -> None:
-        if name in self._breakers:
-            self._tally.observe(name, outcome, probe)
-
-    async def flush(self) -> None:
-        if not self._tally:
-            return
-        reports = self._tally.drain({n: (b[0], b[1]) for n, b in self._breakers.items()})
-        try:
-            changes = await self._repository.provider_circuits_record(reports=reports)
-        except DatabaseUnavailable as exc:
-            log.warning("recording circuit outcomes failed: %s", exc)
-            return
-        for change in changes:
-            if change.old_state != change.state:
-                log.warning(
-                    "circuit of provider %s %s -> %s",
-                    change.provider,
-                    change.old_state,
-                    change.state,
-                )
-                CIRCUIT_TRANSITIONS.labels(change.provider, change.state).inc()
-        await self.refresh()
 
 
 class Router:

@@ -31,8 +31,8 @@ SELECT * FROM nq_claim(
 -- urgent priority among them (P*: every due row more urgent than it is among them); per bucket,
 -- `urgent` counts its rows more urgent than P*, `last_due` is its oldest P* row's due time (NULL:
 -- none among them), `priority` and `due` its most urgent row's. The worker then claims bucket by
--- bucket (claim_lock_candidates_bucket, claim_admit_candidates_bucket in citus.sql: functions
--- delegated to the bucket's node) in the order and with the sizes of
+-- bucket (claim_lock_candidates_bucket, claim_admit_candidates_bucket in citus/statements.sql:
+-- functions delegated to the bucket's node) in the order and with the sizes of
 -- DeliveryRepository.notifications_claim: every urgent row, and the batch's remaining room filled
 -- with P* rows from as few buckets as possible, the bucket of the oldest P* row first. The
 -- filters are nq_claim_lock's (0042). On plain PostgreSQL the claim over the whole queue is kept

@@ -21,7 +21,7 @@ WHERE noderole = 'primary' AND isactive AND groupid <> 0
 -- The layout, not the node list, decides which statements the roles run: a node registered
 -- before `migrate` has distributed the schema leaves every table on the coordinator, where the
 -- plain statements are the ones that work (docs/scaling.md). Distributed means the queue is
--- (citus_layout.sql) and so is the last function delegated after it (citus_functions.sql, the
+-- (citus/layout.sql) and so is the last function delegated after it (citus/functions.sql, the
 -- next transaction of the same `migrate`): the Citus statements call those functions.
 SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition
                WHERE logicalrelid = to_regclass('nq_jobs'))

@@ -1,5 +1,5 @@
--- The distributed layout on a Citus coordinator with worker nodes (issue 21, CONTRACT section 11,
--- docs/scaling.md "Citus: the layout"). Not a numbered migration: `notify-queue migrate` runs it
+-- The distributed layout on a Citus coordinator with worker nodes (docs/scaling.md "Citus: the
+-- layout"). Not a numbered migration: `notify-queue migrate` runs it
 -- after the migrations whenever the engine is Citus (repositories/schema.py), and every part of
 -- it skips what pg_dist_partition already has, so running it again changes nothing. On plain
 -- PostgreSQL it never runs: the schema there stays the migrations' alone.
@@ -25,7 +25,8 @@
 --   every status change of an object's row writes an outbox row in its transaction (a local insert
 --   there, where a reference table writes every node under two-phase commit), the operator locks
 --   and deletes them (FOR UPDATE is refused on a reference table joined to distributed ones), and
---   no statement that runs on a worker node reads them (sql/citus.sql, "the operator's statements").
+--   no statement that runs on a worker node reads them (citus/statements.sql, "the operator's
+--   statements").
 --
 -- A table distributed with rows in it (an installation moved onto Citus: docs/scaling.md, "Moving an
 -- installation onto Citus") has them copied into its shards, and Citus leaves the coordinator's
@@ -132,7 +133,7 @@ BEGIN
     END IF;
 
     -- The counters: by their `shard` column, co-located with the queue, so a function delegated
-    -- by bucket (citus_functions.sql) counts on its own node in the bucket's row (shard = the
+    -- by bucket (citus/functions.sql) counts on its own node in the bucket's row (shard = the
     -- bucket); every other writer keeps its connection's row (the pid modulo 16).
     IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = 'nq_counters'::regclass) THEN
         PERFORM create_distributed_table('nq_counters', 'shard', colocate_with => 'nq_jobs');

@@ -1,6 +1,6 @@
--- The drain's per-bucket steps as Citus distributed functions delegated by bucket (issue 21,
--- docs/scaling.md "Citus: the drain as delegated functions"). Not a numbered migration: like
--- citus_layout.sql, `notify-queue migrate` runs it after the layout whenever the engine is Citus
+-- The drain's per-bucket steps as Citus distributed functions delegated by bucket
+-- (docs/scaling.md "Citus: the drain as delegated functions"). Not a numbered migration: like
+-- citus/layout.sql, `notify-queue migrate` runs it after the layout whenever the engine is Citus
 -- (repositories/schema.py); plain PostgreSQL never has these functions. CREATE OR REPLACE and
 -- create_distributed_function are idempotent, so a second `migrate` changes nothing.
 --
@@ -12,7 +12,7 @@
 -- parts on the coordinator. The coordinator commits the caller's transaction, one phase when it
 -- wrote nothing itself. Rules the bodies follow (Citus 14.0.1, force delegation):
 -- - Every statement that reads or writes a distributed table names `bucket = p_bucket` (the
---   counters: `shard = p_bucket`; nq_counters is co-located with nq_jobs, citus_layout.sql):
+--   counters: `shard = p_bucket`; nq_counters is co-located with nq_jobs, citus/layout.sql):
 --   a force-delegated function may touch only the co-located shards of its argument's value
 --   ("queries must filter by the distribution argument ...").
 -- - No INSERT inside a CTE (Citus plans it through intermediate results) and no INSERT ...
@@ -319,7 +319,8 @@ BEGIN
                 waiting_reason = r.waiting_reason,
                 waiting_until = r.next_attempt_at,
                 -- The worker words what only it knows (CircuitOpen, ProviderRateLimit); the
-                -- others are worded here from the result (searched CASE: citus.sql's header).
+                -- others are worded here from the result (searched CASE: the header of
+                -- citus/statements.sql).
                 waiting_detail = COALESCE(r.waiting_detail, CASE
                     WHEN r.waiting_reason = 'Backoff'
                         THEN 'retry after attempt ' || r.attempt_count::text || ': '
@@ -681,7 +682,8 @@ BEGIN
         -- [digests] Parked a day (the carrier's result ends it before), or a second when busy.
         UPDATE nq_jobs n
         -- now() outside CASE, and CASE in its searched form: Citus refuses a non-immutable function
-        -- inside CASE or COALESCE in a distributed UPDATE, and misplans `CASE x WHEN` (citus.sql).
+        -- inside CASE or COALESCE in a distributed UPDATE, and misplans `CASE x WHEN`
+        -- (citus/statements.sql).
         SET next_attempt_at = now() + CASE WHEN r.role = 'busy' THEN interval '1 second'
                                            ELSE interval '1 day' END,
             waiting_reason = 'DigestWindow',

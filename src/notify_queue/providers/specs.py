@@ -1,11 +1,11 @@
-"""Named providers and the chain per channel (CONTRACT section 9), from a file or from flags.
+"""Named providers and the chain per channel (docs/providers.md), from a file or from flags.
 
 `--providers-file` (YAML) names several providers, each with its type, options, an optional
 send-rate limit shared by all workers and a circuit breaker, plus a failover chain per channel.
-Without it the single-provider flags of section 2 define one provider per channel, named after
-its type. Either way the worker gets the same `ProviderSpecs`, validated at start: a chain that
-names an unknown provider, or a provider listed for a channel it does not serve, stops the
-worker with one line instead of failing notifications later.
+Without it the single-provider flags (docs/configuration.md, "Providers") define one provider
+per channel, named after its type. Either way the worker gets the same `ProviderSpecs`,
+validated at start: a chain that names an unknown provider, or a provider listed for a channel
+it does not serve, stops the worker with one line instead of failing notifications later.
 """
 
 from __future__ import annotations

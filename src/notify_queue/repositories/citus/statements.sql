@@ -1,4 +1,4 @@
--- Statements for a Citus coordinator only (issue 21, docs/scaling.md "Citus: every role"). Each
+-- Statements for a Citus coordinator only (docs/scaling.md "Citus: every role"). Each
 -- is the plain-PostgreSQL statement of the same name without `_bucket`/`_citus` (delivery.sql,
 -- webhooks.sql, notifications.sql), reshaped for what Citus 14 runs; the repositories choose by
 -- the engine (EngineRepository), one path per shape, and plain PostgreSQL never runs these.
@@ -18,7 +18,7 @@
 --   are computed first, in a CTE the coordinator evaluates.
 -- - The drain's per-bucket steps (the claim, the completion, lease recovery) and every move into
 --   the log (citus_finish) are functions delegated to the node that holds the bucket
---   (citus_functions.sql, whose header says what their bodies may do); these statements call
+--   (citus/functions.sql, whose header says what their bodies may do); these statements call
 --   them. What a node cannot write (the status outbox, the Kubernetes links and the NOTIFY the
 --   operator LISTENs for: coordinator tables; a reference table's rows) comes back from the
 --   function and is written by citus_status_outbox_queue / citus_push_tokens_gone on the
@@ -31,7 +31,7 @@
 
 -- name: citus_finish
 -- The move into the log (its webhook events, counters) of rows a router statement of the same
--- transaction locked in one bucket: nq_finish_bucket (citus_functions.sql), delegated to the
+-- transaction locked in one bucket: nq_finish_bucket (citus/functions.sql), delegated to the
 -- bucket's node. The caller writes the Kubernetes rows' changes to the outbox
 -- (citus_status_outbox_queue), on the coordinator, in the same transaction.
 SELECT id, status, old_status, source
@@ -56,7 +56,7 @@ SELECT bucket, array_agg(id) AS ids FROM nq_delivery_log WHERE id = ANY(%(ids)b:
 GROUP BY bucket ORDER BY bucket
 
 -- name: claim_lock_candidates_bucket
--- A claim's first step in one bucket: nq_claim_lock_bucket (citus_functions.sql), delegated whole
+-- A claim's first step in one bucket: nq_claim_lock_bucket (citus/functions.sql), delegated whole
 -- to the node holding the bucket and run there on its shards (claim_lock_candidates' locks, the
 -- quiet-hours facts, the candidates' digests locked SKIP LOCKED).
 SELECT ids, quiet_ids, quiet_priorities, quiet_categories, quiet_timezones, quiet_starts,
@@ -76,7 +76,7 @@ SELECT * FROM nq_claim_admit_bucket(
     %(quiet_ids)b::uuid[], %(digest_ids)b::uuid[], %(webhook_url)s::text)
 
 -- name: complete_deliveries_bucket
--- complete_deliveries for one bucket's results: nq_complete_bucket (citus_functions.sql),
+-- complete_deliveries for one bucket's results: nq_complete_bucket (citus/functions.sql),
 -- delegated whole to the node holding the bucket (one call, its statements local there). Returns
 -- the ids accepted, the Kubernetes rows' changes (citus_status_outbox_queue) and the push tokens
 -- gone (citus_push_tokens_gone), which the caller writes on the coordinator in the same
@@ -158,7 +158,7 @@ GROUP BY bucket ORDER BY min(lease_expires_at) LIMIT %(limit)s
 
 -- name: recover_expired_leases_bucket
 -- recover_expired_leases within one bucket: nq_recover_expired_leases_bucket
--- (citus_functions.sql), delegated to the bucket's node; the caller writes the Kubernetes rows'
+-- (citus/functions.sql), delegated to the bucket's node; the caller writes the Kubernetes rows'
 -- changes to the outbox in the same transaction (citus_status_outbox_queue).
 SELECT recovered, dead_lettered, kube_ids, kube_old_statuses, kube_new_statuses
 FROM nq_recover_expired_leases_bucket(%(bucket)s::smallint, %(limit)s::integer,
@@ -388,7 +388,7 @@ SELECT COALESCE(sum(n), 0) AS n FROM nq_counters WHERE name = 'notifications:' |
 
 -- name: digest_cancel_lock_bucket
 -- digest_cancel_lock (digests.sql) with the item's bucket (citus_job_buckets): the digest's lock
--- names its bucket, so it routes (a digest lives on its items' shard, citus_layout.sql).
+-- names its bucket, so it routes (a digest lives on its items' shard, citus/layout.sql).
 SELECT d.bucket, d.id, d.state FROM nq_digests d
 WHERE d.bucket = %(bucket)s
   AND d.id = (SELECT j.digest_id FROM nq_jobs j
@@ -463,7 +463,7 @@ WHERE bucket = %(bucket)s AND id = ANY(%(ids)b::uuid[]) AND status = 'PENDING'
 ORDER BY id FOR UPDATE
 
 -- The operator's statements (operator.sql) on Citus. The Kubernetes links and the status outbox
--- are plain tables on the coordinator there (citus_layout.sql): a FOR UPDATE on them is a local
+-- are plain tables on the coordinator there (citus/layout.sql): a FOR UPDATE on them is a local
 -- lock again, and the outbox rows nq_note_changes writes with every change of an object's row are
 -- a local insert in the change's transaction (not a write on every node, as a reference table's).
 -- What Citus cannot plan is a lock on them in a statement that also reads a distributed table, or
@@ -541,7 +541,7 @@ WHERE n.id = ANY(%(ids)b::uuid[])
 
 -- name: status_outbox_related_citus
 -- status_outbox_take's related_ids for the rows of recipientId requests (one row per channel,
--- keys "<key> <channel>", issue 12): the keys to look for, then the keys (distributed by key,
+-- keys "<key> <channel>"): the keys to look for, then the keys (distributed by key,
 -- one probe each), each step a CTE the coordinator evaluates (the correlated subquery of the
 -- plain statement is refused beside a CTE).
 WITH wanted AS MATERIALIZED (
