@@ -35,8 +35,8 @@ def concurrent_indexes(script: str, filename: str) -> tuple[tuple[str, str], ...
         match = _CONCURRENT_INDEX.match(statement)
         if match is None:
             raise ValueError(
-                f"{filename}: a `transaction: none` step holds only CREATE INDEX CONCURRENTLY "
-                f"IF NOT EXISTS statements, not {statement[:60]!r}"
+                f"{filename}: a `transaction: none` step holds only concurrent index builds "
+                f"(`create index concurrently if not exists`), not {statement[:60]!r}"
             )
         found.append((match[1], statement))
     if not found:
