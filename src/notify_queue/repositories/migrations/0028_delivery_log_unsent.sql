@@ -17,17 +17,8 @@
 -- which 0029 waits for. A partition made from now on gets its part when it is attached.
 -- Until then a partition without its part is read through the old index, which 0029 drops.
 
--- ON ONLY reads no partition; the partitions' parts are built below (empty ones) and by the
--- workers, CONCURRENTLY (the ones with rows). Through EXECUTE: on a Citus coordinator the
--- statement is sent on to the worker nodes as the text it was given, and as part of this file's
--- text it is several commands, which the nodes refuse ("cannot insert multiple commands into a
--- prepared statement"; tests/citus/test_layout.py).
-DO $$
-BEGIN
-    EXECUTE 'CREATE INDEX nq_delivery_log_unsent ON ONLY nq_delivery_log (status, created_at, id)'
-            ' WHERE status <> ''SENT''';
-END $$;
-
+-- Made before the index: on Citus a function made after a statement on every shard of the
+-- log, in the same transaction, is refused ("parallel operation on a distributed table").
 -- The partitions whose part of nq_delivery_log_unsent is not attached yet: the name the part
 -- gets there, whether an index of that name is there already (valid: attach it; invalid: a
 -- CONCURRENTLY build cut short, dropped and built again) and whether the partition has rows.
@@ -52,6 +43,17 @@ BEGIN
         EXECUTE 'SELECT EXISTS (SELECT 1 FROM ' || quote_ident(part) || ')' INTO has_rows;
         RETURN NEXT;
     END LOOP;
+END $$;
+
+-- ON ONLY reads no partition; the partitions' parts are built below (empty ones) and by the
+-- workers, CONCURRENTLY (the ones with rows). Through EXECUTE: on a Citus coordinator the
+-- statement is sent on to the worker nodes as the text it was given, and as part of this file's
+-- text it is several commands, which the nodes refuse ("cannot insert multiple commands into a
+-- prepared statement"; tests/citus/test_layout.py).
+DO $$
+BEGIN
+    EXECUTE 'CREATE INDEX nq_delivery_log_unsent ON ONLY nq_delivery_log (status, created_at, id)'
+            ' WHERE status <> ''SENT''';
 END $$;
 
 DO $$
