@@ -62,14 +62,14 @@ UNWRAPPED_MIGRATIONS := $(shell grep -l '^-- transaction: none' $(LINTED_MIGRATI
 WRAPPED_MIGRATIONS := $(filter-out $(UNWRAPPED_MIGRATIONS),$(LINTED_MIGRATIONS))
 
 lint: $(STAMP) ## ruff lint and format check; squawk on the migrations from 0009 on
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks scripts
+	$(BIN)/ruff format --check src tests benchmarks scripts
 	$(if $(WRAPPED_MIGRATIONS),$(BIN)/squawk --config .squawk.toml $(WRAPPED_MIGRATIONS),@echo "squawk: no migration after 0008 yet")
 	$(if $(UNWRAPPED_MIGRATIONS),$(BIN)/squawk --config .squawk.toml --no-assume-in-transaction $(UNWRAPPED_MIGRATIONS))
 
 format: $(STAMP) ## format the code
-	$(BIN)/ruff format src tests benchmarks
-	$(BIN)/ruff check --fix src tests benchmarks
+	$(BIN)/ruff format src tests benchmarks scripts
+	$(BIN)/ruff check --fix src tests benchmarks scripts
 
 typecheck: $(STAMP) ## mypy strict over src, benchmarks and scripts
 	$(BIN)/mypy
