@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from tests.support import delivery_log_history
 
 FINISHED = ("SENT", "FAILED", "DEAD_LETTERED", "CANCELLED", "EXPIRED")
 
@@ -103,8 +104,10 @@ def seed_finished(
     progress: Callable[[int], None] | None = None,
 ) -> None:
     """`count` SENT rows of the last 30 days (numbered from `start`, so history can be added to):
-    the history a long-running queue accumulates."""
+    the history a long-running queue accumulates, in the day partitions such a queue has (a new
+    database has them from today on)."""
     with psycopg.connect(url, autocommit=True) as conn:
+        delivery_log_history(conn)
         for first in range(start + 1, start + count + 1, chunk):
             last = min(first + chunk - 1, start + count)
             conn.execute(_SEED_FINISHED, {"first": first, "last": last})

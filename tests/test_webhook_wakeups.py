@@ -156,9 +156,8 @@ async def test_an_event_written_by_enqueue_in_a_callers_transaction_reaches_an_i
                     "INSERT INTO nq_recipients (id, email, opt_out_all)"
                     " VALUES ('bob', 'bob@example.com', true)"
                 )
-                await app.execute(
-                    "SELECT set_config('notify_queue.webhook_url', %s, true)", [hooks.url]
-                )
+                # The deployment's default webhook, as `migrate --webhook-url` writes it.
+                await app.execute("UPDATE nq_enqueue_defaults SET webhook_url = %s", [hooks.url])
                 cur = await app.execute(
                     "SELECT notify_queue_enqueue(%s, %s)",
                     [Jsonb({"recipientId": "bob", "channels": ["email"], "body": "hi"}), "k-1"],

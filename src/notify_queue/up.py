@@ -84,12 +84,14 @@ async def run_up(settings: UpSettings) -> None:
     loop = asyncio.get_running_loop()
     cluster = None
     operator_stop = threading.Event()
+    started = False  # "stopped" is said only of a system that got as far as its database
     try:
         if settings.database_url is None:
             embedded = await asyncio.to_thread(EmbeddedPostgres, settings.data_dir / "postgres")
             settings = settings.model_copy(update={"database_url": embedded.url()})
         url = settings.require_database_url()
         log.info("database: %s", redact_url(url))
+        started = True
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         async with Database(
@@ -164,4 +166,5 @@ async def run_up(settings: UpSettings) -> None:
             await asyncio.to_thread(cluster.stop)
         if embedded is not None:
             await asyncio.to_thread(embedded.stop)
-        log.info("stopped")
+        if started:
+            log.info("stopped")
