@@ -22,6 +22,13 @@ nq_schema_migrations as 0.1.0 recorded them: 0.1.0's readiness and operator comp
 max(version) with 8, so a newer number there would take every 0.1.0 pod out of service the moment
 the pre-upgrade hook migrated. Every later step goes to nq_schema_steps with its phase.
 
+Functions. A migration changes tables, indexes and types only. Every PL/pgSQL or SQL function is
+source code in `functions/*.sql` (CREATE OR REPLACE), which `migrate` applies whole after the
+migrations on every run, so today's definition of a function is in one file. A change of a
+function's signature or meaning takes a new name beside the old (`_v2`): the previous release's
+processes, still running during the roll-out, keep calling the old one, which a contract step
+drops (docs/upgrading.md).
+
 Phases. `migrate` runs before the roll-out, while the previous release serves, so it applies
 expand steps only (what the previous release's code keeps working with). A contract step (a
 rename's or drop's destructive half) is applied by `migrate --contract`, which refuses while a
@@ -52,6 +59,9 @@ from notify_queue.repositories.queries import expand_fragments
 log = logging.getLogger(__name__)
 
 MIGRATIONS_PACKAGE = "notify_queue.repositories.migrations"
+# The schema's functions, one source file each (or one group of a rule's functions): defined again
+# by every `migrate` after the migrations, in file-name order (module docstring, "Functions").
+FUNCTIONS_FOLDER = "functions"
 # The distributed layout, run after the migrations on a Citus coordinator with worker nodes.
 CITUS_LAYOUT = "citus/layout.sql"
 # The drain's per-bucket functions, delegated to the node that holds the bucket (Citus only).
@@ -254,6 +264,8 @@ async def migrate(
                     applied_now[0],
                     applied_now[-1],
                 )
+            if target is None:
+                await _define_functions(conn)
             await _enqueue_role(conn)
             await _runtime_role(conn)
             await _enqueue_defaults(conn, enqueue_defaults or EnqueueDefaults())
@@ -322,6 +334,25 @@ async def _apply(conn: Connection, migration: Migration) -> None:
             )
             await asyncio.sleep(pause)
             pause = min(pause * 2, longest)
+
+
+async def _define_functions(conn: Connection) -> None:
+    """Every function from its source (module docstring, "Functions"), in one transaction: a
+    process calls either all of the old definitions or all of the new."""
+    script = _read_functions()
+    if not script:
+        return
+    async with conn.transaction():
+        await conn.execute("migration_lock_timeout", {"timeout": LOCK_TIMEOUT})
+        await conn.execute_script(script)
+
+
+@functools.cache
+def _read_functions() -> str:
+    """The function files in name order, with the SQL files' fragments (`{{_name}}`) in place."""
+    folder = resources.files("notify_queue.repositories").joinpath(FUNCTIONS_FOLDER)
+    files = sorted((e for e in folder.iterdir() if e.name.endswith(".sql")), key=lambda e: e.name)
+    return "\n".join(expand_fragments(e.read_text("utf-8")) for e in files)
 
 
 async def _lay_out(conn: Connection) -> None:
