@@ -74,6 +74,11 @@ class Channel(enum.StrEnum):
     PUSH = "push"
     # A phone call (docs/escalation.md): the recipient is an E.164 number, the body is spoken.
     VOICE = "voice"
+    # Platform teams' destinations (docs/providers.md, "Chat, webhook and incident providers"): the
+    # recipient is a destination name that the provider maps to a channel, URL or team.
+    CHAT = "chat"
+    WEBHOOK = "webhook"
+    INCIDENT = "incident"
 
 
 # A stored channel's text as its member: a dict lookup where `Channel(text)` runs enum's Python

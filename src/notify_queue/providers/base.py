@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from notify_queue.models import Channel, DeliveryResult
+from notify_queue.models import Channel, DeliveryResult, Priority
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,7 @@ class DeliveryRequest:
     subject: str | None
     body: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    priority: Priority = Priority.NORMAL  # an incident's severity (pagerduty, opsgenie)
 
     @property
     def idempotency_key(self) -> str:

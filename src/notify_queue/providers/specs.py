@@ -60,31 +60,58 @@ class CircuitBreaker(_Strict):
 
 
 class SecretSource(_Strict):
+    """A secret's place (`passwordFrom`, `tokenFrom`, `secretFrom`, `routingKeyFrom`): an
+    environment variable or a file, never the providers file itself."""
+
     env: str | None = None
     file: Path | None = None
 
     @model_validator(mode="after")
     def _one(self) -> SecretSource:
         if (self.env is None) == (self.file is None):
-            raise ValueError("passwordFrom needs exactly one of env or file")
+            raise ValueError("a secret needs exactly one of env or file")
         return self
 
     def read(self) -> str:
         if self.env is not None:
             value = os.environ.get(self.env)
             if value is None:
-                raise ConfigurationError([f"passwordFrom: environment variable {self.env} unset"])
+                raise ConfigurationError([f"secret: environment variable {self.env} unset"])
             return value
         assert self.file is not None
         try:
             return self.file.read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise ConfigurationError([f"passwordFrom: cannot read {self.file}: {exc}"]) from None
+            raise ConfigurationError([f"secret: cannot read {self.file}: {exc}"]) from None
+
+
+class RoutingKey(_Strict):
+    """A PagerDuty destination: the Events API integration's routing key, from env or a file."""
+
+    routing_key_from: SecretSource = Field(alias="routingKeyFrom")
+
+
+# Destination names as recipients of the chat, webhook and incident channels.
+DESTINATION = re.compile(r"^[a-z0-9][-a-z0-9._#]{0,127}$")
+
+# The vendor types, their public endpoints (`url` when unset) and the channels they may serve.
+VENDOR_URLS = {
+    "slack": "https://slack.com/api",
+    "pagerduty": "https://events.pagerduty.com/v2/enqueue",
+    "opsgenie": "https://api.opsgenie.com/v2/alerts",
+}
+VENDOR_TYPES = ("slack", "teams", "webhook", "pagerduty", "opsgenie")
+# Each vendor's published rate per destination, the default `destinationRateLimit`
+# (docs/providers.md, "Per-destination rate limits"): Slack posts 1 message per second per
+# channel; a Teams incoming webhook takes 4 requests per second; PagerDuty's Events API 120 events
+# per minute per routing key. Opsgenie's limits are per account and plan, and a plain webhook has
+# none of its own: no default there.
+VENDOR_DESTINATION_RATES: dict[str, float] = {"slack": 1.0, "teams": 4.0, "pagerduty": 2.0}
 
 
 class ProviderSpec(_Strict):
     name: str
-    type: Literal["http", "smtp", "simulated"]
+    type: Literal["http", "smtp", "simulated", "slack", "teams", "webhook", "pagerduty", "opsgenie"]
     channels: list[Channel]
     timeout_seconds: float = Field(10.0, alias="timeout", gt=0)
     rate_limit: RateLimit | None = Field(None, alias="rateLimit")
@@ -93,8 +120,16 @@ class ProviderSpec(_Strict):
     circuit_breaker: CircuitBreaker | None = Field(
         default_factory=CircuitBreaker, alias="circuitBreaker"
     )
-    # http
+    # http; the vendor types' endpoint (VENDOR_URLS when unset)
     url: str | None = None
+    # slack, teams, webhook, pagerduty, opsgenie: destination name -> Slack channel id or
+    # incoming-webhook URL, Teams or webhook URL, PagerDuty routing key, Opsgenie team
+    destinations: dict[str, str | RoutingKey] = Field(default_factory=dict)
+    token_from: SecretSource | None = Field(None, alias="tokenFrom")  # slack, opsgenie
+    secret_from: SecretSource | None = Field(None, alias="secretFrom")  # webhook signing
+    resolve_on_acknowledge: bool = Field(False, alias="resolveOnAcknowledge")  # pagerduty
+    # All workers together, per destination; the vendor's published rate unless set.
+    destination_rate_limit: RateLimit | None = Field(None, alias="destinationRateLimit")
     # smtp
     host: str | None = None
     port: int = Field(587, ge=1, le=65535)
@@ -120,6 +155,8 @@ class ProviderSpec(_Strict):
             raise ValueError(f"provider {self.name}: channels must not be empty")
         if self.type == "http" and not self.url:
             raise ValueError(f"provider {self.name}: type http needs url")
+        if self.type in VENDOR_TYPES:
+            self._vendor_complete()
         if self.type == "smtp":
             if not self.host:
                 raise ValueError(f"provider {self.name}: type smtp needs host")
@@ -127,6 +164,49 @@ class ProviderSpec(_Strict):
                 others = ", ".join(c for c in self.channels if c is not Channel.EMAIL)
                 raise ValueError(f"provider {self.name}: smtp delivers email only, not {others}")
         return self
+
+    def _vendor_complete(self) -> None:
+        serves = {"slack": {Channel.CHAT}, "teams": {Channel.CHAT}, "webhook": {Channel.WEBHOOK}}
+        allowed = serves.get(self.type, {Channel.INCIDENT})
+        others = [c for c in self.channels if c not in allowed]
+        if others:
+            raise ValueError(
+                f"provider {self.name}: {self.type} delivers {', '.join(sorted(allowed))} only,"
+                f" not {', '.join(others)}"
+            )
+        for destination, target in self.destinations.items():
+            if not DESTINATION.match(destination):
+                raise ValueError(
+                    f"provider {self.name}: destination {destination!r} must match"
+                    " [a-z0-9][-a-z0-9._#]{0,127}"
+                )
+            wants_key = self.type == "pagerduty"
+            if isinstance(target, RoutingKey) != wants_key:
+                shape = "{routingKeyFrom: {env: NAME}}" if wants_key else "a string"
+                raise ValueError(f"provider {self.name}: destination {destination} must be {shape}")
+            url_only = self.type in ("teams", "webhook")
+            if url_only and not str(target).startswith(("https://", "http://")):
+                raise ValueError(f"provider {self.name}: destination {destination} must be a URL")
+        if self.type in ("slack", "opsgenie") and self.token_from is None:
+            needs_token = self.type == "opsgenie" or any(
+                not str(t).startswith(("https://", "http://")) for t in self.destinations.values()
+            )
+            if needs_token:
+                raise ValueError(f"provider {self.name}: type {self.type} needs tokenFrom")
+        if self.resolve_on_acknowledge and self.type != "pagerduty":
+            raise ValueError(f"provider {self.name}: resolveOnAcknowledge is for pagerduty only")
+
+    @property
+    def endpoint(self) -> str:
+        """Where a vendor type sends: `url`, else the vendor's public endpoint."""
+        return self.url or VENDOR_URLS[self.type]
+
+    @property
+    def destination_rate(self) -> float | None:
+        """Sends per second per destination, all workers together; None: no such limit."""
+        if self.destination_rate_limit is not None:
+            return self.destination_rate_limit.per_second
+        return VENDOR_DESTINATION_RATES.get(self.type)
 
     def smtp_password(self) -> str | None:
         return self.password_from.read() if self.password_from is not None else self.password

@@ -92,6 +92,15 @@ class Router:
             for p in specs.providers
             if p.rate_limit is not None
         }
+        # A vendor's limit per destination (a Slack channel, a PagerDuty routing key): one shared
+        # schedule per (provider, destination), named "provider/destination" (no provider name
+        # has a slash), reserved as a provider's is (docs/providers.md).
+        self._destination_books = {
+            (p.name, d): SlotBook(f"{p.name}/{d}", rate, repository, wait_bound_seconds)
+            for p in specs.providers
+            if (rate := p.destination_rate) is not None
+            for d in p.destinations
+        }
         self.circuits = Circuits(
             repository,
             {
@@ -112,10 +121,9 @@ class Router:
 
     async def start(self) -> None:
         breakers = [n for n, s in self._specs.items() if s.circuit_breaker is not None]
-        if self._books or breakers:
-            await self._repository.provider_rows_ensure(
-                limited=list(self._books), breakers=breakers
-            )
+        limited = [*self._books, *(b.name for b in self._destination_books.values())]
+        if limited or breakers:
+            await self._repository.provider_rows_ensure(limited=limited, breakers=breakers)
             await self.circuits.refresh()
 
     @property
@@ -166,7 +174,7 @@ class Router:
             return
         skipped = await self._bind(name, attempt) if step.rebind else None
         if skipped is None:
-            skipped = await self._take_slot(name)
+            skipped = await self._take_slot(name, attempt.claimed.recipient)
             if skipped is not None:
                 self._count(channel, Outcome.PROVIDER_LIMITED, name)
         if skipped is not None:
@@ -182,14 +190,22 @@ class Router:
         attempt.called(name, result, seconds)
         self._count(channel, result.outcome, name, seconds)
 
-    async def _take_slot(self, name: str) -> Visit | None:
-        """None once this delivery's send slot has come; a skip when none is free in time."""
+    async def _take_slot(self, name: str, recipient: str) -> Visit | None:
+        """None once this delivery's send slots (the provider's, then its destination's) have
+        come; a skip when one is not free in time."""
         book = self._books.get(name)
-        if book is None or await wait_for_slot(book):
-            return None
-        per_second = self._specs[name].rate_limit.per_second  # type: ignore[union-attr]
-        reason = f"rate limit {per_second:g}/s reached"
-        return Visit(name, skip=Skip(name, Outcome.PROVIDER_LIMITED, reason, book.free_in_seconds))
+        if book is not None and not await wait_for_slot(book):
+            per_second = self._specs[name].rate_limit.per_second  # type: ignore[union-attr]
+            reason = f"rate limit {per_second:g}/s reached"
+            skip = Skip(name, Outcome.PROVIDER_LIMITED, reason, book.free_in_seconds)
+            return Visit(name, skip=skip)
+        book = self._destination_books.get((name, recipient))
+        if book is not None and not await wait_for_slot(book):
+            per_second = self._specs[name].destination_rate
+            reason = f"rate limit {per_second:g}/s for destination {recipient} reached"
+            skip = Skip(name, Outcome.PROVIDER_LIMITED, reason, book.free_in_seconds)
+            return Visit(name, skip=skip)
+        return None
 
     async def _bind(self, name: str, attempt: _Attempt) -> Visit | None:
         """The row names the provider it is about to call before the call (its `provider`
@@ -310,6 +326,7 @@ def _request(claimed: ClaimedNotification) -> DeliveryRequest:
         subject=claimed.subject,
         body=claimed.body,
         metadata=claimed.metadata,
+        priority=claimed.priority,
     )
 
 
