@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 import yaml
 from standardwebhooks.webhooks import Webhook
@@ -360,3 +361,75 @@ async def test_slack_sends_at_most_one_message_per_second_to_each_channel(
     # Another channel has its own schedule: its message is not held behind the ops channel's.
     dev = next(r.at for r in receiver.of("slack") if r.json["channel"] == "C0DEV")
     assert dev < ops[-1], (dev, ops)
+
+
+async def _step_made_an_incident(database_url: str, id: str) -> None:
+    """Recipients' `incident` contacts (docs/recipients.md) are not part of this test's setup: a
+    step sent as sms is made what an incident step sent by `pd` leaves behind, in the row itself
+    (the queue's or the log's, wherever the sent step is)."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        changed = 0
+        for table in ("nq_jobs", "nq_delivery_log"):
+            cursor = await conn.execute(
+                f"UPDATE {table} SET channel = 'incident', recipient = 'db-team', provider = 'pd'"  # noqa: S608
+                " WHERE id = %s",
+                (id,),
+            )
+            changed += cursor.rowcount
+        assert changed == 1
+
+
+async def test_acknowledging_an_escalation_resolves_its_pagerduty_incident_once(
+    api: httpx.AsyncClient,
+    receiver: VendorReceiver,
+    workers: WorkerProcesses,
+    tmp_path: Path,
+    database_url: str,
+) -> None:
+    providers = {
+        "providers": [
+            {"name": "pd", "type": "pagerduty", "channels": ["incident"],
+             "url": f"{receiver.base}/pagerduty/v2/enqueue",
+             "destinations": {"db-team": {"routingKeyFrom": {"env": "PD_DB"}}},
+             "resolveOnAcknowledge": True},
+            {"name": "texts", "type": "simulated", "channels": ["sms"]},
+        ]
+    }  # fmt: skip
+    path = tmp_path / "providers.yaml"
+    path.write_text(yaml.safe_dump(providers))
+    worker = workers.start(
+        "--providers-file", str(path), "--channels", "sms,incident",
+        "--poll-interval", "0.1", "--backoff-base", "0.05", env=ENV,
+    )  # fmt: skip
+    await workers.ready(worker)
+    answer = await api.put("/recipients/oncall", json={"phone": "+4915112345678"})
+    assert answer.status_code == 201, answer.text
+    created = await api.post(
+        "/notifications",
+        json={
+            "recipientId": "oncall", "subject": "DB down", "body": "primary unreachable",
+            "priority": "HIGH",
+            "escalation": {"steps": [{"channel": "sms"}, {"channel": "sms", "afterSeconds": 600}]},
+        },
+        headers={"Idempotency-Key": uuid.uuid4().hex},
+    )  # fmt: skip
+    assert created.status_code == 201, created.text
+    escalation = created.json()["escalation"]["id"]
+    first, second = (n["id"] for n in created.json()["notifications"])
+    assert (await _final(api, first))["status"] == "SENT"
+    await _step_made_an_incident(database_url, first)
+
+    for _ in range(2):  # a repeated acknowledgement resolves nothing twice
+        acked = await api.post(f"/escalations/{escalation}/acknowledge", json={"by": "ana"})
+        assert acked.status_code == 200, acked.text
+
+    async def resolved() -> list[Any]:
+        return [r.json for r in receiver.of("pagerduty")]
+
+    events = await eventually(resolved, timeout=30, what="the resolve event")
+    assert events == [{"routing_key": ENV["PD_DB"], "event_action": "resolve", "dedup_key": first}]
+    listed = await api.get("/notifications", params={"channel": "incident", "limit": 10})
+    resolves = [n for n in listed.json()["items"] if n["id"] != first]
+    assert len(resolves) == 1 and resolves[0]["status"] == "SENT", resolves
+    assert resolves[0]["provider"] == "pd"
+    assert (await _get(api, second))["status"] == "CANCELLED"

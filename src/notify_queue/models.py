@@ -85,6 +85,12 @@ class Channel(enum.StrEnum):
 # `__call__`, once per claimed and per listed row.
 CHANNEL_BY_VALUE: dict[str, Channel] = {str(c): c for c in Channel}
 
+# The metadata of an incident notification that resolves an escalation step's incident
+# (docs/providers.md, "Resolve on acknowledge"): the step's id (its PagerDuty dedup_key) and the
+# provider that sent it, which the resolve goes to.
+RESOLVES_METADATA = "notifyqueue.io/resolves"
+RESOLVE_PROVIDER_METADATA = "notifyqueue.io/provider"
+
 # The channels a recipientId request uses when it names none, in that order (docs/recipients.md).
 # `voice` is used only where asked for: a call is the loudest channel, kept for escalation steps
 # and requests that name it.

@@ -94,6 +94,12 @@ def _build_vendor(spec: ProviderSpec, session: aiohttp.ClientSession) -> Provide
             for name, t in spec.destinations.items()
             if isinstance(t, RoutingKey)
         }
-        return PagerDutyProvider(spec.name, url=spec.endpoint, routing_keys=keys, poster=poster)
+        return PagerDutyProvider(
+            spec.name,
+            url=spec.endpoint,
+            routing_keys=keys,
+            resolve_on_acknowledge=spec.resolve_on_acknowledge,
+            poster=poster,
+        )
     assert token is not None  # ProviderSpec requires tokenFrom for opsgenie
     return OpsgenieProvider(spec.name, url=spec.endpoint, api_key=token, teams=plain, poster=poster)

@@ -8,13 +8,17 @@ the priority (HIGH critical, NORMAL warning, LOW info), `custom_details` holds t
 metadata. 202 is SENT (the `dedup_key` echoed is the provider message id); 400 is an event
 PagerDuty refuses (a bad routing key, a missing field: its `message` and `errors` in `lastError`),
 permanent; 429 defers (PagerDuty sends no `Retry-After`: the usual backoff); 5xx retries.
+
+With `resolveOnAcknowledge`, a notification that resolves an acknowledged escalation's step
+(its metadata names the step, services/escalations.py) sends `event_action: resolve` with the
+step's id as `dedup_key`, which closes the alert that step triggered.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from notify_queue.models import DeliveryResult, Outcome
+from notify_queue.models import RESOLVES_METADATA, DeliveryResult, Outcome
 from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.vendor import SEVERITY, Answer, JsonPoster, dumps, failed, unmapped
 
@@ -29,9 +33,11 @@ class PagerDutyProvider:
         *,
         url: str,
         routing_keys: dict[str, str],
+        resolve_on_acknowledge: bool,
         poster: JsonPoster,
     ) -> None:
         self._name = name
+        self._resolves = resolve_on_acknowledge
         self._url = url
         self._routing_keys = routing_keys
         self._poster = poster
@@ -40,7 +46,13 @@ class PagerDutyProvider:
         routing_key = self._routing_keys.get(request.recipient)
         if routing_key is None:
             return unmapped(self._name, request.recipient)
-        answer = await self._poster.post(self._url, dumps(trigger_event(request, routing_key)))
+        resolves = request.metadata.get(RESOLVES_METADATA) if self._resolves else None
+        event = (
+            resolve_event(str(resolves), routing_key)
+            if resolves is not None
+            else trigger_event(request, routing_key)
+        )
+        answer = await self._poster.post(self._url, dumps(event))
         if isinstance(answer, DeliveryResult):
             return answer
         return _classify(answer)
@@ -62,6 +74,10 @@ def trigger_event(request: DeliveryRequest, routing_key: str) -> dict[str, Any]:
             "custom_details": {"body": request.body, "metadata": request.metadata},
         },
     }
+
+
+def resolve_event(dedup_key: str, routing_key: str) -> dict[str, Any]:
+    return {"routing_key": routing_key, "event_action": "resolve", "dedup_key": dedup_key}
 
 
 def _classify(answer: Answer) -> DeliveryResult:

@@ -51,6 +51,11 @@ class EscalationRepository:
         rows = await self._db.fetch_all("escalation_get", {"id": id})
         return _escalation(rows)
 
+    async def provider_resolvers_read(self) -> frozenset[str]:
+        """The providers whose incidents an acknowledgement resolves (workers write them)."""
+        rows = await self._db.fetch_all("provider_resolvers_read")
+        return frozenset(r["provider"] for r in rows)
+
     async def escalation_acknowledge(self, *, id: uuid.UUID, by: str | None) -> bool:
         """Acknowledge (once) and cancel every step still PENDING; False: no such escalation.
         A second acknowledgement keeps the first's time and author, and cancels what is pending

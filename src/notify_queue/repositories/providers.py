@@ -61,6 +61,14 @@ class ProviderRepository:
             "provider_rows_ensure", {"limited": list(limited), "breakers": list(breakers)}
         )
 
+    async def provider_resolvers_record(
+        self, *, resolving: Sequence[str], not_resolving: Sequence[str]
+    ) -> None:
+        await self._db.execute(
+            "provider_resolvers_record",
+            {"resolving": list(resolving), "not_resolving": list(not_resolving)},
+        )
+
     async def provider_slots_reserve(
         self, *, provider: str, wanted: int, step_seconds: float, horizon_seconds: float
     ) -> Reservation:

@@ -7,21 +7,28 @@ step N (from 2) gets "<key> step<N>", so the request's key is taken as a plain c
 (a plain or recipientId create under it answers 409, as an escalation under theirs does).
 Acknowledging marks the escalation and cancels every step not yet sent; the claim cancels any
 step that comes back later (a failed attempt's retry), so an acknowledgement is never lost.
+An `incident` step sent through a provider with `resolveOnAcknowledge` gets a resolve: one more
+notification, queued like any other (so retried, and sent once: its key is "<key> resolve<N>"),
+pinned to that provider, which resolves the step's incident (docs/providers.md).
 """
 
 from __future__ import annotations
 
 import uuid
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from notify_queue.errors import FieldError, NotFound, ValidationFailed
 from notify_queue.models import (
+    RESOLVE_PROVIDER_METADATA,
+    RESOLVES_METADATA,
     Channel,
     Escalation,
     EscalationCreated,
     EscalationState,
     NewNotification,
     Notification,
+    Status,
     TemplateRef,
     time_ordered_uuid,
 )
@@ -29,7 +36,12 @@ from notify_queue.repositories.escalations import EscalationRepository
 from notify_queue.services.preferences import derived_key
 from notify_queue.services.rendering import InlineRenderer, Renderer
 from notify_queue.services.templates import render
-from notify_queue.services.validation import MAX_ESCALATION_STEPS, PreparedRequest, same_request
+from notify_queue.services.validation import (
+    MAX_ESCALATION_STEPS,
+    PreparedRequest,
+    request_hash,
+    same_request,
+)
 from notify_queue.services.wakeups import DebouncedWaker
 
 MAX_BY_CHARS = 255
@@ -192,7 +204,48 @@ class EscalationService:
             raise ValidationFailed([FieldError("by", f"must be 1-{MAX_BY_CHARS} characters")])
         if not await self._repository.escalation_acknowledge(id=id, by=by):
             raise NotFound(f"escalation {id} does not exist")
-        return await self.get(id)
+        escalation = await self.get(id)
+        await self._resolve_incidents(escalation, by)
+        return escalation
+
+    async def _resolve_incidents(self, escalation: Escalation, by: str | None) -> None:
+        """Queue a resolve for each incident step sent through a resolving provider. Again on a
+        repeated acknowledgement: the keys make a resolve once, and a step that was in flight at
+        the first is resolved by the next."""
+        sent = [
+            (index, n)
+            for index, n in enumerate(escalation.notifications)
+            if n.channel is Channel.INCIDENT and n.status is Status.SENT and n.provider
+        ]
+        if not sent:
+            return
+        resolvers = await self._repository.provider_resolvers_read()
+        key = escalation.notifications[0].idempotency_key
+        now = datetime.now(UTC)
+        resolves = [
+            NewNotification(
+                idempotency_key=f"{key} resolve{index + 1}",
+                request_hash=request_hash({"resolves": str(n.id)}),
+                channel=Channel.INCIDENT,
+                recipient=n.recipient,
+                subject=f"Resolved: {n.subject}" if n.subject else "Resolved",
+                body=f"acknowledged by {by}" if by else "acknowledged",
+                priority=n.priority,
+                send_at=now,
+                metadata={RESOLVES_METADATA: str(n.id), RESOLVE_PROVIDER_METADATA: n.provider},
+                category=n.category,
+            )
+            for index, n in sent
+            if n.provider in resolvers
+        ]
+        if not resolves:
+            return
+        async with self._repository.create_transaction(request_key=key) as tx:
+            await tx.targeted.notifications_insert(
+                notifications=resolves, default_max_attempts=self._default_max_attempts
+            )
+        if self._waker is not None:
+            await self._waker.poke()
 
 
 class _KeyTaken(ValidationFailed):

@@ -40,7 +40,14 @@ from typing import Any
 
 from notify_queue import jsontext, tracing
 from notify_queue.errors import DatabaseUnavailable
-from notify_queue.models import Channel, ClaimedNotification, DeliveryResult, Failover, Outcome
+from notify_queue.models import (
+    RESOLVE_PROVIDER_METADATA,
+    Channel,
+    ClaimedNotification,
+    DeliveryResult,
+    Failover,
+    Outcome,
+)
 from notify_queue.providers.base import DeliveryRequest, Provider
 from notify_queue.providers.specs import ProviderSpec, ProviderSpecs
 from notify_queue.repositories.delivery import ChainHeads
@@ -121,6 +128,11 @@ class Router:
 
     async def start(self) -> None:
         breakers = [n for n, s in self._specs.items() if s.circuit_breaker is not None]
+        # Which of its providers resolve on acknowledge, for the acknowledgement to read.
+        await self._repository.provider_resolvers_record(
+            resolving=[n for n, s in self._specs.items() if s.resolve_on_acknowledge],
+            not_resolving=[n for n, s in self._specs.items() if not s.resolve_on_acknowledge],
+        )
         limited = [*self._books, *(b.name for b in self._destination_books.values())]
         if limited or breakers:
             await self._repository.provider_rows_ensure(limited=limited, breakers=breakers)
@@ -133,7 +145,11 @@ class Router:
 
     def chain(self, claimed: ClaimedNotification) -> list[str]:
         """The notification's chain: its policy's providers this worker knows, else its
-        channel's (the claim's `chain_heads` must read it the same way)."""
+        channel's (the claim's `chain_heads` must read it the same way). A resolve goes to the
+        provider that sent the incident it resolves, and to no other."""
+        pinned = claimed.metadata.get(RESOLVE_PROVIDER_METADATA) if claimed.metadata else None
+        if pinned is not None and claimed.channel is Channel.INCIDENT and pinned in self._specs:
+            return [pinned]
         return [n for n in claimed.providers or () if n in self._specs] or self._chains[
             claimed.channel
         ]

@@ -122,3 +122,17 @@ UPDATE nq_jobs
 SET provider = %(provider)s
 WHERE id = %(id)s AND claim_token = %(claim_token)s AND status = 'PROCESSING'
 RETURNING id
+
+-- name: provider_resolvers_record
+-- A worker's providers at start: those with resolveOnAcknowledge are listed, its others are not
+-- (a provider whose flag was turned off stops resolving once a worker with the new file starts).
+WITH gone AS (
+    DELETE FROM nq_provider_resolvers WHERE provider = ANY(%(not_resolving)b::text[])
+)
+INSERT INTO nq_provider_resolvers (provider)
+SELECT unnest(%(resolving)b::text[])
+ON CONFLICT (provider) DO NOTHING
+
+-- name: provider_resolvers_read
+-- The providers whose incidents an acknowledgement resolves.
+SELECT provider FROM nq_provider_resolvers
