@@ -15,7 +15,13 @@ import yaml
 
 from notify_queue.errors import ConfigurationError
 from notify_queue.providers import build_providers
-from notify_queue.providers.specs import ProviderSpecs, load_provider_specs
+from notify_queue.providers.specs import (
+    ProviderSpecs,
+    load_provider_specs,
+    served_channels,
+    specs_from_settings,
+)
+from notify_queue.settings import WorkerSettings
 
 
 def _load(tmp_path: Path, *providers: dict[str, Any]) -> ProviderSpecs:
@@ -117,3 +123,24 @@ async def test_an_unset_secret_stops_the_start(
     async with aiohttp.ClientSession() as session:
         with pytest.raises(ConfigurationError, match="NQ_TEST_UNSET_TOKEN unset"):
             build_providers(specs, session)
+
+
+def test_without_channels_a_worker_serves_the_optional_channels_only_where_a_provider_does(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "providers.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"providers": [{"name": "all", "type": "simulated",
+                            "channels": ["email", "sms", "push", "voice", "incident"]}]}
+        )
+    )  # fmt: skip
+    settings = WorkerSettings(database_url="postgresql://x/y", providers_file=path)
+    specs = specs_from_settings(settings)
+    served = served_channels(settings, specs)
+    assert served == ["email", "sms", "push", "voice", "incident"]
+    explicit = WorkerSettings(
+        database_url="postgresql://x/y", providers_file=path, channels=["email", "chat"]
+    )
+    with pytest.raises(ConfigurationError, match="no provider serves chat"):
+        specs_from_settings(explicit)

@@ -286,7 +286,8 @@ class WorkerOptions(_Options):
         default_factory=lambda: list(Channel),
         description="The channels this worker delivers (comma-separated); each needs a provider "
         "that can deliver it. Every channel by default, voice included, so an escalation's call "
-        "goes out with no setting; list them to keep a worker off one.",
+        "goes out with no setting (chat, webhook and incident where a provider serves them); list "
+        "them to keep a worker off one.",
     )
     shutdown_grace_seconds: Seconds = Field(
         10.0,

@@ -44,7 +44,7 @@ REFERENCE = {
     "nq_recipient_voices",
 }
 # Written on every delivery, joined with no distributed table: plain tables on the coordinator.
-COORDINATOR_ONLY = {"nq_provider_schedule", "nq_provider_circuits"}
+COORDINATOR_ONLY = {"nq_provider_schedule", "nq_provider_circuits", "nq_provider_resolvers"}
 # The operator's: written with every change of an object's row and locked by the operator, joined
 # with no distributed table in a locking statement: plain tables on the coordinator.
 OPERATOR_ON_COORDINATOR = {"nq_kube_links", "nq_status_outbox"}
@@ -353,6 +353,7 @@ async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
             49,
             52,
             53,
+            65,
         ]
         partitions = await DeliveryLogRepository(db).partitions_index()
         assert len(partitions) == 1

@@ -75,6 +75,7 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
             49,
             52,
             53,
+            65,
         ]
         assert (
             _one(

@@ -255,12 +255,25 @@ def specs_from_settings(settings: WorkerSettings) -> ProviderSpecs:
         specs = load_provider_specs(settings.providers_file)
     else:
         specs = _specs_from_flags(settings)
-    missing = specs.missing_channels(settings.channels)
+    missing = specs.missing_channels(served_channels(settings, specs))
     if missing:
         raise ConfigurationError(
             [f"no provider serves {', '.join(missing)} (--channels, --providers-file)"]
         )
     return specs
+
+
+# Without --channels a worker serves these only where a provider serves them, so a providers
+# file written for email, sms, push and voice starts as it did; the others must have a provider.
+OPTIONAL_CHANNELS = frozenset({Channel.CHAT, Channel.WEBHOOK, Channel.INCIDENT})
+
+
+def served_channels(settings: WorkerSettings, specs: ProviderSpecs) -> list[Channel]:
+    """The channels a worker claims: `--channels` when given, else every channel but the
+    optional ones no provider serves."""
+    if "channels" in settings.model_fields_set:
+        return list(settings.channels)
+    return [c for c in settings.channels if c not in OPTIONAL_CHANNELS or specs.chain(c)]
 
 
 def _specs_from_flags(settings: WorkerSettings) -> ProviderSpecs:

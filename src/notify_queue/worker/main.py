@@ -14,7 +14,7 @@ from notify_queue.headers import GENERATED_HEADERS_VERIFIED
 from notify_queue.providers import build_providers
 from notify_queue.providers.outbound import trusted_session
 from notify_queue.providers.posting import guarded_poster, trusted_poster
-from notify_queue.providers.specs import specs_from_settings
+from notify_queue.providers.specs import served_channels, specs_from_settings
 from notify_queue.providers.webhooks import WebhookSender
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryDefaults, DeliveryRepository
@@ -112,6 +112,7 @@ async def run_worker(
     """Run one worker process until SIGTERM/SIGINT (or `stop`), then shut down gracefully."""
     health = Health()
     specs = specs_from_settings(settings)  # a bad providers file stops the start before any I/O
+    settings = settings.model_copy(update={"channels": served_channels(settings, specs)})
     async with _process(
         settings, "notify-queue-worker", db, health, session_url=settings.listen_database_url
     ) as db:

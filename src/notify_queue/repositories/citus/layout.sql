@@ -16,7 +16,8 @@
 -- - The small tables every delivery reads (policies, recipients, templates) are reference
 --   tables: a copy on every node, so a router statement on any shard can join them.
 -- - The providers' send schedules and circuits (nq_provider_schedule, nq_provider_circuits) stay
---   plain tables on the coordinator: a handful of rows written on every delivery and joined with
+--   plain tables on the coordinator (and the providers that resolve on acknowledge,
+--   nq_provider_resolvers, read and written alone): a handful of rows written on every delivery and joined with
 --   no distributed table. A write there is one hop and a local commit, where a reference table
 --   would write every node under two-phase commit; and Citus refuses the provider statements'
 --   clock_timestamp(), gen_random_uuid() and make_interval(column) in an UPDATE of a reference
