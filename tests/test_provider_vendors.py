@@ -29,6 +29,10 @@ import pytest
 import yaml
 from standardwebhooks.webhooks import Webhook
 
+from notify_queue.models import Channel, Outcome
+from notify_queue.providers import build_providers, trusted_session
+from notify_queue.providers.base import DeliveryRequest
+from notify_queue.providers.specs import ProviderSpecs
 from tests.chaos.harness import WorkerProcesses
 from tests.receivers import VendorReceiver
 from tests.support import eventually, running_api
@@ -180,12 +184,26 @@ async def test_an_unmapped_destination_fails_permanently_naming_it_and_nothing_i
     )  # fmt: skip
     unknown = await _final(api, await _create(api, "webhook", "nobody"))
     assert unknown["status"] == "FAILED" and "'nobody'" in unknown["lastError"], unknown
-    # A client-supplied URL is no destination: the worker never reaches it (the outbound guard's
-    # concern does not arise; the providers file lists where a webhook may go).
-    url = f"{receiver.base}/hooks/ci"
-    direct = await _final(api, await _create(api, "webhook", url))
-    assert direct["status"] == "FAILED" and "is not mapped" in direct["lastError"], direct
-    assert unknown["attemptCount"] == direct["attemptCount"] == 1
+    assert unknown["attemptCount"] == 1
+    assert receiver.received == []
+
+
+async def test_a_url_as_recipient_is_no_destination_and_is_never_reached(
+    receiver: VendorReceiver,
+) -> None:
+    """Whatever the API lets through, the provider only ever posts where the providers file
+    says: a client-supplied URL reaches nothing (the outbound guard's concern does not arise)."""
+    specs = ProviderSpecs.model_validate(
+        {"providers": [{"name": "hooks", "type": "webhook", "channels": ["webhook"],
+                        "destinations": {"ci": f"{receiver.base}/hooks/ci"}}]}
+    )  # fmt: skip
+    async with trusted_session(timeout_seconds=5) as session:
+        provider = build_providers(specs, session)["hooks"]
+        url = f"{receiver.base}/hooks/ci"
+        request = DeliveryRequest(uuid.uuid4(), Channel.WEBHOOK, url, None, "hi")
+        result = await provider.deliver(request)
+    assert result.outcome is Outcome.PERMANENT_FAILURE
+    assert result.error is not None and "is not mapped by provider hooks" in result.error
     assert receiver.received == []
 
 
