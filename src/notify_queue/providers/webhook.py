@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import time
 
+from standardwebhooks.webhooks import EmptyWebhookSecretError
+
 from notify_queue.models import DeliveryResult, Outcome
 from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.vendor import JsonPoster, dumps, failed, unmapped
@@ -53,7 +55,7 @@ class WebhookProvider:
                     payload=payload,
                     secrets=self._secrets,
                 )
-            except ValueError as exc:  # never send it unsigned
+            except (ValueError, EmptyWebhookSecretError) as exc:  # never send it unsigned
                 return DeliveryResult(Outcome.PERMANENT_FAILURE, error=f"invalid secret: {exc}")
         answer = await self._poster.post(url, payload.encode(), headers)
         if isinstance(answer, DeliveryResult):
