@@ -81,6 +81,10 @@ class Channel(enum.StrEnum):
     INCIDENT = "incident"
 
 
+# A worker left without --channels serves these only where a provider serves them (they need a
+# vendor's provider): a providers file or flags set up for the others start as they did.
+OPTIONAL_CHANNELS = frozenset({Channel.CHAT, Channel.WEBHOOK, Channel.INCIDENT})
+
 # A stored channel's text as its member: a dict lookup where `Channel(text)` runs enum's Python
 # `__call__`, once per claimed and per listed row.
 CHANNEL_BY_VALUE: dict[str, Channel] = {str(c): c for c in Channel}

@@ -23,7 +23,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from notify_queue.errors import ConfigurationError
-from notify_queue.models import Channel, Failover, Priority
+from notify_queue.models import OPTIONAL_CHANNELS, Channel, Failover, Priority
 
 
 class LogFormat(StrEnum):
@@ -643,7 +643,7 @@ class WorkerSettings(
         if self.providers_file is not None:
             return self
         problems: list[str] = []
-        for channel in self.channels:
+        for channel in self.channel_providers:
             kind = self.provider_for(channel)
             if channel not in PROVIDER_CHANNELS[kind]:
                 flag = f"{channel}_provider"
@@ -662,8 +662,15 @@ class WorkerSettings(
 
     @property
     def channel_providers(self) -> dict[Channel, ProviderKind]:
-        """The provider kind of each channel this worker serves (and of no other)."""
-        return {channel: self.provider_for(channel) for channel in self.channels}
+        """The provider kind of each channel this worker serves (and of no other): without
+        --channels, not the optional channels its kind cannot deliver (smtp: chat...)."""
+        implicit = "channels" not in self.model_fields_set
+        return {
+            channel: kind
+            for channel in self.channels
+            if channel in PROVIDER_CHANNELS[kind := self.provider_for(channel)]
+            or not (implicit and channel in OPTIONAL_CHANNELS)
+        }
 
 
 class OperatorSettings(

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from notify_queue.errors import ConfigurationError
-from notify_queue.models import Channel
+from notify_queue.models import OPTIONAL_CHANNELS, Channel
 from notify_queue.settings import WorkerSettings
 
 NAME = re.compile(r"^[a-z0-9-]{1,63}$")
@@ -261,11 +261,6 @@ def specs_from_settings(settings: WorkerSettings) -> ProviderSpecs:
             [f"no provider serves {', '.join(missing)} (--channels, --providers-file)"]
         )
     return specs
-
-
-# Without --channels a worker serves these only where a provider serves them, so a providers
-# file written for email, sms, push and voice starts as it did; the others must have a provider.
-OPTIONAL_CHANNELS = frozenset({Channel.CHAT, Channel.WEBHOOK, Channel.INCIDENT})
 
 
 def served_channels(settings: WorkerSettings, specs: ProviderSpecs) -> list[Channel]:
