@@ -290,7 +290,8 @@ async def migrate(
                     applied_now[0],
                     applied_now[-1],
                 )
-            if target is None:
+            # The function files are written for the shipped steps' schema, at their last step.
+            if target is None and package == MIGRATIONS_PACKAGE:
                 await _define_functions(conn, changed_schema=bool(applied_now))
             await _enqueue_role(conn)
             await _runtime_role(conn)
