@@ -56,7 +56,7 @@ from importlib import resources
 
 import psycopg
 
-from notify_queue import __version__
+from notify_queue import __version__, limits
 from notify_queue.errors import ContractStepWaits, DatabaseBusy, OlderReleaseRunning
 from notify_queue.repositories import index_steps
 from notify_queue.repositories.db import Connection, Database
@@ -418,8 +418,26 @@ def _callees_first(texts: dict[str, str]) -> list[str]:
 
 
 def render_function(text: str) -> str:
-    """A function file's text with its placeholders filled."""
-    return expand_fragments(text)
+    """A function file's text with its placeholders filled: `{{_name}}` a fragment of the SQL
+    files, `{{limit:NAME}}` a value of notify_queue.limits (a number as digits, a text or a
+    pattern's source as the inside of a SQL string literal, a tuple of texts as a list of SQL
+    literals)."""
+    return _LIMIT.sub(lambda m: _limit_sql(m[1]), expand_fragments(text))
+
+
+_LIMIT = re.compile(r"\{\{limit:(\w+)\}\}")
+
+
+def _limit_sql(name: str) -> str:
+    value = getattr(limits, name)
+    if isinstance(value, bool) or not isinstance(value, int | str | re.Pattern | tuple):
+        raise ValueError(f"limit {name}: {value!r} has no SQL form")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, tuple):
+        return ", ".join("'" + str(item).replace("'", "''") + "'" for item in value)
+    text = value.pattern if isinstance(value, re.Pattern) else value
+    return str(text).replace("'", "''")
 
 
 def _statements_in(script: str) -> bool:

@@ -28,7 +28,7 @@ BEGIN
                                                     'must be a JSON object'));
     END IF;
     storable := nq_json_depth_errors(p, '', 0);
-    IF p_key IS NOT NULL AND p_key !~ '^[\x21-\x7e]{1,255}$' THEN
+    IF p_key IS NOT NULL AND p_key !~ '{{limit:IDEMPOTENCY_KEY_PATTERN}}' THEN
         keyed := jsonb_build_array(jsonb_build_object('field', 'idempotency_key',
                                                       'message', key_message));
     END IF;
@@ -51,11 +51,11 @@ BEGIN
     -- The model's fields, in its order (pydantic reports them so).
     v := p -> 'channel';
     IF v IS NOT NULL AND v <> 'null' THEN
-        IF v #>> '{}' IN ('email', 'sms', 'push', 'voice') AND jsonb_typeof(v) = 'string' THEN
+        IF v #>> '{}' IN ({{limit:CHANNELS}}) AND jsonb_typeof(v) = 'string' THEN
             channel_ok := v #>> '{}';
         ELSE
             errs := errs || jsonb_build_object('field', 'channel', 'message',
-                                               'Input should be ''email'', ''sms'', ''push'' or ''voice''');
+                                               '{{limit:CHANNEL_MESSAGE}}');
         END IF;
     END IF;
     v := p -> 'recipient';
@@ -68,9 +68,9 @@ BEGIN
             IF char_length(s) < 1 THEN
                 errs := errs || jsonb_build_object('field', 'recipient',
                                                    'message', 'String should have at least 1 character');
-            ELSIF char_length(s) > 320 THEN
+            ELSIF char_length(s) > {{limit:MAX_RECIPIENT_CHARS}} THEN
                 errs := errs || jsonb_build_object('field', 'recipient',
-                                                   'message', 'String should have at most 320 characters');
+                                                   'message', 'String should have at most {{limit:MAX_RECIPIENT_CHARS}} characters');
             ELSIF s ~ ('^' || ws || '*$') THEN
                 errs := errs || jsonb_build_object('field', 'recipient',
                                                    'message', 'must not be blank');
@@ -80,7 +80,7 @@ BEGIN
                             || substr(ws, 2, length(ws) - 2) || ']+$') THEN
                 errs := errs || jsonb_build_object('field', 'recipient',
                                                    'message', 'must be an email address for channel email');
-            ELSIF channel_ok IN ('sms', 'voice') AND s !~ '^\+[0-9]{8,15}$' THEN
+            ELSIF channel_ok IN ('sms', 'voice') AND s !~ '{{limit:SMS_PATTERN}}' THEN
                 errs := errs || jsonb_build_object('field', 'recipient', 'message',
                     'must be an E.164 number (+ and 8-15 digits) for channel ' || channel_ok);
             END IF;
@@ -91,9 +91,9 @@ BEGIN
         IF jsonb_typeof(v) <> 'string' THEN
             errs := errs || jsonb_build_object('field', 'subject',
                                                'message', 'Input should be a valid string');
-        ELSIF char_length(v #>> '{}') > 998 THEN
+        ELSIF char_length(v #>> '{}') > {{limit:MAX_SUBJECT_CHARS}} THEN
             errs := errs || jsonb_build_object('field', 'subject',
-                                               'message', 'String should have at most 998 characters');
+                                               'message', 'String should have at most {{limit:MAX_SUBJECT_CHARS}} characters');
         END IF;
     END IF;
     v := p -> 'body';
@@ -105,9 +105,9 @@ BEGIN
             n := octet_length(v #>> '{}');
             IF n < 1 THEN
                 errs := errs || jsonb_build_object('field', 'body', 'message', 'must not be empty');
-            ELSIF n > 65536 THEN
+            ELSIF n > {{limit:MAX_BODY_BYTES}} THEN
                 errs := errs || jsonb_build_object('field', 'body', 'message',
-                    'is ' || n || ' bytes of UTF-8; the limit is 65536');
+                    'is ' || n || ' bytes of UTF-8; the limit is {{limit:MAX_BODY_BYTES}}');
             END IF;
         END IF;
     END IF;
@@ -116,7 +116,7 @@ BEGIN
         IF jsonb_typeof(v) <> 'string' THEN
             errs := errs || jsonb_build_object('field', 'recipientId',
                                                'message', 'Input should be a valid string');
-        ELSIF (v #>> '{}') !~ '^[\x21-\x7e]{1,255}$' THEN
+        ELSIF (v #>> '{}') !~ '{{limit:IDEMPOTENCY_KEY_PATTERN}}' THEN
             errs := errs || jsonb_build_object('field', 'recipientId', 'message', key_message);
         END IF;
     END IF;
@@ -133,10 +133,10 @@ BEGIN
             FOR t IN SELECT 'channels.' || (e.ordinality - 1)
                      FROM jsonb_array_elements(v) WITH ORDINALITY e
                      WHERE jsonb_typeof(e.value) <> 'string'
-                        OR e.value #>> '{}' NOT IN ('email', 'sms', 'push', 'voice')
+                        OR e.value #>> '{}' NOT IN ({{limit:CHANNELS}})
                      ORDER BY e.ordinality LOOP
                 errs := errs || jsonb_build_object('field', t, 'message',
-                                                   'Input should be ''email'', ''sms'', ''push'' or ''voice''');
+                                                   '{{limit:CHANNEL_MESSAGE}}');
                 n := n + 1;
             END LOOP;
             IF n = 0 AND jsonb_array_length(v) < 1 THEN
@@ -180,9 +180,9 @@ BEGIN
         IF jsonb_typeof(v) <> 'object' THEN
             errs := errs || jsonb_build_object('field', 'data',
                                                'message', 'Input should be a valid dictionary');
-        ELSIF octet_length(nq_json_canonical(v)) > 65536 THEN
+        ELSIF octet_length(nq_json_canonical(v)) > {{limit:MAX_DATA_BYTES}} THEN
             errs := errs || jsonb_build_object('field', 'data', 'message',
-                'is ' || octet_length(nq_json_canonical(v)) || ' bytes as JSON; the limit is 65536');
+                'is ' || octet_length(nq_json_canonical(v)) || ' bytes as JSON; the limit is {{limit:MAX_DATA_BYTES}}');
         END IF;
     END IF;
     v := p -> 'priority';
@@ -212,9 +212,9 @@ BEGIN
         ELSIF v::text::numeric < 0 THEN
             errs := errs || jsonb_build_object('field', 'delaySeconds',
                                                'message', 'Input should be greater than or equal to 0');
-        ELSIF v::text::numeric > 31536000 THEN
+        ELSIF v::text::numeric > {{limit:MAX_DELAY_SECONDS}} THEN
             errs := errs || jsonb_build_object('field', 'delaySeconds', 'message',
-                                               'Input should be less than or equal to 31536000');
+                                               'Input should be less than or equal to {{limit:MAX_DELAY_SECONDS}}');
         END IF;
     END IF;
     v := p -> 'expiresAt';
@@ -258,9 +258,9 @@ BEGIN
         IF jsonb_typeof(v) <> 'object' THEN
             errs := errs || jsonb_build_object('field', 'metadata',
                                                'message', 'Input should be a valid dictionary');
-        ELSIF octet_length(nq_json_canonical(v)) > 16384 THEN
+        ELSIF octet_length(nq_json_canonical(v)) > {{limit:MAX_METADATA_BYTES}} THEN
             errs := errs || jsonb_build_object('field', 'metadata', 'message',
-                'is ' || octet_length(nq_json_canonical(v)) || ' bytes as JSON; the limit is 16384');
+                'is ' || octet_length(nq_json_canonical(v)) || ' bytes as JSON; the limit is {{limit:MAX_METADATA_BYTES}}');
         END IF;
     END IF;
     v := p -> 'idempotencyKey';
@@ -268,7 +268,7 @@ BEGIN
         IF jsonb_typeof(v) <> 'string' THEN
             errs := errs || jsonb_build_object('field', 'idempotencyKey',
                                                'message', 'Input should be a valid string');
-        ELSIF (v #>> '{}') !~ '^[\x21-\x7e]{1,255}$' THEN
+        ELSIF (v #>> '{}') !~ '{{limit:IDEMPOTENCY_KEY_PATTERN}}' THEN
             errs := errs || jsonb_build_object('field', 'idempotencyKey', 'message', key_message);
         END IF;
     END IF;
@@ -284,20 +284,20 @@ BEGIN
             ELSIF jsonb_typeof(v -> 'key') <> 'string' THEN
                 errs := errs || jsonb_build_object('field', 'digest.key',
                                                    'message', 'Input should be a valid string');
-            ELSIF (v ->> 'key') !~ '^[\x21-\x7e]{1,255}$' THEN
+            ELSIF (v ->> 'key') !~ '{{limit:IDEMPOTENCY_KEY_PATTERN}}' THEN
                 errs := errs || jsonb_build_object('field', 'digest.key', 'message', key_message);
             END IF;
             IF NOT v ? 'windowSeconds' THEN
                 errs := errs || jsonb_build_object('field', 'digest.windowSeconds',
                                                    'message', 'Field required');
             ELSE
-                t := nq_digest_int_error(v -> 'windowSeconds', 1, 86400);
+                t := nq_digest_int_error(v -> 'windowSeconds', 1, {{limit:MAX_DIGEST_WINDOW_SECONDS}});
                 IF t IS NOT NULL THEN
                     errs := errs || jsonb_build_object('field', 'digest.windowSeconds', 'message', t);
                 END IF;
             END IF;
             IF v ? 'maxItems' THEN
-                t := nq_digest_int_error(v -> 'maxItems', 2, 1000);
+                t := nq_digest_int_error(v -> 'maxItems', {{limit:MIN_DIGEST_ITEMS}}, {{limit:MAX_DIGEST_ITEMS}});
                 IF t IS NOT NULL THEN
                     errs := errs || jsonb_build_object('field', 'digest.maxItems', 'message', t);
                 END IF;
