@@ -42,7 +42,5 @@ MAX_ESCALATION_STEPS = 10
 # The channels a request may name, and pydantic's message for another value.
 CHANNELS = tuple(channel.value for channel in Channel)
 CHANNEL_MESSAGE = (
-    "Input should be "
-    + ", ".join(f"'{c}'" for c in CHANNELS[:-1])
-    + f" or '{CHANNELS[-1]}'"
+    "Input should be " + ", ".join(f"'{c}'" for c in CHANNELS[:-1]) + f" or '{CHANNELS[-1]}'"
 )

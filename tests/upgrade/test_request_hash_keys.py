@@ -113,7 +113,9 @@ async def test_keys_in_every_form_a_release_wrote_answer_a_key_seen_before(
         )
         door_before = _door(url, "door-before", "hello")
         # The door's own hash of its request, stored in the hex form (padded to 64 characters).
-        _as_before_the_contracts(url, door_before, _door_hash(url, "door-before") * 2, row_copy=True)
+        _as_before_the_contracts(
+            url, door_before, _door_hash(url, "door-before") * 2, row_copy=True
+        )
 
         for made_one in (before, hex_only, short):
             assert await _answers(service, made_one) == (True, True)

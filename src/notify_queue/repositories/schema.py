@@ -443,9 +443,7 @@ def _limit_sql(name: str) -> str:
 def _statements_in(script: str) -> bool:
     """Whether a step has a statement: a step whose function change moved to `functions/` may be
     comments only, which PostgreSQL answers as an empty query."""
-    return any(
-        line.strip() and not line.strip().startswith("--") for line in script.splitlines()
-    )
+    return any(line.strip() and not line.strip().startswith("--") for line in script.splitlines())
 
 
 async def _lay_out(conn: Connection) -> None:

@@ -15,6 +15,7 @@ import uuid
 from dataclasses import replace
 
 from notify_queue.errors import FieldError, NotFound, ValidationFailed
+from notify_queue.limits import MAX_ESCALATION_STEPS
 from notify_queue.models import (
     Channel,
     Escalation,
@@ -29,7 +30,7 @@ from notify_queue.repositories.escalations import EscalationRepository
 from notify_queue.services.preferences import derived_key
 from notify_queue.services.rendering import InlineRenderer, Renderer
 from notify_queue.services.templates import render
-from notify_queue.services.validation import MAX_ESCALATION_STEPS, PreparedRequest, same_request
+from notify_queue.services.validation import PreparedRequest, same_request
 from notify_queue.services.wakeups import DebouncedWaker
 
 MAX_BY_CHARS = 255

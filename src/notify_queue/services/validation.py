@@ -32,6 +32,27 @@ from pydantic import (
 from notify_queue import jsontext, tracing
 from notify_queue.errors import FieldError, ValidationFailed
 from notify_queue.headers import header_value_problem
+from notify_queue.limits import (
+    CATEGORY_PATTERN,
+    DEFAULT_DIGEST_ITEMS,
+    EMAIL_PATTERN,
+    IDEMPOTENCY_KEY_PATTERN,
+    MAX_BODY_BYTES,
+    MAX_DATA_BYTES,
+    MAX_DELAY_SECONDS,
+    MAX_DIGEST_ITEMS,
+    MAX_DIGEST_WINDOW_SECONDS,
+    MAX_ESCALATION_STEPS,
+    MAX_METADATA_BYTES,
+    MAX_RECIPIENT_CHARS,
+    MAX_SUBJECT_CHARS,
+    MIN_DIGEST_ITEMS,
+    POLICY_PATTERN,
+    RECIPIENT_ID_PATTERN,
+    RFC3339_PATTERN,
+    SMS_PATTERN,
+    TEMPLATE_NAME_PATTERN,
+)
 from notify_queue.models import (
     DEFAULT_CATEGORY,
     Channel,
@@ -40,27 +61,6 @@ from notify_queue.models import (
     Priority,
     Source,
     TemplateRef,
-)
-
-from notify_queue.limits import (  # noqa: E402  the one source of both doors' limits
-    MAX_BODY_BYTES,
-    MAX_METADATA_BYTES,
-    MAX_DELAY_SECONDS,
-    MAX_RECIPIENT_CHARS,
-    MAX_SUBJECT_CHARS,
-    EMAIL_PATTERN,
-    SMS_PATTERN,
-    IDEMPOTENCY_KEY_PATTERN,
-    POLICY_PATTERN,
-    RECIPIENT_ID_PATTERN,
-    TEMPLATE_NAME_PATTERN,
-    CATEGORY_PATTERN,
-    MAX_DATA_BYTES,
-    MAX_DIGEST_WINDOW_SECONDS,
-    MIN_DIGEST_ITEMS,
-    MAX_DIGEST_ITEMS,
-    DEFAULT_DIGEST_ITEMS,
-    MAX_ESCALATION_STEPS,
 )
 
 

@@ -7,9 +7,10 @@ The rules every file from 0009 on follows (docs/upgrading.md has the why and a w
   default: new tables, nullable columns or columns with a default, indexes on small or new tables,
   no function bodies: a function is a file of `functions/`, whose text keeps working exactly for
   the previous release's callers (`-- functions: nq_a` names the ones a step calls while it
-  runs: repositories/schema.py, "Functions"). Nothing the previous release reads or writes is renamed, dropped, retyped or
-  constrained beyond what it writes. No column is added to a table or view the previous release
-  reads with `*` (its prepared statements would fail: docs/upgrading.md).
+  runs: repositories/schema.py, "Functions"). Nothing the previous release reads or writes is
+  renamed, dropped, retyped or constrained beyond what it writes. No column is added to a table
+  or view the previous release reads with `*` (its prepared statements would fail:
+  docs/upgrading.md).
 - A rename, drop, type change or constraint the previous release would break is split: an expand
   step adds the new thing (and a trigger or the code writes both), the code backfills and switches
   its reads, and the destructive half is a *contract* step in a later release, once the code of
