@@ -30,7 +30,7 @@ DECLARE
     v_id uuid;
 BEGIN
     -- 0.1.0's triggers stay silent for the rest of this transaction: this function writes their
-    -- work itself (0012). Set here, not as the function's SET clause, which a migrating user who
+    -- work itself. Set here, not as the function's SET clause, which a migrating user who
     -- is not a superuser may not attach for a custom parameter.
     PERFORM set_config('nq.explicit', 'on', true);
     errs := nq_enqueue_errors(request, idempotency_key);
@@ -67,7 +67,7 @@ BEGIN
         'policy', request ->> 'policy', 'webhook_url', request ->> 'webhookUrl',
         'metadata', COALESCE(request -> 'metadata', '{}'), 'status', 'PENDING',
         'category', v_category, 'recipient_id', request ->> 'recipientId',
-        -- digest (0019): joined by nq_insert_digest_items, as the API's creates are.
+        -- digest: joined by nq_insert_digest_items, as the API's creates are.
         'digest_key', request #>> '{digest,key}',
         'digest_window_seconds', (request #>> '{digest,windowSeconds}')::integer,
         'digest_max_items', COALESCE((request #>> '{digest,maxItems}')::integer, 100),

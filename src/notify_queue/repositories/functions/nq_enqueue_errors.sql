@@ -272,7 +272,7 @@ BEGIN
             errs := errs || jsonb_build_object('field', 'idempotencyKey', 'message', key_message);
         END IF;
     END IF;
-    -- digest (0019): services.validation.DigestRequest's fields in its order, then its extras.
+    -- digest: services.validation.DigestRequest's fields in its order, then its extras.
     v := p -> 'digest';
     IF v IS NOT NULL AND v <> 'null' THEN
         IF jsonb_typeof(v) <> 'object' THEN
@@ -361,7 +361,7 @@ BEGIN
             WHEN COALESCE(p -> 'template', 'null') = 'null'
                  AND COALESCE(p -> 'body', 'null') = 'null' THEN
                 jsonb_build_object('field', 'body', 'message', 'is required (or template)')
-            -- digest (0019), as the model's check after the others.
+            -- digest, as the model's check after the others.
             WHEN COALESCE(p -> 'digest', 'null') <> 'null'
                  AND COALESCE(p -> 'escalation', 'null') <> 'null' THEN
                 jsonb_build_object('field', 'digest', 'message', 'not with escalation')

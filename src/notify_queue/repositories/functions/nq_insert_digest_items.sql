@@ -40,7 +40,7 @@ WITH request AS (
     JOIN keys k ON k.notification_id = r.id
     LEFT JOIN nq_policies p ON p.name = r.policy
 ), joined AS (
-    -- Digests (0019, docs/digests.md): each item joins its recipient's open digest for the key
+    -- Digests (docs/digests.md): each item joins its recipient's open digest for the key
     -- and channel, or opens one, in the batch's order (nq_digest_join locks the digest row, so
     -- creates in other processes and the claim that closes it are serialised on it). A plain
     -- notification has no digest_key: no row here, no digest read.
@@ -61,7 +61,7 @@ WITH request AS (
     SELECT a.id, a.idempotency_key, NULL, a.channel, a.recipient, a.subject, a.body,
            a.priority, a.status, a.send_at,
            -- A digest's carrier is due when the digest closes (now, when this batch filled it);
-           -- its other items are parked a day past that: the carrier sends them (0019).
+           -- its other items are parked a day past that: the carrier sends them.
            CASE WHEN j.id IS NULL THEN a.next_attempt_at
                 WHEN j.carrier AND j.closed THEN now()
                 WHEN j.carrier THEN j.closes_at
@@ -92,38 +92,5 @@ WITH request AS (
               n.updated_at, n.finished_at, n.recipient_id, n.category, n.template_name,
               n.template_version, n.provider, n.delivery_attempts, n.bucket, n.waiting_reason,
               n.waiting_until, n.waiting_detail, n.digest_id, n.escalation_id, n.traceparent
-), logged AS (
-    INSERT INTO nq_delivery_log AS l (
-        id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
-        send_at, next_attempt_at, expires_at, max_attempts, source, policy, webhook_url,
-        metadata, last_error, finished_at, category, recipient_id, template_name,
-        template_version, bucket, traceparent)
-    SELECT a.id, a.idempotency_key, NULL, a.channel, a.recipient, a.subject, a.body,
-           a.priority, a.status, a.send_at, a.next_attempt_at, a.expires_at, a.max_attempts,
-           a.source, a.policy, a.webhook_url, a.metadata, a.last_error, a.finished_at,
-           a.category, a.recipient_id, a.template_name, a.template_version, a.bucket,
-           a.traceparent
-    FROM accepted a WHERE a.status <> 'PENDING'
-    RETURNING l.id, l.idempotency_key, l.request_hash, l.channel, l.recipient, l.subject,
-              l.body, l.priority, l.status, l.send_at, l.next_attempt_at, l.expires_at,
-              l.attempt_count, l.max_attempts, l.last_error, l.sent_at, l.provider_message_id,
-              l.retries, l.source, l.policy, l.webhook_url, l.metadata, l.created_at,
-              l.updated_at, l.finished_at, l.recipient_id, l.category, l.template_name,
-              l.template_version, l.provider, l.delivery_attempts, l.bucket,
-              NULL::text AS waiting_reason, NULL::timestamptz AS waiting_until,
-              NULL::text AS waiting_detail, l.digest_id, l.escalation_id, l.traceparent
-), events AS (
-    SELECT nq_insert_webhook_events(array_agg(g.id), array_agg(g.status),
-                                    array_agg(g.attempt_count), array_agg(g.webhook_url),
-                                    array_agg(g.policy), p_default_webhook_url,
-                                    NULL::text[], array_agg(g.bucket)) AS n
-    FROM logged g
-), counted AS (
-    SELECT nq_note_changes(array_agg(g.id), array_agg(g.source), NULL, array_agg(g.status)) AS n
-    FROM logged g
-)
--- events and counted are read (once, as init plans) so that they run.
-SELECT i.* FROM (SELECT * FROM queued UNION ALL SELECT * FROM logged) i
-WHERE (SELECT n FROM events) IS NOT DISTINCT FROM (SELECT n FROM events)
-  AND (SELECT n FROM counted) IS NOT DISTINCT FROM (SELECT n FROM counted)
+{{_insert_log_half}}
 $$;
