@@ -53,6 +53,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
+from typing import Any
 
 import psycopg
 
@@ -475,6 +476,7 @@ def _read_layout() -> tuple[str, str]:
 
 
 ENQUEUE_ROLE = "notify_queue_enqueue"
+RUNTIME_ROLE = "notify_queue_runtime"
 
 
 async def _enqueue_role(conn: Connection) -> None:
@@ -486,26 +488,7 @@ async def _enqueue_role(conn: Connection) -> None:
     state = await conn.fetch_one("migration_enqueue_role_state")
     if state is None or not state["function_present"]:
         return
-    if not state["present"]:
-        if not state["can_create"]:
-            log.warning(
-                "role %s not created: the migrating user lacks CREATEROLE (create it as an "
-                "administrator: CREATE ROLE %s NOLOGIN, then run migrate again)",
-                ENQUEUE_ROLE,
-                ENQUEUE_ROLE,
-            )
-            return
-        try:
-            async with conn.transaction():
-                await conn.execute("migration_enqueue_role_create")
-        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
-            pass  # a migrator of another database on this server created it just now
-        log.info("created role %s", ENQUEUE_ROLE)
-    async with conn.transaction():
-        await conn.execute("migration_enqueue_role_grant")
-
-
-RUNTIME_ROLE = "notify_queue_runtime"
+    await _role(conn, ENQUEUE_ROLE, state, "migration_enqueue_role")
 
 
 async def _runtime_role(conn: Connection) -> None:
@@ -516,23 +499,29 @@ async def _runtime_role(conn: Connection) -> None:
     state = await conn.fetch_one("migration_runtime_role_state")
     if state is None:
         return
+    await _role(conn, RUNTIME_ROLE, state, "migration_runtime_role")
+
+
+async def _role(conn: Connection, role: str, state: dict[str, Any], queries: str) -> None:
+    """An application role created when missing (if this user may), then granted its rights:
+    `<queries>_create` and `<queries>_grant`."""
     if not state["present"]:
         if not state["can_create"]:
             log.warning(
                 "role %s not created: the migrating user lacks CREATEROLE (create it as an "
                 "administrator: CREATE ROLE %s NOLOGIN, then run migrate again)",
-                RUNTIME_ROLE,
-                RUNTIME_ROLE,
+                role,
+                role,
             )
             return
         try:
             async with conn.transaction():
-                await conn.execute("migration_runtime_role_create")
+                await conn.execute(f"{queries}_create")
         except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
             pass  # a migrator of another database on this server created it just now
-        log.info("created role %s", RUNTIME_ROLE)
+        log.info("created role %s", role)
     async with conn.transaction():
-        await conn.execute("migration_runtime_role_grant")
+        await conn.execute(f"{queries}_grant")
 
 
 async def _enqueue_defaults(conn: Connection, defaults: EnqueueDefaults) -> None:

@@ -1,17 +1,6 @@
 -- A digest's items inserted: each joins its digest (nq_digest_join) and is parked but the carrier.
 CREATE OR REPLACE FUNCTION nq_insert_digest_items(
-    p_items json, p_default_max_attempts integer, p_default_webhook_url text
-) RETURNS TABLE (
-    id uuid, idempotency_key text, request_hash text, channel text, recipient text,
-    subject text, body text, priority smallint, status text, send_at timestamptz,
-    next_attempt_at timestamptz, expires_at timestamptz, attempt_count integer,
-    max_attempts integer, last_error text, sent_at timestamptz, provider_message_id text,
-    retries jsonb, source text, policy text, webhook_url text, metadata jsonb,
-    created_at timestamptz, updated_at timestamptz, finished_at timestamptz,
-    recipient_id text, category text, template_name text, template_version integer,
-    provider text, delivery_attempts jsonb, bucket smallint, waiting_reason text,
-    waiting_until timestamptz, waiting_detail text, digest_id uuid, escalation_id uuid,
-    traceparent text)
+{{_insert_signature}}
 LANGUAGE sql VOLATILE AS $$
 WITH request AS (
     SELECT * FROM json_to_recordset(p_items) AS r(
