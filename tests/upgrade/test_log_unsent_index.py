@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import uuid
 from typing import Any
 
 import psycopg
@@ -23,7 +24,6 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.repositories.schema import migrate
-from tests.support import new, notification_service
 
 ROWS = 12
 
@@ -41,20 +41,20 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
     url = empty_database_url
     async with Database(url, pool_size=2) as db:
         await migrate(db, target=27)
-        created = await notification_service(db, announce=False).enqueue_many(
-            [new() for _ in range(ROWS)]
-        )
-        ids = [r.notification.id for r in created]
+        # History as the schema-27 release left it: final rows in today's partition, written
+        # directly (the function files are today's, written for the last step's schema).
+        ids = [uuid.uuid4() for _ in range(ROWS)]
         failed = set(ids[::3])
-        # History written with the schema-27 release's move (nq_finish): this release's claim
-        # and completion name nq_finish_held, which comes with 0030.
-        _one(
-            url,
-            "SELECT count(*) FROM nq_finish(%s::uuid[], %s::text[],"
-            " NULL, NULL, NULL, NULL, NULL, NULL)",
-            ids,
-            ["FAILED" if i in failed else "SENT" for i in ids],
-        )
+        with psycopg.connect(url, autocommit=True) as conn:
+            for i, id in enumerate(ids):
+                conn.execute(
+                    "INSERT INTO nq_delivery_log (id, idempotency_key, request_hash, channel,"
+                    " recipient, body, priority, status, send_at, next_attempt_at,"
+                    " max_attempts, finished_at, bucket)"
+                    " VALUES (%s, %s, '', 'email', 'r@example.com', 'b', 1, %s, now(), now(),"
+                    " 1, now(), 0)",
+                    (id, f"k{i}", "FAILED" if id in failed else "SENT"),
+                )
         today = _one(url, "SELECT tableoid::regclass::text FROM nq_delivery_log LIMIT 1")
 
         assert await migrate(db) == [

@@ -1,15 +1,9 @@
-"""The hash of the request that made a notification is kept once, with its idempotency key
-(migrations 0032/0033, docs/performance.md "The drain's CPU, step by step", step 14), and as its
-first 16 bytes (0035/0036, step 17).
-
-Rows made before the contract step 0033 carry their own copy of the hash, rows made after it
-carry none (the previous release read that copy, so the expand step leaves it written). Keys made
-before the contract step 0036 keep the hash as 64 hex characters (the previous release compared
-that form, so the expand step 0035 leaves it written), keys made after it as 16 bytes. Either way
-a key seen before answers as CONTRACT section 4 says, whether its row waits in the queue or has
-finished: the same request is the original (200), another request is a conflict (409), through
-the API's service and through the SQL door (notify_queue_enqueue), whose comparisons read the
-key's hash from 0032 on, in either form from 0035 on.
+"""The hash of the request that made a notification is kept once, with its idempotency key, as its
+first 16 bytes (migrations 0032-0036). Keys and rows written by an earlier release keep the forms
+they were written in (a copy in the row before 0033, 64 hex characters before 0036); each answers a
+key seen before as the API says, whether its row waits in the queue or has finished: the same
+request is the original (200), another request is a conflict (409), through the API's service and
+through the SQL door (notify_queue_enqueue).
 """
 
 from __future__ import annotations
@@ -24,7 +18,6 @@ from psycopg.types.json import Jsonb
 
 from notify_queue.models import NewNotification
 from notify_queue.repositories.db import Database
-from notify_queue.repositories.schema import migrate
 from notify_queue.services.notifications import NotificationService
 from tests.support import claim_due, finish, new, notification_service
 
@@ -71,61 +64,67 @@ def _door(url: str, key: str, body: str) -> str:
     return str(row[0])
 
 
-async def test_rows_made_before_and_after_the_contract_answer_a_key_seen_before(
-    empty_database_url: str,
+def _as_before_the_contracts(url: str, id: Any, request_hash: str, *, row_copy: bool) -> None:
+    """The key (and, with `row_copy`, the row) as a release before 0036 (0033) wrote them: the
+    hash as 64 hex characters, no 16-byte form."""
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "UPDATE nq_idempotency_keys SET request_hash = %s, request_digest = NULL"
+            " WHERE notification_id = %s",
+            (request_hash, id),
+        )
+        if row_copy:
+            conn.execute("UPDATE nq_jobs SET request_hash = %s WHERE id = %s", (request_hash, id))
+
+
+def _door_hash(url: str, key: str) -> str:
+    """The request hash the SQL door stores for its test request under `key`."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT nq_stored_hash(request_digest, request_hash) FROM nq_idempotency_keys"
+            " WHERE key = %s",
+            (key,),
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+async def test_keys_in_every_form_a_release_wrote_answer_a_key_seen_before(
+    database_url: str,
 ) -> None:
-    url = empty_database_url
+    url = database_url
     async with Database(url, pool_size=2) as db:
         service = notification_service(db, announce=False)
-        await migrate(db, target=31)
-        before = new()
-        (made,) = await service.enqueue_many([before])
-        door_before = _door(url, "door-before", "hello")
-        assert _rows_hash(url, made.notification.id) == (before.request_hash,) * 2
-
-        assert await migrate(db, target=32) == [32]
-        expanded = new()
-        (made_expanded,) = await service.enqueue_many([expanded])
-        # The previous release still reads the rows' copy: written until the contract step.
-        assert _rows_hash(url, made_expanded.notification.id) == (expanded.request_hash,) * 2
-
-        assert await migrate(db, target=34, contract=True) == [33, 34]
-        after = new()
-        (made_after,) = await service.enqueue_many([after])
-        door_after = _door(url, "door-after", "hello")
-        assert _rows_hash(url, made_after.notification.id) == (None, after.request_hash)
-        assert _rows_hash(url, door_after)[0] is None
-
-        # The hash as 16 bytes: expand (both forms written), then contract (the short one only).
-        assert await migrate(db) == [35, 37, 38, 39, 40, 41, 42, 43, 44, 45, 48, 49, 52, 53, 65]
-        both = new()
-        (made_both,) = await service.enqueue_many([both])
-        door_both = _door(url, "door-both", "hello")
-        assert _rows_hash(url, made_both.notification.id) == (None, both.request_hash)
-        assert _key_digest(url, made_both.notification.id) is None
-        assert await migrate(db, contract=True) == [36]
+        # Written today: the 16-byte form only, no copy in the row.
         short = new()
         (made_short,) = await service.enqueue_many([short])
-        door_short = _door(url, "door-short", "hello")
         assert _rows_hash(url, made_short.notification.id) == (None, None)
         assert _key_digest(url, made_short.notification.id) == bytes.fromhex(
             short.request_hash[:32]
         )
+        door_short = _door(url, "door-short", "hello")
         assert _rows_hash(url, door_short) == (None, None)
+        # Written before 0033 (a copy in the row) and before 0036 (the hex form only).
+        before, hex_only = new(), new()
+        made = await service.enqueue_many([before, hex_only])
+        _as_before_the_contracts(url, made[0].notification.id, before.request_hash, row_copy=True)
+        _as_before_the_contracts(
+            url, made[1].notification.id, hex_only.request_hash, row_copy=False
+        )
+        door_before = _door(url, "door-before", "hello")
+        # The door's own hash of its request, stored in the hex form (padded to 64 characters).
+        _as_before_the_contracts(
+            url, door_before, _door_hash(url, "door-before") * 2, row_copy=True
+        )
 
-        for made in (before, expanded, after, both, short):
-            assert await _answers(service, made) == (True, True)
+        for made_one in (before, hex_only, short):
+            assert await _answers(service, made_one) == (True, True)
         # Finished: the row in the log, the key's hash still the one compared.
         await finish(db, await claim_due(db, 5))
-        for made in (before, expanded, after, both, short):
-            assert await _answers(service, made) == (True, True)
+        for made_one in (before, hex_only, short):
+            assert await _answers(service, made_one) == (True, True)
 
-        for key, id in (
-            ("door-before", door_before),
-            ("door-after", door_after),
-            ("door-both", door_both),
-            ("door-short", door_short),
-        ):
+        for key, id in (("door-before", door_before), ("door-short", door_short)):
             assert _door(url, key, "hello") == id
             with pytest.raises(psycopg.errors.UniqueViolation, match="different request"):
                 _door(url, key, "another")

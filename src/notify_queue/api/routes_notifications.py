@@ -37,10 +37,10 @@ from notify_queue.api.schemas import (
     notification_json,
 )
 from notify_queue.errors import Conflict, FieldError, ValidationFailed
+from notify_queue.limits import MAX_RECIPIENT_CHARS
 from notify_queue.models import Channel, CreateResult, Status, WaitingReason
 from notify_queue.services.notifications import MAX_BATCH, MAX_PAGE
 from notify_queue.services.validation import (
-    MAX_RECIPIENT_CHARS,
     NotificationRequest,
     PreparedRequest,
     check_idempotency_key,

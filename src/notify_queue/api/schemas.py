@@ -19,9 +19,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
+from notify_queue import limits
 from notify_queue import models as domain
 from notify_queue.models import Channel, Priority, Source, Status, WaitingReason
-from notify_queue.services import validation as rules
 
 
 @functools.lru_cache(maxsize=256)
@@ -62,13 +62,13 @@ class DigestCreate(_Wire):
     model_config = ConfigDict(extra="forbid")
 
     key: str = Field(pattern=_KEY_PATTERN)
-    window_seconds: int = Field(ge=1, le=rules.MAX_DIGEST_WINDOW_SECONDS)
+    window_seconds: int = Field(ge=1, le=limits.MAX_DIGEST_WINDOW_SECONDS)
     max_items: int = Field(
-        rules.DEFAULT_DIGEST_ITEMS, ge=rules.MIN_DIGEST_ITEMS, le=rules.MAX_DIGEST_ITEMS
+        limits.DEFAULT_DIGEST_ITEMS, ge=limits.MIN_DIGEST_ITEMS, le=limits.MAX_DIGEST_ITEMS
     )
     template: str | None = Field(
         None,
-        pattern=rules.TEMPLATE_NAME_PATTERN.pattern,
+        pattern=limits.TEMPLATE_NAME_PATTERN.pattern,
         description="A stored template rendered with `items` and `count` when the digest is "
         "sent; without one, the first subject (+N more) and the bodies one a line.",
     )
@@ -81,7 +81,7 @@ class EscalationStepCreate(_Wire):
     after_seconds: int | None = Field(
         None,
         ge=0,
-        le=rules.MAX_DELAY_SECONDS,
+        le=limits.MAX_DELAY_SECONDS,
         description="Seconds after the creation; not less than the step before's [the step "
         "before's; 0 for the first].",
     )
@@ -90,7 +90,7 @@ class EscalationStepCreate(_Wire):
 class EscalationCreate(_Wire):
     model_config = ConfigDict(extra="forbid")
 
-    steps: list[EscalationStepCreate] = Field(min_length=1, max_length=rules.MAX_ESCALATION_STEPS)
+    steps: list[EscalationStepCreate] = Field(min_length=1, max_length=limits.MAX_ESCALATION_STEPS)
 
 
 class NotificationCreate(_Wire):
@@ -113,21 +113,21 @@ class NotificationCreate(_Wire):
     recipient: str | None = Field(
         None,
         min_length=1,
-        max_length=rules.MAX_RECIPIENT_CHARS,
+        max_length=limits.MAX_RECIPIENT_CHARS,
         description="email: an address; sms: E.164 (`+` and 8-15 digits); push: a device token. "
         "Required unless recipientId is given (not both).",
     )
     subject: str | None = Field(
         None,
-        max_length=rules.MAX_SUBJECT_CHARS,
+        max_length=limits.MAX_SUBJECT_CHARS,
         description="One line: no control characters but TAB, no U+2028/U+2029, and no RFC 2047 "
         "encoded word that decodes to one (docs/security.md).",
     )
     body: str | None = Field(
         None,
         min_length=1,
-        max_length=rules.MAX_BODY_BYTES,
-        description=f"1-{rules.MAX_BODY_BYTES} bytes of UTF-8. Required unless template is given.",
+        max_length=limits.MAX_BODY_BYTES,
+        description=f"1-{limits.MAX_BODY_BYTES} bytes of UTF-8. Required unless template is given.",
     )
     recipient_id: str | None = Field(
         None,
@@ -146,13 +146,13 @@ class NotificationCreate(_Wire):
     )
     category: str | None = Field(
         None,
-        pattern=rules.CATEGORY_PATTERN.pattern,
+        pattern=limits.CATEGORY_PATTERN.pattern,
         description="What kind of message this is, for opt-outs [transactional]; `critical` "
         "passes quiet hours.",
     )
     template: str | None = Field(
         None,
-        pattern=rules.TEMPLATE_NAME_PATTERN.pattern,
+        pattern=limits.TEMPLATE_NAME_PATTERN.pattern,
         description="A stored template instead of subject + body, rendered now with `data`.",
     )
     data: dict[str, Any] | None = Field(
@@ -163,7 +163,7 @@ class NotificationCreate(_Wire):
         None, description="RFC 3339 with an offset; not together with delaySeconds."
     )
     delay_seconds: int | None = Field(
-        None, ge=0, le=rules.MAX_DELAY_SECONDS, description="Seconds from now; not with sendAt."
+        None, ge=0, le=limits.MAX_DELAY_SECONDS, description="Seconds from now; not with sendAt."
     )
     expires_at: datetime | None = Field(
         None, description="Not sent by then: EXPIRED. Must be after the send time."
@@ -173,11 +173,12 @@ class NotificationCreate(_Wire):
     )
     policy: str | None = Field(
         None,
-        pattern=rules.POLICY_PATTERN.pattern,
+        pattern=limits.POLICY_PATTERN.pattern,
         description="namespace/name of a NotificationPolicy.",
     )
     metadata: dict[str, Any] = Field(
-        default_factory=dict, description=f"Any JSON object up to {rules.MAX_METADATA_BYTES} bytes."
+        default_factory=dict,
+        description=f"Any JSON object up to {limits.MAX_METADATA_BYTES} bytes.",
     )
     idempotency_key: str | None = Field(None, pattern=_KEY_PATTERN)
     digest: DigestCreate | None = Field(
@@ -580,11 +581,11 @@ class RecipientPut(_Wire):
 
     model_config = ConfigDict(extra="forbid")
 
-    email: str | None = Field(None, max_length=rules.MAX_RECIPIENT_CHARS)
-    phone: str | None = Field(None, pattern=rules.SMS_PATTERN.pattern, description="E.164.")
+    email: str | None = Field(None, max_length=limits.MAX_RECIPIENT_CHARS)
+    phone: str | None = Field(None, pattern=limits.SMS_PATTERN.pattern, description="E.164.")
     voice: str | None = Field(
         None,
-        pattern=rules.SMS_PATTERN.pattern,
+        pattern=limits.SMS_PATTERN.pattern,
         description="E.164: where a voice call goes; absent: phone.",
     )
     push_tokens: list[str] = Field(

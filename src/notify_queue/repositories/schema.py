@@ -23,11 +23,17 @@ max(version) with 8, so a newer number there would take every 0.1.0 pod out of s
 the pre-upgrade hook migrated. Every later step goes to nq_schema_steps with its phase.
 
 Functions. A migration changes tables, indexes and types only. Every PL/pgSQL or SQL function is
-source code in `functions/*.sql` (CREATE OR REPLACE), which `migrate` applies whole after the
-migrations on every run, so today's definition of a function is in one file. A change of a
-function's signature or meaning takes a new name beside the old (`_v2`): the previous release's
-processes, still running during the roll-out, keep calling the old one, which a contract step
-drops (docs/upgrading.md).
+source code in `functions/<name>.sql` (CREATE OR REPLACE), which `migrate` applies whole after
+the migrations, so today's definition of a function is in one file. It is applied again only when
+its text changed or a step ran (a digest of the text is kept in nq_schema_functions), so a
+`migrate` with nothing new leaves the catalog alone. The bodies are defined with
+`check_function_bodies` off, as pg_dump restores them: a SQL function may call one whose file
+comes later. A step that calls a function while it runs (a backfill, a trigger it creates) names
+it in a header, `-- functions: nq_a, nq_b`, and gets today's text of each at its start, in its
+transaction. With a `target` (a test filling the schema up to a step) the function files are not
+applied: they are written for the last step's schema. A change of a function's signature or
+meaning takes a new name beside the old (`_v2`): the previous release's processes, still running
+during the roll-out, keep calling the old one, which a contract step drops (docs/upgrading.md).
 
 Phases. `migrate` runs before the roll-out, while the previous release serves, so it applies
 expand steps only (what the previous release's code keeps working with). A contract step (a
@@ -40,16 +46,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import logging
 import re
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
+from typing import Any
 
 import psycopg
 
-from notify_queue import __version__
+from notify_queue import __version__, limits
 from notify_queue.errors import ContractStepWaits, DatabaseBusy, OlderReleaseRunning
 from notify_queue.repositories import index_steps
 from notify_queue.repositories.db import Connection, Database
@@ -83,6 +91,8 @@ _FILE = re.compile(r"^(\d{4})_(\w+)\.sql$")
 _PHASE = re.compile(r"^--\s*phase:\s*(\S+)\s*$")
 # The transaction header: `-- transaction: none` runs the step outside a transaction.
 _TRANSACTION = re.compile(r"^--\s*transaction:\s*(\S+)\s*$")
+# The functions header: the functions a step calls while it runs, defined at its start.
+_FUNCTIONS = re.compile(r"^--\s*functions:\s*(.+?)\s*$")
 # How a process of 0.2.0 or later names its connections: `<role>@<release>` (Database).
 _RELEASE = re.compile(r"@(\d+)\.(\d+)\.(\d+)")
 
@@ -123,6 +133,8 @@ class Migration:
     # A step outside a transaction: its index builds, (index name, statement), in file order.
     # Empty for a step that runs in one transaction with its record.
     concurrent_indexes: tuple[tuple[str, str], ...] = ()
+    # The functions the step calls while it runs (`-- functions:`), defined at its start.
+    functions: tuple[str, ...] = ()
 
 
 def _header(script: str, pattern: re.Pattern[str]) -> str | None:
@@ -158,6 +170,20 @@ def _concurrent_indexes_of(script: str, filename: str) -> tuple[tuple[str, str],
     return index_steps.concurrent_indexes(script, filename)
 
 
+def _functions_of(script: str, filename: str, concurrent: bool) -> tuple[str, ...]:
+    """A step's `-- functions: a, b` header: each must name a file of `functions/`."""
+    value = _header(script, _FUNCTIONS)
+    if value is None:
+        return ()
+    names = tuple(name.strip() for name in value.split(","))
+    unknown = [name for name in names if name not in function_sources()]
+    if unknown:
+        raise ValueError(f"{filename}: no functions/<name>.sql for {', '.join(unknown)}")
+    if concurrent:
+        raise ValueError(f"{filename}: a `transaction: none` step cannot define functions")
+    return names
+
+
 def available_migrations(package: str = MIGRATIONS_PACKAGE) -> list[Migration]:
     return list(_read_migrations(package))
 
@@ -175,7 +201,8 @@ def _read_migrations(package: str) -> tuple[Migration, ...]:
             if phase is Phase.CONTRACT and version <= BASELINE_VERSION:
                 raise ValueError(f"{entry.name}: the baseline has no contract steps")
             indexes = _concurrent_indexes_of(script, entry.name)
-            found.append(Migration(version, match[2], script, phase, indexes))
+            functions = _functions_of(script, entry.name, bool(indexes))
+            found.append(Migration(version, match[2], script, phase, indexes, functions))
     return tuple(sorted(found, key=lambda m: m.version))
 
 
@@ -264,8 +291,9 @@ async def migrate(
                     applied_now[0],
                     applied_now[-1],
                 )
-            if target is None:
-                await _define_functions(conn)
+            # The function files are written for the shipped steps' schema, at their last step.
+            if target is None and package == MIGRATIONS_PACKAGE:
+                await _define_functions(conn, changed_schema=bool(applied_now))
             await _enqueue_role(conn)
             await _runtime_role(conn)
             await _enqueue_defaults(conn, enqueue_defaults or EnqueueDefaults())
@@ -310,7 +338,14 @@ async def _apply(conn: Connection, migration: Migration) -> None:
             else:
                 async with conn.transaction():
                     await conn.execute("migration_lock_timeout", {"timeout": LOCK_TIMEOUT})
-                    await conn.execute_script(migration.script)
+                    if migration.functions:
+                        await conn.execute("migration_function_bodies_unchecked")
+                        sources = function_sources()
+                        await conn.execute_script(
+                            "\n".join(sources[name] for name in migration.functions)
+                        )
+                    if _statements_in(migration.script):
+                        await conn.execute_script(migration.script)
                     await _record(conn, migration)
             return
         except psycopg.Error as exc:
@@ -336,23 +371,80 @@ async def _apply(conn: Connection, migration: Migration) -> None:
             pause = min(pause * 2, longest)
 
 
-async def _define_functions(conn: Connection) -> None:
+async def _define_functions(conn: Connection, *, changed_schema: bool) -> None:
     """Every function from its source (module docstring, "Functions"), in one transaction: a
-    process calls either all of the old definitions or all of the new."""
-    script = _read_functions()
+    process calls either all of the old definitions or all of the new. Skipped when the text is
+    the one applied last and no step ran since."""
+    script = "\n".join(function_sources().values())
     if not script:
         return
+    digest = hashlib.sha256(script.encode()).hexdigest()
+    if not changed_schema:
+        row = await conn.fetch_one("migration_functions_digest")
+        if row is not None and row["digest"] == digest:
+            return
     async with conn.transaction():
         await conn.execute("migration_lock_timeout", {"timeout": LOCK_TIMEOUT})
+        await conn.execute("migration_function_bodies_unchecked")
         await conn.execute_script(script)
+        await conn.execute("migration_functions_digest_set", {"digest": digest})
 
 
 @functools.cache
-def _read_functions() -> str:
-    """The function files in name order, with the SQL files' fragments (`{{_name}}`) in place."""
+def function_sources() -> dict[str, str]:
+    """Each function's file by name (`functions/<name>.sql`), in name order, as `migrate` applies
+    it: the SQL files' fragments (`{{_name}}`) and the validation limits (`{{limit:NAME}}`) in
+    place."""
     folder = resources.files("notify_queue.repositories").joinpath(FUNCTIONS_FOLDER)
     files = sorted((e for e in folder.iterdir() if e.name.endswith(".sql")), key=lambda e: e.name)
-    return "\n".join(expand_fragments(e.read_text("utf-8")) for e in files)
+    texts = {e.name.removesuffix(".sql"): render_function(e.read_text("utf-8")) for e in files}
+    return {name: texts[name] for name in _callees_first(texts)}
+
+
+def _callees_first(texts: dict[str, str]) -> list[str]:
+    """The names in name order, but each after the functions its text names: a SQL function
+    with a standard body (`RETURN …`, `BEGIN ATOMIC`) is parsed when it is defined, whatever
+    `check_function_bodies` says. A cycle (PL/pgSQL only, bound late) keeps name order."""
+    calls = {
+        name: {other for other in texts if other != name and re.search(rf"\b{other}\(", text)}
+        for name, text in texts.items()
+    }
+    ordered: list[str] = []
+    left = list(texts)
+    while left:
+        ready = next((n for n in left if calls[n] <= set(ordered)), left[0])
+        ordered.append(ready)
+        left.remove(ready)
+    return ordered
+
+
+def render_function(text: str) -> str:
+    """A function file's text with its placeholders filled: `{{_name}}` a fragment of the SQL
+    files, `{{limit:NAME}}` a value of notify_queue.limits (a number as digits, a text or a
+    pattern's source as the inside of a SQL string literal, a tuple of texts as a list of SQL
+    literals)."""
+    return _LIMIT.sub(lambda m: _limit_sql(m[1]), expand_fragments(text))
+
+
+_LIMIT = re.compile(r"\{\{limit:(\w+)\}\}")
+
+
+def _limit_sql(name: str) -> str:
+    value = getattr(limits, name)
+    if isinstance(value, bool) or not isinstance(value, int | str | re.Pattern | tuple):
+        raise ValueError(f"limit {name}: {value!r} has no SQL form")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, tuple):
+        return ", ".join("'" + str(item).replace("'", "''") + "'" for item in value)
+    text = value.pattern if isinstance(value, re.Pattern) else value
+    return str(text).replace("'", "''")
+
+
+def _statements_in(script: str) -> bool:
+    """Whether a step has a statement: a step whose function change moved to `functions/` may be
+    comments only, which PostgreSQL answers as an empty query."""
+    return any(line.strip() and not line.strip().startswith("--") for line in script.splitlines())
 
 
 async def _lay_out(conn: Connection) -> None:
@@ -384,6 +476,7 @@ def _read_layout() -> tuple[str, str]:
 
 
 ENQUEUE_ROLE = "notify_queue_enqueue"
+RUNTIME_ROLE = "notify_queue_runtime"
 
 
 async def _enqueue_role(conn: Connection) -> None:
@@ -395,26 +488,7 @@ async def _enqueue_role(conn: Connection) -> None:
     state = await conn.fetch_one("migration_enqueue_role_state")
     if state is None or not state["function_present"]:
         return
-    if not state["present"]:
-        if not state["can_create"]:
-            log.warning(
-                "role %s not created: the migrating user lacks CREATEROLE (create it as an "
-                "administrator: CREATE ROLE %s NOLOGIN, then run migrate again)",
-                ENQUEUE_ROLE,
-                ENQUEUE_ROLE,
-            )
-            return
-        try:
-            async with conn.transaction():
-                await conn.execute("migration_enqueue_role_create")
-        except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
-            pass  # a migrator of another database on this server created it just now
-        log.info("created role %s", ENQUEUE_ROLE)
-    async with conn.transaction():
-        await conn.execute("migration_enqueue_role_grant")
-
-
-RUNTIME_ROLE = "notify_queue_runtime"
+    await _role(conn, ENQUEUE_ROLE, state, "migration_enqueue_role")
 
 
 async def _runtime_role(conn: Connection) -> None:
@@ -425,23 +499,29 @@ async def _runtime_role(conn: Connection) -> None:
     state = await conn.fetch_one("migration_runtime_role_state")
     if state is None:
         return
+    await _role(conn, RUNTIME_ROLE, state, "migration_runtime_role")
+
+
+async def _role(conn: Connection, role: str, state: dict[str, Any], queries: str) -> None:
+    """An application role created when missing (if this user may), then granted its rights:
+    `<queries>_create` and `<queries>_grant`."""
     if not state["present"]:
         if not state["can_create"]:
             log.warning(
                 "role %s not created: the migrating user lacks CREATEROLE (create it as an "
                 "administrator: CREATE ROLE %s NOLOGIN, then run migrate again)",
-                RUNTIME_ROLE,
-                RUNTIME_ROLE,
+                role,
+                role,
             )
             return
         try:
             async with conn.transaction():
-                await conn.execute("migration_runtime_role_create")
+                await conn.execute(f"{queries}_create")
         except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
             pass  # a migrator of another database on this server created it just now
-        log.info("created role %s", RUNTIME_ROLE)
+        log.info("created role %s", role)
     async with conn.transaction():
-        await conn.execute("migration_runtime_role_grant")
+        await conn.execute(f"{queries}_grant")
 
 
 async def _enqueue_defaults(conn: Connection, defaults: EnqueueDefaults) -> None:

@@ -19,6 +19,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 from notify_queue.errors import FieldError, NotFound, ValidationFailed
+from notify_queue.limits import MAX_ESCALATION_STEPS
 from notify_queue.models import (
     RESOLVE_PROVIDER_METADATA,
     RESOLVES_METADATA,
@@ -36,12 +37,7 @@ from notify_queue.repositories.escalations import EscalationRepository
 from notify_queue.services.preferences import derived_key
 from notify_queue.services.rendering import InlineRenderer, Renderer
 from notify_queue.services.templates import render
-from notify_queue.services.validation import (
-    MAX_ESCALATION_STEPS,
-    PreparedRequest,
-    request_hash,
-    same_request,
-)
+from notify_queue.services.validation import PreparedRequest, request_hash, same_request
 from notify_queue.services.wakeups import DebouncedWaker
 
 MAX_BY_CHARS = 255

@@ -22,9 +22,9 @@ from datetime import datetime
 from typing import Any
 
 from notify_queue.errors import FieldError, ValidationFailed
+from notify_queue.limits import MAX_DELAY_SECONDS
 from notify_queue.models import Failover, NewNotification, Policy, Source, Status
 from notify_queue.services.validation import (
-    MAX_DELAY_SECONDS,
     PreparedRequest,
     parse_request,
     prepare_request,

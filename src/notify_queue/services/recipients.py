@@ -25,10 +25,7 @@ from pydantic import (
 )
 
 from notify_queue.errors import FieldError, NotFound, ValidationFailed
-from notify_queue.models import Channel, Preferences, Recipient, Source, Template
-from notify_queue.repositories.recipients import RecipientRepository
-from notify_queue.services.templates import check_template_channels
-from notify_queue.services.validation import (
+from notify_queue.limits import (
     CATEGORY_PATTERN,
     EMAIL_PATTERN,
     MAX_RECIPIENT_CHARS,
@@ -36,6 +33,9 @@ from notify_queue.services.validation import (
     SMS_PATTERN,
     TEMPLATE_NAME_PATTERN,
 )
+from notify_queue.models import Channel, Preferences, Recipient, Source, Template
+from notify_queue.repositories.recipients import RecipientRepository
+from notify_queue.services.templates import check_template_channels
 
 HHMM_PATTERN = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
 MAX_PUSH_TOKENS = 20

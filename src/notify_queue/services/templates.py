@@ -26,10 +26,10 @@ from jinja2 import TemplateSyntaxError
 
 from notify_queue.errors import FieldError, TemplateRenderFailed, ValidationFailed
 from notify_queue.headers import header_value_problem
+from notify_queue.limits import MAX_BODY_BYTES, MAX_SUBJECT_CHARS
 from notify_queue.models import Channel
 from notify_queue.services.rendering import Renderer
 from notify_queue.services.sandbox import ENVIRONMENT, RULE_OUTPUT
-from notify_queue.services.validation import MAX_BODY_BYTES, MAX_SUBJECT_CHARS
 
 # Which parts each channel's entry has (docs/recipients.md): SMS has no subject.
 CHANNEL_PARTS: dict[Channel, tuple[str, ...]] = {

@@ -32,6 +32,27 @@ from pydantic import (
 from notify_queue import jsontext, tracing
 from notify_queue.errors import FieldError, ValidationFailed
 from notify_queue.headers import header_value_problem
+from notify_queue.limits import (
+    CATEGORY_PATTERN,
+    DEFAULT_DIGEST_ITEMS,
+    EMAIL_PATTERN,
+    IDEMPOTENCY_KEY_PATTERN,
+    MAX_BODY_BYTES,
+    MAX_DATA_BYTES,
+    MAX_DELAY_SECONDS,
+    MAX_DIGEST_ITEMS,
+    MAX_DIGEST_WINDOW_SECONDS,
+    MAX_ESCALATION_STEPS,
+    MAX_METADATA_BYTES,
+    MAX_RECIPIENT_CHARS,
+    MAX_SUBJECT_CHARS,
+    MIN_DIGEST_ITEMS,
+    POLICY_PATTERN,
+    RECIPIENT_ID_PATTERN,
+    RFC3339_PATTERN,
+    SMS_PATTERN,
+    TEMPLATE_NAME_PATTERN,
+)
 from notify_queue.models import (
     DEFAULT_CATEGORY,
     Channel,
@@ -41,34 +62,6 @@ from notify_queue.models import (
     Source,
     TemplateRef,
 )
-
-MAX_BODY_BYTES = 65_536
-MAX_METADATA_BYTES = 16 * 1024
-MAX_DELAY_SECONDS = 365 * 24 * 3600  # one year
-MAX_RECIPIENT_CHARS = 320
-MAX_SUBJECT_CHARS = 998  # RFC 5322's line limit
-
-EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s.]+$")
-SMS_PATTERN = re.compile(r"^\+[0-9]{8,15}$")
-IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
-RFC3339_PATTERN = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
-)
-POLICY_PATTERN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
-)
-# Recipient ids: chosen by the client, 1-255 printable ASCII characters (as idempotency keys).
-RECIPIENT_ID_PATTERN = IDEMPOTENCY_KEY_PATTERN
-# Template names and categories: DNS-label-like, so a NotificationTemplate's name fits.
-TEMPLATE_NAME_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-CATEGORY_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$")
-MAX_DATA_BYTES = 64 * 1024
-# Digests (docs/digests.md).
-MAX_DIGEST_WINDOW_SECONDS = 86_400
-MIN_DIGEST_ITEMS = 2
-MAX_DIGEST_ITEMS = 1_000
-DEFAULT_DIGEST_ITEMS = 100
-MAX_ESCALATION_STEPS = 10
 
 
 def parse_rfc3339(value: str) -> datetime:

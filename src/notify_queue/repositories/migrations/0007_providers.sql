@@ -38,8 +38,9 @@ ALTER TABLE nq_policies
     ADD COLUMN failover text CHECK (failover IN ('Never', 'OnDefiniteFailure', 'Always')),
     ADD COLUMN providers text[];
 
--- Webhook events carry the provider that sent (or last tried) the notification.
-DROP FUNCTION nq_insert_webhook_events(uuid[], text[], integer[], text[], text[], text);
+-- Webhook events carry the provider that sent (or last tried) the notification. The older
+-- signature exists only where 0.1.0's 0002 made it.
+DROP FUNCTION IF EXISTS nq_insert_webhook_events(uuid[], text[], integer[], text[], text[], text);
 CREATE FUNCTION nq_insert_webhook_events(
     p_ids uuid[], p_statuses text[], p_attempts integer[], p_urls text[], p_policies text[],
     p_default_url text, p_providers text[] DEFAULT NULL

@@ -13,6 +13,7 @@
 --   nq_notifications a view over both, for reads (GET, list, the operator's joins).
 -- A notification enters the log in the statement that finishes it (the move trigger below), so
 -- its status, its webhook event and its status-outbox row still commit together.
+-- functions: nq_delivery_log_prepare
 
 ALTER TABLE nq_notifications RENAME TO nq_notifications_0007;
 
@@ -88,96 +89,10 @@ CREATE INDEX nq_delivery_log_recipient_created ON nq_delivery_log (recipient, cr
 CREATE INDEX nq_delivery_log_recipient_id_created ON nq_delivery_log (recipient_id, created_at, id)
     WHERE recipient_id IS NOT NULL;
 
--- One partition per UTC day, created ahead of time (no default partition: rows never pile up
--- where retention cannot drop them, and DETACH ... CONCURRENTLY needs there be none). A new
--- partition is created standalone and attached, which takes only a SHARE UPDATE EXCLUSIVE lock
--- on the log: completions keep writing while it happens. Workers call this hourly
--- (housekeeping); the move trigger calls it too when today's partition is missing, so a log
--- write never fails for want of one. The advisory lock makes concurrent callers create each
--- partition once (the second waits, then finds it).
-CREATE FUNCTION nq_delivery_log_prepare(p_days_ahead integer) RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    day     date;
-    name    text;
-    created integer := 0;
-BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('nq delivery log partitions', 0));
-    FOR day IN SELECT generate_series((now() AT TIME ZONE 'UTC')::date,
-                                      (now() AT TIME ZONE 'UTC')::date + p_days_ahead, '1 day')::date
-    LOOP
-        name := 'nq_delivery_log_' || to_char(day, 'YYYYMMDD');
-        CONTINUE WHEN to_regclass(name) IS NOT NULL;
-        EXECUTE 'CREATE TABLE ' || quote_ident(name)
-            || ' (LIKE nq_delivery_log INCLUDING DEFAULTS INCLUDING CONSTRAINTS)';
-        EXECUTE 'ALTER TABLE nq_delivery_log ATTACH PARTITION ' || quote_ident(name)
-            || ' FOR VALUES FROM (' || quote_literal(day::timestamp AT TIME ZONE 'UTC')
-            || ') TO (' || quote_literal((day + 1)::timestamp AT TIME ZONE 'UTC') || ')';
-        created := created + 1;
-    END LOOP;
-    RETURN created;
-END $$;
-
--- Retention, step by step (worker housekeeping, repositories/delivery_log.py), each step safe
--- to repeat after a crash:
---   1. nq_delivery_log_expired: the partitions wholly older than the retention, attached or
---      left detached by an interrupted run. A partition's range is in its name:
---      nq_delivery_log_YYYYMMDD holds that UTC day, nq_delivery_log_before_YYYYMMDD all before.
---   2. nq_delivery_log_forget_keys, in chunks: its rows' idempotency keys (a key lives as long
---      as its notification).
---   3. ALTER TABLE ... DETACH PARTITION ... CONCURRENTLY (not possible inside a function):
---      completions and reads of the log never wait for it.
---   4. nq_delivery_log_drop: subtract its rows from the counters and drop it, in one transaction.
-CREATE FUNCTION nq_delivery_log_expired(p_retention interval)
-RETURNS TABLE (partition_name text, attached boolean, detach_pending boolean)
-LANGUAGE sql STABLE AS $$
-    SELECT c.relname::text, i.inhrelid IS NOT NULL, COALESCE(i.inhdetachpending, false)
-    FROM pg_class c
-    LEFT JOIN pg_inherits i ON i.inhrelid = c.oid AND i.inhparent = 'nq_delivery_log'::regclass
-    WHERE c.relkind = 'r' AND c.relnamespace = current_schema()::regnamespace
-      AND c.relname ~ '^nq_delivery_log_(before_)?[0-9]{8}$'
-      AND (to_date(right(c.relname, 8), 'YYYYMMDD')
-           + CASE WHEN starts_with(c.relname, 'nq_delivery_log_before_') THEN 0 ELSE 1 END)::timestamp
-          AT TIME ZONE 'UTC' <= now() - p_retention
-    ORDER BY right(c.relname, 8)
-$$;
-
-CREATE FUNCTION nq_delivery_log_forget_keys(p_partition text, p_after uuid, p_limit integer)
-RETURNS uuid
-LANGUAGE plpgsql AS $$
-DECLARE
-    last_id uuid;
-BEGIN
-    -- Through the partition's id index, p_limit rows at a time: a short transaction per chunk.
-    EXECUTE
-        'WITH chunk AS (SELECT id, idempotency_key FROM ' || quote_ident(p_partition)
-        || ' WHERE id > $1 ORDER BY id LIMIT $2),'
-        || ' gone AS (DELETE FROM nq_idempotency_keys k USING chunk c'
-        || '          WHERE k.key = c.idempotency_key AND k.notification_id = c.id)'
-        || ' SELECT max(id::text)::uuid FROM chunk'
-    INTO last_id USING p_after, p_limit;
-    RETURN last_id;
-END $$;
-
-CREATE FUNCTION nq_delivery_log_drop(p_partition text) RETURNS bigint
-LANGUAGE plpgsql AS $$
-DECLARE
-    dropped bigint;
-BEGIN
-    IF EXISTS (SELECT 1 FROM pg_inherits WHERE inhrelid = to_regclass(p_partition)) THEN
-        RAISE EXCEPTION USING MESSAGE = p_partition || ' is still attached to nq_delivery_log';
-    END IF;
-    EXECUTE
-        'WITH counted AS (SELECT status, count(*) AS n FROM ' || quote_ident(p_partition)
-        || ' GROUP BY status),'
-        || ' subtracted AS (INSERT INTO nq_counters AS c (name, shard, n)'
-        || '   SELECT ''notifications:'' || status, mod(pg_backend_pid(), 16), -n FROM counted'
-        || '   ORDER BY 1 ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n)'
-        || ' SELECT COALESCE(sum(n), 0) FROM counted'
-    INTO dropped;
-    EXECUTE 'DROP TABLE ' || quote_ident(p_partition);
-    RETURN dropped;
-END $$;
+-- One partition per UTC day, made ahead of time by nq_delivery_log_prepare; retention retires
+-- them with nq_delivery_log_expired, nq_delivery_log_forget_keys and nq_delivery_log_drop
+-- (functions/; the steps in repositories/delivery_log.py). `migrate` defines the prepare at
+-- the start of this step (the header below), which calls it.
 
 -- Partitions for the rows there are, and no more: none in a new database (the prepare below
 -- makes today's on), else from the first day a row finished. Rows finished more than 35 days

@@ -18,13 +18,12 @@
 -- 3. The rolling rate-limit window is one row per recipient (nq_rate_windows) instead of one slot
 --    row per delivery (nq_rate_slots, 0.1.0's, dropped by the contract step): an update of a row
 --    no btree index covers changes is HOT.
-
--- The bucket of a recipient: a notification for a stored recipient goes by its id (so its
--- preferences, escalations and digests share a bucket whatever the address), else by the
--- address. 64 buckets: twice Citus's default shard count, few enough for a worker to visit.
-CREATE FUNCTION nq_bucket(p_recipient text) RETURNS smallint
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN mod(abs(hashtextextended(p_recipient, 0)), 64)::smallint;
+--
+-- The functions 0.2.0 calls are source code (functions/); the ones this step's backfill and the
+-- kept triggers call are defined by `migrate` at its start (the header below). The functions
+-- defined here serve 0.1.0's triggers and view only, until the contract step 0013 drops them
+-- with those: they are history, not today's schema, so they stay in this step.
+-- functions: nq_bucket, nq_count, nq_note_changes, nq_delivery_log_ready, nq_insert_webhook_events
 
 -- True in a session of 0.2.0 or later (application_name `<role>@<release>`, repositories/db.py):
 -- such a session writes the consequences of its changes itself, so the triggers kept for 0.1.0
@@ -170,47 +169,6 @@ BEGIN
 END
 $$;
 
--- Counters of final states (0004), kept by the statements that change states: +1 into a state,
--- -1 out of it, one upsert per state in name order (so two statements never lock counters in
--- opposite orders). The states not counted (unfinished ones) are counted from partial indexes.
-CREATE FUNCTION nq_count(p_prefix text, p_from text[], p_to text[], p_uncounted text[])
-RETURNS void
-LANGUAGE sql VOLATILE AS $$
-    INSERT INTO nq_counters AS c (name, shard, n)
-    SELECT p_prefix || ':' || s, mod(pg_backend_pid(), 16), sum(d)
-    FROM (SELECT t, 1 FROM unnest(p_to) AS t
-          UNION ALL
-          SELECT f, -1 FROM unnest(p_from) AS f) AS x(s, d)
-    WHERE s <> ALL(p_uncounted)
-    GROUP BY s HAVING sum(d) <> 0 ORDER BY 1
-    ON CONFLICT (name, shard) DO UPDATE SET n = c.n + excluded.n
-$$;
-
--- What a notification's change writes besides its row: the counters, and for notifications of
--- Notification objects a status write queued for the operator (the status outbox, 0003) with a
--- wake-up. Called by every statement of 0.2.0 that changes a status, attempt count, error or
--- due time, with the rows it changed (repositories/sql/*.sql). Returns the writes queued.
-CREATE FUNCTION nq_note_changes(p_ids uuid[], p_sources text[], p_from text[], p_to text[])
-RETURNS integer
-LANGUAGE plpgsql VOLATILE AS $$
-DECLARE
-    queued integer := 0;
-BEGIN
-    PERFORM nq_count('notifications', p_from, p_to, '{PENDING,PROCESSING}');
-    IF 'kubernetes' = ANY(p_sources) THEN
-        INSERT INTO nq_status_outbox (uid, namespace, name, notification_id, old_status, new_status)
-        SELECT l.uid, l.namespace, l.name, c.id, c.old_status, c.new_status
-        FROM unnest(p_ids, p_sources, p_from, p_to) AS c(id, source, old_status, new_status)
-        JOIN nq_kube_links l ON l.notification_id = c.id
-        WHERE c.source = 'kubernetes';
-        GET DIAGNOSTICS queued = ROW_COUNT;
-        IF queued > 0 THEN
-            PERFORM pg_notify('nq_status_outbox', '');
-        END IF;
-    END IF;
-    RETURN queued;
-END $$;
-
 -- The last 20 provider calls of a notification, with this attempt's appended.
 CREATE FUNCTION nq_attempts_append(p_kept jsonb, p_new jsonb) RETURNS jsonb
 LANGUAGE sql IMMUTABLE PARALLEL SAFE
@@ -222,65 +180,12 @@ RETURN CASE
           WHERE a.ordinality > jsonb_array_length(p_kept) + jsonb_array_length(p_new) - 20)
 END;
 
--- Today's partition of the log exists (housekeeping creates them a week ahead; this covers a
--- database no worker has looked after yet). Called in a statement of its own before a write to
--- the log: a partition attached during an INSERT would not be seen by it.
-CREATE FUNCTION nq_delivery_log_ready() RETURNS boolean
-LANGUAGE plpgsql VOLATILE AS $$
-BEGIN
-    IF to_regclass('nq_delivery_log_' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')) IS NULL THEN
-        PERFORM nq_delivery_log_prepare(7);
-    END IF;
-    RETURN true;
-END $$;
-
 -- Webhook events carry their notification's bucket: on Citus they are distributed by it,
 -- co-located with the queue and the log, so the relay's claim (FOR UPDATE SKIP LOCKED) names one
 -- bucket (docs/scaling.md). A new nullable column: 0.1.0 inserts events without it and never
 -- reads webhook events with `*`; `migrate` on a Citus coordinator fills the missing ones
 -- (citus_layout.sql) before it distributes the table.
 ALTER TABLE nq_webhook_events ADD COLUMN bucket smallint;
-
--- A second function of the same name with p_buckets (one bucket per notification, as p_ids),
--- every argument required, which every 0.2.0 caller passes. The 0.1.0 one (7 arguments, the
--- last with a default) stays as it is: 0.1.0 calls it with 6 or 7 arguments, which resolve to it
--- and never to this one (8), so neither call is ambiguous. It is not dropped and created again:
--- a function is not locked by its callers, so a 0.1.0 statement planned before such a migration
--- committed fails at execution with "cache lookup failed for function" (the rolling-upgrade test
--- saw it on 0.1.0's create). The 0.1.0 function goes in a later release's contract step.
-CREATE FUNCTION nq_insert_webhook_events(
-    p_ids uuid[], p_statuses text[], p_attempts integer[], p_urls text[], p_policies text[],
-    p_default_url text, p_providers text[], p_buckets smallint[]
-) RETURNS integer
-LANGUAGE sql VOLATILE AS $$
-    WITH changed AS (
-        SELECT gen_random_uuid() AS event_id, c.id, c.status, c.attempts, c.provider, c.bucket,
-               COALESCE(c.url, p.webhook_url, p_default_url) AS url,
-               p.name AS policy
-        -- A multi-argument unnest pads shorter arrays with NULLs: callers without providers
-        -- (expiry, lease recovery) pass none, 0.1.0 passes no buckets.
-        FROM unnest(p_ids, p_statuses, p_attempts, p_urls, p_policies, p_providers, p_buckets)
-             AS c(id, status, attempts, url, policy, provider, bucket)
-        LEFT JOIN nq_policies p ON p.name = c.policy
-        WHERE c.status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'EXPIRED', 'SUPPRESSED')
-    ), inserted AS (
-        INSERT INTO nq_webhook_events (id, notification_id, url, policy, payload, bucket)
-        SELECT c.event_id, c.id, c.url, c.policy,
-               json_build_object(
-                   'eventId', c.event_id,
-                   'jobId', c.id,
-                   'status', c.status,
-                   'attemptCount', c.attempts,
-                   'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-                   'provider', c.provider
-               )::text,
-               c.bucket
-        FROM changed c
-        WHERE c.url IS NOT NULL
-        RETURNING 1
-    )
-    SELECT count(*)::integer FROM inserted
-$$;
 
 -- The one way a notification becomes final: its row leaves the queue and enters the log in one
 -- statement (the DELETE's lock and the INSERT commit together), with its counters, its status

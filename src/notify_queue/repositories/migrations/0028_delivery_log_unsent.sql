@@ -16,34 +16,11 @@
 -- and attached (repositories/delivery_log.py); with the last one attached the index is valid,
 -- which 0029 waits for. A partition made from now on gets its part when it is attached.
 -- Until then a partition without its part is read through the old index, which 0029 drops.
-
--- Made before the index: on Citus a function made after a statement on every shard of the
--- log, in the same transaction, is refused ("parallel operation on a distributed table").
--- The partitions whose part of nq_delivery_log_unsent is not attached yet: the name the part
--- gets there, whether an index of that name is there already (valid: attach it; invalid: a
--- CONCURRENTLY build cut short, dropped and built again) and whether the partition has rows.
-CREATE FUNCTION nq_delivery_log_unsent_missing()
-RETURNS TABLE (partition_name text, index_name text, index_valid boolean, has_rows boolean)
-LANGUAGE plpgsql STABLE AS $$
-DECLARE
-    part text;
-BEGIN
-    FOR part IN
-        SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-        WHERE i.inhparent = 'nq_delivery_log'::regclass
-          AND NOT EXISTS (SELECT 1 FROM pg_inherits x JOIN pg_index ix ON ix.indexrelid = x.inhrelid
-                          WHERE x.inhparent = 'nq_delivery_log_unsent'::regclass
-                            AND ix.indrelid = i.inhrelid)
-        ORDER BY c.relname
-    LOOP
-        partition_name := part;
-        index_name := part || '_unsent';
-        index_valid := (SELECT ix.indisvalid FROM pg_index ix
-                        WHERE ix.indexrelid = to_regclass(quote_ident(index_name)));
-        EXECUTE 'SELECT EXISTS (SELECT 1 FROM ' || quote_ident(part) || ')' INTO has_rows;
-        RETURN NEXT;
-    END LOOP;
-END $$;
+--
+-- nq_delivery_log_unsent_missing (functions/) lists the partitions without their part; `migrate`
+-- defines it at the start of this step, before the index: on Citus a function made after a
+-- statement on every shard of the log, in the same transaction, is refused.
+-- functions: nq_delivery_log_unsent_missing
 
 -- ON ONLY reads no partition; the partitions' parts are built below (empty ones) and by the
 -- workers, CONCURRENTLY (the ones with rows). Through EXECUTE: on a Citus coordinator the

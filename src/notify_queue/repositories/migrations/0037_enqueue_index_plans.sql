@@ -1,17 +1,3 @@
--- The enqueue finds the keys it brings through the key's index whatever the statistics say
--- (plans that do not depend on luck).
---
--- nq_enqueue_pending is PL/pgSQL: each connection plans its statement and keeps the plan until
--- the tables' statistics change. Once autovacuum had analysed a new nq_idempotency_keys at its
--- first few hundred rows, reading those few pages whole cost less, by the planner's estimate,
--- than probing the index for the 100 keys it assumes a batch brings (`seen`), and that plan stayed
--- while the table grew: a burst of single creates (about 30 keys per statement) read every key
--- for each statement, 189-241 µs of PostgreSQL per create over the first 20,000 against 52-58
--- with the index (four runs each, the cost benchmark's single-create leg). With sequential scans
--- off inside the function, every plan it makes reads the keys and the policies by their primary
--- keys, the only plans that stay right at any size.
---
--- Expand: the function and its arguments are the previous release's; it only plans differently.
--- On Citus it runs where it is called, on the coordinator (tests/citus/test_layout.py applies
--- this step to a distributed schema).
-ALTER FUNCTION nq_enqueue_pending(json, integer, boolean) SET enable_seqscan = off;
+-- The enqueue finds the keys it brings through the key's index whatever the statistics say: a
+-- setting of nq_enqueue_pending (functions/nq_enqueue_pending.sql), no change of tables. This
+-- step is kept so the versions a database recorded stay known.

@@ -14,7 +14,7 @@
 -- row, and only where wal_level is `logical` (a Citus node's); at the default `replica` nothing
 -- written changes.
 --
--- Partitions made from now on get it before they are attached. The existing ones get it here,
+-- Partitions made from now on get it before they are attached (functions/nq_delivery_log_prepare.sql). The existing ones get it here,
 -- each under an ACCESS EXCLUSIVE lock held to the end of this step (a change of the catalog
 -- alone, no rewrite): the migration's lock timeout and retries keep a completion or a read from
 -- waiting on it for long (repositories/schema.py).
@@ -22,10 +22,6 @@ DO $$
 DECLARE
     part text;
 BEGIN
-    -- On Citus, one connection per worker node for the rest of this transaction: the function
-    -- below is propagated to the nodes, which Citus refuses after a parallel operation on a
-    -- distributed table in the same transaction. A setting of no meaning on plain PostgreSQL.
-    PERFORM set_config('citus.multi_shard_modify_mode', 'sequential', true);
     FOR part IN
         SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
         WHERE i.inhparent = 'nq_delivery_log'::regclass AND c.relreplident <> 'f'
@@ -35,30 +31,4 @@ BEGIN
         -- was given (migrations/__init__.py).
         EXECUTE 'ALTER TABLE ' || quote_ident(part) || ' REPLICA IDENTITY FULL';
     END LOOP;
-END $$;
-
--- nq_delivery_log_prepare as 0008 made it, and each new partition's replica identity set while
--- it is still standalone (no lock on the log beyond the attach's SHARE UPDATE EXCLUSIVE).
-CREATE OR REPLACE FUNCTION nq_delivery_log_prepare(p_days_ahead integer) RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    day     date;
-    name    text;
-    created integer := 0;
-BEGIN
-    PERFORM pg_advisory_xact_lock(hashtextextended('nq delivery log partitions', 0));
-    FOR day IN SELECT generate_series((now() AT TIME ZONE 'UTC')::date,
-                                      (now() AT TIME ZONE 'UTC')::date + p_days_ahead, '1 day')::date
-    LOOP
-        name := 'nq_delivery_log_' || to_char(day, 'YYYYMMDD');
-        CONTINUE WHEN to_regclass(name) IS NOT NULL;
-        EXECUTE 'CREATE TABLE ' || quote_ident(name)
-            || ' (LIKE nq_delivery_log INCLUDING DEFAULTS INCLUDING CONSTRAINTS)';
-        EXECUTE 'ALTER TABLE ' || quote_ident(name) || ' REPLICA IDENTITY FULL';
-        EXECUTE 'ALTER TABLE nq_delivery_log ATTACH PARTITION ' || quote_ident(name)
-            || ' FOR VALUES FROM (' || quote_literal(day::timestamp AT TIME ZONE 'UTC')
-            || ') TO (' || quote_literal((day + 1)::timestamp AT TIME ZONE 'UTC') || ')';
-        created := created + 1;
-    END LOOP;
-    RETURN created;
 END $$;

@@ -5,10 +5,12 @@ The rules every file from 0009 on follows (docs/upgrading.md has the why and a w
 - `notify-queue migrate` runs before the roll-out (the chart's pre-upgrade hook), while the
   previous release's API, worker, relay and operator serve. So a file is an *expand* step by
   default: new tables, nullable columns or columns with a default, indexes on small or new tables,
-  new functions, a `CREATE OR REPLACE FUNCTION` that keeps working exactly for the previous
-  release's callers. Nothing the previous release reads or writes is renamed, dropped, retyped or
-  constrained beyond what it writes. No column is added to a table or view the previous release
-  reads with `*` (its prepared statements would fail: docs/upgrading.md).
+  no function bodies: a function is a file of `functions/`, whose text keeps working exactly for
+  the previous release's callers (`-- functions: nq_a` names the ones a step calls while it
+  runs: repositories/schema.py, "Functions"). Nothing the previous release reads or writes is
+  renamed, dropped, retyped or constrained beyond what it writes. No column is added to a table
+  or view the previous release reads with `*` (its prepared statements would fail:
+  docs/upgrading.md).
 - A rename, drop, type change or constraint the previous release would break is split: an expand
   step adds the new thing (and a trigger or the code writes both), the code backfills and switches
   its reads, and the destructive half is a *contract* step in a later release, once the code of

@@ -23,6 +23,12 @@ CREATE TABLE IF NOT EXISTS nq_schema_steps (
   phase text NOT NULL CHECK (phase IN ('expand', 'contract')),
   release text NOT NULL,
   applied_at timestamptz NOT NULL DEFAULT now()
+);
+-- The digest of the function files `migrate` applied last (schema.py, "Functions"): one row.
+CREATE TABLE IF NOT EXISTS nq_schema_functions (
+  single boolean PRIMARY KEY DEFAULT true CHECK (single),
+  digest text NOT NULL,
+  applied_at timestamptz NOT NULL DEFAULT now()
 )
 
 -- name: migration_versions
@@ -128,6 +134,18 @@ SELECT to_regclass('nq_enqueue_defaults') IS NOT NULL AS present
 UPDATE nq_enqueue_defaults
 SET max_attempts = COALESCE(%(max_attempts)s, max_attempts),
     webhook_url = CASE WHEN %(set_webhook_url)s THEN %(webhook_url)s ELSE webhook_url END
+
+-- name: migration_function_bodies_unchecked
+-- For this transaction only: function bodies are checked when called, not when defined (as
+-- pg_dump restores them), so a SQL function may call one whose file comes later.
+SELECT set_config('check_function_bodies', 'off', true)
+
+-- name: migration_functions_digest
+SELECT digest FROM nq_schema_functions
+
+-- name: migration_functions_digest_set
+INSERT INTO nq_schema_functions (digest) VALUES (%(digest)s)
+ON CONFLICT (single) DO UPDATE SET digest = excluded.digest, applied_at = now()
 
 -- name: migration_lock_timeout
 -- For this migration's transaction only: how long one of its statements may wait for a lock

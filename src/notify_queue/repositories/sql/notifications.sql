@@ -283,3 +283,58 @@ GROUP BY waiting_reason
 
 -- name: database_now
 SELECT now() AS now
+
+-- name: _insert_log_half
+-- The end of the insert functions (functions/nq_insert_notifications.sql,
+-- nq_insert_digest_items.sql) after their queue half `queued` over `accepted`: the rows born final
+-- (SUPPRESSED) go to the log with their webhook events and counters; events and counted are read
+-- (once, as init plans) so that they run.
+), logged AS (
+    INSERT INTO nq_delivery_log AS l (
+        id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
+        send_at, next_attempt_at, expires_at, max_attempts, source, policy, webhook_url,
+        metadata, last_error, finished_at, category, recipient_id, template_name,
+        template_version, bucket, traceparent)
+    SELECT a.id, a.idempotency_key, NULL, a.channel, a.recipient, a.subject, a.body,
+           a.priority, a.status, a.send_at, a.next_attempt_at, a.expires_at, a.max_attempts,
+           a.source, a.policy, a.webhook_url, a.metadata, a.last_error, a.finished_at,
+           a.category, a.recipient_id, a.template_name, a.template_version, a.bucket,
+           a.traceparent
+    FROM accepted a WHERE a.status <> 'PENDING'
+    RETURNING l.id, l.idempotency_key, l.request_hash, l.channel, l.recipient, l.subject,
+              l.body, l.priority, l.status, l.send_at, l.next_attempt_at, l.expires_at,
+              l.attempt_count, l.max_attempts, l.last_error, l.sent_at, l.provider_message_id,
+              l.retries, l.source, l.policy, l.webhook_url, l.metadata, l.created_at,
+              l.updated_at, l.finished_at, l.recipient_id, l.category, l.template_name,
+              l.template_version, l.provider, l.delivery_attempts, l.bucket,
+              NULL::text AS waiting_reason, NULL::timestamptz AS waiting_until,
+              NULL::text AS waiting_detail, l.digest_id, l.escalation_id, l.traceparent
+), events AS (
+    SELECT nq_insert_webhook_events(array_agg(g.id), array_agg(g.status),
+                                    array_agg(g.attempt_count), array_agg(g.webhook_url),
+                                    array_agg(g.policy), p_default_webhook_url,
+                                    NULL::text[], array_agg(g.bucket)) AS n
+    FROM logged g
+), counted AS (
+    SELECT nq_note_changes(array_agg(g.id), array_agg(g.source), NULL, array_agg(g.status)) AS n
+    FROM logged g
+)
+SELECT i.* FROM (SELECT * FROM queued UNION ALL SELECT * FROM logged) i
+WHERE (SELECT n FROM events) IS NOT DISTINCT FROM (SELECT n FROM events)
+  AND (SELECT n FROM counted) IS NOT DISTINCT FROM (SELECT n FROM counted)
+
+-- name: _insert_signature
+-- The arguments and result rows of the insert functions (nq_insert_notifications,
+-- nq_insert_digest_items): the rows as created, every column the API answers with.
+    p_items json, p_default_max_attempts integer, p_default_webhook_url text
+) RETURNS TABLE (
+    id uuid, idempotency_key text, request_hash text, channel text, recipient text,
+    subject text, body text, priority smallint, status text, send_at timestamptz,
+    next_attempt_at timestamptz, expires_at timestamptz, attempt_count integer,
+    max_attempts integer, last_error text, sent_at timestamptz, provider_message_id text,
+    retries jsonb, source text, policy text, webhook_url text, metadata jsonb,
+    created_at timestamptz, updated_at timestamptz, finished_at timestamptz,
+    recipient_id text, category text, template_name text, template_version integer,
+    provider text, delivery_attempts jsonb, bucket smallint, waiting_reason text,
+    waiting_until timestamptz, waiting_detail text, digest_id uuid, escalation_id uuid,
+    traceparent text)

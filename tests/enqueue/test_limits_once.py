@@ -1,0 +1,42 @@
+"""The create request's limits and patterns have one source, notify_queue.limits: the API's
+validation imports them and `migrate` writes them into the enqueue function's text
+(`{{limit:NAME}}`), so one edit changes both doors."""
+
+from __future__ import annotations
+
+import pytest
+
+from notify_queue import limits
+from notify_queue.models import Channel
+from notify_queue.repositories.schema import function_sources, render_function
+from notify_queue.services import validation
+
+
+def test_every_placeholder_of_the_function_files_is_filled() -> None:
+    for name, text in function_sources().items():
+        assert "{{" not in text, name
+
+
+def test_the_enqueue_function_checks_the_channels_and_patterns_of_the_api() -> None:
+    text = function_sources()["nq_enqueue_errors"]
+    assert "(" + ", ".join(f"'{c.value}'" for c in Channel) + ")" in text
+    assert f"'{limits.SMS_PATTERN.pattern}'" in text
+    assert f"> {limits.MAX_RECIPIENT_CHARS} THEN" in text
+    # The API's validation reads the same module.
+    assert validation.SMS_PATTERN is limits.SMS_PATTERN
+
+
+def test_a_changed_limit_changes_the_function_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "MAX_RECIPIENT_CHARS", 321)
+    monkeypatch.setattr(limits, "CHANNELS", (*limits.CHANNELS, "chat"))
+    text = render_function(
+        "SELECT {{limit:MAX_RECIPIENT_CHARS}}, x IN ({{limit:CHANNELS}}),"
+        " '{{limit:CHANNEL_MESSAGE}}'"
+    )
+    assert text.startswith("SELECT 321, x IN ('email', 'sms', 'push', 'voice', 'chat'), ")
+    assert "'Input should be ''email'', ''sms'', ''push'' or ''voice'''" in text
+
+
+def test_an_unknown_limit_is_an_error() -> None:
+    with pytest.raises(AttributeError):
+        render_function("{{limit:NO_SUCH_LIMIT}}")
