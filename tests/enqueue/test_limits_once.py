@@ -28,13 +28,15 @@ def test_the_enqueue_function_checks_the_channels_and_patterns_of_the_api() -> N
 
 def test_a_changed_limit_changes_the_function_text(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "MAX_RECIPIENT_CHARS", 321)
-    monkeypatch.setattr(limits, "CHANNELS", (*limits.CHANNELS, "chat"))
+    monkeypatch.setattr(limits, "CHANNELS", (*limits.CHANNELS, "fax"))
+    monkeypatch.setattr(limits, "CHANNEL_MESSAGE", "Input should be 'email' or 'fax'")
     text = render_function(
         "SELECT {{limit:MAX_RECIPIENT_CHARS}}, x IN ({{limit:CHANNELS}}),"
         " '{{limit:CHANNEL_MESSAGE}}'"
     )
-    assert text.startswith("SELECT 321, x IN ('email', 'sms', 'push', 'voice', 'chat'), ")
-    assert "'Input should be ''email'', ''sms'', ''push'' or ''voice'''" in text
+    listed = ", ".join(f"'{c.value}'" for c in Channel)
+    assert text.startswith(f"SELECT 321, x IN ({listed}, 'fax'), ")
+    assert text.endswith("'Input should be ''email'' or ''fax'''")
 
 
 def test_an_unknown_limit_is_an_error() -> None:
