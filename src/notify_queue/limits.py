@@ -16,6 +16,7 @@ MAX_METADATA_BYTES = 16 * 1024
 MAX_DELAY_SECONDS = 365 * 24 * 3600  # one year
 MAX_RECIPIENT_CHARS = 320
 MAX_SUBJECT_CHARS = 998  # RFC 5322's line limit
+MAX_WEBHOOK_URL_CHARS = 2048
 
 EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s.]+$")
 SMS_PATTERN = re.compile(r"^\+[0-9]{8,15}$")
@@ -41,6 +42,7 @@ MAX_ESCALATION_STEPS = 10
 
 # The channels a request may name, and pydantic's message for another value.
 CHANNELS = tuple(channel.value for channel in Channel)
+MAX_CHANNELS = len(CHANNELS)  # each at most once
 CHANNEL_MESSAGE = (
     "Input should be " + ", ".join(f"'{c}'" for c in CHANNELS[:-1]) + f" or '{CHANNELS[-1]}'"
 )

@@ -38,6 +38,7 @@ from notify_queue.limits import (
     EMAIL_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
     MAX_BODY_BYTES,
+    MAX_CHANNELS,
     MAX_DATA_BYTES,
     MAX_DELAY_SECONDS,
     MAX_DIGEST_ITEMS,
@@ -46,6 +47,7 @@ from notify_queue.limits import (
     MAX_METADATA_BYTES,
     MAX_RECIPIENT_CHARS,
     MAX_SUBJECT_CHARS,
+    MAX_WEBHOOK_URL_CHARS,
     MIN_DIGEST_ITEMS,
     POLICY_PATTERN,
     RECIPIENT_ID_PATTERN,
@@ -198,7 +200,7 @@ class NotificationRequest(BaseModel):
     body: StrictStr | None = None
     # User-targeted sends (docs/recipients.md): a stored recipient instead of channel + recipient.
     recipient_id: StrictStr | None = Field(None, alias="recipientId")
-    channels: Annotated[list[Channel] | None, Field(min_length=1, max_length=len(Channel))] = None
+    channels: Annotated[list[Channel] | None, Field(min_length=1, max_length=MAX_CHANNELS)] = None
     strategy: Literal["all", "first"] | None = None
     category: StrictStr | None = None
     # A stored template instead of subject + body, rendered from `data` at creation.
@@ -210,7 +212,7 @@ class NotificationRequest(BaseModel):
         None, alias="delaySeconds"
     )
     expires_at: StrictStr | None = Field(None, alias="expiresAt")
-    webhook_url: Annotated[StrictStr | None, Field(max_length=2048)] = Field(
+    webhook_url: Annotated[StrictStr | None, Field(max_length=MAX_WEBHOOK_URL_CHARS)] = Field(
         None, alias="webhookUrl"
     )
     policy: StrictStr | None = None

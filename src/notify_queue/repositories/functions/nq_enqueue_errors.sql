@@ -125,9 +125,9 @@ BEGIN
         IF jsonb_typeof(v) <> 'array' THEN
             errs := errs || jsonb_build_object('field', 'channels',
                                                'message', 'Input should be a valid list');
-        ELSIF jsonb_array_length(v) > 4 THEN
+        ELSIF jsonb_array_length(v) > {{limit:MAX_CHANNELS}} THEN
             errs := errs || jsonb_build_object('field', 'channels', 'message',
-                'List should have at most 4 items after validation, not ' || jsonb_array_length(v));
+                'List should have at most {{limit:MAX_CHANNELS}} items after validation, not ' || jsonb_array_length(v));
         ELSE
             n := 0;
             FOR t IN SELECT 'channels.' || (e.ordinality - 1)
@@ -160,7 +160,7 @@ BEGIN
         IF jsonb_typeof(v) <> 'string' THEN
             errs := errs || jsonb_build_object('field', 'category',
                                                'message', 'Input should be a valid string');
-        ELSIF (v #>> '{}') !~ '^[a-z0-9]([-a-z0-9_.]{0,61}[a-z0-9])?$' THEN
+        ELSIF (v #>> '{}') !~ '{{limit:CATEGORY_PATTERN}}' THEN
             errs := errs || jsonb_build_object('field', 'category', 'message',
                 'must be 1-63 lowercase letters, digits, ''-'', ''_'' or ''.''');
         END IF;
@@ -170,7 +170,7 @@ BEGIN
         IF jsonb_typeof(v) <> 'string' THEN
             errs := errs || jsonb_build_object('field', 'template',
                                                'message', 'Input should be a valid string');
-        ELSIF (v #>> '{}') !~ '^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$' THEN
+        ELSIF (v #>> '{}') !~ '{{limit:TEMPLATE_NAME_PATTERN}}' THEN
             errs := errs || jsonb_build_object('field', 'template', 'message',
                 'must be a template name (lowercase letters, digits, ''-'', ''.'')');
         END IF;
@@ -234,9 +234,9 @@ BEGIN
         IF jsonb_typeof(v) <> 'string' THEN
             errs := errs || jsonb_build_object('field', 'webhookUrl',
                                                'message', 'Input should be a valid string');
-        ELSIF char_length(v #>> '{}') > 2048 THEN
+        ELSIF char_length(v #>> '{}') > {{limit:MAX_WEBHOOK_URL_CHARS}} THEN
             errs := errs || jsonb_build_object('field', 'webhookUrl',
-                                               'message', 'String should have at most 2048 characters');
+                                               'message', 'String should have at most {{limit:MAX_WEBHOOK_URL_CHARS}} characters');
         ELSIF (v #>> '{}') !~* ('^https?://[^/?#' || substr(ws, 2, length(ws) - 2) || ']+'
                                 || '[^' || substr(ws, 2, length(ws) - 2) || ']*$') THEN
             errs := errs || jsonb_build_object('field', 'webhookUrl',
@@ -248,7 +248,7 @@ BEGIN
         IF jsonb_typeof(v) <> 'string' THEN
             errs := errs || jsonb_build_object('field', 'policy',
                                                'message', 'Input should be a valid string');
-        ELSIF (v #>> '{}') !~ '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$' THEN
+        ELSIF (v #>> '{}') !~ '{{limit:POLICY_PATTERN}}' THEN
             errs := errs || jsonb_build_object('field', 'policy', 'message',
                                                'must be namespace/name of a NotificationPolicy');
         END IF;
@@ -306,7 +306,7 @@ BEGIN
                 IF jsonb_typeof(v -> 'template') <> 'string' THEN
                     errs := errs || jsonb_build_object('field', 'digest.template',
                                                        'message', 'Input should be a valid string');
-                ELSIF (v ->> 'template') !~ '^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$' THEN
+                ELSIF (v ->> 'template') !~ '{{limit:TEMPLATE_NAME_PATTERN}}' THEN
                     errs := errs || jsonb_build_object('field', 'digest.template', 'message',
                         'must be a template name (lowercase letters, digits, ''-'', ''.'')');
                 END IF;
