@@ -122,14 +122,8 @@ WHERE rc.id = g.recipient_id
 -- release_claims within one bucket (see complete_deliveries_bucket for the window's lock).
 WITH released AS (
     UPDATE nq_jobs n
-    SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
-        claim_token = NULL, lease_expires_at = NULL, updated_at = now(),
-        -- Due now: it waits for nothing but a worker. The claim cleared the reason already;
-        -- said again in this write so no path back to PENDING can carry a stale one.
-        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL
-    FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[]) AS r(id, claim_token)
-    WHERE n.bucket = %(bucket)s AND n.id = ANY(%(ids)b::uuid[]) AND n.id = r.id AND n.claim_token = r.claim_token
-      AND n.status = 'PROCESSING'
+    {{_released}}
+    WHERE n.bucket = %(bucket)s AND {{_released_match}}
     RETURNING n.id, n.source, n.bucket, n.recipient
 ), given_back AS (
     SELECT bucket, recipient, array_agg(id) AS ids FROM released GROUP BY bucket, recipient
@@ -223,7 +217,7 @@ FROM (SELECT bucket, next_attempt_at FROM nq_webhook_events
 GROUP BY bucket ORDER BY min(next_attempt_at)
 
 -- name: webhook_claim_due_bucket
--- webhook_claim_due within one bucket.
+-- webhook_claim_due within one bucket (its rules are the fragments of webhooks.sql).
 WITH due AS (
     SELECT id, attempts FROM nq_webhook_events
     WHERE bucket = %(bucket)s AND state = 'pending' AND next_attempt_at <= now()
@@ -233,74 +227,17 @@ WITH due AS (
 ),
 spent AS (
     UPDATE nq_webhook_events e
-    SET state = 'failed',
-        claim_token = NULL,
-        last_error = 'attempt ' || e.attempts || ': no result recorded before its lease expired'
-                     || COALESCE(' (before: ' || left(e.last_error, 200) || ')', '')
+    {{_webhook_spent_set}}
     WHERE e.bucket = %(bucket)s
       AND e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts >= %(max_attempts)s))
     RETURNING e.state
 ), claimed AS (
-    -- The claim token comes from the dispatcher, one per batch: Citus refuses volatile functions
-    -- in a distributed UPDATE, and the token is matched with the event's id.
     UPDATE nq_webhook_events e
-    SET attempts = e.attempts + 1,
-        claim_token = %(claim_token)s,
-        next_attempt_at = now() + make_interval(secs => %(lease_seconds)s)
+    {{_webhook_claim_set}}
     WHERE e.bucket = %(bucket)s
       AND e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts < %(max_attempts)s))
-    RETURNING e.id, e.notification_id, e.url, e.payload, e.attempts, e.claim_token, e.policy,
-              -- A policy's secrets sign only for its own URL: not for a client's webhookUrl.
-              (SELECT p.webhook_secrets FROM nq_policies p
-               WHERE p.name = e.policy AND p.webhook_url = e.url) AS policy_secrets
-), counted AS (
-    -- IS NULL: Citus keeps a CTE's result for the next step, and cannot keep a void column.
-    SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') IS NULL AS done FROM spent
-)
--- One row of NULLs when nothing was claimed. `counted` is read in the select list (an init plan)
--- so that it runs: a column of a subquery that the outer query does not select is dropped by the
--- planner, and a CTE read only there would never run.
-SELECT c.*, (SELECT done FROM counted) IS NULL AS counted
-FROM (SELECT 1) f LEFT JOIN claimed c ON true
-
--- name: webhook_record_results_citus
--- webhook_record_results as a multi-shard UPDATE (each event by id: one probe per shard): the
--- times are computed first in `r` (Citus refuses now() inside COALESCE or CASE in the SET).
-WITH r AS (
-    SELECT r.id, r.claim_token, r.state, r.last_error,
-           now() + make_interval(secs => r.retry_in_seconds) AS next_attempt_at,
-           CASE WHEN r.state = 'delivered' THEN now() END AS delivered_at
-    FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[], %(states)b::text[],
-                %(retry_in_seconds)b::float8[], %(last_errors)b::text[])
-         AS r(id, claim_token, state, retry_in_seconds, last_error)
-), recorded AS (
-    UPDATE nq_webhook_events e
-    SET state = r.state,
-        next_attempt_at = COALESCE(r.next_attempt_at, e.next_attempt_at),
-        last_error = r.last_error,
-        delivered_at = r.delivered_at,
-        claim_token = NULL
-    FROM r
-    WHERE e.id = ANY(%(ids)b::uuid[]) AND e.id = r.id AND e.claim_token = r.claim_token
-    RETURNING e.id, e.state
-), counted AS (
-    -- IS NULL: Citus keeps a CTE's result for the next step, and cannot keep a void column.
-    SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') IS NULL AS done FROM recorded
-)
-SELECT r.id, (SELECT done FROM counted) IS NULL AS counted FROM recorded r
-
--- name: notification_get_by_keys_citus
--- notification_get_by_keys in two steps Citus can plan: the keys (distributed by key) first, as
--- a CTE the coordinator evaluates, then the rows by id in the queue and the log (by bucket; one
--- probe of each shard's id index). One statement subquery across both distributions is refused.
-WITH k AS (
-    SELECT notification_id, nq_stored_hash(request_digest, request_hash) AS request_hash
-    FROM nq_idempotency_keys
-    WHERE key = ANY(%(idempotency_keys)b::text[])
-)
-SELECT {{_notification_columns}}, k.request_hash FROM nq_all_notifications n
-JOIN k ON k.notification_id = n.id
-WHERE n.id = ANY(ARRAY(SELECT notification_id FROM k))
+    {{_webhook_claimed_returning}}
+), {{_webhook_claim_answer}}
 
 -- name: notification_cancel_bucket
 -- notification_cancel's lock with the row's bucket (citus_job_buckets), so it routes; the caller
