@@ -254,8 +254,8 @@ async def _insert(
 def enqueue_item(position: int, n: NewNotification) -> dict[str, Any]:
     """One notification of an enqueue batch as its JSON object (the statements' json_to_recordset
     names these fields). A field that is NULL is left out rather than written as `null`: the
-    server reads a missing field as NULL, and each field it parses costs it (`benchmarks.itemshapes`
-    measures it)."""
+    server reads a missing field as NULL, and each field it parses costs it
+    (`benchmarks.probes.itemshapes` measures it)."""
     item = {
         "position": position,
         "id": n.id,  # written by the JSON encoder (orjson, in C)
