@@ -443,7 +443,8 @@ class DeliveryRepository:
             "priorities": sorted(p.rank for p in priorities),
             "channels": [c.value for c in channels],
         }
-        row = await (await self._engine.driver()).next_due_at(self._db, params)
+        row = await self._db.fetch_one("next_due_at", params)
+        assert row is not None
         return row["next_due_at"], row["now"]
 
     async def rate_windows_prune(self, *, limit: int = 10_000) -> int:

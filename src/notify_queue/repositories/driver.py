@@ -100,10 +100,6 @@ class Driver(Protocol):
 
     engine: Engine
 
-    async def next_due_at(self, db: Database, params: DueLanes) -> Row:
-        """`next_due_at` (the earliest claimable row in the lanes) and `now`."""
-        ...
-
     async def rate_windows_prune(self, db: Database, params: RateWindowsPrune) -> int: ...
 
     async def claims_release(self, db: Database, params: ClaimsRelease) -> int: ...

@@ -16,7 +16,6 @@ from notify_queue.models import Engine, Status
 from notify_queue.repositories.db import Connection, Database, Row
 from notify_queue.repositories.driver import (
     ClaimsRelease,
-    DueLanes,
     EscalationAcknowledge,
     HousekeepingBatch,
     KubeLinkSave,
@@ -30,11 +29,6 @@ from notify_queue.repositories.driver import (
 
 class CitusDriver:
     engine = Engine.CITUS
-
-    async def next_due_at(self, db: Database, params: DueLanes) -> Row:
-        row = await db.fetch_one("next_due_at_citus", params)
-        assert row is not None
-        return row
 
     async def rate_windows_prune(self, db: Database, params: RateWindowsPrune) -> int:
         """All of them in one multi-shard DELETE (see the statement)."""

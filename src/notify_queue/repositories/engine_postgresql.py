@@ -8,7 +8,6 @@ from notify_queue.models import Engine
 from notify_queue.repositories.db import Connection, Database, Row
 from notify_queue.repositories.driver import (
     ClaimsRelease,
-    DueLanes,
     EscalationAcknowledge,
     HousekeepingBatch,
     KubeLinkSave,
@@ -22,11 +21,6 @@ from notify_queue.repositories.driver import (
 
 class PostgresDriver:
     engine = Engine.POSTGRESQL
-
-    async def next_due_at(self, db: Database, params: DueLanes) -> Row:
-        row = await db.fetch_one("next_due_at", params)
-        assert row is not None
-        return row
 
     async def rate_windows_prune(self, db: Database, params: RateWindowsPrune) -> int:
         return await db.execute("prune_rate_windows", params)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypedDict
 
 from notify_queue import jsontext
 from notify_queue.models import (
@@ -28,6 +28,18 @@ from notify_queue.repositories.notifications import (
     enqueue_item,
 )
 from notify_queue.repositories.rows import notification_from_row
+
+
+class EscalationInsert(TypedDict):
+    """`escalation_insert`: the escalation, and its steps as enqueue items (JSON text) with
+    their delays (`steps`: each `channel` and `afterSeconds`)."""
+
+    items: str
+    id: uuid.UUID
+    recipient_id: str
+    idempotency_key: str
+    steps: str
+    default_max_attempts: int
 
 
 class EscalationRepository:
@@ -91,19 +103,17 @@ class EscalationTransaction:
             }
             for position, (n, after) in enumerate(steps)
         ]
-        rows = await self._conn.fetch_all(
-            "escalation_insert",
-            {
-                "items": jsontext.dumps_text(items),
-                "id": id,
-                "recipient_id": recipient_id,
-                "idempotency_key": idempotency_key,
-                "steps": jsontext.dumps_text(
-                    [{"channel": n.channel.value, "afterSeconds": a} for n, a in steps]
-                ),
-                "default_max_attempts": default_max_attempts,
-            },
-        )
+        params: EscalationInsert = {
+            "items": jsontext.dumps_text(items),
+            "id": id,
+            "recipient_id": recipient_id,
+            "idempotency_key": idempotency_key,
+            "steps": jsontext.dumps_text(
+                [{"channel": n.channel.value, "afterSeconds": a} for n, a in steps]
+            ),
+            "default_max_attempts": default_max_attempts,
+        }
+        rows = await self._conn.fetch_all("escalation_insert", params)
         return [notification_from_row(r) for r in rows]
 
 

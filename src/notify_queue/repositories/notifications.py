@@ -7,7 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from notify_queue import jsontext
 from notify_queue.models import (
@@ -32,6 +32,19 @@ from notify_queue.repositories.rows import (
     template_from_row,
 )
 from notify_queue.repositories.workers import Lanes, WorkerRepository, lane_keys
+
+
+class NotificationPage(TypedDict):
+    """`notification_list` (and its `_waiting`, `_unserved` forms): the filters (None: any) and
+    the page after the keyset (`after_created_at`, `after_id`)."""
+
+    status: str | None
+    channel: str | None
+    recipient: str | None
+    recipient_id: str | None
+    after_created_at: datetime | None
+    after_id: uuid.UUID | None
+    limit: int
 
 
 class NotificationRepository:
@@ -147,7 +160,7 @@ class NotificationRepository:
         """A page in (created_at, id) order; with `waiting`, only rows waiting for that reason
         now (a query of its own over the queue: only PENDING rows wait). `NoWorker` rows are
         the due ones in the `unserved` lanes."""
-        params: dict[str, Any] = {
+        params: NotificationPage = {
             "status": status.value if status else None,
             "channel": channel,
             "recipient": recipient,

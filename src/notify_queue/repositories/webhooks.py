@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
+from typing import TypedDict
 
 from notify_queue.models import WebhookEvent, WebhookResult
 from notify_queue.repositories.db import Database
@@ -15,6 +16,16 @@ from notify_queue.repositories.engine import EngineRepository
 # A statement that writes webhook events NOTIFYs this channel at its commit, whoever runs it
 # (the trigger of migration 0048), so an idle relay POSTs them at once.
 WEBHOOK_EVENTS_CHANNEL = "nq_webhook_events"
+
+
+class WebhookResults(TypedDict):
+    """`webhook_record_results`: one element per result, in each array."""
+
+    ids: list[uuid.UUID]
+    claim_tokens: list[uuid.UUID]
+    states: list[str]
+    retry_in_seconds: list[float | None]
+    last_errors: list[str | None]
 
 
 class WebhookRepository:
@@ -72,7 +83,7 @@ class WebhookRepository:
             else ("pending" if r.retry_in_seconds is not None else "failed")
             for r in results
         ]
-        params = {
+        params: WebhookResults = {
             "ids": [r.id for r in results],
             "claim_tokens": [r.claim_token for r in results],
             "states": states,

@@ -173,26 +173,6 @@ ORDER BY expires_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
--- name: next_due_at_citus
--- next_due_at without the lanes' LATERAL over unnest(priorities) (Citus cannot push it down): one
--- subquery per priority (HIGH 0, NORMAL 1, LOW 2; one not served reads nothing), each the first
--- claim-index entry of that priority on every shard (ORDER BY ... LIMIT 1 pushed down), then the
--- least. The filters are the claim's.
-SELECT LEAST(
-       (SELECT next_attempt_at FROM nq_jobs
-        WHERE status = 'PENDING' AND priority = 0 AND 0 = ANY(%(priorities)b::smallint[])
-          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
-        ORDER BY next_attempt_at LIMIT 1),
-       (SELECT next_attempt_at FROM nq_jobs
-        WHERE status = 'PENDING' AND priority = 1 AND 1 = ANY(%(priorities)b::smallint[])
-          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
-        ORDER BY next_attempt_at LIMIT 1),
-       (SELECT next_attempt_at FROM nq_jobs
-        WHERE status = 'PENDING' AND priority = 2 AND 2 = ANY(%(priorities)b::smallint[])
-          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
-        ORDER BY next_attempt_at LIMIT 1)) AS next_due_at,
-       now() AS now
-
 -- name: prune_rate_windows_citus
 -- prune_rate_windows without the locking subquery (FOR UPDATE SKIP LOCKED needs one shard, and a
 -- multi-shard DELETE takes no LIMIT): a multi-shard DELETE of the windows nothing counts any more.

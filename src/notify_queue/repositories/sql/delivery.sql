@@ -174,16 +174,24 @@ SELECT (SELECT min(lease_expires_at) FROM nq_jobs WHERE status = 'PROCESSING') A
 -- email-only worker, an expired row housekeeping has not reached yet) would say "due now" forever
 -- and the worker would spin. Rows of other channels ahead of the first match are read and skipped
 -- once per wake-up, not once per loop.
-SELECT min(first_due) AS next_due_at, now() AS now
-FROM unnest(%(priorities)b::smallint[]) AS lane(priority)
-CROSS JOIN LATERAL (
-    SELECT next_attempt_at AS first_due FROM nq_jobs
-    WHERE status = 'PENDING' AND priority = lane.priority
-      AND channel = ANY(%(channels)b::text[])
-      AND (expires_at IS NULL OR expires_at > now())
-    ORDER BY next_attempt_at
-    LIMIT 1
-) f
+-- One subquery per priority (HIGH 0, NORMAL 1, LOW 2; one the worker does not serve reads
+-- nothing: its `= ANY` is a one-time filter), each the first claim-index entry of that priority,
+-- then the least. Both engines run it: Citus pushes each ORDER BY ... LIMIT 1 down to every
+-- shard, where a LATERAL over the lanes cannot be pushed down.
+SELECT LEAST(
+       (SELECT next_attempt_at FROM nq_jobs
+        WHERE status = 'PENDING' AND priority = 0 AND 0 = ANY(%(priorities)b::smallint[])
+          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
+        ORDER BY next_attempt_at LIMIT 1),
+       (SELECT next_attempt_at FROM nq_jobs
+        WHERE status = 'PENDING' AND priority = 1 AND 1 = ANY(%(priorities)b::smallint[])
+          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
+        ORDER BY next_attempt_at LIMIT 1),
+       (SELECT next_attempt_at FROM nq_jobs
+        WHERE status = 'PENDING' AND priority = 2 AND 2 = ANY(%(priorities)b::smallint[])
+          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
+        ORDER BY next_attempt_at LIMIT 1)) AS next_due_at,
+       now() AS now
 
 -- name: prune_rate_windows
 -- A recipient's window whose newest entry is older than the longest window in use (the
