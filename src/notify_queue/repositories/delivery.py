@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, time
-from typing import Any
+from typing import Any, TypedDict
 
 from notify_queue.models import (
     CHANNEL_BY_VALUE,
@@ -25,12 +25,7 @@ from notify_queue.models import (
     Wakeup,
 )
 from notify_queue.repositories.db import Connection, Database
-from notify_queue.repositories.driver import (
-    ClaimsRelease,
-    DueLanes,
-    HousekeepingBatch,
-    RateWindowsPrune,
-)
+from notify_queue.repositories.driver import ClaimsRelease, HousekeepingBatch, RateWindowsPrune
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.engine_citus import citus_queue_returned_changes
 from notify_queue.repositories.webhooks import WEBHOOK_EVENTS_CHANNEL
@@ -117,6 +112,13 @@ class DeliveryDefaults:
     backoff_max_seconds: float
     lease_seconds: float
     webhook_url: str | None
+
+
+class DueLanes(TypedDict):
+    """`next_due_at`: a worker's lanes, priority ranks (HIGH 0 first) and channel values."""
+
+    priorities: list[int]
+    channels: list[str]
 
 
 class DeliveryRepository:

@@ -6,10 +6,12 @@ asks which engine it is. `PostgresDriver` (engine_postgresql.py) runs one statem
 whole queue; `CitusDriver` (engine_citus.py) finds the buckets first and runs a router statement
 per bucket (docs/scaling.md, "Citus: every role"). What both engines run alike is no method
 here: the repositories run it themselves. The rules both shapes share are written once, as
-named fragments of the SQL files (`{{_name}}`, queries.py).
+named fragments of the SQL files (`{{_name}}`, queries.py). The worker's claim and completion
+still choose their shape in delivery.py.
 
-Each statement with more than a few parameters takes one of the TypedDicts below: a plain dict
-for psycopg (no copy per call), its keys and types checked by mypy at every call site.
+The parameters that cross the seam are the TypedDicts below (a repository's other statements of
+more than a few parameters have theirs beside it): a plain dict for psycopg, no copy per call,
+its keys and types checked by mypy at every call site.
 """
 
 from __future__ import annotations
@@ -19,13 +21,6 @@ from typing import Protocol, TypedDict
 
 from notify_queue.models import Engine
 from notify_queue.repositories.db import Connection, Database, Row
-
-
-class DueLanes(TypedDict):
-    """A worker's lanes: priority ranks (HIGH 0 first) and channel values."""
-
-    priorities: list[int]
-    channels: list[str]
 
 
 class ClaimsRelease(TypedDict):

@@ -1,7 +1,8 @@
 -- Statements for a Citus coordinator only (docs/scaling.md "Citus: every role"). Each
 -- is the plain-PostgreSQL statement of the same name without `_bucket`/`_citus` (delivery.sql,
--- webhooks.sql, notifications.sql), reshaped for what Citus 14 runs; the repositories choose by
--- the engine (EngineRepository), one path per shape, and plain PostgreSQL never runs these.
+-- webhooks.sql, notifications.sql), reshaped for what Citus 14 runs; a rule both shapes share is a
+-- fragment of the plain file (`{{_name}}`). The Citus driver (engine_citus.py) runs these, the
+-- plain one (engine_postgresql.py) never does; a statement Citus accepts unchanged is not here.
 -- The rules that shape them:
 -- - FOR UPDATE [SKIP LOCKED] runs only in a router query: every distributed table the statement
 --   locks or writes is named with `bucket = %(bucket)s`, and the caller runs it once per bucket,
@@ -325,37 +326,14 @@ FOR UPDATE
 
 -- name: digest_item_leave_bucket
 -- Second statement, run only when the first cancelled the item (same transaction, the digest
--- still locked): the count drops, the last item leaving cancels the digest, a carrier leaving
--- hands over to the oldest item left, due when the window ends (as digest_item_cancel). One
--- router statement; the time comes in from `c`, since Citus refuses now() inside a CASE of a
--- distributed UPDATE's SET.
-WITH before AS (
-    SELECT carrier_id FROM nq_digests WHERE bucket = %(bucket)s AND id = %(digest_id)s
-), successor AS (
-    SELECT j.id FROM nq_jobs j
-    WHERE j.bucket = %(bucket)s AND j.digest_id = %(digest_id)s AND j.status = 'PENDING'
-      AND j.id <> %(id)s
-    ORDER BY j.created_at, j.id
-    LIMIT 1
-), left_digest AS (
+-- still locked): the item leaves its digest by digest_item_cancel's rules (the fragments of
+-- digests.sql), in one router statement.
+WITH {{_digest_leave_successor}}, left_digest AS (
     UPDATE nq_digests d
-    SET item_count = d.item_count - 1,
-        state = CASE WHEN d.item_count <= 1 THEN 'cancelled' ELSE d.state END,
-        closed_at = CASE WHEN d.item_count <= 1 THEN c.now ELSE d.closed_at END,
-        carrier_id = CASE WHEN d.carrier_id = %(id)s
-                          THEN COALESCE((SELECT id FROM successor), d.carrier_id)
-                          ELSE d.carrier_id END
-    FROM (SELECT now() AS now) c
+    {{_digest_leave_set}}
     WHERE d.bucket = %(bucket)s AND d.id = %(digest_id)s
     RETURNING d.closes_at, d.state
-), handed AS (
-    UPDATE nq_jobs j
-    SET next_attempt_at = l.closes_at, waiting_until = l.closes_at, updated_at = now()
-    FROM left_digest l
-    WHERE j.bucket = %(bucket)s AND j.id = (SELECT id FROM successor)
-      AND (SELECT carrier_id FROM before) = %(id)s AND l.state = 'open'
-    RETURNING j.id
-)
+), {{_digest_leave_handed}}
 SELECT (SELECT count(*) FROM handed) AS handed
 
 -- name: escalation_buckets
