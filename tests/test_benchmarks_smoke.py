@@ -70,7 +70,7 @@ def test_the_benchmark_smoke_run_writes_a_valid_results_document(
 def test_the_post_client_benchmark_writes_its_figures(tmp_path: Path, project_root: Path) -> None:
     _run(
         project_root,
-        "benchmarks.post_client",
+        "benchmarks.probes.post_client",
         *("--posts", "50", "--rounds", "1", "--output-dir", str(tmp_path)),
         timeout=120,
     )
@@ -84,7 +84,7 @@ def test_the_bucket_cost_benchmark_writes_both_twins_of_each_table(
 ) -> None:
     _run(
         project_root,
-        "benchmarks.bucketcost",
+        "benchmarks.probes.bucketcost",
         *("--notifications", "500", "--rounds", "1", "--output-dir", str(tmp_path)),
         timeout=300,
     )
@@ -103,7 +103,7 @@ def test_the_worker_cpu_benchmark_counts_a_burst_delivered_whole(
 ) -> None:
     _run(
         project_root,
-        "benchmarks.workercpu",
+        "benchmarks.probes.workercpu",
         *("--notifications", "300", "--workers", "1", "--rounds", "1"),
         *("--output-dir", str(tmp_path)),
         timeout=300,
@@ -122,7 +122,7 @@ def test_the_worker_cpu_benchmark_alternates_claim_sizes(
 ) -> None:
     _run(
         project_root,
-        "benchmarks.workercpu",
+        "benchmarks.probes.workercpu",
         *("--notifications", "200", "--workers", "1", "--rounds", "1"),
         *("--batch-sizes", "10,50", "--output-dir", str(tmp_path)),
         timeout=300,
@@ -140,7 +140,7 @@ def test_the_claim_calls_benchmark_fits_a_cost_per_call_and_per_row(
 ) -> None:
     _run(
         project_root,
-        "benchmarks.claimcalls",
+        "benchmarks.probes.claimcalls",
         *("--sizes", "1,20", "--rows", "40", "--rounds", "2", "--output-dir", str(tmp_path)),
         timeout=300,
     )
@@ -159,7 +159,7 @@ def test_the_claim_calls_benchmark_fits_a_cost_per_call_and_per_row(
 def test_the_round_trip_benchmark_measures_each_shape(tmp_path: Path, project_root: Path) -> None:
     _run(
         project_root,
-        "benchmarks.roundtrips",
+        "benchmarks.probes.roundtrips",
         *("--transactions", "20", "--rounds", "1", "--output-dir", str(tmp_path)),
         timeout=120,
     )
@@ -184,7 +184,7 @@ def test_the_api_cpu_benchmark_counts_batches_accepted_whole(
 ) -> None:
     _run(
         project_root,
-        "benchmarks.apicpu",
+        "benchmarks.probes.apicpu",
         *("--items", "400", "--batch", "100", "--rounds", "1", "--output-dir", str(tmp_path)),
         *("--api-workers", str(api_workers)),
         timeout=180,
@@ -202,7 +202,7 @@ def test_the_create_steps_benchmark_times_each_step_of_a_batch_item(
 ) -> None:
     _run(
         project_root,
-        "benchmarks.createsteps",
+        "benchmarks.probes.createsteps",
         *("--items", "20", "--repeat", "2", "--rounds", "1", "--output-dir", str(tmp_path)),
         timeout=120,
     )
@@ -216,7 +216,7 @@ def test_the_create_steps_benchmark_times_each_step_of_a_batch_item(
 def test_rowshapes_times_each_shape_of_the_two_answers(tmp_path: Path, project_root: Path) -> None:
     _run(
         project_root,
-        "benchmarks.rowshapes",
+        "benchmarks.probes.rowshapes",
         *("--rows", "20", "--repeat", "2", "--output-dir", str(tmp_path)),
         timeout=120,
     )
@@ -231,7 +231,7 @@ def test_itemshapes_times_both_shapes_of_the_enqueue_items(
 ) -> None:
     _run(
         project_root,
-        "benchmarks.itemshapes",
+        "benchmarks.probes.itemshapes",
         *("--items", "20", "--repeat", "2", "--output-dir", str(tmp_path)),
         timeout=120,
     )
@@ -295,7 +295,7 @@ def test_the_upgrade_lock_benchmark_times_creates_through_migrate_in_both_modes(
 ) -> None:
     _run(
         project_root,
-        "benchmarks.upgradelock",
+        "benchmarks.probes.upgradelock",
         *("--backlog", "2000", "--clients", "1", "--output-dir", str(tmp_path)),
         timeout=300,
     )

@@ -9,7 +9,7 @@ answer, counted as a failed create). This release's `migrate` then runs the rema
 queue's three index builds among them (0018, 0026). From 0.1.0 because its upgrade is the one that
 builds them (a database of 0.2.0 has them already); the backlog arrives after 0012, whose bucket
 backfill of the queue's rows runs under its rename's lock (docs/upgrading.md, "0.1.0 to 0.2.0").
-`python -m benchmarks.upgradelock` measures how long creates stalled.
+`python -m benchmarks.probes.upgradelock` measures how long creates stalled.
 """
 
 from __future__ import annotations

@@ -212,16 +212,13 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
                 elif result.conflict:
                     conflict = _key_conflict(new.idempotency_key, result.notification.id)
                     results[index] = {"status": 409, "error": domain_problem(conflict)}
-                elif new.request.recipient_id is not None:
-                    results[index] = {
-                        "status": 201 if result.created else 200,
-                        **_created_json(result),
-                    }
                 else:
-                    results[index] = {
-                        "status": 201 if result.created else 200,
-                        "notification": notification_json(result.notification),
-                    }
+                    created = (
+                        _created_json(result)
+                        if new.request.recipient_id is not None
+                        else {"notification": notification_json(result.notification)}
+                    )
+                    results[index] = {"status": 201 if result.created else 200, **created}
         # One increment per outcome, not per item: each takes the counter's lock.
         outcomes = Counter(_BATCH_OUTCOMES[item_result["status"]] for item_result in results)
         for outcome, count in outcomes.items():

@@ -38,9 +38,8 @@ def add_recipient_routes(router: APIRouter, auth: Auth) -> None:
         },
     )
     async def put_recipient(id: str, request: Request, runtime: Runtime) -> JSONResponse:
-        data = await _body(request)
-        recipient, created = await runtime.recipients.put(id, data)
-        return JSONResponse(recipient_json(recipient), status_code=201 if created else 200)
+        recipient, created = await runtime.recipients.put(id, await _body(request))
+        return _stored(recipient_json(recipient), created=created)
 
     @router.get(
         _RECIPIENT,
@@ -96,9 +95,8 @@ def add_recipient_routes(router: APIRouter, auth: Auth) -> None:
         },
     )
     async def put_template(name: str, request: Request, runtime: Runtime) -> JSONResponse:
-        data = await _body(request)
-        template, created = await runtime.recipients.template_put(name, data)
-        return JSONResponse(template_json(template), status_code=201 if created else 200)
+        template, created = await runtime.recipients.template_put(name, await _body(request))
+        return _stored(template_json(template), created=created)
 
     @router.get(
         _TEMPLATE,
@@ -130,3 +128,8 @@ async def _body(request: Request) -> object:
     if errors := storable_errors(data):
         raise ValidationFailed(errors)
     return data
+
+
+def _stored(record: dict[str, object], *, created: bool) -> JSONResponse:
+    """A PUT's answer: the stored record, 201 when the PUT created it, else 200."""
+    return JSONResponse(record, status_code=201 if created else 200)

@@ -1,7 +1,7 @@
 """The webhook relay's HTTP client: one POST at a time per connection, connections kept per host.
 
 A webhook POST is the relay's whole job, and aiohttp's client costs about three times the CPU per
-POST of a lean HTTP/1.1 client (`benchmarks/post_client.py`). This is that
+POST of a lean HTTP/1.1 client (`benchmarks/probes/post_client.py`). This is that
 client: an asyncio protocol per connection, its answers read by llhttp (`httptools`, the C parser
 behind uvicorn) rather than by hand, so framing is judged the way RFC 9112 asks. It keeps what the
 aiohttp sessions it replaced gave the relay:

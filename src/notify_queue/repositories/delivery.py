@@ -10,7 +10,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, time
-from typing import Any
+from typing import Any, TypedDict
 
 from notify_queue.models import (
     CHANNEL_BY_VALUE,
@@ -25,8 +25,9 @@ from notify_queue.models import (
     Wakeup,
 )
 from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.driver import ClaimsRelease, HousekeepingBatch, RateWindowsPrune
 from notify_queue.repositories.engine import EngineRepository
-from notify_queue.repositories.notifications import citus_finish, citus_queue_returned_changes
+from notify_queue.repositories.engine_citus import citus_queue_returned_changes
 from notify_queue.repositories.webhooks import WEBHOOK_EVENTS_CHANNEL
 
 WAKEUP_CHANNEL = "nq_wakeup"
@@ -111,6 +112,13 @@ class DeliveryDefaults:
     backoff_max_seconds: float
     lease_seconds: float
     webhook_url: str | None
+
+
+class DueLanes(TypedDict):
+    """`next_due_at`: a worker's lanes, priority ranks (HIGH 0 first) and channel values."""
+
+    priorities: list[int]
+    channels: list[str]
 
 
 class DeliveryRepository:
@@ -407,118 +415,47 @@ class DeliveryRepository:
         """Hand claimed, untried notifications back without using an attempt."""
         if not claims:
             return 0
-        if not await self._citus():
-            row = await self._db.fetch_one(
-                "release_claims",
-                {"ids": [c[0] for c in claims], "claim_tokens": [c[1] for c in claims]},
-            )
-            return int(row["released"]) if row else 0
-        tokens = dict(claims)
-        released = 0
-        async with self._db.connection() as conn:
-            for part in await conn.fetch_all("citus_job_buckets", {"ids": list(tokens)}):
-                # The release and its objects' outbox rows in one transaction; the note on the
-                # coordinator (citus/statements.sql: the router statement is sent whole to the
-                # node).
-                async with conn.transaction():
-                    row = await conn.fetch_one(
-                        "release_claims_bucket",
-                        {
-                            "bucket": part["bucket"],
-                            "ids": part["ids"],
-                            "claim_tokens": [tokens[i] for i in part["ids"]],
-                        },
-                    )
-                    if row and row["kubernetes_ids"]:
-                        ids = row["kubernetes_ids"]
-                        await conn.fetch_one(
-                            "citus_note_changes",
-                            {
-                                "ids": ids,
-                                "sources": ["kubernetes"] * len(ids),
-                                "old_statuses": [Status.PROCESSING.value] * len(ids),
-                                "new_statuses": [Status.PENDING.value] * len(ids),
-                            },
-                        )
-                released += int(row["released"]) if row else 0
-        return released
+        params: ClaimsRelease = {
+            "ids": [c[0] for c in claims],
+            "claim_tokens": [c[1] for c in claims],
+        }
+        return await (await self._engine.driver()).claims_release(self._db, params)
 
     async def leases_recover_expired(self, *, limit: int = 1000) -> tuple[int, int]:
         """Return (recovered, dead-lettered) for leases that ran out."""
-        params = {"limit": limit, "default_webhook_url": self._defaults.webhook_url}
-        if not await self._citus():
-            row = await self._db.fetch_one("recover_expired_leases", params)
-            return (int(row["recovered"]), int(row["dead_lettered"])) if row else (0, 0)
-        recovered = dead = 0
-        async with self._db.connection() as conn:
-            await conn.fetch_one("notification_log_ready")  # see notifications_claim
-            for part in await conn.fetch_all("lease_expired_buckets", {"limit": limit}):
-                # Delegated to the bucket's node; the outbox written here, in one transaction.
-                async with conn.transaction():
-                    row = await conn.fetch_one(
-                        "recover_expired_leases_bucket", {**params, "bucket": part["bucket"]}
-                    )
-                    await citus_queue_returned_changes(conn, row)
-                if row:
-                    recovered += int(row["recovered"])
-                    dead += int(row["dead_lettered"])
-        return recovered, dead
+        params: HousekeepingBatch = {
+            "limit": limit,
+            "default_webhook_url": self._defaults.webhook_url,
+        }
+        return await (await self._engine.driver()).leases_recover_expired(self._db, params)
 
     async def notifications_expire_overdue(self, *, limit: int = 1000) -> int:
-        params = {"limit": limit, "default_webhook_url": self._defaults.webhook_url}
-        if not await self._citus():
-            row = await self._db.fetch_one("expire_overdue", params)
-            return int(row["expired"]) if row else 0
-        expired = 0
-        async with self._db.connection() as conn:
-            await conn.fetch_one("notification_log_ready")  # see notifications_claim
-            for part in await conn.fetch_all("overdue_buckets", {"limit": limit}):
-                # Locked by bucket, moved on the coordinator, in one transaction
-                # (citus/statements.sql).
-                async with conn.transaction():
-                    overdue = await conn.fetch_all(
-                        "expire_overdue_bucket", {**params, "bucket": part["bucket"]}
-                    )
-                    if overdue:
-                        await citus_finish(
-                            conn,
-                            bucket=part["bucket"],
-                            ids=[r["id"] for r in overdue],
-                            status=Status.EXPIRED,
-                            last_errors=[r["last_error"] for r in overdue],
-                            default_webhook_url=self._defaults.webhook_url,
-                        )
-                expired += len(overdue)
-        return expired
+        params: HousekeepingBatch = {
+            "limit": limit,
+            "default_webhook_url": self._defaults.webhook_url,
+        }
+        return await (await self._engine.driver()).notifications_expire_overdue(self._db, params)
 
     async def next_due_at(
         self, *, priorities: Sequence[Priority], channels: Sequence[Channel]
     ) -> tuple[datetime | None, datetime]:
         """The earliest next_attempt_at of claimable rows in these lanes (the claim's filter:
         priorities, channels, not expired), and the database's now."""
-        params = {
+        params: DueLanes = {
             "priorities": sorted(p.rank for p in priorities),
             "channels": [c.value for c in channels],
         }
-        if await self._citus():
-            row = await self._db.fetch_one("next_due_at_citus", params)
-        else:
-            row = await self._db.fetch_one("next_due_at", params)
+        row = await self._db.fetch_one("next_due_at", params)
         assert row is not None
         return row["next_due_at"], row["now"]
 
     async def rate_windows_prune(self, *, limit: int = 10_000) -> int:
-        """Delete windows nothing counts any more (on Citus all of them at once: see the
-        statement)."""
-        if await self._citus():
-            return await self._db.execute(
-                "prune_rate_windows_citus",
-                {"default_window_seconds": self._defaults.rate_window_seconds},
-            )
-        return await self._db.execute(
-            "prune_rate_windows",
-            {"default_window_seconds": self._defaults.rate_window_seconds, "limit": limit},
-        )
+        """Delete windows nothing counts any more (in chunks of `limit` where the engine can)."""
+        params: RateWindowsPrune = {
+            "default_window_seconds": self._defaults.rate_window_seconds,
+            "limit": limit,
+        }
+        return await (await self._engine.driver()).rate_windows_prune(self._db, params)
 
     async def housekeeping_next_due_at(self) -> tuple[datetime | None, datetime]:
         """When housekeeping next has work (the first lease to run out, the first PENDING row

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import psycopg
 
-from notify_queue.models import Engine
 from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.driver import LogKeysChunk
 from notify_queue.repositories.engine import EngineRepository
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class DeliveryLogRepository:
         async with self._alone("nq delivery log retention") as conn:
             if conn is None:
                 return dropped
-            citus = (await self._engine.engine_get(conn=conn)).engine is Engine.CITUS
+            driver = await self._engine.driver(conn=conn)
             ownership = await conn.fetch_one("delivery_log_owned")
             owned = bool(ownership and ownership["owned"])
             expired = await conn.fetch_all(
@@ -111,11 +111,12 @@ class DeliveryLogRepository:
                 name = p["partition_name"]
                 after = _UUID_ZERO
                 while True:
-                    chunk = {"partition": name, "after": after, "limit": keys_per_chunk}
-                    if citus:
-                        row = await conn.fetch_one("delivery_log_forget_keys_unlocked", chunk)
-                    else:
-                        row = await conn.fetch_one("delivery_log_forget_keys", chunk)
+                    chunk: LogKeysChunk = {
+                        "partition": name,
+                        "after": after,
+                        "limit": keys_per_chunk,
+                    }
+                    row = await driver.delivery_log_forget_keys(conn, chunk)
                     if row is None or row["last_id"] is None:
                         break
                     after = row["last_id"]
@@ -125,10 +126,8 @@ class DeliveryLogRepository:
                     continue
                 if p["detach_pending"]:  # a concurrent detach was interrupted
                     await conn.execute_on("delivery_log_detach_finalize", {"partition": name})
-                elif p["attached"] and citus:
-                    await conn.execute_on("delivery_log_detach_citus", {"partition": name})
                 elif p["attached"]:
-                    await conn.execute_on("delivery_log_detach", {"partition": name})
+                    await driver.delivery_log_detach(conn, partition=name)
                 row = await conn.fetch_one("delivery_log_drop", {"partition": name})
                 dropped.append(Dropped(name, int(row["dropped"]) if row else 0))
         return dropped

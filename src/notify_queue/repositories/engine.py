@@ -8,6 +8,9 @@ statements work (docs/scaling.md, "When the roles switch"). `/status` reports th
 
 The answer changes only by `migrate` or an operator's action (adding or removing a node), so
 each process reads it at most once per `ttl_seconds` instead of on every `/status` or scrape.
+With it comes the engine's driver (driver.py), the one place the repositories' statements take
+their engine's shape: a running role switches drivers within that TTL of the `migrate` that
+distributes the schema.
 """
 
 from __future__ import annotations
@@ -17,6 +20,11 @@ from collections.abc import Callable
 
 from notify_queue.models import DatabaseEngine, Engine
 from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.driver import Driver
+from notify_queue.repositories.engine_citus import CitusDriver
+from notify_queue.repositories.engine_postgresql import PostgresDriver
+
+DRIVERS: dict[Engine, Driver] = {Engine.POSTGRESQL: PostgresDriver(), Engine.CITUS: CitusDriver()}
 
 # Long enough that a scrape every few seconds costs no query, short enough that `/status` shows a
 # node added or removed within half a minute.
@@ -72,3 +80,7 @@ class EngineRepository:
             engine = await database_engine_read(conn)
         self._cached = (now, engine)
         return engine
+
+    async def driver(self, *, conn: Connection | None = None) -> Driver:
+        """The driver of the engine `engine_get` answers (the same cache)."""
+        return DRIVERS[(await self.engine_get(conn=conn)).engine]

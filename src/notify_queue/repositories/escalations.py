@@ -10,26 +10,36 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypedDict
 
 from notify_queue import jsontext
 from notify_queue.models import (
-    Engine,
     Escalation,
     EscalationState,
     NewNotification,
     Notification,
-    Status,
 )
 from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.driver import EscalationAcknowledge
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.notifications import (
     NotificationRepository,
     TargetedTransaction,
-    citus_finish,
     enqueue_item,
 )
 from notify_queue.repositories.rows import notification_from_row
+
+
+class EscalationInsert(TypedDict):
+    """`escalation_insert`: the escalation, and its steps as enqueue items (JSON text) with
+    their delays (`steps`: each `channel` and `afterSeconds`)."""
+
+    items: str
+    id: uuid.UUID
+    recipient_id: str
+    idempotency_key: str
+    steps: str
+    default_max_attempts: int
 
 
 class EscalationRepository:
@@ -37,7 +47,7 @@ class EscalationRepository:
         self._db = db
         self._default_webhook_url = default_webhook_url
         self._notifications = NotificationRepository(db, default_webhook_url=default_webhook_url)
-        # The statements' shape follows the engine (docs/scaling.md), read at most once per TTL.
+        # The acknowledgement's shape follows the engine (docs/scaling.md).
         self._engine = EngineRepository(db)
 
     @asynccontextmanager
@@ -60,68 +70,12 @@ class EscalationRepository:
         """Acknowledge (once) and cancel every step still PENDING; False: no such escalation.
         A second acknowledgement keeps the first's time and author, and cancels what is pending
         (nothing, unless a step came back from a failed attempt: the claim would cancel it)."""
-        if (await self._engine.engine_get()).engine is Engine.CITUS:
-            return await self._acknowledge_citus(id=id, by=by)
-        async with self._db.transaction() as conn:
-            locked = await conn.fetch_one("escalation_acknowledge_lock", {"id": id})
-            if locked is None:
-                return False
-            if locked["acknowledged_at"] is None:
-                await conn.execute(
-                    "escalation_acknowledge_mark",
-                    {"bucket": locked["bucket"], "id": id, "by": by},
-                )
-            await self._stop_steps(conn, locked, routed=False)
-        return True
-
-    async def _acknowledge_citus(self, *, id: uuid.UUID, by: str | None) -> bool:
-        """The acknowledgement on Citus (citus/statements.sql): the bucket first (lock-free), so
-        every lock names one shard, the escalation's and its steps'; the mark commits in a
-        transaction of its own, then the steps are stopped in a second one (docs/scaling.md: one
-        transaction for both crashed a worker node in COMMIT PREPARED under Citus 14.0.1). The mark
-        alone is the acknowledgement: from its commit on the claim cancels any step it would hand
-        out (the ESCALATION GUARD), so a second transaction that fails loses nothing but the early
-        CANCELLED, which a repeated acknowledgement or the step's claim writes."""
-        async with self._db.transaction() as conn:
-            found = await conn.fetch_one("escalation_buckets", {"id": id})
-            if found is None:
-                return False
-            bucket = {"id": id, "bucket": found["bucket"]}
-            locked = await conn.fetch_one("escalation_acknowledge_lock_bucket", bucket)
-            if locked is None:
-                return False
-            if locked["acknowledged_at"] is None:
-                await conn.execute("escalation_acknowledge_mark", {**bucket, "by": by})
-        async with self._db.transaction() as conn:
-            locked = await conn.fetch_one("escalation_acknowledge_lock_bucket", bucket)
-            if locked is not None:
-                await self._stop_steps(conn, locked, routed=True)
-        return True
-
-    async def _stop_steps(self, conn: Connection, locked: dict[str, Any], *, routed: bool) -> None:
-        """Steps 3 and 4 in the caller's transaction, the escalation row locked; `routed`: the
-        Citus form, which names the bucket. Each statement named at its call (the security
-        test reads the names from the code)."""
-        await conn.fetch_one("notification_log_ready")
-        params = {
-            "ids": locked["step_ids"],
-            "bucket": locked["bucket"],
+        params: EscalationAcknowledge = {
+            "id": id,
+            "by": by,
             "default_webhook_url": self._default_webhook_url,
         }
-        if routed:
-            pending = await conn.fetch_all("escalation_steps_stop_bucket", params)
-            if pending:
-                await citus_finish(
-                    conn,
-                    bucket=locked["bucket"],
-                    ids=[r["id"] for r in pending],
-                    status=Status.CANCELLED,
-                    last_errors=["acknowledged"] * len(pending),
-                    default_webhook_url=self._default_webhook_url,
-                )
-        else:
-            await conn.fetch_all("escalation_steps_stop", params)
-        await conn.fetch_one("escalation_note_objects", {"ids": locked["step_ids"]})
+        return await (await self._engine.driver()).escalation_acknowledge(self._db, params)
 
 
 class EscalationTransaction:
@@ -154,19 +108,17 @@ class EscalationTransaction:
             }
             for position, (n, after) in enumerate(steps)
         ]
-        rows = await self._conn.fetch_all(
-            "escalation_insert",
-            {
-                "items": jsontext.dumps_text(items),
-                "id": id,
-                "recipient_id": recipient_id,
-                "idempotency_key": idempotency_key,
-                "steps": jsontext.dumps_text(
-                    [{"channel": n.channel.value, "afterSeconds": a} for n, a in steps]
-                ),
-                "default_max_attempts": default_max_attempts,
-            },
-        )
+        params: EscalationInsert = {
+            "items": jsontext.dumps_text(items),
+            "id": id,
+            "recipient_id": recipient_id,
+            "idempotency_key": idempotency_key,
+            "steps": jsontext.dumps_text(
+                [{"channel": n.channel.value, "afterSeconds": a} for n, a in steps]
+            ),
+            "default_max_attempts": default_max_attempts,
+        }
+        rows = await self._conn.fetch_all("escalation_insert", params)
         return [notification_from_row(r) for r in rows]
 
 

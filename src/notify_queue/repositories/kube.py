@@ -5,10 +5,10 @@ that belong to Notification objects, and drained here by one writer at a time, i
 a transaction that holds an advisory lock (see `status_outbox_batch`).
 
 On Citus the links and the outbox are plain tables on the coordinator (citus/layout.sql), and the
-statements that also read the distributed notifications take another shape (citus/statements.sql,
+statements that also read the distributed notifications take another shape (engine_citus.py,
 docs/scaling.md "Citus: the operator"): the link is saved before its row is locked by bucket, the
 outbox's batch reads its rows by id in a second statement, the TTL sweep marks without SKIP
-LOCKED. The engine chooses; plain PostgreSQL runs the statements of operator.sql unchanged.
+LOCKED. The engine's driver chooses; plain PostgreSQL runs the statements of operator.sql.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from typing import Any
 
 from notify_queue.models import (
     Channel,
-    Engine,
     EscalationState,
     Notification,
     Priority,
     Status,
 )
-from notify_queue.repositories.db import Connection, Database, Row
+from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.driver import KubeLinkSave
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import notification_from_row
 from notify_queue.repositories.workers import Lanes, lane_keys
@@ -164,58 +164,11 @@ async def _with_escalations(conn: Connection, changes: list[StatusChange]) -> li
     return out
 
 
-async def _changes_citus(conn: Connection, *, namespace: str | None, limit: int) -> list[Row]:
-    """status_outbox_take's rows on Citus: the objects from the outbox and links (coordinator
-    tables), then their notifications by id, then the related rows of recipientId requests;
-    merged into the plain statement's row shape."""
-    objects = await conn.fetch_all(
-        "status_outbox_take_citus", {"namespace": namespace, "limit": limit}
-    )
-    if not objects:
-        return []
-    found = await conn.fetch_all(
-        "status_outbox_notifications_citus",
-        {"ids": list({o["object_notification_id"] for o in objects})},
-    )
-    by_id = {n["id"]: n for n in found}
-    targeted = [n for n in found if n["recipient_id"] is not None]
-    related: dict[uuid.UUID, list[uuid.UUID]] = {}
-    if targeted:
-        rows = await conn.fetch_all(
-            "status_outbox_related_citus",
-            {
-                "ids": [n["id"] for n in targeted],
-                "idempotency_keys": [n["idempotency_key"] for n in targeted],
-            },
-        )
-        related = {r["id"]: r["related_ids"] for r in rows}
-    missing = dict.fromkeys(found[0] if found else ("id", "finished_at", "recipient_id"))
-    out: list[Row] = []
-    for o in objects:
-        n = by_id.get(o["object_notification_id"])
-        row: Row = {
-            **missing,
-            "object_policy_ready": True,
-            "object_policy_exists": True,
-            **(n or {}),
-            **o,
-        }
-        # As the plain statement: the list for recipientId rows (empty when no key matched).
-        row["related_ids"] = (
-            related.get(n["id"], []) if n is not None and n["recipient_id"] is not None else None
-        )
-        out.append(row)
-    return out
-
-
 class KubeRepository:
     def __init__(self, db: Database) -> None:
         self._db = db
         # The statements' shape follows the engine (docs/scaling.md), read at most once per TTL.
         self._engine = EngineRepository(db)
-
-    async def _citus(self, conn: Connection | None = None) -> bool:
-        return (await self._engine.engine_get(conn=conn)).engine is Engine.CITUS
 
     # --- links ----------------------------------------------------------------------------
 
@@ -227,41 +180,14 @@ class KubeRepository:
         self, *, uid: str, namespace: str, name: str, notification_id: uuid.UUID, generation: int
     ) -> None:
         """Link the object to its row and queue its first status write (idempotent)."""
-        params = {
+        params: KubeLinkSave = {
             "uid": uid,
             "namespace": namespace,
             "name": name,
             "notification_id": notification_id,
             "generation": generation,
         }
-        if await self._citus():
-            await self._kube_link_save_citus(params)
-            return
-        # Twice at most: a row moved to the log while the first run waited for its lock is found
-        # by the second (see kube_link_save).
-        for _ in range(2):
-            row = await self._db.fetch_one("kube_link_save", params)
-            if row is not None and row["queued"]:
-                return
-
-    async def _kube_link_save_citus(self, params: dict[str, Any]) -> None:
-        """kube_link_save on Citus: the link in a transaction of its own, then the row locked by
-        bucket and its status queued (citus/statements.sql, kube_link_save_citus, says why no change
-        slips between the two). A failure between them leaves a link without its first status
-        write; kopf runs the create handler again, which saves both again."""
-        found = await self._db.fetch_one("kube_link_bucket_citus", params)
-        if found is None:
-            return  # no such row (as plain PostgreSQL: nothing linked)
-        await self._db.execute("kube_link_save_citus", params)
-        locked = {**params, "bucket": found["bucket"]}
-        async with self._db.transaction() as conn:
-            row = await conn.fetch_one("kube_link_lock_queued_bucket", locked)
-            if row is None:
-                row = await conn.fetch_one("kube_link_lock_logged_bucket", locked)
-            if row is not None:
-                await conn.fetch_one(
-                    "kube_link_status_queue_citus", {**params, "status": row["status"]}
-                )
+        await (await self._engine.driver()).kube_link_save(self._db, params)
 
     async def kube_link_delete(self, *, uid: str) -> None:
         await self._db.execute("kube_link_delete", {"uid": uid})
@@ -282,12 +208,8 @@ class KubeRepository:
             if not locked or not locked["locked"]:
                 yield None
                 return
-            if await self._citus(conn):
-                rows = await _changes_citus(conn, namespace=namespace, limit=limit)
-            else:
-                rows = await conn.fetch_all(
-                    "status_outbox_take", {"namespace": namespace, "limit": limit}
-                )
+            driver = await self._engine.driver(conn=conn)
+            rows = await driver.status_outbox_take(conn, {"namespace": namespace, "limit": limit})
             changes = await _with_escalations(conn, [_change_from_row(r) for r in rows])
             yield StatusOutboxBatch(conn, changes)
 
@@ -329,11 +251,10 @@ class KubeRepository:
     # --- TTL sweep ---------------------------------------------------------------------------
 
     async def kube_finished_take_due(self, *, namespace: str | None, limit: int) -> list[KubeLink]:
-        params = {"namespace": namespace, "limit": limit}
-        if await self._citus():
-            rows = await self._db.fetch_all("kube_finished_take_due_citus", params)
-        else:
-            rows = await self._db.fetch_all("kube_finished_take_due", params)
+        driver = await self._engine.driver()
+        rows = await driver.kube_finished_take_due(
+            self._db, {"namespace": namespace, "limit": limit}
+        )
         return [_link_from_row(r) for r in rows]
 
     async def kube_finished_next_due(self, *, namespace: str | None) -> float | None:

@@ -7,12 +7,11 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from notify_queue import jsontext
 from notify_queue.models import (
     DigestRef,
-    Engine,
     NewNotification,
     Notification,
     Priority,
@@ -23,7 +22,8 @@ from notify_queue.models import (
     Template,
     WaitingReason,
 )
-from notify_queue.repositories.db import Connection, Database, Row
+from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories.driver import NotificationCancel
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import (
     enqueued_notifications,
@@ -32,6 +32,19 @@ from notify_queue.repositories.rows import (
     template_from_row,
 )
 from notify_queue.repositories.workers import Lanes, WorkerRepository, lane_keys
+
+
+class NotificationPage(TypedDict):
+    """`notification_list` (and its `_waiting`, `_unserved` forms): the filters (None: any) and
+    the page after the keyset (`after_created_at`, `after_id`)."""
+
+    status: str | None
+    channel: str | None
+    recipient: str | None
+    recipient_id: str | None
+    after_created_at: datetime | None
+    after_id: uuid.UUID | None
+    limit: int
 
 
 class NotificationRepository:
@@ -116,11 +129,9 @@ class NotificationRepository:
         self, *, idempotency_keys: Sequence[str], conn: Connection | None = None
     ) -> dict[str, tuple[Notification, str]]:
         """Existing rows by idempotency key, each with the hash of the request that created it."""
-        params = {"idempotency_keys": list(idempotency_keys)}
-        if (await self._engine.engine_get(conn=conn)).engine is Engine.CITUS:
-            rows = await (conn or self._db).fetch_all("notification_get_by_keys_citus", params)
-        else:
-            rows = await (conn or self._db).fetch_all("notification_get_by_keys", params)
+        rows = await (conn or self._db).fetch_all(
+            "notification_get_by_keys", {"idempotency_keys": list(idempotency_keys)}
+        )
         found = await _notifications(conn or self._db, rows)
         return {
             r["idempotency_key"]: (n, r["request_hash"]) for r, n in zip(rows, found, strict=True)
@@ -149,7 +160,7 @@ class NotificationRepository:
         """A page in (created_at, id) order; with `waiting`, only rows waiting for that reason
         now (a query of its own over the queue: only PENDING rows wait). `NoWorker` rows are
         the due ones in the `unserved` lanes."""
-        params: dict[str, Any] = {
+        params: NotificationPage = {
             "status": status.value if status else None,
             "channel": channel,
             "recipient": recipient,
@@ -175,97 +186,21 @@ class NotificationRepository:
 
     async def notification_cancel(self, *, id: uuid.UUID) -> Notification | None:
         """CANCELLED if it was PENDING; None when it was not (or does not exist)."""
-        params: dict[str, Any] = {"id": id, "default_webhook_url": self._default_webhook_url}
-        citus = (await self._engine.engine_get()).engine is Engine.CITUS
+        params: NotificationCancel = {"id": id, "default_webhook_url": self._default_webhook_url}
+        driver = await self._engine.driver()
         async with self._db.transaction() as conn:
             await conn.fetch_one("notification_log_ready")
-            bucket: int | None = None
-            if not citus:
-                cancelled = await conn.fetch_one("notification_cancel", params)
-            else:
-                # The row's bucket first (lock-free), so the cancel's lock routes; none: it is
-                # not in the queue (finished, or no such id).
-                found = await conn.fetch_all("citus_job_buckets", {"ids": [id]})
-                if not found:
-                    return None
-                bucket = found[0]["bucket"]
-                locked = await conn.fetch_one(
-                    "notification_cancel_bucket", {**params, "bucket": bucket}
-                )
-                cancelled = None
-                if locked is not None:
-                    cancelled = await citus_finish(
-                        conn,
-                        bucket=bucket,
-                        ids=[id],
-                        status=Status.CANCELLED,
-                        default_webhook_url=self._default_webhook_url,
-                    )
-            if cancelled is None:
-                # A digest's item (docs/digests.md): its digest locked first, then, only while
-                # it is open, the item leaves it in a statement of its own.
-                if bucket is None:
-                    digest = await conn.fetch_one("digest_cancel_lock", {"id": id})
-                else:
-                    digest = await conn.fetch_one(
-                        "digest_cancel_lock_bucket", {"id": id, "bucket": bucket}
-                    )
-                if digest is None or digest["state"] != "open":
-                    return None
-                leave = {
-                    "id": id,
-                    "bucket": digest["bucket"],
-                    "digest_id": digest["id"],
-                    "default_webhook_url": self._default_webhook_url,
-                }
-                if bucket is None:
-                    left = await conn.fetch_one("digest_item_cancel", leave)
-                else:
-                    # Citus: the item's move and the digest's update in two statements, so
-                    # nq_finish_held stays on the coordinator (citus/statements.sql).
-                    left = await conn.fetch_one("digest_item_cancel_bucket", leave)
-                    if left is not None:
-                        left = await citus_finish(
-                            conn,
-                            bucket=digest["bucket"],
-                            ids=[id],
-                            status=Status.CANCELLED,
-                            default_webhook_url=self._default_webhook_url,
-                        )
-                    if left is not None and left["id"] is not None:
-                        await conn.fetch_one("digest_item_leave_bucket", leave)
-                if left is None or left["id"] is None:
-                    return None
-            return await _get(conn, id)
+            return await _get(conn, id) if await driver.notification_cancel(conn, params) else None
 
     async def notification_retry(self, *, id: uuid.UUID) -> Notification | None:
-        if (await self._engine.engine_get()).engine is Engine.CITUS:
-            async with self._db.transaction() as conn:
-                done = await _retry_citus(conn, id)
-                return await _get(conn, id) if done else None
+        driver = await self._engine.driver()
         async with self._db.transaction() as conn:
-            retried = await conn.fetch_one("notification_retry", {"id": id})
-            return None if retried is None or retried["id"] is None else await _get(conn, id)
+            return await _get(conn, id) if await driver.notification_retry(conn, id) else None
 
     async def notifications_retry_batch(self, *, status: Status, limit: int) -> tuple[int, int]:
         """Retry up to `limit` in `status`, oldest first; return (retried, remaining)."""
-        if (await self._engine.engine_get()).engine is Engine.CITUS:
-            # Citus: the oldest rows picked without locks, then each retried in its own
-            # transaction by the routed steps (a row another retry took first is skipped).
-            picked = await self._db.fetch_all(
-                "notification_retry_pick", {"status": status.value, "limit": limit}
-            )
-            retried = 0
-            for p in picked:
-                async with self._db.transaction() as conn:
-                    retried += await _retry_citus(conn, p["id"])
-            left = await self._db.fetch_one("notification_status_count", {"status": status.value})
-            return retried, max(int(left["n"]) if left else 0, 0)
-        row = await self._db.fetch_one(
-            "notification_retry_batch", {"status": status.value, "limit": limit}
-        )
-        assert row is not None
-        return int(row["retried"]), max(int(row["remaining"]), 0)
+        driver = await self._engine.driver()
+        return await driver.notifications_retry_batch(self._db, status=status.value, limit=limit)
 
     async def workers_wake(self) -> None:
         await self._db.execute("notification_wake_workers")
@@ -310,61 +245,6 @@ class NotificationRepository:
         )
 
 
-async def citus_finish(
-    conn: Connection,
-    *,
-    bucket: int,
-    ids: Sequence[uuid.UUID],
-    status: Status,
-    last_errors: Sequence[str] | None = None,
-    default_webhook_url: str | None,
-) -> Row | None:
-    """Citus: move rows of `bucket` that a router statement of `conn`'s transaction locked into
-    the log with `status` (nq_finish_bucket, delegated to the bucket's node), and queue the
-    Kubernetes objects' status writes on the coordinator in the same transaction; the first
-    moved row, or None."""
-    rows = await conn.fetch_all(
-        "citus_finish",
-        {
-            "bucket": bucket,
-            "ids": list(ids),
-            "statuses": [status.value] * len(ids),
-            "last_errors": None if last_errors is None else list(last_errors),
-            "default_webhook_url": default_webhook_url,
-        },
-    )
-    kube = [r for r in rows if r["source"] == "kubernetes"]
-    if kube:
-        await citus_status_outbox_queue(
-            conn,
-            [r["id"] for r in kube],
-            [r["old_status"] for r in kube],
-            [r["status"] for r in kube],
-        )
-    return rows[0] if rows else None
-
-
-async def citus_status_outbox_queue(
-    conn: Connection, ids: Sequence[uuid.UUID], old: Sequence[str], new: Sequence[str]
-) -> None:
-    """Citus: the status writes of Kubernetes objects' rows that a delegated function changed,
-    on the coordinator (where the outbox and the operator's LISTEN are), in `conn`'s
-    transaction."""
-    await conn.fetch_one(
-        "citus_status_outbox_queue",
-        {"ids": list(ids), "old_statuses": list(old), "new_statuses": list(new)},
-    )
-
-
-async def citus_queue_returned_changes(conn: Connection, row: Row | None) -> None:
-    """The Kubernetes rows' changes a delegated function returned (`kube_ids`,
-    `kube_old_statuses`, `kube_new_statuses`), queued by citus_status_outbox_queue."""
-    if row is not None and row["kube_ids"]:
-        await citus_status_outbox_queue(
-            conn, row["kube_ids"], row["kube_old_statuses"], row["kube_new_statuses"]
-        )
-
-
 async def _insert(
     conn: Connection,
     params: dict[str, object],
@@ -387,8 +267,8 @@ async def _insert(
 def enqueue_item(position: int, n: NewNotification) -> dict[str, Any]:
     """One notification of an enqueue batch as its JSON object (the statements' json_to_recordset
     names these fields). A field that is NULL is left out rather than written as `null`: the
-    server reads a missing field as NULL, and each field it parses costs it (`benchmarks.itemshapes`
-    measures it)."""
+    server reads a missing field as NULL, and each field it parses costs it
+    (`benchmarks.probes.itemshapes` measures it)."""
     item = {
         "position": position,
         "id": n.id,  # written by the JSON encoder (orjson, in C)
@@ -420,25 +300,6 @@ def enqueue_item(position: int, n: NewNotification) -> dict[str, Any]:
     if n.traceparent is not None:
         item["traceparent"] = n.traceparent
     return item
-
-
-async def _retry_citus(conn: Connection, id: uuid.UUID) -> int:
-    """Retry one notification on Citus in `conn`'s transaction (nq_retry in routed steps:
-    citus/statements.sql); 1 when it moved back to the queue, else 0."""
-    found = await conn.fetch_all("citus_log_buckets", {"ids": [id]})
-    if not found:
-        return 0
-    bucket = found[0]["bucket"]
-    locked = await conn.fetch_all("notification_retry_lock_bucket", {"bucket": bucket, "ids": [id]})
-    if not locked:
-        return 0
-    key = await conn.fetch_one(
-        "notification_retry_lock_key", {"key": locked[0]["idempotency_key"], "id": id}
-    )
-    if key is None:
-        return 0
-    moved = await conn.fetch_all("notification_retry_move_bucket", {"bucket": bucket, "ids": [id]})
-    return len(moved)
 
 
 async def _get(conn: Connection, id: uuid.UUID) -> Notification | None:

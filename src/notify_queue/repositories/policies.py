@@ -2,8 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from notify_queue.models import Failover, Policy
 from notify_queue.repositories.db import Database
+
+
+class PolicyUpsert(TypedDict):
+    """`policy_upsert`: a policy's fields (None: the worker's default), and its readiness."""
+
+    name: str
+    rate_limit: int | None
+    rate_window_seconds: float | None
+    max_attempts: int | None
+    backoff_base_seconds: float | None
+    backoff_max_seconds: float | None
+    webhook_url: str | None
+    webhook_secrets: list[str]
+    ttl_seconds_after_finished: int | None
+    ready: bool
+    failover: str | None
+    providers: list[str] | None
 
 
 class PolicyRepository:
@@ -12,23 +31,21 @@ class PolicyRepository:
 
     async def policy_upsert(self, *, policy: Policy, ready: bool = True) -> bool:
         """Store the policy; `ready` False holds its notifications. True if readiness changed."""
-        row = await self._db.fetch_one(
-            "policy_upsert",
-            {
-                "name": policy.name,
-                "rate_limit": policy.rate_limit,
-                "rate_window_seconds": policy.rate_window_seconds,
-                "max_attempts": policy.max_attempts,
-                "backoff_base_seconds": policy.backoff_base_seconds,
-                "backoff_max_seconds": policy.backoff_max_seconds,
-                "webhook_url": policy.webhook_url,
-                "webhook_secrets": list(policy.webhook_secrets),
-                "ttl_seconds_after_finished": policy.ttl_seconds_after_finished,
-                "ready": ready,
-                "failover": policy.failover.value if policy.failover else None,
-                "providers": list(policy.providers) if policy.providers is not None else None,
-            },
-        )
+        params: PolicyUpsert = {
+            "name": policy.name,
+            "rate_limit": policy.rate_limit,
+            "rate_window_seconds": policy.rate_window_seconds,
+            "max_attempts": policy.max_attempts,
+            "backoff_base_seconds": policy.backoff_base_seconds,
+            "backoff_max_seconds": policy.backoff_max_seconds,
+            "webhook_url": policy.webhook_url,
+            "webhook_secrets": list(policy.webhook_secrets),
+            "ttl_seconds_after_finished": policy.ttl_seconds_after_finished,
+            "ready": ready,
+            "failover": policy.failover.value if policy.failover else None,
+            "providers": list(policy.providers) if policy.providers is not None else None,
+        }
+        row = await self._db.fetch_one("policy_upsert", params)
         return bool(row and row["ready_changed"])
 
     async def policy_release_held(self, *, name: str) -> int:

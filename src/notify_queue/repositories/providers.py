@@ -7,8 +7,21 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypedDict
 
 from notify_queue.repositories.db import Database
+
+
+class CircuitsRecord(TypedDict):
+    """`provider_circuits_record`: one element per provider's report, in each array."""
+
+    providers: list[str]
+    had_success: list[bool]
+    trailing_failures: list[int]
+    thresholds: list[int]
+    open_for_seconds: list[float]
+    probe_tokens: list[uuid.UUID | None]
+    probe_ok: list[bool | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,18 +134,16 @@ class ProviderRepository:
     ) -> list[CircuitChange]:
         if not reports:
             return []
-        rows = await self._db.fetch_all(
-            "provider_circuits_record",
-            {
-                "providers": [r.provider for r in reports],
-                "had_success": [r.had_success for r in reports],
-                "trailing_failures": [r.trailing_failures for r in reports],
-                "thresholds": [r.threshold for r in reports],
-                "open_for_seconds": [r.open_for_seconds for r in reports],
-                "probe_tokens": [r.probe_token for r in reports],
-                "probe_ok": [r.probe_ok for r in reports],
-            },
-        )
+        params: CircuitsRecord = {
+            "providers": [r.provider for r in reports],
+            "had_success": [r.had_success for r in reports],
+            "trailing_failures": [r.trailing_failures for r in reports],
+            "thresholds": [r.threshold for r in reports],
+            "open_for_seconds": [r.open_for_seconds for r in reports],
+            "probe_tokens": [r.probe_token for r in reports],
+            "probe_ok": [r.probe_ok for r in reports],
+        }
+        rows = await self._db.fetch_all("provider_circuits_record", params)
         return [
             CircuitChange(r["provider"], r["old_state"], r["state"], r["open_until"], r["clock"])
             for r in rows

@@ -3,7 +3,8 @@ NotificationTemplate resources). One statement per call, each through a primary 
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import time
+from typing import Any, TypedDict
 
 from psycopg.types.json import Jsonb
 
@@ -71,7 +72,23 @@ class RecipientRepository:
         return await self._db.fetch_one("template_delete", {"name": name}) is not None
 
 
-def _put_params(recipient: Recipient) -> dict[str, Any]:
+class RecipientPut(TypedDict):
+    """`recipient_put`: the recipient's contacts and preferences, replacing the stored ones."""
+
+    id: str
+    email: str | None
+    phone: str | None
+    voice: str | None
+    push_tokens: list[str]
+    timezone: str
+    opt_out_all: bool
+    opt_out_channels: list[str]
+    opt_out_categories: list[str]
+    quiet_start: time | None
+    quiet_end: time | None
+
+
+def _put_params(recipient: Recipient) -> RecipientPut:
     p = recipient.preferences
     return {
         "id": recipient.id,

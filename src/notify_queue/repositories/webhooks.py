@@ -6,9 +6,11 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
+from typing import TypedDict
 
-from notify_queue.models import Engine, WebhookEvent, WebhookResult
+from notify_queue.models import WebhookEvent, WebhookResult
 from notify_queue.repositories.db import Database
+from notify_queue.repositories.driver import WebhookClaim
 from notify_queue.repositories.engine import EngineRepository
 
 # A statement that writes webhook events NOTIFYs this channel at its commit, whoever runs it
@@ -16,14 +18,21 @@ from notify_queue.repositories.engine import EngineRepository
 WEBHOOK_EVENTS_CHANNEL = "nq_webhook_events"
 
 
+class WebhookResults(TypedDict):
+    """`webhook_record_results`: one element per result, in each array."""
+
+    ids: list[uuid.UUID]
+    claim_tokens: list[uuid.UUID]
+    states: list[str]
+    retry_in_seconds: list[float | None]
+    last_errors: list[str | None]
+
+
 class WebhookRepository:
     def __init__(self, db: Database, engine: EngineRepository | None = None) -> None:
         self._db = db
-        # The claim and the record take their Citus shape there (docs/scaling.md).
+        # The claim's shape follows the engine (docs/scaling.md).
         self._engine = engine or EngineRepository(db)
-
-    async def _citus(self) -> bool:
-        return (await self._engine.engine_get()).engine is Engine.CITUS
 
     async def webhook_events_wakeups(self, stop: asyncio.Event) -> AsyncIterator[None]:
         """One item per NOTIFY of new webhook events, and one after each (re)connect."""
@@ -43,31 +52,13 @@ class WebhookRepository:
         came end failed instead (see the statement). Each is signed with the secrets configured
         for its URL (docs/security.md): its policy's for the policy's own URL, `default_secrets`
         (--webhook-secret) for `default_url` (--webhook-url), none for any other URL."""
-        params = {
+        params: WebhookClaim = {
             "limit": limit,
             "lease_seconds": lease_seconds,
             "max_attempts": max_attempts,
             "claim_token": uuid.uuid4(),
         }
-        if not await self._citus():
-            rows = await self._db.fetch_all("webhook_claim_due", params)
-        else:
-            # Citus: the buckets of the most urgent due events (lock-free), then one routed claim
-            # per bucket of as many events as it holds among them, until the limit.
-            rows = []
-            async with self._db.connection() as conn:
-                for part in await conn.fetch_all("webhook_due_buckets", {"limit": limit}):
-                    take = min(int(part["n"]), limit - len(rows))
-                    if take <= 0:
-                        break
-                    rows += [
-                        r
-                        for r in await conn.fetch_all(
-                            "webhook_claim_due_bucket",
-                            {**params, "limit": take, "bucket": part["bucket"]},
-                        )
-                        if r["id"] is not None
-                    ]
+        rows = await (await self._engine.driver()).webhook_events_claim(self._db, params)
         return [
             WebhookEvent(
                 id=r["id"],
@@ -80,7 +71,6 @@ class WebhookRepository:
                 claim_token=r["claim_token"],
             )
             for r in rows
-            if r["id"] is not None
         ]
 
     async def webhook_results_record(self, *, results: Sequence[WebhookResult]) -> int:
@@ -93,18 +83,14 @@ class WebhookRepository:
             else ("pending" if r.retry_in_seconds is not None else "failed")
             for r in results
         ]
-        params = {
+        params: WebhookResults = {
             "ids": [r.id for r in results],
             "claim_tokens": [r.claim_token for r in results],
             "states": states,
             "retry_in_seconds": [r.retry_in_seconds for r in results],
             "last_errors": [r.error for r in results],
         }
-        if await self._citus():
-            rows = await self._db.fetch_all("webhook_record_results_citus", params)
-        else:
-            rows = await self._db.fetch_all("webhook_record_results", params)
-        return len(rows)
+        return len(await self._db.fetch_all("webhook_record_results", params))
 
     async def webhook_traceparents(
         self, *, notification_ids: Sequence[uuid.UUID]

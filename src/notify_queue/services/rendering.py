@@ -41,8 +41,8 @@ RENDER_TIMEOUT_SECONDS = 1.0
 # so that two workers stay inside the chart's 256 MiB limit beside the API process itself.
 RENDER_MEMORY_BYTES = 64 * 1024 * 1024
 # Worker processes per pool (one pool per API process and per operator). Two render 1,500 to
-# 4,000 receipts a second on a loaded 2-core machine (benchmarks/template_render.py), more than
-# an API process creates; two also mean one bomb at a time cannot stall every templated create
+# 4,000 receipts a second on a loaded 2-core machine (benchmarks/probes/template_render.py), more
+# than an API process creates; two also mean one bomb at a time cannot stall every templated create
 # while its worker waits for the time limit.
 RENDER_PROCESSES = 2
 # The workers' scheduling priority below their parent's: a render that spins until its time

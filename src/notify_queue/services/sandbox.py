@@ -325,7 +325,7 @@ ENVIRONMENT = BoundedEnvironment()
 @functools.lru_cache(maxsize=256)
 def _compiled(source: str) -> Template:
     """A template compiled once per process: compiling costs tens of times more than rendering
-    (benchmarks/template_render.py); the templates in use at once are far fewer than 256."""
+    (benchmarks/probes/template_render.py); the templates in use at once are far fewer than 256."""
     return ENVIRONMENT.from_string(source)
 
 

@@ -1,7 +1,8 @@
 -- Statements for a Citus coordinator only (docs/scaling.md "Citus: every role"). Each
 -- is the plain-PostgreSQL statement of the same name without `_bucket`/`_citus` (delivery.sql,
--- webhooks.sql, notifications.sql), reshaped for what Citus 14 runs; the repositories choose by
--- the engine (EngineRepository), one path per shape, and plain PostgreSQL never runs these.
+-- webhooks.sql, notifications.sql), reshaped for what Citus 14 runs; a rule both shapes share is a
+-- fragment of the plain file (`{{_name}}`). The Citus driver (engine_citus.py) runs these, the
+-- plain one (engine_postgresql.py) never does; a statement Citus accepts unchanged is not here.
 -- The rules that shape them:
 -- - FOR UPDATE [SKIP LOCKED] runs only in a router query: every distributed table the statement
 --   locks or writes is named with `bucket = %(bucket)s`, and the caller runs it once per bucket,
@@ -122,14 +123,8 @@ WHERE rc.id = g.recipient_id
 -- release_claims within one bucket (see complete_deliveries_bucket for the window's lock).
 WITH released AS (
     UPDATE nq_jobs n
-    SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
-        claim_token = NULL, lease_expires_at = NULL, updated_at = now(),
-        -- Due now: it waits for nothing but a worker. The claim cleared the reason already;
-        -- said again in this write so no path back to PENDING can carry a stale one.
-        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL
-    FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[]) AS r(id, claim_token)
-    WHERE n.bucket = %(bucket)s AND n.id = ANY(%(ids)b::uuid[]) AND n.id = r.id AND n.claim_token = r.claim_token
-      AND n.status = 'PROCESSING'
+    {{_released}}
+    WHERE n.bucket = %(bucket)s AND {{_released_match}}
     RETURNING n.id, n.source, n.bucket, n.recipient
 ), given_back AS (
     SELECT bucket, recipient, array_agg(id) AS ids FROM released GROUP BY bucket, recipient
@@ -179,26 +174,6 @@ ORDER BY expires_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED
 
--- name: next_due_at_citus
--- next_due_at without the lanes' LATERAL over unnest(priorities) (Citus cannot push it down): one
--- subquery per priority (HIGH 0, NORMAL 1, LOW 2; one not served reads nothing), each the first
--- claim-index entry of that priority on every shard (ORDER BY ... LIMIT 1 pushed down), then the
--- least. The filters are the claim's.
-SELECT LEAST(
-       (SELECT next_attempt_at FROM nq_jobs
-        WHERE status = 'PENDING' AND priority = 0 AND 0 = ANY(%(priorities)b::smallint[])
-          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
-        ORDER BY next_attempt_at LIMIT 1),
-       (SELECT next_attempt_at FROM nq_jobs
-        WHERE status = 'PENDING' AND priority = 1 AND 1 = ANY(%(priorities)b::smallint[])
-          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
-        ORDER BY next_attempt_at LIMIT 1),
-       (SELECT next_attempt_at FROM nq_jobs
-        WHERE status = 'PENDING' AND priority = 2 AND 2 = ANY(%(priorities)b::smallint[])
-          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
-        ORDER BY next_attempt_at LIMIT 1)) AS next_due_at,
-       now() AS now
-
 -- name: prune_rate_windows_citus
 -- prune_rate_windows without the locking subquery (FOR UPDATE SKIP LOCKED needs one shard, and a
 -- multi-shard DELETE takes no LIMIT): a multi-shard DELETE of the windows nothing counts any more.
@@ -223,7 +198,7 @@ FROM (SELECT bucket, next_attempt_at FROM nq_webhook_events
 GROUP BY bucket ORDER BY min(next_attempt_at)
 
 -- name: webhook_claim_due_bucket
--- webhook_claim_due within one bucket.
+-- webhook_claim_due within one bucket (its rules are the fragments of webhooks.sql).
 WITH due AS (
     SELECT id, attempts FROM nq_webhook_events
     WHERE bucket = %(bucket)s AND state = 'pending' AND next_attempt_at <= now()
@@ -233,74 +208,17 @@ WITH due AS (
 ),
 spent AS (
     UPDATE nq_webhook_events e
-    SET state = 'failed',
-        claim_token = NULL,
-        last_error = 'attempt ' || e.attempts || ': no result recorded before its lease expired'
-                     || COALESCE(' (before: ' || left(e.last_error, 200) || ')', '')
+    {{_webhook_spent_set}}
     WHERE e.bucket = %(bucket)s
       AND e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts >= %(max_attempts)s))
     RETURNING e.state
 ), claimed AS (
-    -- The claim token comes from the dispatcher, one per batch: Citus refuses volatile functions
-    -- in a distributed UPDATE, and the token is matched with the event's id.
     UPDATE nq_webhook_events e
-    SET attempts = e.attempts + 1,
-        claim_token = %(claim_token)s,
-        next_attempt_at = now() + make_interval(secs => %(lease_seconds)s)
+    {{_webhook_claim_set}}
     WHERE e.bucket = %(bucket)s
       AND e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts < %(max_attempts)s))
-    RETURNING e.id, e.notification_id, e.url, e.payload, e.attempts, e.claim_token, e.policy,
-              -- A policy's secrets sign only for its own URL: not for a client's webhookUrl.
-              (SELECT p.webhook_secrets FROM nq_policies p
-               WHERE p.name = e.policy AND p.webhook_url = e.url) AS policy_secrets
-), counted AS (
-    -- IS NULL: Citus keeps a CTE's result for the next step, and cannot keep a void column.
-    SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') IS NULL AS done FROM spent
-)
--- One row of NULLs when nothing was claimed. `counted` is read in the select list (an init plan)
--- so that it runs: a column of a subquery that the outer query does not select is dropped by the
--- planner, and a CTE read only there would never run.
-SELECT c.*, (SELECT done FROM counted) IS NULL AS counted
-FROM (SELECT 1) f LEFT JOIN claimed c ON true
-
--- name: webhook_record_results_citus
--- webhook_record_results as a multi-shard UPDATE (each event by id: one probe per shard): the
--- times are computed first in `r` (Citus refuses now() inside COALESCE or CASE in the SET).
-WITH r AS (
-    SELECT r.id, r.claim_token, r.state, r.last_error,
-           now() + make_interval(secs => r.retry_in_seconds) AS next_attempt_at,
-           CASE WHEN r.state = 'delivered' THEN now() END AS delivered_at
-    FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[], %(states)b::text[],
-                %(retry_in_seconds)b::float8[], %(last_errors)b::text[])
-         AS r(id, claim_token, state, retry_in_seconds, last_error)
-), recorded AS (
-    UPDATE nq_webhook_events e
-    SET state = r.state,
-        next_attempt_at = COALESCE(r.next_attempt_at, e.next_attempt_at),
-        last_error = r.last_error,
-        delivered_at = r.delivered_at,
-        claim_token = NULL
-    FROM r
-    WHERE e.id = ANY(%(ids)b::uuid[]) AND e.id = r.id AND e.claim_token = r.claim_token
-    RETURNING e.id, e.state
-), counted AS (
-    -- IS NULL: Citus keeps a CTE's result for the next step, and cannot keep a void column.
-    SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') IS NULL AS done FROM recorded
-)
-SELECT r.id, (SELECT done FROM counted) IS NULL AS counted FROM recorded r
-
--- name: notification_get_by_keys_citus
--- notification_get_by_keys in two steps Citus can plan: the keys (distributed by key) first, as
--- a CTE the coordinator evaluates, then the rows by id in the queue and the log (by bucket; one
--- probe of each shard's id index). One statement subquery across both distributions is refused.
-WITH k AS (
-    SELECT notification_id, nq_stored_hash(request_digest, request_hash) AS request_hash
-    FROM nq_idempotency_keys
-    WHERE key = ANY(%(idempotency_keys)b::text[])
-)
-SELECT {{_notification_columns}}, k.request_hash FROM nq_all_notifications n
-JOIN k ON k.notification_id = n.id
-WHERE n.id = ANY(ARRAY(SELECT notification_id FROM k))
+    {{_webhook_claimed_returning}}
+), {{_webhook_claim_answer}}
 
 -- name: notification_cancel_bucket
 -- notification_cancel's lock with the row's bucket (citus_job_buckets), so it routes; the caller
@@ -408,37 +326,14 @@ FOR UPDATE
 
 -- name: digest_item_leave_bucket
 -- Second statement, run only when the first cancelled the item (same transaction, the digest
--- still locked): the count drops, the last item leaving cancels the digest, a carrier leaving
--- hands over to the oldest item left, due when the window ends (as digest_item_cancel). One
--- router statement; the time comes in from `c`, since Citus refuses now() inside a CASE of a
--- distributed UPDATE's SET.
-WITH before AS (
-    SELECT carrier_id FROM nq_digests WHERE bucket = %(bucket)s AND id = %(digest_id)s
-), successor AS (
-    SELECT j.id FROM nq_jobs j
-    WHERE j.bucket = %(bucket)s AND j.digest_id = %(digest_id)s AND j.status = 'PENDING'
-      AND j.id <> %(id)s
-    ORDER BY j.created_at, j.id
-    LIMIT 1
-), left_digest AS (
+-- still locked): the item leaves its digest by digest_item_cancel's rules (the fragments of
+-- digests.sql), in one router statement.
+WITH {{_digest_leave_successor}}, left_digest AS (
     UPDATE nq_digests d
-    SET item_count = d.item_count - 1,
-        state = CASE WHEN d.item_count <= 1 THEN 'cancelled' ELSE d.state END,
-        closed_at = CASE WHEN d.item_count <= 1 THEN c.now ELSE d.closed_at END,
-        carrier_id = CASE WHEN d.carrier_id = %(id)s
-                          THEN COALESCE((SELECT id FROM successor), d.carrier_id)
-                          ELSE d.carrier_id END
-    FROM (SELECT now() AS now) c
+    {{_digest_leave_set}}
     WHERE d.bucket = %(bucket)s AND d.id = %(digest_id)s
     RETURNING d.closes_at, d.state
-), handed AS (
-    UPDATE nq_jobs j
-    SET next_attempt_at = l.closes_at, waiting_until = l.closes_at, updated_at = now()
-    FROM left_digest l
-    WHERE j.bucket = %(bucket)s AND j.id = (SELECT id FROM successor)
-      AND (SELECT carrier_id FROM before) = %(id)s AND l.state = 'open'
-    RETURNING j.id
-)
+), {{_digest_leave_handed}}
 SELECT (SELECT count(*) FROM handed) AS handed
 
 -- name: escalation_buckets

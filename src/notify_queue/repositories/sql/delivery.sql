@@ -70,14 +70,8 @@ FROM nq_complete_deliveries(
 -- the claim counted and the place in the window it took (the notification was never tried).
 WITH released AS (
     UPDATE nq_jobs n
-    SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
-        claim_token = NULL, lease_expires_at = NULL, updated_at = now(),
-        -- Due now: it waits for nothing but a worker. The claim cleared the reason already;
-        -- said again in this write so no path back to PENDING can carry a stale one.
-        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL
-    FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[]) AS r(id, claim_token)
-    WHERE n.id = ANY(%(ids)b::uuid[]) AND n.id = r.id AND n.claim_token = r.claim_token
-      AND n.status = 'PROCESSING'
+    {{_released}}
+    WHERE {{_released_match}}
     RETURNING n.id, n.source, n.bucket, n.recipient
 ), noted AS (
     SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
@@ -90,6 +84,20 @@ WITH released AS (
 )
 SELECT count(*) AS released, (SELECT n FROM noted) AS noted FROM released
 WHERE (SELECT count(*) FROM given_back) >= 0
+
+-- name: _released
+-- A released row, on both engines (release_claims_bucket on Citus): PENDING and due now, its
+-- attempt given back. It waits for nothing but a worker: the claim cleared the reason already,
+-- said again in this write so no path back to PENDING can carry a stale one.
+SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
+    claim_token = NULL, lease_expires_at = NULL, updated_at = now(),
+    waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL
+FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[]) AS r(id, claim_token)
+
+-- name: _released_match
+-- Only a row still held by the claim that is handing it back.
+n.id = ANY(%(ids)b::uuid[]) AND n.id = r.id AND n.claim_token = r.claim_token
+AND n.status = 'PROCESSING'
 
 -- name: recover_expired_leases
 -- A lease that ran out means its worker died (or hangs): put the notification back to be tried
@@ -166,16 +174,24 @@ SELECT (SELECT min(lease_expires_at) FROM nq_jobs WHERE status = 'PROCESSING') A
 -- email-only worker, an expired row housekeeping has not reached yet) would say "due now" forever
 -- and the worker would spin. Rows of other channels ahead of the first match are read and skipped
 -- once per wake-up, not once per loop.
-SELECT min(first_due) AS next_due_at, now() AS now
-FROM unnest(%(priorities)b::smallint[]) AS lane(priority)
-CROSS JOIN LATERAL (
-    SELECT next_attempt_at AS first_due FROM nq_jobs
-    WHERE status = 'PENDING' AND priority = lane.priority
-      AND channel = ANY(%(channels)b::text[])
-      AND (expires_at IS NULL OR expires_at > now())
-    ORDER BY next_attempt_at
-    LIMIT 1
-) f
+-- One subquery per priority (HIGH 0, NORMAL 1, LOW 2; one the worker does not serve reads
+-- nothing: its `= ANY` is a one-time filter), each the first claim-index entry of that priority,
+-- then the least. Both engines run it: Citus pushes each ORDER BY ... LIMIT 1 down to every
+-- shard, where a LATERAL over the lanes cannot be pushed down.
+SELECT LEAST(
+       (SELECT next_attempt_at FROM nq_jobs
+        WHERE status = 'PENDING' AND priority = 0 AND 0 = ANY(%(priorities)b::smallint[])
+          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
+        ORDER BY next_attempt_at LIMIT 1),
+       (SELECT next_attempt_at FROM nq_jobs
+        WHERE status = 'PENDING' AND priority = 1 AND 1 = ANY(%(priorities)b::smallint[])
+          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
+        ORDER BY next_attempt_at LIMIT 1),
+       (SELECT next_attempt_at FROM nq_jobs
+        WHERE status = 'PENDING' AND priority = 2 AND 2 = ANY(%(priorities)b::smallint[])
+          AND channel = ANY(%(channels)b::text[]) AND (expires_at IS NULL OR expires_at > now())
+        ORDER BY next_attempt_at LIMIT 1)) AS next_due_at,
+       now() AS now
 
 -- name: prune_rate_windows
 -- A recipient's window whose newest entry is older than the longest window in use (the

@@ -49,7 +49,18 @@ WITH pending AS (
     SELECT f.id FROM nq_finish_held(ARRAY(SELECT id FROM pending), NULL,
                                     ARRAY(SELECT 'CANCELLED' FROM pending),
                                     NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
-), before AS (
+), {{_digest_leave_successor}}, left_digest AS (
+    UPDATE nq_digests d
+    {{_digest_leave_set}}
+    WHERE d.bucket = %(bucket)s AND d.id = %(digest_id)s AND EXISTS (SELECT 1 FROM pending)
+    RETURNING d.closes_at, d.state
+), {{_digest_leave_handed}}
+SELECT (SELECT id FROM finished) AS id, (SELECT count(*) FROM handed) AS handed
+
+-- name: _digest_leave_successor
+-- An item leaving its digest, on both engines (digest_item_leave_bucket on Citus): the carrier
+-- before, and the oldest other PENDING item, which takes over when the carrier leaves.
+before AS (
     SELECT carrier_id FROM nq_digests WHERE bucket = %(bucket)s AND id = %(digest_id)s
 ), successor AS (
     SELECT j.id FROM nq_jobs j
@@ -57,17 +68,23 @@ WITH pending AS (
       AND j.id <> %(id)s
     ORDER BY j.created_at, j.id
     LIMIT 1
-), left_digest AS (
-    UPDATE nq_digests d
-    SET item_count = d.item_count - 1,
-        state = CASE WHEN d.item_count <= 1 THEN 'cancelled' ELSE d.state END,
-        closed_at = CASE WHEN d.item_count <= 1 THEN now() ELSE d.closed_at END,
-        carrier_id = CASE WHEN d.carrier_id = %(id)s
-                          THEN COALESCE((SELECT id FROM successor), d.carrier_id)
-                          ELSE d.carrier_id END
-    WHERE d.bucket = %(bucket)s AND d.id = %(digest_id)s AND EXISTS (SELECT 1 FROM pending)
-    RETURNING d.closes_at, d.state
-), handed AS (
+)
+
+-- name: _digest_leave_set
+-- The count drops; the last item leaving cancels the digest (nothing is sent); a carrier leaving
+-- hands over to the successor. The time comes in from `c`: Citus refuses now() inside a CASE of
+-- a distributed UPDATE's SET.
+SET item_count = d.item_count - 1,
+    state = CASE WHEN d.item_count <= 1 THEN 'cancelled' ELSE d.state END,
+    closed_at = CASE WHEN d.item_count <= 1 THEN c.now ELSE d.closed_at END,
+    carrier_id = CASE WHEN d.carrier_id = %(id)s
+                      THEN COALESCE((SELECT id FROM successor), d.carrier_id)
+                      ELSE d.carrier_id END
+FROM (SELECT now() AS now) c
+
+-- name: _digest_leave_handed
+-- The successor of a carrier that left is due when the digest's window ends.
+handed AS (
     UPDATE nq_jobs j
     SET next_attempt_at = l.closes_at, waiting_until = l.closes_at, updated_at = now()
     FROM left_digest l
@@ -75,7 +92,6 @@ WITH pending AS (
       AND (SELECT carrier_id FROM before) = %(id)s AND l.state = 'open'
     RETURNING j.id
 )
-SELECT (SELECT id FROM finished) AS id, (SELECT count(*) FROM handed) AS handed
 
 -- name: digests_forget
 -- Retention (services/retention.py): closed and cancelled digests closed longer ago than the

@@ -30,52 +30,75 @@ WITH due AS (
 ),
 spent AS (
     UPDATE nq_webhook_events e
-    SET state = 'failed',
-        claim_token = NULL,
-        last_error = 'attempt ' || e.attempts || ': no result recorded before its lease expired'
-                     || COALESCE(' (before: ' || left(e.last_error, 200) || ')', '')
+    {{_webhook_spent_set}}
     WHERE e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts >= %(max_attempts)s))
     RETURNING e.state
 ), claimed AS (
-    -- The claim token comes from the dispatcher, one per batch: Citus refuses volatile functions
-    -- in a distributed UPDATE, and the token is matched with the event's id.
     UPDATE nq_webhook_events e
-    SET attempts = e.attempts + 1,
-        claim_token = %(claim_token)s,
-        next_attempt_at = now() + make_interval(secs => %(lease_seconds)s)
+    {{_webhook_claim_set}}
     WHERE e.id = ANY(ARRAY(SELECT id FROM due WHERE attempts < %(max_attempts)s))
-    RETURNING e.id, e.notification_id, e.url, e.payload, e.attempts, e.claim_token, e.policy,
-              -- A policy's secrets sign only for its own URL: not for a client's webhookUrl.
-              (SELECT p.webhook_secrets FROM nq_policies p
-               WHERE p.name = e.policy AND p.webhook_url = e.url) AS policy_secrets
-), counted AS (
-    SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') AS done FROM spent
+    {{_webhook_claimed_returning}}
+), {{_webhook_claim_answer}}
+
+-- name: _webhook_spent_set
+-- The claim's rules, written once for both engines (webhook_claim_due_bucket, Citus, runs them
+-- in one bucket). An event due again with its attempts used: failed, with why.
+SET state = 'failed',
+    claim_token = NULL,
+    last_error = 'attempt ' || e.attempts || ': no result recorded before its lease expired'
+                 || COALESCE(' (before: ' || left(e.last_error, 200) || ')', '')
+
+-- name: _webhook_claim_set
+-- The attempt counted and the lease taken. The claim token comes from the dispatcher, one per
+-- batch: Citus refuses volatile functions in a distributed UPDATE, and the token is matched with
+-- the event's id.
+SET attempts = e.attempts + 1,
+    claim_token = %(claim_token)s,
+    next_attempt_at = now() + make_interval(secs => %(lease_seconds)s)
+
+-- name: _webhook_claimed_returning
+-- A policy's secrets sign only for its own URL: not for a client's webhookUrl.
+RETURNING e.id, e.notification_id, e.url, e.payload, e.attempts, e.claim_token, e.policy,
+          (SELECT p.webhook_secrets FROM nq_policies p
+           WHERE p.name = e.policy AND p.webhook_url = e.url) AS policy_secrets
+
+-- name: _webhook_claim_answer
+-- The failed events counted, and one row of NULLs when nothing was claimed. `counted` is read in
+-- the select list (an init plan) so that it runs: a column of a subquery that the outer query
+-- does not select is dropped by the planner, and a CTE read only there would never run. IS NULL:
+-- Citus keeps a CTE's result for the next step, and cannot keep a void column.
+counted AS (
+    SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') IS NULL AS done FROM spent
 )
--- One row of NULLs when nothing was claimed. `counted` is read in the select list (an init plan)
--- so that it runs: a column of a subquery that the outer query does not select is dropped by the
--- planner, and a CTE read only there would never run.
 SELECT c.*, (SELECT done FROM counted) IS NULL AS counted
 FROM (SELECT 1) f LEFT JOIN claimed c ON true
 
 -- name: webhook_record_results
 -- Record a batch of dispatch results in one statement; only the current claim's result counts.
--- A delivered or failed event is counted (0004's counters) by this statement.
-WITH recorded AS (
-    UPDATE nq_webhook_events e
-    SET state = r.state,
-        next_attempt_at = COALESCE(now() + make_interval(secs => r.retry_in_seconds),
-                                   e.next_attempt_at),
-        last_error = r.last_error,
-        delivered_at = CASE WHEN r.state = 'delivered' THEN now() END,
-        claim_token = NULL
+-- A delivered or failed event is counted (0004's counters) by this statement. The times are
+-- computed first in `r`: Citus refuses now() inside COALESCE or CASE in a multi-shard SET, and
+-- both engines run this one statement.
+WITH r AS (
+    SELECT r.id, r.claim_token, r.state, r.last_error,
+           now() + make_interval(secs => r.retry_in_seconds) AS next_attempt_at,
+           CASE WHEN r.state = 'delivered' THEN now() END AS delivered_at
     FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[], %(states)b::text[],
                 %(retry_in_seconds)b::float8[], %(last_errors)b::text[])
          AS r(id, claim_token, state, retry_in_seconds, last_error)
+), recorded AS (
+    UPDATE nq_webhook_events e
+    SET state = r.state,
+        next_attempt_at = COALESCE(r.next_attempt_at, e.next_attempt_at),
+        last_error = r.last_error,
+        delivered_at = r.delivered_at,
+        claim_token = NULL
+    FROM r
     -- Through the primary key (`= ANY`), so the cost is per result, never per event in the table.
     WHERE e.id = ANY(%(ids)b::uuid[]) AND e.id = r.id AND e.claim_token = r.claim_token
     RETURNING e.id, e.state
 ), counted AS (
-    SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') AS done FROM recorded
+    -- IS NULL: Citus keeps a CTE's result for the next step, and cannot keep a void column.
+    SELECT nq_count('webhooks', NULL, array_agg(state), '{pending}') IS NULL AS done FROM recorded
 )
 -- `counted` is read in the select list so that it runs (see webhook_claim_due).
 SELECT r.id, (SELECT done FROM counted) IS NULL AS counted FROM recorded r

@@ -1,7 +1,7 @@
 """What the server pays to read a batch enqueue's items, per item, by the shape they are written
 in (docs/performance.md, "NULL fields left out, and what the worker sends as NULL").
 
-    python -m benchmarks.itemshapes [--items N] [--repeat R]
+    python -m benchmarks.probes.itemshapes [--items N] [--repeat R]
 
 N plain items as the cost scenario sends them (an email with a subject and a 120-character body),
 made by the product's own `enqueue_item` and written by its JSON writer, in two shapes: every
@@ -30,7 +30,7 @@ from notify_queue import jsontext
 from notify_queue.models import Channel, NewNotification, Priority
 from notify_queue.repositories.notifications import enqueue_item
 
-RESULTS = Path(__file__).parent / "results" / "itemshapes"
+RESULTS = Path(__file__).parent.parent / "results" / "itemshapes"
 
 # nq_enqueue_pending's column list (0034), the fields an item may carry.
 _COLUMNS = (

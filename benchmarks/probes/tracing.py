@@ -14,7 +14,7 @@ The variants run in turns (`--rounds` of each, interleaved, so the machine's oth
 all of them alike) and the median of each is compared. CPU time, not wall time: on a shared
 machine the wall clock measures the neighbours.
 
-    .venv/bin/python -m benchmarks.tracing [--burst 5000] [--rounds 3]
+    .venv/bin/python -m benchmarks.probes.tracing [--burst 5000] [--rounds 3]
 
 Writes `<timestamp>.json` and `latest.json` to `--output-dir` (`benchmarks/results/tracing`).
 """
@@ -48,7 +48,7 @@ from notify_queue.repositories.notifications import NotificationRepository
 from notify_queue.services.notifications import NotificationService
 from notify_queue.services.wakeups import DebouncedWaker
 
-OUT = Path(__file__).resolve().parent / "results" / "tracing"
+OUT = Path(__file__).resolve().parent.parent / "results" / "tracing"
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 

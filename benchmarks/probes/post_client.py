@@ -1,6 +1,7 @@
 """What one webhook POST costs the sending process, by HTTP client.
 
-    python -m benchmarks.post_client [--posts N] [--concurrency C] [--rounds R] [--output-dir D]
+    python -m benchmarks.probes.post_client [--posts N] [--concurrency C] [--rounds R]
+                                            [--output-dir D]
 
 The relay spends most of its CPU in aiohttp's client (docs/performance.md). This measures how
 much of that a lean client could save before anyone writes one: the same signed-event-sized POSTs,
@@ -35,7 +36,7 @@ import aiohttp
 from benchmarks.env import machine_info
 from notify_queue.providers.posting import trusted_poster
 
-OUT = Path(__file__).resolve().parent / "results" / "post-client"
+OUT = Path(__file__).resolve().parent.parent / "results" / "post-client"
 PAYLOAD = json.dumps(
     {
         "type": "notification.sent",
@@ -153,7 +154,7 @@ def main() -> None:
     }
     print(f"client CPU per POST, best round: {summary}")
     doc: dict[str, Any] = {
-        "command": "python -m benchmarks.post_client " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.probes.post_client " + " ".join(sys.argv[1:]),
         "started_at": started.isoformat(),
         "machine": machine_info(),
         "params": {"posts": args.posts, "concurrency": args.concurrency, "rounds": args.rounds},

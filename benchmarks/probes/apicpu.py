@@ -1,7 +1,7 @@
 """The API's own CPU per batch item (or single create), checkouts alternating (issue 20's API path;
 docs/performance.md, "A batch checked a step at a time").
 
-    python -m benchmarks.apicpu [--items N] [--batch B] [--clients C] [--single] [--rounds R]
+    python -m benchmarks.probes.apicpu [--items N] [--batch B] [--clients C] [--single] [--rounds R]
                                 [--api-workers W] [--src SRC,...]
 
 A fresh embedded PostgreSQL, and per run a fresh database: `notify-queue migrate`, one real
@@ -35,7 +35,7 @@ from benchmarks.httpload import run_load
 from benchmarks.scenarios.cost import _batches
 from benchmarks.scenarios.ingest import _free_port, _tree, _wait_ready, single_requests
 
-RESULTS = Path(__file__).parent / "results" / "apicpu"
+RESULTS = Path(__file__).parent.parent / "results" / "apicpu"
 WARM_ITEMS = 2_000
 
 

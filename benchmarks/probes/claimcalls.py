@@ -1,7 +1,7 @@
 """PostgreSQL's CPU per claim statement, by claim size: what a claim costs per call and per row
 (issue 20; docs/performance.md, "What a claim costs per call").
 
-    python -m benchmarks.claimcalls [--sizes 1,10,100,400] [--rows R] [--rounds N]
+    python -m benchmarks.probes.claimcalls [--sizes 1,10,100,400] [--rows R] [--rounds N]
 
 A fresh embedded PostgreSQL, `notify-queue migrate`, and due notifications seeded (each its own
 recipient, as the cost scenario's). One connection in autocommit then claims with the worker's own
@@ -23,11 +23,12 @@ from typing import Any
 import psutil
 import psycopg
 
-from benchmarks import alternating, plancost, queue
+from benchmarks import alternating, queue
 from benchmarks.env import fresh_postgres
+from benchmarks.probes import plancost
 from notify_queue.repositories.queries import QUERIES
 
-RESULTS = Path(__file__).parent / "results" / "claimcalls"
+RESULTS = Path(__file__).parent.parent / "results" / "claimcalls"
 
 
 def _params(limit: int) -> dict[str, Any]:

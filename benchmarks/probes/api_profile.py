@@ -1,6 +1,6 @@
 """Profile the API's create path: where one `POST /notifications` (and one batch item) goes.
 
-    python -m benchmarks.api_profile [--single N] [--batches B] [--api-workers W]
+    python -m benchmarks.probes.api_profile [--single N] [--batches B] [--api-workers W]
 
 A fresh embedded PostgreSQL, `notify-queue migrate`, one `notify-queue api` process, then the
 ingest scenario's load (`benchmarks.httpload`: 64 keep-alive clients sending single creates, then

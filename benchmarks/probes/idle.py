@@ -5,7 +5,7 @@ functions and triggers count too), a migrated empty database, one `notify-queue 
 (the default configuration: webhook dispatch on, the simulated provider), a warm-up so the start's
 own statements (partitions, provider rows) are not counted, then `--seconds` of nothing to do.
 
-    .venv/bin/python -m benchmarks.idle --seconds 60 [worker flags...]
+    .venv/bin/python -m benchmarks.probes.idle --seconds 60 [worker flags...]
 
 Prints one line per statement (calls, calls per second, top-level or nested) and the total. The
 harness's own reads (of pg_stat_statements) are left out.

@@ -2,7 +2,7 @@
 host drifts by more than a change is worth (docs/performance.md, "A batch item's answer, copied
 less").
 
-    python -m benchmarks.createsteps [--items N] [--repeat R] [--rounds R] [--src SRC,...]
+    python -m benchmarks.probes.createsteps [--items N] [--repeat R] [--rounds R] [--src SRC,...]
 
 In a fresh process per run (`<checkout>/src` as its PYTHONPATH; `.` is this one, alternating
 within each round as `apicpu` does): N plain batch items as the cost scenario sends them, then
@@ -39,7 +39,7 @@ from notify_queue.repositories.rows import enqueued_notifications
 from notify_queue.services.notifications import _plain
 from notify_queue.services.validation import parse_request, prepare_request, request_hash
 
-RESULTS = Path(__file__).parent / "results" / "createsteps"
+RESULTS = Path(__file__).parent.parent / "results" / "createsteps"
 
 
 def _steps(items: int) -> dict[str, Callable[[], object]]:
@@ -101,7 +101,7 @@ def child(items: int, repeat: int) -> dict[str, float]:
 
 def one_run(src: str, items: int, repeat: int) -> dict[str, Any]:
     env = alternating.checkout_environment(src)
-    command = [sys.executable, "-m", "benchmarks.createsteps", "--child"]
+    command = [sys.executable, "-m", "benchmarks.probes.createsteps", "--child"]
     command += ["--items", str(items), "--repeat", str(repeat)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     figures: dict[str, Any] = json.loads(done.stdout)

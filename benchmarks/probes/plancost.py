@@ -25,12 +25,13 @@ plan under their own attributes (generic plans, `enable_seqscan = off`): a `plan
 the connection reaches the call, not the statements inside, so the statements leg's modes no longer
 differ; the figures docs/performance.md quotes for them were measured before.
 
-    .venv/bin/python -m benchmarks.plancost --notifications 8000
-    .venv/bin/python -m benchmarks.plancost --repo-legs /work/main/src,src --notifications 3500
-    .venv/bin/python -m benchmarks.plancost --workers 2 --notifications 5000 \
+    .venv/bin/python -m benchmarks.probes.plancost --notifications 8000
+    .venv/bin/python -m benchmarks.probes.plancost --repo-legs /work/main/src,src \
+        --notifications 3500
+    .venv/bin/python -m benchmarks.probes.plancost --workers 2 --notifications 5000 \
         --modes auto@/work/main/src,auto
-    .venv/bin/python -m benchmarks.plancost --finish-shapes --notifications 100000
-    .venv/bin/python -m benchmarks.plancost --claim-shapes --notifications 60000
+    .venv/bin/python -m benchmarks.probes.plancost --finish-shapes --notifications 100000
+    .venv/bin/python -m benchmarks.probes.plancost --claim-shapes --notifications 60000
 
 `--finish-shapes`: the completion's cost per row beside what a final result cannot do without
 (docs/performance.md, "The completion without its machinery"). The backlog is claimed (every row
@@ -504,7 +505,13 @@ def repo_legs(pg: BenchPostgres, args: argparse.Namespace) -> None:
             name = backlog(pg, args.notifications)
             print(src, flush=True)
             subprocess.run(
-                [sys.executable, "-m", "benchmarks.plancost", "--repo-leg-url", pg.url(name)],
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.probes.plancost",
+                    "--repo-leg-url",
+                    pg.url(name),
+                ],
                 env=dict(os.environ, PYTHONPATH=str(Path(src).resolve())),
                 check=True,
             )

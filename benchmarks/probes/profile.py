@@ -1,6 +1,6 @@
 """Profile one burn-down.
 
-    python -m benchmarks.profile [--notifications N] [--workers W] [-- worker flags]
+    python -m benchmarks.probes.profile [--notifications N] [--workers W] [-- worker flags]
 
 
 Seeds N due notifications on a fresh embedded PostgreSQL, starts W workers (rate limiting and

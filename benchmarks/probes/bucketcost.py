@@ -7,7 +7,7 @@ server nothing routes by it. What it costs there, measured on twins of the table
 without the column, filled with the same rows:
 
 - bytes per row and WAL per insert: a fresh embedded PostgreSQL, `notify-queue migrate`, N
-  notifications made by the API's own batch statement (benchmarks.plancost.ingest,
+  notifications made by the API's own batch statement (benchmarks.probes.plancost.ingest,
   200-character bodies, each its own recipient); their rows copied into a twin of nq_jobs and
   of the log with and without `bucket` (CREATE TABLE AS, so the column is absent, not
   dropped), and one window per recipient into a twin of nq_rate_windows keyed (bucket,
@@ -16,7 +16,7 @@ without the column, filled with the same rows:
 - CPU of nq_bucket: `count(nq_bucket(recipient))` against `count(recipient)` over the N rows,
   the best of --rounds each, per call.
 
-    .venv/bin/python -m benchmarks.bucketcost --notifications 20000
+    .venv/bin/python -m benchmarks.probes.bucketcost --notifications 20000
 
 Prints the table and writes JSON to benchmarks/results/bucketcost/ (or --output-dir).
 """
@@ -35,9 +35,9 @@ import psycopg
 
 from benchmarks import queue
 from benchmarks.env import fresh_postgres
-from benchmarks.plancost import ingest
+from benchmarks.probes.plancost import ingest
 
-RESULTS = Path(__file__).parent / "results" / "bucketcost"
+RESULTS = Path(__file__).parent.parent / "results" / "bucketcost"
 
 
 def _columns(conn: psycopg.Connection[Any], table: str, *, without: str | None) -> str:

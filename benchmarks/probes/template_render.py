@@ -1,6 +1,6 @@
 """What bounding templates costs: renders per second and the latency a template adds to a create.
 
-    python -m benchmarks.template_render [--renders N] [--creates N] [--creates-only]
+    python -m benchmarks.probes.template_render [--renders N] [--creates N] [--creates-only]
                                          [--output-dir D]
 
 Renders (in this process): one receipt-sized template (subject and body, a loop over three
@@ -41,7 +41,7 @@ from benchmarks import queue
 from benchmarks.env import BenchPostgres, machine_info
 from benchmarks.procs import notify_queue
 
-OUT = Path(__file__).resolve().parent / "results" / "template-render"
+OUT = Path(__file__).resolve().parent.parent / "results" / "template-render"
 SUBJECT = "Your order {{ order }} has shipped"
 BODY = (
     "Hello {{ name|title }},\n\nOrder {{ order }}:\n"
@@ -210,7 +210,7 @@ def main() -> None:
     args = parser.parse_args()
     started = datetime.now(UTC)
     doc: dict[str, Any] = {
-        "command": "python -m benchmarks.template_render " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.probes.template_render " + " ".join(sys.argv[1:]),
         "started_at": started.isoformat(),
         "machine": machine_info(),
         "params": {"renders": args.renders, "creates": args.creates},

@@ -1,7 +1,7 @@
 """What reading a statement's answer costs the process, per row, by the shape it is read in
 (docs/performance.md, "The enqueue's answer as arrays" and "The claim's rows as named tuples").
 
-    python -m benchmarks.rowshapes [--rows N] [--repeat R]
+    python -m benchmarks.probes.rowshapes [--rows N] [--repeat R]
 
 On an embedded PostgreSQL, two answers with the columns and types of the product's statements,
 each read in the shape the product used before and the one it uses now, through psycopg with the
@@ -33,7 +33,7 @@ from benchmarks import alternating
 from benchmarks.env import fresh_postgres
 from notify_queue.repositories.db import _json_loads
 
-RESULTS = Path(__file__).parent / "results" / "rowshapes"
+RESULTS = Path(__file__).parent.parent / "results" / "rowshapes"
 
 # nq_enqueue_pending's columns for a plain item due now.
 _ENQUEUED = {

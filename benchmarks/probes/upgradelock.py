@@ -2,7 +2,8 @@
 builds with CONCURRENTLY (what `migrate` runs) against the plain CREATE INDEX they replaced
 (docs/upgrading.md, "Index builds on the queue").
 
-    python -m benchmarks.upgradelock [--backlog 1000000] [--clients 3] [--modes concurrent,plain]
+    python -m benchmarks.probes.upgradelock [--backlog 1000000] [--clients 3]
+                                            [--modes concurrent,plain]
 
 Per mode, a fresh database of a fresh embedded PostgreSQL, migrated, then made a database that
 lacks the queue's three indexes (dropped, their steps 0018 and 0026 unrecorded: a database of
@@ -37,7 +38,7 @@ from benchmarks.env import fresh_postgres
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.schema import migrate
 
-RESULTS = Path(__file__).parent / "results" / "upgradelock"
+RESULTS = Path(__file__).parent.parent / "results" / "upgradelock"
 INDEXES = ("nq_jobs_waiting", "nq_jobs_digest", "nq_jobs_pending_created")
 BUILD_STEPS = [18, 26]
 SEED = """

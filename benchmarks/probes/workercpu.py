@@ -1,8 +1,8 @@
 """The workers' own CPU per notification in a burst (issue 20: what the drain costs besides
 PostgreSQL; docs/performance.md, "The workers' share of the drain").
 
-    python -m benchmarks.workercpu [--notifications N] [--workers W] [--rounds R] [--src SRC,...]
-                                   [--batch-sizes B,...]
+    python -m benchmarks.probes.workercpu [--notifications N] [--workers W] [--rounds R]
+                                          [--src SRC,...] [--batch-sizes B,...]
 
 A fresh embedded PostgreSQL, and per run a fresh database: `notify-queue migrate`, W real
 `notify-queue worker` processes (default flags, no webhook target), started and listening before
@@ -37,7 +37,7 @@ from benchmarks.burn import cpu_seconds, wait_until_listening
 from benchmarks.dbcost import postgres_cpu_seconds
 from benchmarks.env import BenchPostgres, fresh_postgres
 
-RESULTS = Path(__file__).parent / "results" / "workercpu"
+RESULTS = Path(__file__).parent.parent / "results" / "workercpu"
 DUE_IN_SECONDS = 6.0
 
 

@@ -1,7 +1,7 @@
 """What a round trip to PostgreSQL costs the client's CPU, by the shape of a transaction
 (docs/performance.md, "Two round trips fewer per batch").
 
-    python -m benchmarks.roundtrips [--transactions N] [--rounds R]
+    python -m benchmarks.probes.roundtrips [--transactions N] [--rounds R]
 
 A fresh embedded PostgreSQL and one asyncio psycopg connection (the worker's driver and loop), then
 the same one-statement transaction (`SELECT 1`) in each shape, N times per round, the shapes
@@ -34,7 +34,7 @@ import psycopg
 from benchmarks import alternating
 from benchmarks.env import fresh_postgres
 
-RESULTS = Path(__file__).parent / "results" / "roundtrips"
+RESULTS = Path(__file__).parent.parent / "results" / "roundtrips"
 _SETTINGS = (
     "SELECT set_config('enable_seqscan', 'off', true),"
     " set_config('plan_cache_mode', 'force_generic_plan', true)"
