@@ -122,11 +122,7 @@ WHERE rc.id = g.recipient_id
 -- release_claims within one bucket (see complete_deliveries_bucket for the window's lock).
 WITH released AS (
     UPDATE nq_jobs n
-    SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
-        claim_token = NULL, lease_expires_at = NULL, updated_at = now(),
-        -- Due now: it waits for nothing but a worker. The claim cleared the reason already;
-        -- said again in this write so no path back to PENDING can carry a stale one.
-        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL
+    {{_claim_released}}
     FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[]) AS r(id, claim_token)
     WHERE n.bucket = %(bucket)s AND n.id = ANY(%(ids)b::uuid[]) AND n.id = r.id AND n.claim_token = r.claim_token
       AND n.status = 'PROCESSING'
@@ -135,10 +131,7 @@ WITH released AS (
     SELECT bucket, recipient, array_agg(id) AS ids FROM released GROUP BY bucket, recipient
 ), windows AS (
     UPDATE nq_rate_windows w
-    SET (ids, taken) = (
-        SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
-               COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
-        FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
+    {{_window_give_back}}
     FROM given_back g
     WHERE w.bucket = %(bucket)s
       AND w.bucket = g.bucket AND w.recipient = g.recipient
