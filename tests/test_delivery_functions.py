@@ -29,6 +29,7 @@ STEPWISE = (
     "nq_claim",
     "nq_claim_lock",
     "nq_complete_deliveries",
+    "nq_finish_held",
     "nq_recover_expired_leases",
     "nq_release_claims",
     "nq_retry",

@@ -119,13 +119,7 @@ BEGIN
         ORDER BY j.id
         FOR UPDATE OF j
     LOOP
-        INSERT INTO nq_delivery_log (
-            id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
-            status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
-            last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
-            source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
-            recipient_id, category, template_name, template_version, provider,
-            delivery_attempts, bucket, digest_id, escalation_id, traceparent)
+        INSERT INTO nq_delivery_log ({{_moved_columns}})
         VALUES (
             r.id, r.idempotency_key, r.request_hash, r.channel, r.recipient, r.subject, r.body,
             r.priority, r.final_status, r.send_at, r.next_attempt_at, r.expires_at,

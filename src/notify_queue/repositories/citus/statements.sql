@@ -343,13 +343,7 @@ WITH moved AS (
               template_name, template_version, provider, delivery_attempts, bucket, digest_id,
               escalation_id, traceparent
 ), queued AS (
-    INSERT INTO nq_jobs (
-        id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
-        status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
-        last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
-        source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
-        recipient_id, category, template_name, template_version, provider,
-        delivery_attempts, bucket, digest_id, escalation_id, traceparent)
+    INSERT INTO nq_jobs ({{_moved_columns}})
     SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
            'PENDING', send_at, now(), expires_at, 0, max_attempts, NULL, sent_at,
            provider_message_id, NULL, NULL,

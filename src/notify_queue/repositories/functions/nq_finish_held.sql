@@ -14,9 +14,17 @@ CREATE OR REPLACE FUNCTION nq_finish_held(
                  policy text, provider text)
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
+DECLARE
+    v_ids uuid[]; v_statuses text[]; v_counts integer[]; v_sources text[]; v_channels text[];
+    v_recipients text[]; v_recipient_ids text[]; v_buckets smallint[]; v_urls text[];
+    v_policies text[]; v_providers text[];
+    v_moved uuid[]; v_moved_sources text[]; v_old text[]; v_final text[];
 BEGIN
+    -- Today's partition of the log exists, in a statement before the move that writes to it.
     PERFORM nq_delivery_log_ready();
-    RETURN QUERY
+
+    -- Move: the rows deleted from the queue (those a claim token names only while that claim
+    -- holds them) and inserted into the log with their final values.
     WITH given AS (
         SELECT * FROM unnest(p_ids, p_claim_tokens, p_statuses, p_last_errors,
                              p_attempt_counts, p_provider_message_ids, p_providers,
@@ -39,44 +47,40 @@ BEGIN
                       AS final_provider,
                   COALESCE(g.delivery_attempts, j.delivery_attempts) AS final_delivery_attempts
     ), logged AS (
-        INSERT INTO nq_delivery_log (
-            id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
-            status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
-            last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
-            source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
-            recipient_id, category, template_name, template_version, provider,
-            delivery_attempts, bucket, digest_id, escalation_id, traceparent)
-        SELECT m.id, m.idempotency_key, m.request_hash, m.channel, m.recipient, m.subject, m.body,
-               m.priority, m.final_status, m.send_at, m.next_attempt_at, m.expires_at,
-               m.final_attempt_count, m.max_attempts, m.final_last_error,
-               CASE WHEN m.final_status = 'SENT' THEN COALESCE(m.sent_at, now()) ELSE m.sent_at END,
-               m.final_provider_message_id, NULL, NULL, m.retries, m.source, m.policy,
-               m.webhook_url, m.metadata, m.created_at, now(), COALESCE(m.finished_at, now()),
-               m.recipient_id, m.category, m.template_name, m.template_version, m.final_provider,
-               m.final_delivery_attempts, m.bucket, m.digest_id, m.escalation_id, m.traceparent
+        INSERT INTO nq_delivery_log ({{_moved_columns}})
+        {{_logged_values}}
         FROM moved m
         RETURNING id, status, attempt_count, source, channel, recipient, recipient_id, bucket,
                   webhook_url, policy, provider
-    ), noted AS (
-        SELECT nq_note_changes(array_agg(m.id), array_agg(m.source), array_agg(m.old_status),
-                               array_agg(m.final_status)) AS n
-        FROM moved m WHERE p_note
-    ), events AS (
-        -- Called only when an event can have a URL (the row's, its policy's or the default):
-        -- without any, nq_insert_webhook_events inserts nothing, and the call cost a statement
-        -- per completion of a deployment without webhooks.
-        SELECT nq_insert_webhook_events(array_agg(l.id), array_agg(l.status),
-                                        array_agg(l.attempt_count), array_agg(l.webhook_url),
-                                        array_agg(l.policy), p_default_webhook_url,
-                                        array_agg(l.provider), array_agg(l.bucket)) AS n
-        FROM logged l WHERE p_note
-        HAVING p_default_webhook_url IS NOT NULL
-            OR bool_or(l.webhook_url IS NOT NULL OR l.policy IS NOT NULL)
     )
-    -- noted and events are read so that they run (a SELECT in WITH runs only when referenced).
-    SELECT l.id, l.status, l.attempt_count, l.source, l.channel, l.recipient, l.recipient_id,
-           l.bucket, l.webhook_url, l.policy, l.provider
-    FROM logged l
-    WHERE (SELECT n FROM noted) IS NOT DISTINCT FROM (SELECT n FROM noted)
-      AND (SELECT n FROM events) IS NOT DISTINCT FROM (SELECT n FROM events);
+    SELECT array_agg(l.id), array_agg(l.status), array_agg(l.attempt_count), array_agg(l.source),
+           array_agg(l.channel), array_agg(l.recipient), array_agg(l.recipient_id),
+           array_agg(l.bucket), array_agg(l.webhook_url), array_agg(l.policy),
+           array_agg(l.provider),
+           (SELECT array_agg(m.id) FROM moved m), (SELECT array_agg(m.source) FROM moved m),
+           (SELECT array_agg(m.old_status) FROM moved m),
+           (SELECT array_agg(m.final_status) FROM moved m)
+    INTO v_ids, v_statuses, v_counts, v_sources, v_channels, v_recipients, v_recipient_ids,
+         v_buckets, v_urls, v_policies, v_providers, v_moved, v_moved_sources, v_old, v_final
+    FROM logged l;
+    IF v_ids IS NULL THEN
+        RETURN;
+    END IF;
+
+    IF p_note THEN
+        -- The status counters, and the operator's status write for Kubernetes rows.
+        PERFORM nq_note_changes(v_moved, v_moved_sources, v_old, v_final);
+        -- Webhook events, only when one can have a URL (the row's, its policy's or the default).
+        IF p_default_webhook_url IS NOT NULL
+           OR EXISTS (SELECT 1 FROM unnest(v_urls, v_policies) AS u(url, policy)
+                      WHERE u.url IS NOT NULL OR u.policy IS NOT NULL) THEN
+            PERFORM nq_insert_webhook_events(v_ids, v_statuses, v_counts, v_urls, v_policies,
+                                             p_default_webhook_url, v_providers, v_buckets);
+        END IF;
+    END IF;
+
+    -- The rows moved, with their final values.
+    RETURN QUERY
+    SELECT * FROM unnest(v_ids, v_statuses, v_counts, v_sources, v_channels, v_recipients,
+                         v_recipient_ids, v_buckets, v_urls, v_policies, v_providers);
 END $$;

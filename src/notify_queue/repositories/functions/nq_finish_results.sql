@@ -73,21 +73,8 @@ BEGIN
         UNION ALL
         SELECT * FROM itemised
     ), logged AS (
-        INSERT INTO nq_delivery_log (
-            id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
-            status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
-            last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
-            source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
-            recipient_id, category, template_name, template_version, provider,
-            delivery_attempts, bucket, digest_id, escalation_id, traceparent)
-        SELECT m.id, m.idempotency_key, m.request_hash, m.channel, m.recipient, m.subject, m.body,
-               m.priority, m.final_status, m.send_at, m.next_attempt_at, m.expires_at,
-               m.final_attempt_count, m.max_attempts, m.final_last_error,
-               CASE WHEN m.final_status = 'SENT' THEN COALESCE(m.sent_at, now()) ELSE m.sent_at END,
-               m.final_provider_message_id, NULL, NULL, m.retries, m.source, m.policy,
-               m.webhook_url, m.metadata, m.created_at, now(), COALESCE(m.finished_at, now()),
-               m.recipient_id, m.category, m.template_name, m.template_version, m.final_provider,
-               m.final_delivery_attempts, m.bucket, m.digest_id, m.escalation_id, m.traceparent
+        INSERT INTO nq_delivery_log ({{_moved_columns}})
+        {{_logged_values}}
         FROM moved m
         RETURNING id, status, attempt_count, source, channel, recipient, recipient_id, bucket,
                   webhook_url, policy, provider

@@ -2,8 +2,9 @@
 
 -- name: claim_lock_candidates
 -- Step 1 of a claim in a transaction (functions/nq_claim_lock.sql): up to %(limit)s due
--- notifications locked (SKIP LOCKED) with their recipients' rate-limit locks, what quiet hours need to be
--- decided for those whose stored recipient has them, and whether any is user-targeted.
+-- notifications locked (SKIP LOCKED) with their recipients' rate-limit locks, what quiet hours
+-- need to be decided for those whose stored recipient has them, and whether any is
+-- user-targeted.
 SELECT * FROM nq_claim_lock(%(priorities)b::smallint[], %(channels)b::text[], %(limit)s)
 
 -- name: claim
@@ -269,6 +270,28 @@ SET next_attempt_at = now() + CASE WHEN r.role = 'busy' THEN interval '1 second'
     waiting_detail = CASE WHEN r.role = 'busy' THEN 'its digest is being joined or left'
                           ELSE 'sent with its digest' END,
     updated_at = now()
+
+-- name: _moved_columns
+-- A notification's columns, shared by the queue and the log, in the order the moves between
+-- them (finish, retry) write them.
+id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
+status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
+last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
+source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
+recipient_id, category, template_name, template_version, provider,
+delivery_attempts, bucket, digest_id, escalation_id, traceparent
+
+-- name: _logged_values
+-- The log row of a moved notification (`m`: the queue's row with its final values): SENT gets
+-- its sent_at, the claim and lease are cleared, finished_at is kept or now.
+SELECT m.id, m.idempotency_key, m.request_hash, m.channel, m.recipient, m.subject, m.body,
+       m.priority, m.final_status, m.send_at, m.next_attempt_at, m.expires_at,
+       m.final_attempt_count, m.max_attempts, m.final_last_error,
+       CASE WHEN m.final_status = 'SENT' THEN COALESCE(m.sent_at, now()) ELSE m.sent_at END,
+       m.final_provider_message_id, NULL, NULL, m.retries, m.source, m.policy,
+       m.webhook_url, m.metadata, m.created_at, now(), COALESCE(m.finished_at, now()),
+       m.recipient_id, m.category, m.template_name, m.template_version, m.final_provider,
+       m.final_delivery_attempts, m.bucket, m.digest_id, m.escalation_id, m.traceparent
 
 -- name: _claim_digest_roles
 -- [digests] The body of the claim's digest_roles CTE, and the batch CTE after it
