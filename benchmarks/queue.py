@@ -24,11 +24,13 @@ from tests.support import delivery_log_history
 FINISHED = ("SENT", "FAILED", "DEAD_LETTERED", "CANCELLED", "EXPIRED")
 
 
-def migrate(url: str) -> None:
+def migrate(url: str, env: dict[str, str] | None = None) -> None:
+    """`notify-queue migrate`, with `env` (alternating.checkout_environment) that checkout's."""
     subprocess.run(
         [sys.executable, "-m", "notify_queue", "migrate", "--database-url", url],
         check=True,
         capture_output=True,
+        env=env,
     )
 
 

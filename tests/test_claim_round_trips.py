@@ -1,10 +1,11 @@
 """The drain's round trips (docs/performance.md, "The claim in one round trip").
 
-A claim whose candidates are all address-targeted is one call in autocommit (nq_claim, 0042), the
-completion another (nq_complete_deliveries, 0041). A claim that meets a user-targeted candidate
-claims in a transaction (BEGIN, the lock step, the admission, COMMIT), where the worker decides
-quiet hours and the send-time check commits with the claim; the worker stays with that shape
-while its claims meet such candidates, and goes back to one call after a claim that met none.
+A claim whose candidates are all address-targeted is one call in autocommit
+(functions/nq_claim.sql), the completion another (nq_complete_deliveries). A claim that meets a
+user-targeted candidate claims in a transaction (BEGIN, the lock step, the admission, COMMIT),
+where the worker decides quiet hours and the send-time check commits with the claim; the worker
+stays with that shape while its claims meet such candidates, and goes back to one call after a
+claim that met none.
 Counted at the driver (statements and psycopg's own BEGIN and COMMIT), never timed.
 
 The one call must never hand out what the send-time check would hold: a user-targeted row whose

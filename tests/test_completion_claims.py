@@ -1,5 +1,5 @@
-"""The completion takes no row lock; its writes name the claim (migration 0030, docs/performance.md
-"The drain's CPU, step by step", step 13).
+"""The completion takes no row lock; its writes name the claim (functions/nq_finish_held.sql,
+docs/performance.md "The drain's CPU, step by step", step 13).
 
 A result is recorded only while its row is PROCESSING under the result's claim token. The
 completion used to lock its rows first (a WAL record per row); now the move into the log

@@ -1,7 +1,7 @@
 """The drain's statements are planned once per connection and read every table by key
 (docs/performance.md, "The drain's CPU, step by step", steps 7 and 10).
 
-The claim's steps and the completion are functions (0041, 0042) that carry the drain's plan
+The claim's steps and the completion are functions (functions/*.sql) that carry the drain's plan
 settings as attributes: `plan_cache_mode = force_generic_plan`, so PL/pgSQL's plan of each
 statement, kept per connection, is the generic one from the first call (PostgreSQL's default makes
 five custom plans per connection and statement, and a worker's pool handing out its connections in
@@ -36,7 +36,8 @@ CLAIMS = 7
 BATCH = 20
 SENT_ATTEMPT = '[{"provider": "log", "outcome": "sent", "ms": 1}]'
 # A distinctive piece of each call's text, as pg_prepared_statements shows it: a drain of
-# address-targeted rows claims in one call (0042) and completes in another (0041).
+# address-targeted rows claims in one call (nq_claim) and completes in another
+# (nq_complete_deliveries).
 STATEMENTS = {
     "claim": "FROM nq_claim(",
     "complete_deliveries": "FROM nq_complete_deliveries(",

@@ -1,6 +1,7 @@
 """The escalation-acknowledge race on plain PostgreSQL (the scenario: tests/escalation_race.py).
 
-The guard is the claim's read of the escalation's state (nq_claim, 0042, "ESCALATION GUARD").
+The guard is the claim's read of the escalation's state (functions/nq_claim.sql, "ESCALATION
+GUARD").
 The negative control, `without_guard`, runs the same worker with that read replaced by `false`:
 step i is then sent after the acknowledgement, every time.
 """

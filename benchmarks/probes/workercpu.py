@@ -46,8 +46,9 @@ def one_run(
 ) -> dict[str, Any]:
     name = pg.database("workercpu")
     url = pg.url(name)
-    queue.migrate(url)
     env = alternating.checkout_environment(src)
+    # Each checkout's own schema functions: the database's cost is what is compared.
+    queue.migrate(url, env)
     command = [sys.executable, "-m", "notify_queue", "worker", "--database-url", url]
     if batch_size is not None:
         command += ["--batch-size", str(batch_size)]

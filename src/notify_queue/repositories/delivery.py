@@ -161,8 +161,9 @@ class DeliveryRepository:
                 alone = await self._claim_in_one_call(lock_params, chain_heads)
                 if alone is not None:
                     return alone
-            # The steps' functions carry the drain's plan settings (0042), as the completion's
-            # does (0041): one plan per connection, reading by index whatever the statistics.
+            # The steps' functions carry the drain's plan settings (functions/nq_claim.sql), as
+            # the completion's does: one plan per connection, reading by index whatever the
+            # statistics.
             async with self._db.transaction() as conn:
                 return await self._claim_in(conn, lock_params, screen, quiet_hours, chain_heads)
         # Citus: a lock-free look at the most urgent due rows, then one router claim per bucket
@@ -269,9 +270,9 @@ class DeliveryRepository:
     async def _claim_in_one_call(
         self, lock_params: dict[str, Any], chain_heads: ChainHeads
     ) -> ClaimedBatch | None:
-        """The claim as one call in autocommit (`claim` without candidates: 0042): one round trip
-        where the transaction's claim makes four. None, with nothing claimed, when a candidate is
-        user-targeted: quiet hours and the send-time check decide those in the claim's
+        """The claim as one call in autocommit (`claim` without candidates: nq_claim): one round
+        trip where the transaction's claim makes four. None, with nothing claimed, when a
+        candidate is user-targeted: quiet hours and the send-time check decide those in the claim's
         transaction. Of an address-targeted row neither has anything to decide (screen_claimed
         returns None for a row without a recipientId, and without quiet hours nothing is admitted
         without its place), so what this hands out is what the transaction's claim would."""
@@ -335,7 +336,7 @@ class DeliveryRepository:
             return Recorded(set(), False)
         if not await self._citus():
             # One statement in autocommit: the function carries the drain's plan settings
-            # (nq_complete_deliveries, 0041), so no transaction is opened for them.
+            # (functions/nq_complete_deliveries.sql), so no transaction is opened for them.
             async with self._db.connection() as conn:
                 return await self._complete(conn, completions)
         # Citus: the rows' buckets are read first (one lock-free look), then one delegated call

@@ -31,7 +31,7 @@
 --   windows, its digests), so each function runs with `enable_seqscan = off`: a shard's plan
 --   that reads a whole table is taken only where no index can serve, never because a shard's
 --   statistics say the table is empty (the drain's functions on plain PostgreSQL do the same:
---   nq_claim_lock and nq_claim, 0042; docs/performance.md, step 10).
+--   functions/nq_claim_lock.sql and nq_claim.sql; docs/performance.md).
 
 -- Functions made before the extension, which Citus never saw. A fresh installation's functions
 -- were sent to every node as `migrate` made them (citus.create_object_propagation); one moved onto
@@ -58,7 +58,7 @@ BEGIN
 END
 $objects$;
 
--- The move of finished rows from the queue into the log within one bucket (nq_finish, 0012, for
+-- The move of finished rows from the queue into the log within one bucket (nq_finish_held's, for
 -- a delegated caller): each row locked and read with its final values, its log row and its
 -- webhook event inserted, then the DELETE, then the counters (shard = the bucket). The
 -- Kubernetes rows' changes are returned for the caller's outbox (no outbox here, see above).
@@ -119,13 +119,7 @@ BEGIN
         ORDER BY j.id
         FOR UPDATE OF j
     LOOP
-        INSERT INTO nq_delivery_log (
-            id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
-            status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
-            last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
-            source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
-            recipient_id, category, template_name, template_version, provider,
-            delivery_attempts, bucket, digest_id, escalation_id, traceparent)
+        INSERT INTO nq_delivery_log ({{_moved_columns}})
         VALUES (
             r.id, r.idempotency_key, r.request_hash, r.channel, r.recipient, r.subject, r.body,
             r.priority, r.final_status, r.send_at, r.next_attempt_at, r.expires_at,
@@ -225,7 +219,7 @@ BEGIN
     ), held AS (
         -- Locked, so what is read here is what the move and the retry write. The status is
         -- checked in `accepted`: here it would match the lease index's predicate, which a
-        -- generic plan may prefer to the primary key (nq_complete_deliveries, 0041).
+        -- generic plan may prefer to the primary key (nq_complete_deliveries).
         SELECT n.id, n.status, n.claim_token, n.bucket, n.recipient, n.attempt_count,
                n.provider_message_id, n.delivery_attempts, n.next_attempt_at, n.digest_id
         FROM nq_jobs n
@@ -341,10 +335,7 @@ BEGIN
             GROUP BY g.recipient
         ), released AS (
             UPDATE nq_rate_windows w
-            SET (ids, taken) = (
-                SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
-                       COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
-                FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
+            {{_window_give_back}}
             FROM given_back g
             WHERE w.bucket = p_bucket AND w.recipient = g.recipient
         )
@@ -511,14 +502,9 @@ BEGIN
     WITH batch_all AS (
         SELECT n.id, n.bucket, n.recipient, n.priority, n.next_attempt_at, n.created_at, n.source,
                n.attempt_count, n.digest_id,
-               COALESCE(p.rate_limit, p_rate_limit) AS rate_limit,
-               make_interval(secs => COALESCE(p.rate_window_seconds, p_rate_window_seconds)) AS win,
-               -- Policies fail closed (migration 0006): a row whose NotificationPolicy exists but is
-               -- not Ready is held, never sent under the defaults. No policy row: the defaults.
-               COALESCE(NOT p.ready, false) AS held,
-               n.id = ANY(p_quiet_ids) AS quiet,
+               {{_claim_limits}}
                -- ESCALATION GUARD (docs/escalation.md): a step whose escalation is acknowledged is
-               -- not handed out but cancelled (`stopped`). Read from this statement's snapshot, never
+               -- not handed out but cancelled (above). Read from this statement's snapshot, never
                -- locked: an acknowledgement committed before it started is seen; one not yet
                -- committed waits for these rows (it locks the escalation, then its steps), so the
                -- step goes out only if it was due before that acknowledgement commits.
@@ -527,13 +513,7 @@ BEGIN
                                  WHERE e.bucket = p_bucket AND e.id = n.escalation_id
                                    AND e.acknowledged_at IS NOT NULL) END AS acknowledged,
                n.provider AS sticky_provider,
-               -- claim_admit_candidates' chain_head: a subquery only for a row with a policy.
-               COALESCE(
-                   CASE WHEN p.providers IS NOT NULL THEN
-                       (SELECT u.name FROM unnest(p.providers) WITH ORDINALITY AS u(name, position)
-                        WHERE u.name = ANY(p_known_providers) ORDER BY u.position LIMIT 1)
-                   END,
-                   p_chain_heads[array_position(p_chain_channels, n.channel)]) AS chain_head
+               {{_claim_chain_head}}
         FROM nq_jobs n
         LEFT JOIN unnest(v_policies) p ON p.name = n.policy
         WHERE n.bucket = p_bucket AND n.id = ANY(p_ids)
@@ -557,9 +537,7 @@ BEGIN
         -- Per recipient and window length (a policy may set its own): the entries in the window.
         SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
                COALESCE(w.taken, '{}') AS taken,
-               CASE WHEN w.ids IS NULL THEN 0
-                    ELSE (SELECT count(*) FROM unnest(w.taken) AS t WHERE t > now() - r.win) END
-                   AS used
+               {{_claim_window_used}}
         FROM (SELECT DISTINCT bucket, recipient, win FROM batch) r
         LEFT JOIN LATERAL (
             SELECT ids, taken FROM nq_rate_windows w
@@ -569,33 +547,16 @@ BEGIN
     ), decided AS (
         SELECT b.id, b.bucket, b.recipient, b.win, w.used, w.taken, b.rate_limit, b.held, b.quiet,
                b.acknowledged, b.source, b.attempt_count, b.sticky_provider, b.chain_head,
-               -- A row whose lease was recovered after a crash still holds the place its lost
-               -- attempt took. That place stands for the one delivery its key can make (the re-check
-               -- goes out with the same idempotency key), so the row is admitted on it (renewing it)
-               -- and does not compete for another: it must not wait a whole window behind itself.
-               w.used > 0 AND EXISTS (SELECT 1 FROM unnest(w.ids, w.taken) AS e(id, t)
-                                      WHERE e.id = b.id AND e.t > now() - b.win) AS holds_slot,
+               {{_claim_holds_slot}},
                b.priority, b.next_attempt_at, b.created_at
         FROM batch b JOIN windows w USING (bucket, recipient, win)
     ), ranked AS (
-        SELECT d.*,
-               -- Held and quiet rows rank apart, so they never take a place from a sendable row.
-               row_number() OVER (PARTITION BY d.bucket, d.recipient, d.holds_slot, d.held, d.quiet,
-                                               d.acknowledged
-                                  ORDER BY d.priority, d.next_attempt_at, d.created_at) AS rank
-        -- From `decided` alone, which carries the order's columns, as claim_admit_candidates
-        -- ranks (delivery.sql): not joined back to `batch` on id, a join that a generic plan
-        -- makes a nested loop of every decision against every row.
+        -- From `decided` alone, never joined back to `batch` on id (as nq_claim).
+        SELECT d.*, {{_claim_rank}}
         FROM decided d
     ), admitted AS (
         UPDATE nq_jobs n
-        SET status = 'PROCESSING',
-            attempt_count = n.attempt_count + 1,
-            claim_token = p_claim_token,
-            lease_expires_at = now() + make_interval(secs => p_lease_seconds),
-            provider = COALESCE(n.provider, r.chain_head),
-            waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
-            updated_at = now()
+        {{_claim_admitted}}
         FROM ranked r
         -- These rows are locked by step 1 of this transaction, so they are still PENDING. Found
         -- through the primary key, then matched to their decision (as `deferred` below).
@@ -609,38 +570,16 @@ BEGIN
                   n.provider AS bound_provider, r.sticky_provider, r.quiet, n.send_at,
                   n.traceparent, n.digest_id
     ), waiting AS (
-        -- The place a waiting row waits for is the (used - limit + rank)-th oldest entry in the
-        -- window; when that one is not taken yet (a burst within one batch), a full window from now.
-        SELECT r.id,
-               COALESCE((SELECT t FROM unnest(r.taken) AS t
-                         WHERE t > now() - r.win
-                         ORDER BY t
-                         OFFSET GREATEST(r.used - r.rate_limit + r.rank - 1, 0) LIMIT 1),
-                        now()) + r.win AS frees_at,
-               r.rate_limit, r.win
-        FROM ranked r
-        WHERE NOT r.held AND NOT r.quiet AND NOT r.holds_slot AND NOT r.acknowledged
-          AND r.rank > r.rate_limit - r.used
+        {{_claim_waiting}}
     ), held_back AS (
-        -- Held by a policy that is not Ready: look again in 30 s, no attempt used, nothing returned
-        -- (not a rate-limit deferral). Moving it out of the claim index's head keeps claims cheap
-        -- and the worker from waking for it; the operator shows it as Reconciling/PolicyNotReady.
         UPDATE nq_jobs n
-        SET next_attempt_at = now() + interval '30 seconds',
-            waiting_reason = 'PolicyNotReady', waiting_until = now() + interval '30 seconds',
-            waiting_detail = 'policy ' || n.policy || ' is not Ready; looked at again every 30 s',
-            updated_at = now()
+        {{_claim_policy_not_ready}}
         WHERE n.bucket = p_bucket
           AND n.id = ANY(ARRAY(SELECT id FROM ranked WHERE held AND NOT acknowledged))
         RETURNING n.id, n.source
     ), deferred AS (
         UPDATE nq_jobs n
-        SET next_attempt_at = w.frees_at, updated_at = now(),
-            waiting_reason = 'RecipientRateLimit', waiting_until = w.frees_at,
-            -- ::text: `text || integer` is a STABLE operator, which Citus refuses on a column
-            -- in an UPDATE (and then plans the statement in parts); the cast is immutable.
-            waiting_detail = 'recipient reached ' || w.rate_limit::text || ' per '
-                             || extract(epoch FROM w.win)::bigint::text || ' s'
+        {{_claim_rate_limited}}
         FROM waiting w
         WHERE n.bucket = p_bucket AND n.id = ANY(ARRAY(SELECT id FROM waiting)) AND n.id = w.id
         RETURNING n.id, n.channel, n.source
@@ -679,18 +618,8 @@ BEGIN
           AND d.bucket = r.bucket AND d.id = r.digest_id AND r.role = 'carrier'
         RETURNING d.id
     ), digest_parked AS (
-        -- [digests] Parked a day (the carrier's result ends it before), or a second when busy.
         UPDATE nq_jobs n
-        -- now() outside CASE, and CASE in its searched form: Citus refuses a non-immutable function
-        -- inside CASE or COALESCE in a distributed UPDATE, and misplans `CASE x WHEN`
-        -- (citus/statements.sql).
-        SET next_attempt_at = now() + CASE WHEN r.role = 'busy' THEN interval '1 second'
-                                           ELSE interval '1 day' END,
-            waiting_reason = 'DigestWindow',
-            waiting_until = now() + CASE WHEN r.role = 'busy' THEN interval '1 second' END,
-            waiting_detail = CASE WHEN r.role = 'busy' THEN 'its digest is being joined or left'
-                                  ELSE 'sent with its digest' END,
-            updated_at = now()
+        {{_claim_digest_parked}}
         FROM digest_roles r
         WHERE n.bucket = p_bucket AND n.id = ANY(ARRAY(SELECT id FROM digest_roles WHERE role <> 'carrier'))
           AND n.id = r.id
@@ -763,7 +692,7 @@ BEGIN
         FOR UPDATE SKIP LOCKED
     )
     SELECT ARRAY(SELECT e.id FROM expired e WHERE e.attempt_count > e.max_attempts ORDER BY e.id),
-           ARRAY(SELECT 'lease expired during attempt ' || e.attempt_count::text || ' (worker lost)'
+           ARRAY(SELECT {{_lease_lost_error}}
                  FROM expired e WHERE e.attempt_count > e.max_attempts ORDER BY e.id),
            ARRAY(SELECT e.id FROM expired e WHERE e.attempt_count <= e.max_attempts)
     INTO v_dead, v_dead_errors, v_live;
@@ -782,16 +711,8 @@ BEGIN
     IF cardinality(v_live) > 0 THEN
         FOR t IN
             UPDATE nq_jobs n
-            SET status = 'PENDING',
-                -- ::text: `text || integer` is STABLE, refused on a column in a Citus UPDATE.
-                last_error = 'lease expired during attempt ' || n.attempt_count::text
-                             || ' (worker lost)',
-                next_attempt_at = now(),
-                claim_token = NULL,
-                lease_expires_at = NULL,
-                -- Due now (see release_claims).
-                waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
-                updated_at = now()
+            SET last_error = {{_lease_lost_error}},
+                {{_lease_recovered}}
             WHERE n.bucket = p_bucket AND n.id = ANY(v_live)
             RETURNING n.id, n.source
         LOOP

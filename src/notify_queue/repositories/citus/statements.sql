@@ -123,17 +123,16 @@ WHERE rc.id = g.recipient_id
 -- release_claims within one bucket (see complete_deliveries_bucket for the window's lock).
 WITH released AS (
     UPDATE nq_jobs n
-    {{_released}}
-    WHERE n.bucket = %(bucket)s AND {{_released_match}}
+    {{_claim_released}}
+    FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[]) AS r(id, claim_token)
+    WHERE n.bucket = %(bucket)s AND n.id = ANY(%(ids)b::uuid[]) AND n.id = r.id AND n.claim_token = r.claim_token
+      AND n.status = 'PROCESSING'
     RETURNING n.id, n.source, n.bucket, n.recipient
 ), given_back AS (
     SELECT bucket, recipient, array_agg(id) AS ids FROM released GROUP BY bucket, recipient
 ), windows AS (
     UPDATE nq_rate_windows w
-    SET (ids, taken) = (
-        SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
-               COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
-        FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
+    {{_window_give_back}}
     FROM given_back g
     WHERE w.bucket = %(bucket)s
       AND w.bucket = g.bucket AND w.recipient = g.recipient
@@ -268,13 +267,7 @@ WITH moved AS (
               template_name, template_version, provider, delivery_attempts, bucket, digest_id,
               escalation_id, traceparent
 ), queued AS (
-    INSERT INTO nq_jobs (
-        id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
-        status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
-        last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
-        source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
-        recipient_id, category, template_name, template_version, provider,
-        delivery_attempts, bucket, digest_id, escalation_id, traceparent)
+    INSERT INTO nq_jobs ({{_moved_columns}})
     SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
            'PENDING', send_at, now(), expires_at, 0, max_attempts, NULL, sent_at,
            provider_message_id, NULL, NULL,

@@ -169,16 +169,7 @@ BEGIN
 END
 $$;
 
--- The last 20 provider calls of a notification, with this attempt's appended.
-CREATE FUNCTION nq_attempts_append(p_kept jsonb, p_new jsonb) RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN CASE
-    WHEN p_new IS NULL OR jsonb_array_length(p_new) = 0 THEN p_kept
-    WHEN jsonb_array_length(p_kept) + jsonb_array_length(p_new) <= 20 THEN p_kept || p_new
-    ELSE (SELECT jsonb_agg(a.value ORDER BY a.ordinality)
-          FROM jsonb_array_elements(p_kept || p_new) WITH ORDINALITY a
-          WHERE a.ordinality > jsonb_array_length(p_kept) + jsonb_array_length(p_new) - 20)
-END;
+-- nq_attempts_append: source code now, functions/nq_attempts_append.sql.
 
 -- Webhook events carry their notification's bucket: on Citus they are distributed by it,
 -- co-located with the queue and the log, so the relay's claim (FOR UPDATE SKIP LOCKED) names one
@@ -300,50 +291,7 @@ ON CONFLICT (bucket, recipient) DO NOTHING;
 -- the view's); a function's result type cannot change in place.
 -- squawk-ignore ban-drop-function
 DROP FUNCTION nq_delivery_log_retry(uuid[]);
-CREATE FUNCTION nq_retry(p_ids uuid[]) RETURNS SETOF uuid
-LANGUAGE sql VOLATILE AS $$
-    WITH held AS (
-        SELECT l.id, l.idempotency_key FROM nq_delivery_log l
-        WHERE l.id = ANY(p_ids) AND l.status IN ('FAILED', 'DEAD_LETTERED')
-        ORDER BY l.id
-        FOR UPDATE
-    ), keyed AS (
-        -- A key deleted by a forget chunk that committed while this waited is skipped by the
-        -- lock (READ COMMITTED), so its row is not moved (0011).
-        SELECT h.id FROM held h
-        JOIN nq_idempotency_keys k ON k.key = h.idempotency_key AND k.notification_id = h.id
-        FOR KEY SHARE OF k
-    ), moved AS (
-        DELETE FROM nq_delivery_log
-        WHERE id = ANY(ARRAY(SELECT id FROM keyed)) AND status IN ('FAILED', 'DEAD_LETTERED')
-        RETURNING *
-    ), queued AS (
-        INSERT INTO nq_jobs (
-            id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
-            status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
-            last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
-            source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
-            recipient_id, category, template_name, template_version, provider,
-            delivery_attempts, bucket, digest_id, escalation_id, traceparent)
-        SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
-               'PENDING', send_at, now(), expires_at, 0, max_attempts, NULL, sent_at,
-               provider_message_id, NULL, NULL,
-               retries || jsonb_build_array(jsonb_build_object(
-                   'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-                   'fromStatus', status)),
-               source, policy, webhook_url, metadata, created_at, now(), NULL, recipient_id,
-               category, template_name, template_version, provider, delivery_attempts,
-               COALESCE(bucket, nq_bucket(COALESCE(recipient_id, recipient))), digest_id,
-               escalation_id, traceparent
-        FROM moved
-        RETURNING id
-    ), noted AS (
-        SELECT nq_note_changes(array_agg(m.id), array_agg(m.source), array_agg(m.status),
-                               array_fill('PENDING'::text, ARRAY[count(*)::integer])) AS n
-        FROM moved m
-    )
-    SELECT q.id FROM queued q WHERE (SELECT n FROM noted) IS NOT DISTINCT FROM (SELECT n FROM noted)
-$$;
+-- nq_retry: source code now, functions/nq_retry.sql.
 CREATE FUNCTION nq_delivery_log_retry(p_ids uuid[]) RETURNS SETOF nq_queue
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE

@@ -1,21 +1,7 @@
 -- The drain's cost per notification (docs/performance.md), expand step: functions replaced in place
 -- with the same arguments and results.
 --
--- nq_attempts_append (0012) keeps a notification's last 20 provider calls. The completion calls
--- it once per result. Its body held a subquery (the last 20 of a longer array), and a SQL
--- function whose body has a subquery is never inlined: each call ran as a function of its own,
--- about 30-70 µs on the benchmark's machine, 3-7 ms of every completion of 100. jsonpath's
--- `last` slice takes the last 20 without a subquery, so the body is one expression the planner
--- inlines into the completion (a CASE over the caller's columns). Results are the same for every
--- pair of arrays of 0 to 25 elements and NULLs (compared when this was written); 0.1.0 never
--- calls the function.
-CREATE OR REPLACE FUNCTION nq_attempts_append(p_kept jsonb, p_new jsonb) RETURNS jsonb
-LANGUAGE sql IMMUTABLE PARALLEL SAFE
-RETURN CASE
-    WHEN p_new IS NULL OR jsonb_array_length(p_new) = 0 THEN p_kept
-    WHEN jsonb_array_length(p_kept) + jsonb_array_length(p_new) <= 20 THEN p_kept || p_new
-    ELSE jsonb_path_query_array(p_kept || p_new, '$[last - 19 to last]')
-END;
+-- nq_attempts_append: source code now, functions/nq_attempts_append.sql.
 
 -- nq_finish (0012) with one change: the webhook events are written by a call only when one of
 -- the finished rows can have an event, that is when a URL can apply to it (its own

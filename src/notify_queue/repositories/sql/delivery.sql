@@ -1,13 +1,14 @@
 -- The worker's hot path. Every statement here serves a whole batch in one round trip.
 
 -- name: claim_lock_candidates
--- Step 1 of a claim in a transaction (nq_claim_lock, 0042): up to %(limit)s due notifications
--- locked (SKIP LOCKED) with their recipients' rate-limit locks, what quiet hours need to be
--- decided for those whose stored recipient has them, and whether any is user-targeted.
+-- Step 1 of a claim in a transaction (functions/nq_claim_lock.sql): up to %(limit)s due
+-- notifications locked (SKIP LOCKED) with their recipients' rate-limit locks, what quiet hours
+-- need to be decided for those whose stored recipient has them, and whether any is
+-- user-targeted.
 SELECT * FROM nq_claim_lock(%(priorities)b::smallint[], %(channels)b::text[], %(limit)s)
 
 -- name: claim
--- nq_claim (0042; what each step does is written there). Without candidates (`ids` NULL), the
+-- nq_claim (functions/nq_claim.sql says each step). Without candidates (`ids` NULL), the
 -- claim in one round trip, in autocommit: the lock step, then the admission when no candidate is
 -- user-targeted; a row with `screen` true means nothing was admitted, and the worker claims in a
 -- transaction instead, where it decides quiet hours and the send-time check. No row: nothing was
@@ -35,7 +36,7 @@ SELECT * FROM nq_claim(
 -- functions delegated to the bucket's node) in the order and with the sizes of
 -- DeliveryRepository.notifications_claim: every urgent row, and the batch's remaining room filled
 -- with P* rows from as few buckets as possible, the bucket of the oldest P* row first. The
--- filters are nq_claim_lock's (0042). On plain PostgreSQL the claim over the whole queue is kept
+-- filters are nq_claim_lock's. On plain PostgreSQL the claim over the whole queue is kept
 -- (no extra round trip per bucket).
 SELECT bucket, max(top) AS last_priority,
        count(*) FILTER (WHERE priority < top) AS urgent,
@@ -51,7 +52,8 @@ GROUP BY bucket
 ORDER BY bucket
 
 -- name: complete_deliveries
--- Record a batch of results: nq_complete_deliveries (0041), which says what it writes and why. A
+-- Record a batch of results: nq_complete_deliveries (functions/), which says what it writes and
+-- why. A
 -- function so that it carries the drain's plan settings itself: the worker calls it in
 -- autocommit, one round trip, where the statement needed a transaction of its own for SET LOCAL
 -- (BEGIN and the settings, the statement, COMMIT). One row: the ids accepted, and whether a
@@ -67,77 +69,14 @@ FROM nq_complete_deliveries(
 
 -- name: release_claims
 -- Graceful shutdown: hand claimed-but-unsent notifications back at once, giving back the attempt
--- the claim counted and the place in the window it took (the notification was never tried).
-WITH released AS (
-    UPDATE nq_jobs n
-    {{_released}}
-    WHERE {{_released_match}}
-    RETURNING n.id, n.source, n.bucket, n.recipient
-), noted AS (
-    SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
-                           array_agg('PENDING'::text)) AS n
-    FROM released WHERE source = 'kubernetes'
-), given_back AS (
-    SELECT nq_give_back_places(array_agg(bucket), array_agg(recipient), array_agg(id)) AS n
-    FROM released
-    HAVING count(*) > 0
-)
-SELECT count(*) AS released, (SELECT n FROM noted) AS noted FROM released
-WHERE (SELECT count(*) FROM given_back) >= 0
-
--- name: _released
--- A released row, on both engines (release_claims_bucket on Citus): PENDING and due now, its
--- attempt given back. It waits for nothing but a worker: the claim cleared the reason already,
--- said again in this write so no path back to PENDING can carry a stale one.
-SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
-    claim_token = NULL, lease_expires_at = NULL, updated_at = now(),
-    waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL
-FROM unnest(%(ids)b::uuid[], %(claim_tokens)b::uuid[]) AS r(id, claim_token)
-
--- name: _released_match
--- Only a row still held by the claim that is handing it back.
-n.id = ANY(%(ids)b::uuid[]) AND n.id = r.id AND n.claim_token = r.claim_token
-AND n.status = 'PROCESSING'
+-- the claim counted and the place in the window it took (nq_release_claims).
+SELECT released, noted FROM nq_release_claims(%(ids)b::uuid[], %(claim_tokens)b::uuid[])
 
 -- name: recover_expired_leases
--- A lease that ran out means its worker died (or hangs): put the notification back to be tried
--- again with the same idempotency key. The attempt stays counted. A crash on the last attempt
--- gets one final re-check (attempt max+1, same key: a provider that already delivered it says so);
--- a crash during that re-check dead-letters it (nq_finish_held), so a poison notification never
--- loops.
--- SKIP LOCKED: several workers may run this at once; each row is recovered once.
-WITH expired AS (
-    SELECT id, attempt_count, max_attempts, source FROM nq_jobs
-    WHERE status = 'PROCESSING' AND lease_expires_at < now()
-    ORDER BY lease_expires_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), dead AS (
-    SELECT f.* FROM nq_finish_held(
-        ARRAY(SELECT id FROM expired WHERE attempt_count > max_attempts), NULL,
-        ARRAY(SELECT 'DEAD_LETTERED' FROM expired WHERE attempt_count > max_attempts),
-        ARRAY(SELECT 'lease expired during attempt ' || attempt_count || ' (worker lost)'
-              FROM expired WHERE attempt_count > max_attempts),
-        NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
-), recovered AS (
-    UPDATE nq_jobs n
-    SET status = 'PENDING',
-        last_error = 'lease expired during attempt ' || n.attempt_count || ' (worker lost)',
-        next_attempt_at = now(),
-        claim_token = NULL,
-        lease_expires_at = NULL,
-        -- Due now (see release_claims).
-        waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
-        updated_at = now()
-    WHERE n.id = ANY(ARRAY(SELECT id FROM expired WHERE attempt_count <= max_attempts))
-    RETURNING n.id, n.source
-), noted AS (
-    SELECT nq_note_changes(array_agg(id), array_agg(source), array_agg('PROCESSING'::text),
-                           array_agg('PENDING'::text)) AS n
-    FROM recovered WHERE source = 'kubernetes'
-)
-SELECT (SELECT count(*) FROM recovered) + (SELECT count(*) FROM dead) AS recovered,
-       (SELECT count(*) FROM dead) AS dead_lettered, (SELECT n FROM noted) AS noted
+-- Leases that ran out put back, or dead-lettered after a lost final re-check
+-- (nq_recover_expired_leases).
+SELECT recovered, dead_lettered, noted
+FROM nq_recover_expired_leases(%(limit)s::integer, %(default_webhook_url)s::text)
 
 -- name: expire_overdue
 -- PENDING notifications whose expiresAt passed become EXPIRED (nq_finish_held: the move to the log,
@@ -208,9 +147,163 @@ WHERE (bucket, recipient) IN (
     FOR UPDATE SKIP LOCKED
 )
 
+-- The claim's rules, written once: fragments of the admission statement that nq_claim
+-- (functions/nq_claim.sql) and the Citus per-bucket nq_claim_admit_bucket (citus/functions.sql)
+-- both expand. Where the two engines differ (which bucket, where the policies are read), the
+-- statements around these fragments say so.
+
+-- name: _claim_limits
+-- A row's rate limit and window (its policy's, else the worker's), whether its policy holds it
+-- (fail closed: a NotificationPolicy that exists but is not Ready holds its rows; no policy row:
+-- the defaults), and whether quiet hours hold it (decided by the worker).
+COALESCE(p.rate_limit, p_rate_limit) AS rate_limit,
+make_interval(secs => COALESCE(p.rate_window_seconds, p_rate_window_seconds)) AS win,
+COALESCE(NOT p.ready, false) AS held,
+n.id = ANY(p_quiet_ids) AS quiet,
+
+-- name: _claim_chain_head
+-- The provider an unbound row is bound to: its policy's first provider this worker knows, else
+-- the channel's chain head (read by position). A subquery only for a row with a policy.
+COALESCE(
+    CASE WHEN p.providers IS NOT NULL THEN
+        (SELECT u.name FROM unnest(p.providers) WITH ORDINALITY AS u(name, position)
+         WHERE u.name = ANY(p_known_providers) ORDER BY u.position LIMIT 1)
+    END,
+    p_chain_heads[array_position(p_chain_channels, n.channel)]) AS chain_head
+
+-- name: _claim_window_used
+-- The entries of a recipient's window still in it (`w`: the window read, `r.win` its length);
+-- counted only where there is a window (most recipients have none).
+CASE WHEN w.ids IS NULL THEN 0
+     ELSE (SELECT count(*) FROM unnest(w.taken) AS t WHERE t > now() - r.win) END AS used
+
+-- name: _claim_holds_slot
+-- A row whose lease was recovered after a crash still holds the place its lost attempt took:
+-- that place stands for the one delivery its key can make (the re-check goes out with the same
+-- idempotency key), so it is admitted on it and does not compete for another. Looked for only
+-- in a window with entries in it (AND stops at the first false).
+w.used > 0 AND EXISTS (SELECT 1 FROM unnest(w.ids, w.taken) AS e(id, t)
+                       WHERE e.id = b.id AND e.t > now() - b.win) AS holds_slot
+
+-- name: _claim_rank
+-- A row's place in its recipient's queue for the window; held, quiet, acknowledged rows and rows
+-- holding their place rank apart, so they never take a place from a sendable row.
+row_number() OVER (PARTITION BY d.bucket, d.recipient, d.holds_slot, d.held, d.quiet,
+                                d.acknowledged
+                   ORDER BY d.priority, d.next_attempt_at, d.created_at) AS rank
+
+-- name: _claim_admitted
+-- What an admitted row becomes: PROCESSING under the claim's token with a lease and one more
+-- attempt (counted when claimed, so a row that crashes every worker still runs out), bound to
+-- its provider (a bound row keeps its binding: an earlier attempt there has an unknown outcome).
+SET status = 'PROCESSING',
+    attempt_count = n.attempt_count + 1,
+    claim_token = p_claim_token,
+    lease_expires_at = now() + make_interval(secs => p_lease_seconds),
+    provider = COALESCE(n.provider, r.chain_head),
+    waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
+    updated_at = now()
+
+-- name: _claim_waiting
+-- The body of the `waiting` CTE: a row the window has no place for waits for the
+-- (used - limit + rank)-th oldest entry to leave the window; when that one is not taken yet (a
+-- burst within one batch), a full window from now.
+SELECT r.id,
+       COALESCE((SELECT t FROM unnest(r.taken) AS t
+                 WHERE t > now() - r.win
+                 ORDER BY t
+                 OFFSET GREATEST(r.used - r.rate_limit + r.rank - 1, 0) LIMIT 1),
+                now()) + r.win AS frees_at,
+       r.rate_limit, r.win
+FROM ranked r
+WHERE NOT r.held AND NOT r.quiet AND NOT r.holds_slot AND NOT r.acknowledged
+  AND r.rank > r.rate_limit - r.used
+
+-- name: _claim_rate_limited
+-- A row waiting for a place in its recipient's window: due when the place frees, no attempt
+-- used. (`::text`: `text || integer` is a STABLE operator, which Citus refuses on a column in an
+-- UPDATE; the cast is immutable and the text the same.)
+SET next_attempt_at = w.frees_at, updated_at = now(),
+    waiting_reason = 'RecipientRateLimit', waiting_until = w.frees_at,
+    waiting_detail = 'recipient reached ' || w.rate_limit::text || ' per '
+                     || extract(epoch FROM w.win)::bigint::text || ' s'
+
+-- name: _claim_policy_not_ready
+-- A row its policy holds (not Ready): looked at again in 30 s, no attempt used, nothing returned.
+-- Out of the claim index's head, claims stay cheap; the operator shows it as PolicyNotReady.
+SET next_attempt_at = now() + interval '30 seconds',
+    waiting_reason = 'PolicyNotReady', waiting_until = now() + interval '30 seconds',
+    waiting_detail = 'policy ' || n.policy || ' is not Ready; looked at again every 30 s',
+    updated_at = now()
+
+-- name: _claim_released
+-- A claimed, untried row handed back: PENDING and due now (it waits for nothing but a worker),
+-- the attempt the claim counted given back. The reason it waited is cleared again so no path back
+-- to PENDING carries a stale one.
+SET status = 'PENDING', attempt_count = n.attempt_count - 1, next_attempt_at = now(),
+    claim_token = NULL, lease_expires_at = NULL, updated_at = now(),
+    waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL
+
+-- name: _lease_lost_error
+-- The error a row whose lease ran out records. (`::text`: Citus refuses the STABLE
+-- `text || integer` on a column in an UPDATE; the cast is immutable, the text the same.)
+'lease expired during attempt ' || attempt_count::text || ' (worker lost)'
+
+-- name: _lease_recovered
+-- A row whose lease ran out, put back: PENDING, due now, the attempt still counted (the
+-- assignments after its `last_error`, which is _lease_lost_error).
+status = 'PENDING',
+    next_attempt_at = now(),
+    claim_token = NULL,
+    lease_expires_at = NULL,
+    waiting_reason = NULL, waiting_until = NULL, waiting_detail = NULL,
+    updated_at = now()
+
+-- name: _window_give_back
+-- A window without the entries of `g.ids` (places given back: nothing was sent).
+SET (ids, taken) = (
+    SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
+           COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
+    FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
+
+-- name: _claim_digest_parked
+-- [digests] An item that is not its digest's carrier: parked a day (the carrier's result ends it
+-- before), or a second when its digest is busy. now() outside CASE, and CASE in its searched
+-- form: Citus refuses a non-immutable function inside CASE in a distributed UPDATE, and
+-- misplans `CASE x WHEN`.
+SET next_attempt_at = now() + CASE WHEN r.role = 'busy' THEN interval '1 second'
+                                   ELSE interval '1 day' END,
+    waiting_reason = 'DigestWindow',
+    waiting_until = now() + CASE WHEN r.role = 'busy' THEN interval '1 second' END,
+    waiting_detail = CASE WHEN r.role = 'busy' THEN 'its digest is being joined or left'
+                          ELSE 'sent with its digest' END,
+    updated_at = now()
+
+-- name: _moved_columns
+-- A notification's columns, shared by the queue and the log, in the order the moves between
+-- them (finish, retry) write them.
+id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
+status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
+last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
+source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
+recipient_id, category, template_name, template_version, provider,
+delivery_attempts, bucket, digest_id, escalation_id, traceparent
+
+-- name: _logged_values
+-- The log row of a moved notification (`m`: the queue's row with its final values): SENT gets
+-- its sent_at, the claim and lease are cleared, finished_at is kept or now.
+SELECT m.id, m.idempotency_key, m.request_hash, m.channel, m.recipient, m.subject, m.body,
+       m.priority, m.final_status, m.send_at, m.next_attempt_at, m.expires_at,
+       m.final_attempt_count, m.max_attempts, m.final_last_error,
+       CASE WHEN m.final_status = 'SENT' THEN COALESCE(m.sent_at, now()) ELSE m.sent_at END,
+       m.final_provider_message_id, NULL, NULL, m.retries, m.source, m.policy,
+       m.webhook_url, m.metadata, m.created_at, now(), COALESCE(m.finished_at, now()),
+       m.recipient_id, m.category, m.template_name, m.template_version, m.final_provider,
+       m.final_delivery_attempts, m.bucket, m.digest_id, m.escalation_id, m.traceparent
+
 -- name: _claim_digest_roles
--- [digests] The body of the Citus claim's digest_roles CTE, and the batch CTE after it
--- (docs/digests.md; nq_claim, 0042, holds the plain claim's, the same text).
+-- [digests] The body of the claim's digest_roles CTE, and the batch CTE after it
+-- (docs/digests.md).
     -- [digests] The carrier goes on as any row (rate limit, quiet hours, policy, providers: the
     -- digest is one message); another item of its digest is parked, one whose digest is busy
     -- waits a second.
