@@ -179,7 +179,19 @@ async def test_an_escalation_is_mirrored_sent_step_by_step_and_acknowledged_by_k
     # A restarted operator mirrors every object again (kopf's resume of a new process): the
     # escalation's key finds the one made before, nothing is created twice.
     await operator.stop()
+    restarted_at = len(caplog.records)
     await start_operator()
+
+    async def relisted() -> bool:
+        # The new process handled the object it listed (before the annotation changes below,
+        # which it must see as changes, not as the state it first met).
+        return any(
+            getattr(r, "k8s_ref", {}).get("name") == "db-down"
+            and r.getMessage().startswith("Creation is processed")
+            for r in caplog.records[restarted_at:]
+        )
+
+    await eventually(relisted, timeout=30, what="the restarted operator handled db-down")
     # Taken back and given again, by somebody else: the handler runs again (the annotation became
     # "true"), and the second acknowledgement changes nothing.
     ns = ("-n", namespace, "--overwrite")

@@ -4,7 +4,7 @@ finished, when their policy sets it.
 One task for all objects: one query takes the objects that are due (and marks them), the task
 deletes them (16 at a time), then sleeps exactly until the next one is due, as the database
 says; the status writer pokes it when an object finishes, so a TTL of 0 acts at once. No timer
-per object. The object's DELETED event then drops its link, as for any other delete.
+per object. Its link is dropped once the delete is done (its row is final: nothing to cancel).
 """
 
 from __future__ import annotations
@@ -85,6 +85,10 @@ class TtlSweeper:
                     link.namespace,
                     link.name,
                 )
+            # Gone either way (deleted now, or before): its link goes now, not when the DELETED
+            # event comes through kopf's queue, which lags in a burst (a link left would be
+            # taken again a minute later, one more DELETE for an object already gone).
+            await self._repository.kube_link_delete(uid=link.uid)
 
         await asyncio.gather(*(delete(link) for link in due))
         return len(due)
