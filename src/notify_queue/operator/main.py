@@ -32,6 +32,7 @@ import kopf
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from notify_queue.errors import DatabaseUnavailable, SchemaNotCurrent
+from notify_queue.operator import metrics
 from notify_queue.operator.handlers import register_handlers
 from notify_queue.operator.kubeapi import (
     KubeApi,
@@ -185,6 +186,8 @@ async def _run(
             renderer=renderer,
         ),
     )
+
+    metrics.OBJECTS_REMEMBERED.set_function(lambda: len(diffbase))
 
     def forget(uid: str) -> None:
         progress.forget(uid)
