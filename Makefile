@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-fast lock lint format typecheck layers k8s-binaries test-packages citus prometheus docs fuzz soak bench clean
+.PHONY: help run test test-fast lock lint format typecheck layers k8s-binaries test-packages citus prometheus docs fuzz soak bench bench-k8s bench-k8s-100k bench-k8s-faults clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -92,6 +92,16 @@ soak: $(STAMP) ## a 10-minute chaos soak: random worker kills, restarts and outa
 
 bench: $(STAMP) ## the benchmark suite (writes benchmarks/results/*.json)
 	$(BIN)/python -m benchmarks
+
+bench-k8s: $(STAMP) k8s-binaries ## the Kubernetes path at 10,000 objects, two rounds (benchmarks/results/k8s-scale)
+	$(BIN)/python -m benchmarks.k8s_scale --objects 10000 --rounds 2
+
+bench-k8s-100k: $(STAMP) k8s-binaries ## the Kubernetes path at 100,000 objects (hours on 2 cores)
+	$(BIN)/python -m benchmarks.k8s_scale --objects 100000 --rounds 1
+
+bench-k8s-faults: $(STAMP) k8s-binaries ## 10,000 objects with the operator killed, then with the kube-apiserver restarted, halfway
+	$(BIN)/python -m benchmarks.k8s_scale --objects 10000 --rounds 1 --fault kill-operator
+	$(BIN)/python -m benchmarks.k8s_scale --objects 10000 --rounds 1 --fault restart-apiserver
 
 clean: ## remove the virtualenv and local data
 	rm -rf $(VENV) .notify-queue .pytest_cache .mypy_cache .ruff_cache

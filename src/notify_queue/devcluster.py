@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from notify_queue.errors import NotifyQueueError
 
 log = logging.getLogger(__name__)
@@ -117,6 +119,7 @@ class LocalControlPlane:
         for name, groups in (users or {}).items():
             self.users[name] = TokenUser(name, secrets.token_hex(24), tuple(groups))
         self.server = ""
+        self.etcd_port = 0
         self._processes: dict[str, subprocess.Popen[bytes]] = {}
         self._cert_dir = directory / "certs"
 
@@ -152,6 +155,47 @@ class LocalControlPlane:
                 log.info("port clash starting the control plane; retrying with new ports")
         self.kubeconfig = self.kubeconfig_for("admin")
         log.info("control plane ready at %s (kubeconfig %s)", self.server, self.kubeconfig)
+
+    def restart_apiserver(self) -> None:
+        """Stop the kube-apiserver and start it again on the same port, over the same etcd:
+        every client's connection and watch breaks, as in an API server's rolling update."""
+        process = self._processes.pop("kube-apiserver", None)
+        if process is not None:
+            _stop_process_group(process)
+        port = int(self.server.rsplit(":", 1)[1])
+        self._start_apiserver(self.etcd_port, port)
+
+    # --- what the control plane counted ----------------------------------------------------------
+
+    def request_counts(self) -> dict[tuple[str, str, str], int]:
+        """kube-apiserver's `apiserver_request_total` summed by (verb, resource, subresource),
+        from its /metrics: the writes a component made are a difference of two readings."""
+        request = urllib.request.Request(f"{self.server}/metrics")  # noqa: S310 (our server)
+        request.add_header("Authorization", f"Bearer {self.token_for('admin')}")
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:  # noqa: S310
+            text = response.read().decode()
+        counts: dict[tuple[str, str, str], int] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name != "apiserver_request_total":
+                    continue
+                labels = sample.labels
+                key = (labels["verb"], labels["resource"], labels.get("subresource", ""))
+                counts[key] = counts.get(key, 0) + int(sample.value)
+        return counts
+
+    def etcd_db_size_bytes(self) -> int:
+        """etcd's `etcd_mvcc_db_total_size_in_bytes`: the size of its database file."""
+        with urllib.request.urlopen(
+            f"http://127.0.0.1:{self.etcd_port}/metrics", timeout=10
+        ) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "etcd_mvcc_db_total_size_in_bytes":
+                    return int(sample.value)
+        raise ControlPlaneUnavailable("etcd's /metrics has no etcd_mvcc_db_total_size_in_bytes")
 
     def stop(self) -> None:
         """Stop what start() started: kube-apiserver first (so it does not spin on a gone etcd)."""
@@ -355,6 +399,7 @@ class LocalControlPlane:
         return process
 
     def _start_etcd(self, port: int, peer_port: int) -> None:
+        self.etcd_port = port
         url, peer = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{peer_port}"
         data = self.directory / "etcd"
         shutil.rmtree(data, ignore_errors=True)  # a retry after a port clash starts clean

@@ -538,6 +538,11 @@ class OperatorOptions(_Options):
         gt=0,
         description="Upper bound on status patches per second sent to the kube-apiserver.",
     )
+    status_coalesce_seconds: Seconds = Field(
+        1.0,
+        description="Seconds the status writer lets changes gather after a wake-up: a "
+        "notification sent within them gets one status patch (Sent), not two.",
+    )
     scale_interval: Seconds = Field(15.0, description="Seconds between worker scaling rounds.")
     secret_refresh_interval: Seconds = Field(
         60.0,

@@ -151,7 +151,14 @@ async def test_the_operator_mirrors_and_writes_status_back_on_citus(
             async def later_gone() -> bool:
                 return await kube.get("Notification", namespace, "later") is None
 
-            await eventually(later_gone, timeout=30, what="the delete's finalizer")
+            await eventually(later_gone, timeout=30, what="the delete")
+
+            # No finalizer: the row is cancelled on the DELETED event, after the object went.
+            async def cancelled() -> bool:
+                query = "SELECT status FROM nq_all_notifications WHERE id = %s"
+                return rows(url, query, later_id) == [("CANCELLED",)]
+
+            await eventually(cancelled, timeout=30, what="the deleted one CANCELLED")
 
             def outbox_empty() -> bool:
                 return rows(url, "SELECT count(*) FROM nq_status_outbox") == [(0,)]

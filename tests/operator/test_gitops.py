@@ -21,6 +21,7 @@ import pytest
 from notify_queue.devcluster import LocalControlPlane
 from notify_queue.repositories.db import Database
 from notify_queue.services.validation import parse_rfc3339
+from tests.operator.conftest import StartOperator
 from tests.operator.support import (
     Kube,
     OperatorThread,
@@ -278,8 +279,10 @@ async def test_a_policy_without_its_secret_holds_its_notifications_until_the_sec
 
 
 async def test_transition_times_hold_across_three_retries_on_the_live_object(
-    kube: Kube, namespace: str, operator: OperatorThread, db: Database, database_url: str
+    kube: Kube, namespace: str, start_operator: StartOperator, db: Database, database_url: str
 ) -> None:
+    # Every retry written as it happens (retries 300 ms apart would otherwise be coalesced).
+    await start_operator(status_coalesce_seconds=0.01)
     await kube.create(
         policy(
             namespace,

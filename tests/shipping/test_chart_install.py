@@ -471,17 +471,28 @@ spec:
             async def later_gone() -> bool:
                 return get("notif", "later") is None
 
-            # The finalizer ran: cancelled in the queue, then released.
+            # Deleted at once (no finalizer), then cancelled in the queue on its DELETED event.
             await eventually(later_gone, timeout=30)
-            with psycopg.connect(release.database_url) as conn:
-                statuses = dict(
-                    conn.execute(
-                        "SELECT recipient, status FROM nq_all_notifications"
-                        " WHERE recipient IN (%s, %s)",
-                        ("+4915112345678", "later@example.com"),
-                    ).fetchall()
-                )
-            assert statuses == {"+4915112345678": "SENT", "later@example.com": "CANCELLED"}
+
+            async def statuses() -> dict[str, str]:
+                with psycopg.connect(release.database_url) as conn:
+                    return dict(
+                        conn.execute(
+                            "SELECT recipient, status FROM nq_all_notifications"
+                            " WHERE recipient IN (%s, %s)",
+                            ("+4915112345678", "later@example.com"),
+                        ).fetchall()
+                    )
+
+            async def later_cancelled() -> bool:
+                return await statuses() == {
+                    "+4915112345678": "SENT",
+                    "later@example.com": "CANCELLED",
+                }
+
+            await eventually(
+                later_cancelled, timeout=30, what="SENT, and the deleted one CANCELLED"
+            )
 
             async def urgent_scaled_to_its_minimum() -> bool:
                 return (
@@ -711,7 +722,7 @@ def test_upgrading_a_0_1_0_release_keeps_its_generated_token(
 async def test_helm_uninstall_releases_the_notifications_and_removes_the_release(
     release: Release, tools: Tools, kubeconfig: Path
 ) -> None:
-    # Notifications the operator handled (each with its finalizer), then the operator is lost.
+    # Objects the operator handled (the policy with its finalizer), then the operator is lost.
     apps = tools.namespace(kubeconfig, prefix="apps")
     operator = await OperatorThread(settings_for(release.database_url, apps), kubeconfig).start()
     try:
@@ -799,7 +810,7 @@ async def _handled(tools: Tools, kubeconfig: Path, namespace: str) -> dict[str, 
         phases.get("waiting") == "Pending"
         and phases.get("refused") == "Rejected"
         and len(items) == 3
-        and all(o["metadata"].get("finalizers") for o in items)
+        and all(o["metadata"].get("finalizers") for o in items if o["kind"] == "NotificationPolicy")
         and all((o.get("status") or {}).get("conditions") for o in items)
     )
     return by_name if done else None

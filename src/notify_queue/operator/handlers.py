@@ -6,10 +6,16 @@ errors into `kopf.TemporaryError` with a short delay. Handlers are per-object by
 per-change work (status write-back, TTL, scaling, re-reading the policies' Secrets) is done by
 single tasks outside kopf. kopf watches our own kinds only: never Secrets or Deployments, which
 the operator may not list or watch (docs/security.md).
+
+A Notification carries no finalizer: its clean-up on delete (cancel a PENDING row, drop the link)
+runs on the watch's DELETED event, and the status writer does it for an object it finds gone, so
+the status patch stays the only write of a notification (docs/operator.md "Writes per
+notification").
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -46,6 +52,7 @@ def register_handlers(
     registry: kopf.OperatorRegistry,
     *,
     kube: KubeApi,
+    forget: Callable[[str], None],
     notifications: NotificationMirror,
     policies: PolicyMirror,
     templates: TemplateMirror | None = None,
@@ -73,8 +80,18 @@ def register_handlers(
 
     @on(kopf.on.create, NOTIFICATIONS, "notification_created")
     async def notification_created(
-        namespace: str, name: str, uid: str, meta: kopf.Meta, spec: kopf.Spec, **_: Any
+        namespace: str,
+        name: str,
+        uid: str,
+        meta: kopf.Meta,
+        spec: kopf.Spec,
+        status: kopf.Status,
+        **_: Any,
     ) -> None:
+        if status.get("phase"):
+            # Mirrored before (or rejected): a restarted operator, whose kopf bookkeeping is in
+            # memory (storage.py), sees every object as new.
+            return
         await _retrying(
             lambda: notifications.created(
                 namespace=namespace,
@@ -110,9 +127,22 @@ def register_handlers(
             lambda: notifications.acknowledged(namespace=namespace or "", name=name, uid=uid, by=by)
         )
 
-    @on(kopf.on.delete, NOTIFICATIONS, "notification_deleted")
-    async def notification_deleted(uid: str, **_: Any) -> None:
-        await _retrying(lambda: notifications.deleted(uid=uid))
+    # Only the DELETED event reaches these handlers (`when`): kopf logs every handler it runs.
+    def deleted_event(type: str, **_: Any) -> bool:
+        return type == "DELETED"
+
+    @kopf.on.event(
+        GROUP, VERSION, NOTIFICATIONS, id="notification_gone", registry=registry, when=deleted_event
+    )
+    async def notification_gone(uid: str, **_: Any) -> None:
+        forget(uid)
+        # kopf never retries an event handler: a database outage is waited out here.
+        while True:
+            try:
+                await notifications.deleted(uid=uid)
+                return
+            except DatabaseUnavailable:
+                await asyncio.sleep(RETRY_DELAY_SECONDS)
 
     # --- NotificationPolicy and NotificationTemplate: mirrored the same way -------------------
 
@@ -143,6 +173,12 @@ def register_handlers(
         @on(kopf.on.delete, plural, f"{kind}_deleted")
         async def deleted(namespace: str, name: str, **_: Any) -> None:
             await _retrying(lambda: target.deleted(namespace=namespace, name=name))
+
+        @kopf.on.event(
+            GROUP, VERSION, plural, id=f"{kind}_gone", registry=registry, when=deleted_event
+        )
+        def gone(uid: str, **_: Any) -> None:
+            forget(uid)
 
     mirror(POLICIES, "policy", policies)
     if templates is not None:

@@ -270,6 +270,20 @@ class KubeApi:
         _, body = await self._request("GET", api_path(*_objects(plural, namespace or None)))
         return list((body or {}).get("items", []))
 
+    async def custom_object_uids(self, *, plural: str, namespace: str | None) -> set[str]:
+        """The uids of every object of this kind in `namespace` (None: all), listed in pages."""
+        uids: set[str] = set()
+        token = ""
+        while True:
+            params = {"limit": "500", **({"continue": token} if token else {})}
+            _, body = await self._request(
+                "GET", api_path(*_objects(plural, namespace or None)), params=params
+            )
+            uids.update(item["metadata"]["uid"] for item in (body or {}).get("items", []))
+            token = ((body or {}).get("metadata") or {}).get("continue") or ""
+            if not token:
+                return uids
+
     async def finalizer_remove(
         self, *, plural: str, namespace: str, name: str, uid: str, finalizer: str
     ) -> bool:

@@ -7,8 +7,9 @@ their own process. It watches one namespace (`--namespace`) or the whole cluster
 duplicate rows (idempotency keys) or garble statuses (the status writer takes an advisory lock),
 see docs/operator.md.
 
-Beside kopf, four single tasks do the per-change work: the status writer (outbox → .status),
-the TTL sweeper, the worker scaler and the policies' Secret refresher. kopf's cleanup activity
+Beside kopf, single tasks do the per-change work: the status writer (outbox → .status), the TTL
+sweeper, the waiting refresher, the worker scaler and the policies' Secret refresher; and once
+per start, the clean-up after Notifications deleted while no operator ran. kopf's cleanup activity
 stops them, before kopf goes on to cancel whatever tasks it finds left.
 
 On --metrics-port one small HTTP server serves /metrics (this operator's own figures) and
@@ -24,21 +25,28 @@ import socket
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, cast
 
 import aiohttp
 import aiohttp.web
 import kopf
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from notify_queue.errors import SchemaNotCurrent
+from notify_queue.errors import DatabaseUnavailable, SchemaNotCurrent
+from notify_queue.operator import metrics
 from notify_queue.operator.handlers import register_handlers
-from notify_queue.operator.kubeapi import KubeApi, load_kube_configuration
+from notify_queue.operator.kubeapi import (
+    KubeApi,
+    KubeRefused,
+    KubeUnavailable,
+    load_kube_configuration,
+)
 from notify_queue.operator.mirror import NotificationMirror, PolicyMirror, TemplateMirror
 from notify_queue.operator.refresh import WaitingRefresher
 from notify_queue.operator.scaler import WorkerScaler
 from notify_queue.operator.status import StatusWriter
+from notify_queue.operator.storage import MemoryDiffBaseStorage, MemoryProgressStorage
 from notify_queue.operator.sweeper import TtlSweeper
+from notify_queue.operator.waiting import pause
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.escalations import EscalationRepository
 from notify_queue.repositories.kube import KubeRepository
@@ -64,34 +72,19 @@ ANNOTATION_PREFIX = "notifyqueue.io"
 StopFlag = asyncio.Event | threading.Event
 
 
-class _ProgressStorage(kopf.AnnotationsProgressStorage):
-    """kopf's progress annotations, except that an object's essence (what kopf compares to tell
-    a change) keeps `notifyqueue.io/acknowledged`: kopf drops every annotation under its
-    storage prefix from it, and ours shares the prefix with the contract's annotation, so
-    without this `kubectl notify ack` would never reach its handler (handlers.py)."""
-
-    def clear(self, *, essence: kopf.BodyEssence) -> kopf.BodyEssence:
-        annotations = cast(dict[str, Any], essence).get("metadata", {}).get("annotations", {})
-        kept = {k: v for k, v in annotations.items() if k == ACKNOWLEDGED}
-        cleared = super().clear(essence=essence)
-        if kept:
-            body = cast(dict[str, Any], cleared)
-            body.setdefault("metadata", {}).setdefault("annotations", {}).update(kept)
-        return cleared
-
-
-def operator_settings() -> kopf.OperatorSettings:
+def operator_settings(
+    progress: MemoryProgressStorage, diffbase: MemoryDiffBaseStorage
+) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     # kopf's own log lines become Events only from WARNING up: a Notification's Events then say
     # what matters (Accepted, Rejected, DeadLettered), not every handler run.
     settings.posting.level = logging.WARNING
+    # Only the policies and templates carry it: a Notification's clean-up needs none (handlers.py).
     settings.persistence.finalizer = FINALIZER
-    # Progress and the last-handled spec as annotations under our prefix, never in .status,
-    # which belongs to the status writer.
-    settings.persistence.progress_storage = _ProgressStorage(prefix=ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
-    )
+    # Progress and the last-handled essence in memory, never on the object: the status writer's
+    # patch is then the only write of a Notification (storage.py).
+    settings.persistence.progress_storage = progress
+    settings.persistence.diffbase_storage = diffbase
     settings.peering.standalone = True
     # No watching of CRDs and namespaces at run time: the CRDs exist before the operator starts
     # (Helm's crds/, `up --kubernetes`), and the chart's RBAC then needs no cluster-wide read
@@ -179,21 +172,32 @@ async def _run(
         PolicyRepository(db), kube, secret_refresh_seconds=settings.secret_refresh_interval
     )
     registry = kopf.OperatorRegistry()
+    progress = MemoryProgressStorage(prefix=ANNOTATION_PREFIX)
+    diffbase = MemoryDiffBaseStorage(prefix=ANNOTATION_PREFIX, kept=(ACKNOWLEDGED,))
+    notification_mirror = NotificationMirror(
+        notifications,
+        links,
+        kube,
+        database_concurrency=max(settings.database_pool_size - 2, 1),
+        escalations=EscalationService(
+            EscalationRepository(db, default_webhook_url=settings.webhook_url),
+            default_max_attempts=settings.max_attempts,
+            waker=waker,
+            renderer=renderer,
+        ),
+    )
+
+    metrics.OBJECTS_REMEMBERED.set_function(lambda: len(diffbase))
+
+    def forget(uid: str) -> None:
+        progress.forget(uid)
+        diffbase.forget(uid)
+
     register_handlers(
         registry,
         kube=kube,
-        notifications=NotificationMirror(
-            notifications,
-            links,
-            kube,
-            database_concurrency=max(settings.database_pool_size - 2, 1),
-            escalations=EscalationService(
-                EscalationRepository(db, default_webhook_url=settings.webhook_url),
-                default_max_attempts=settings.max_attempts,
-                waker=waker,
-                renderer=renderer,
-            ),
-        ),
+        forget=forget,
+        notifications=notification_mirror,
         policies=policies,
         templates=TemplateMirror(RecipientService(RecipientRepository(db)), kube),
     )
@@ -205,7 +209,9 @@ async def _run(
         namespace=namespace,
         batch_size=settings.status_batch_size,
         patches_per_second=settings.status_patches_per_second,
+        coalesce_seconds=settings.status_coalesce_seconds,
         on_finished=sweeper.poke,
+        on_gone=lambda uid: notification_mirror.deleted(uid=uid),
         lanes=lanes,
     )
     refresher = WaitingRefresher(links, lanes, writer, namespace=namespace)
@@ -213,8 +219,20 @@ async def _run(
         links, kube, namespace=namespace, interval_seconds=settings.scale_interval
     )
 
+    async def clean_up_after_deletions_while_away(stop: asyncio.Event) -> None:
+        # Once per start: a Notification deleted while no operator ran sent no DELETED event.
+        while not stop.is_set():
+            try:
+                await notification_mirror.release_deleted_while_away(namespace=namespace)
+                break
+            except (DatabaseUnavailable, KubeUnavailable, KubeRefused) as exc:
+                log.warning("clean-up of deleted Notifications paused: %s", exc)
+                await pause(stop, 2.0)
+        await stop.wait()
+
     stop = asyncio.Event()
     background: list[tuple[str, Callable[[asyncio.Event], Awaitable[None]]]] = [
+        ("deletion clean-up", clean_up_after_deletions_while_away),
         ("status writer", writer.run),
         ("ttl sweeper", sweeper.run),
         ("waiting refresher", refresher.run),
@@ -244,7 +262,7 @@ async def _run(
     try:
         await kopf.operator(
             registry=registry,
-            settings=operator_settings(),
+            settings=operator_settings(progress, diffbase),
             clusterwide=namespace is None,
             namespaces=[namespace] if namespace else (),
             standalone=True,

@@ -20,6 +20,11 @@ MIRRORS = Counter(
     "(accepted, existing, rejected, conflict, ready, not_ready).",
     ["kind", "outcome"],
 )
+OBJECTS_REMEMBERED = Gauge(
+    "notify_queue_operator_objects_remembered",
+    "Objects whose last-handled state kopf keeps in the operator's memory: those present in its "
+    "scope; each is dropped on its DELETED event.",
+)
 SCALE_CHANGES = Counter(
     "notify_queue_operator_scale_changes",
     "Replica count changes of worker pools, by direction (up, down).",

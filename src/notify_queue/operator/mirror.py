@@ -303,13 +303,28 @@ class NotificationMirror:
         self._kube.event_soon(involved=involved, type="Warning", reason="Rejected", message=message)
 
     async def deleted(self, *, uid: str) -> None:
-        """The object is being deleted: cancel its notification if still PENDING, drop the link.
+        """The object is gone: cancel its notification if still PENDING, drop the link.
 
-        Quick and final in every case (no row, a final row, a shared row), so the finalizer is
-        never held: only a database outage makes kopf retry it.
+        Idempotent and quick in every case (no row, a final row, a shared row): it runs on the
+        object's DELETED event and again whenever the status writer finds the object gone.
         """
         async with self._database_slots:
             await self._release(uid)
+
+    async def release_deleted_while_away(self, *, namespace: str | None) -> int:
+        """Clean up after the objects deleted while no operator ran (no DELETED event came):
+        the links are read first, then the objects listed, so an object created in between is
+        never taken for a deleted one. Returns how many were cleaned up."""
+        linked = await self._links.kube_link_uids(namespace=namespace)
+        present = await self._kube.custom_object_uids(
+            plural=rules.NOTIFICATIONS, namespace=namespace
+        )
+        gone = linked - present
+        for uid in gone:
+            await self.deleted(uid=uid)
+        if gone:
+            log.info("cleaned up %d Notifications deleted while the operator was away", len(gone))
+        return len(gone)
 
     async def _release(self, uid: str) -> None:
         link = await self._links.kube_link_get(uid=uid)

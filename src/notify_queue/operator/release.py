@@ -1,15 +1,16 @@
 """Release the cluster's objects when the operator goes away for good (`helm uninstall`).
 
-Every Notification and NotificationPolicy the operator handled carries its finalizer, so that
-deleting a Pending Notification cancels it. With no operator left, nothing removes those
-finalizers: the objects, and their namespaces, would stay Terminating forever. This one-shot
-step (the chart's pre-delete hook runs it; `python -m notify_queue.operator.release`):
+Every NotificationPolicy the operator handled carries its finalizer (and so may a Notification
+an older operator handled). With no operator left, nothing removes those finalizers: the objects,
+and their namespaces, would stay Terminating forever. And a Pending Notification's row would stay
+PENDING with nobody to serve its object. This one-shot step (the chart's pre-delete hook runs
+it; `python -m notify_queue.operator.release`):
 
 1. scales the operator's Deployment to 0 and waits until its pods are gone, so no operator adds
    a finalizer back behind us;
-2. for each Notification with the finalizer: cancels its notification if still PENDING (nobody
-   would serve its object any more; a final one is left as it is), forgets the link, removes
-   the finalizer; for each NotificationPolicy: removes the finalizer (the policy's row stays);
+2. for each linked Notification: cancels its notification if still PENDING (a final one is left
+   as it is), forgets the link, removes the finalizer if it has one; for each
+   NotificationPolicy: removes the finalizer (the policy's row stays);
 3. goes over the objects again until a pass finds nothing to release (a dying operator may have
    added one back), within a deadline.
 
@@ -73,7 +74,7 @@ async def release(
         )
         total = Released()
         while True:
-            released = await _release_once(kube, mirror, namespace)
+            released = await _release_once(kube, links, mirror, namespace)
             total.notifications += released.notifications
             total.policies += released.policies
             if released.notifications == released.policies == 0:
@@ -97,17 +98,21 @@ async def _stop_operator(kube: KubeApi, namespace: str, name: str, deadline: flo
 
 
 async def _release_once(
-    kube: KubeApi, mirror: NotificationMirror, namespace: str | None
+    kube: KubeApi, links: KubeRepository, mirror: NotificationMirror, namespace: str | None
 ) -> Released:
     released = Released()
     for plural in (NOTIFICATIONS, POLICIES):
         for obj in await kube.custom_objects_list(plural=plural, namespace=namespace):
             meta = obj["metadata"]
-            if FINALIZER not in (meta.get("finalizers") or []):
+            finalized = FINALIZER in (meta.get("finalizers") or [])
+            linked = (
+                plural == NOTIFICATIONS and await links.kube_link_get(uid=meta["uid"]) is not None
+            )
+            if not finalized and not linked:
                 continue
             if plural == NOTIFICATIONS:
                 await mirror.deleted(uid=meta["uid"])  # cancels a PENDING row, drops the link
-            removed = await kube.finalizer_remove(
+            removed = finalized and await kube.finalizer_remove(
                 plural=plural,
                 namespace=meta["namespace"],
                 name=meta["name"],

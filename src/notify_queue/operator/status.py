@@ -6,6 +6,8 @@ after a reconnect, to catch up; and every `fallback_poll_seconds` in case a hint
 the outbox: a batch of the oldest changes, coalesced per object, each written as one merge patch
 built from the row's current state, at most `patches_per_second`, and the batch's outbox rows
 deleted once their patches went through. A patch that fails leaves its rows for the next round.
+A wake-up is followed by a pause of `coalesce_seconds` before the drain, so a notification that
+is sent within it gets one patch (Sent), not two (Pending, then Sent).
 
 So the cost follows the rate of change, not the number of objects: there is no timer, daemon or
 poll per object, and 2,000 idle Notifications cost nothing.
@@ -16,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from notify_queue.errors import DatabaseUnavailable, NotifyQueueError
 from notify_queue.models import Status
@@ -69,8 +71,10 @@ class StatusWriter:
         batch_size: int,
         patches_per_second: float,
         concurrency: int = 16,
+        coalesce_seconds: float = 1.0,
         fallback_poll_seconds: float = 5.0,
         on_finished: Callable[[], None] = lambda: None,
+        on_gone: Callable[[str], Awaitable[None]] | None = None,
         lanes: LiveLanes | None = None,
     ) -> None:
         self._repository = repository
@@ -79,8 +83,12 @@ class StatusWriter:
         self._batch_size = batch_size
         self._limiter = RateLimiter(patches_per_second)
         self._concurrency = asyncio.Semaphore(concurrency)
+        self._coalesce_seconds = coalesce_seconds
         self._fallback_poll_seconds = fallback_poll_seconds
         self._on_finished = on_finished
+        # The clean-up of an object found gone (its DELETED event was missed: the operator was
+        # down, or the database was when it came).
+        self._on_gone = on_gone
         # The lanes live workers serve: a due notification none serves shows `NoWorker`.
         self._lanes = lanes
         self._served: Lanes = ALL_LANES
@@ -103,6 +111,9 @@ class StatusWriter:
                     continue
                 await pause(stop, self._fallback_poll_seconds, self._wake)
                 self._wake.clear()
+                # The changes of a burst gather first: a notification that goes Pending → Sent
+                # within this pause is written once, as Sent.
+                await pause(stop, self._coalesce_seconds)
         finally:
             listener.cancel()
             await asyncio.gather(listener, return_exceptions=True)
@@ -166,6 +177,11 @@ class StatusWriter:
                 # Refused for good (a 4xx): retrying the same patch cannot help.
                 return not isinstance(exc, KubeUnavailable)
         metrics.STATUS_PATCHES.labels(outcome.value).inc()
+        if outcome is PatchOutcome.GONE and self._on_gone is not None:
+            try:
+                await self._on_gone(change.uid)
+            except NotifyQueueError as exc:  # the link stays; the row's next change tries again
+                log.warning("clean-up of gone %s/%s failed: %s", change.namespace, change.name, exc)
         if outcome is PatchOutcome.PATCHED:
             involved = object_reference(
                 kind="Notification", namespace=change.namespace, name=change.name, uid=change.uid

@@ -189,6 +189,10 @@ class KubeRepository:
         }
         await (await self._engine.driver()).kube_link_save(self._db, params)
 
+    async def kube_link_uids(self, *, namespace: str | None) -> set[str]:
+        rows = await self._db.fetch_all("kube_link_uids", {"namespace": namespace})
+        return {row["uid"] for row in rows}
+
     async def kube_link_delete(self, *, uid: str) -> None:
         await self._db.execute("kube_link_delete", {"uid": uid})
 

@@ -43,8 +43,14 @@ WITH queued_row AS (
 )
 SELECT (SELECT count(*) FROM queued) AS queued, pg_notify('nq_status_outbox', '') AS notified
 
+-- name: kube_link_uids
+-- The uids of the objects linked in a scope: the operator compares them at start with the objects
+-- the API server lists, to clean up after those deleted while it was not running.
+SELECT uid FROM nq_kube_links
+WHERE (%(namespace)s::text IS NULL OR namespace = %(namespace)s::text)
+
 -- name: kube_link_delete
--- The object is gone (its finalizer ran): forget the link. The row stays, as history; outbox
+-- The object is gone (its DELETED event, or found gone): forget the link. The row stays, as history; outbox
 -- rows still queued for the object are dropped by the writer when it finds no link.
 DELETE FROM nq_kube_links WHERE uid = %(uid)s
 

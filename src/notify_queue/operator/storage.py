@@ -1,0 +1,113 @@
+"""kopf's bookkeeping kept in the operator's memory: handling an object writes nothing to it.
+
+kopf records, per object, the progress of its handlers and the last-handled essence (its
+diff-base, what it compares the next event with). Its stock storages keep both in annotations:
+one more PATCH of every object beside the status write. Here both live in this process: the
+progress only while a handler runs or waits for its retry (kopf purges it once done), the
+diff-base until the object's DELETED event (`forget`). A restarted operator starts empty, so kopf
+sees every object as new and runs its create handler again; that handler skips an object that
+already has a status and is idempotent otherwise (docs/operator.md "Writes per notification").
+
+A retry still writes: kopf wakes itself after a retry's delay by touching the object (a dummy
+annotation), so only a handler that failed costs that write.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any, cast
+
+import kopf
+
+
+def _uid(body: kopf.Body) -> str:
+    return str(body.get("metadata", {}).get("uid", ""))
+
+
+class MemoryProgressStorage(kopf.ProgressStorage):
+    """Handler progress by object uid and handler id; the touch is kopf's annotation one."""
+
+    def __init__(self, *, prefix: str) -> None:
+        self._records: dict[str, dict[str, kopf.ProgressRecord]] = {}
+        self._touch = kopf.AnnotationsProgressStorage(prefix=prefix)
+
+    def fetch(self, *, key: kopf.HandlerId, body: kopf.Body) -> kopf.ProgressRecord | None:
+        record = self._records.get(_uid(body), {}).get(key)
+        return None if record is None else cast(kopf.ProgressRecord, dict(record))
+
+    def store(
+        self,
+        *,
+        key: kopf.HandlerId,
+        record: kopf.ProgressRecord,
+        body: kopf.Body,
+        patch: kopf.Patch,
+    ) -> None:
+        self._records.setdefault(_uid(body), {})[key] = cast(kopf.ProgressRecord, dict(record))
+
+    def purge(self, *, key: kopf.HandlerId, body: kopf.Body, patch: kopf.Patch) -> None:
+        uid = _uid(body)
+        records = self._records.get(uid)
+        if records is not None:
+            records.pop(key, None)
+            if not records:
+                del self._records[uid]
+
+    def touch(self, *, body: kopf.Body, patch: kopf.Patch, value: str | None) -> None:
+        self._touch.touch(body=body, patch=patch, value=value)
+
+    def clear(self, *, essence: kopf.BodyEssence) -> kopf.BodyEssence:
+        return copy.deepcopy(essence)
+
+    def forget(self, uid: str) -> None:
+        self._records.pop(uid, None)
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+class MemoryDiffBaseStorage(kopf.DiffBaseStorage):
+    """The last-handled essence by object uid.
+
+    Of the annotations under `prefix` the essence keeps only `kept` (`notifyqueue.io/acknowledged`
+    is an annotation a user sets, and kopf must report its change); the rest under the prefix are
+    bookkeeping an older operator left on the object, never a change to handle.
+    """
+
+    def __init__(self, *, prefix: str, kept: Iterable[str]) -> None:
+        super().__init__()
+        self._prefix = prefix
+        self._kept = frozenset(kept)
+        self._essences: dict[str, kopf.BodyEssence] = {}
+
+    def build(
+        self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None
+    ) -> kopf.BodyEssence:
+        essence = super().build(body=body, extra_fields=extra_fields)
+        annotations = dict(body.get("metadata", {}).get("annotations") or {})
+        ours = {
+            key: value
+            for key, value in annotations.items()
+            if not key.startswith(f"{self._prefix}/") or key in self._kept
+        }
+        ours.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+        mutable = cast(dict[str, Any], essence)
+        if ours:
+            mutable.setdefault("metadata", {})["annotations"] = ours
+        else:
+            mutable.get("metadata", {}).pop("annotations", None)
+        self.remove_empty_stanzas(essence)
+        return essence
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return self._essences.get(_uid(body))
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        self._essences[_uid(body)] = essence
+
+    def forget(self, uid: str) -> None:
+        self._essences.pop(uid, None)
+
+    def __len__(self) -> int:
+        return len(self._essences)
