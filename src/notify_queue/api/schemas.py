@@ -588,6 +588,17 @@ class RecipientPut(_Wire):
         pattern=limits.SMS_PATTERN.pattern,
         description="E.164: where a voice call goes; absent: phone.",
     )
+    chat: str | None = Field(
+        None, pattern=limits.DESTINATION_PATTERN.pattern, description="A chat destination name."
+    )
+    webhook: str | None = Field(
+        None, pattern=limits.DESTINATION_PATTERN.pattern, description="A webhook destination name."
+    )
+    incident: str | None = Field(
+        None,
+        pattern=limits.DESTINATION_PATTERN.pattern,
+        description="An incident destination name (a team or service).",
+    )
     push_tokens: list[str] = Field(
         default_factory=list, max_length=20, description="A push goes to the first."
     )
@@ -602,6 +613,9 @@ class Recipient(_Wire):
     email: str | None
     phone: str | None
     voice: str | None
+    chat: str | None
+    webhook: str | None
+    incident: str | None
     push_tokens: list[str]
     timezone: str
     preferences: RecipientPreferences
@@ -621,6 +635,9 @@ class Recipient(_Wire):
             email=r.email,
             phone=r.phone,
             voice=r.voice,
+            chat=r.chat,
+            webhook=r.webhook,
+            incident=r.incident,
             push_tokens=r.push_tokens,
             timezone=p.timezone,
             preferences=RecipientPreferences(

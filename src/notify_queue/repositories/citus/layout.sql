@@ -142,7 +142,7 @@ BEGIN
     END IF;
 
     FOREACH t IN ARRAY ARRAY['nq_policies', 'nq_templates', 'nq_recipients',
-                             'nq_recipient_voices'] LOOP
+                             'nq_recipient_voices', 'nq_recipient_destinations'] LOOP
         IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN
             PERFORM create_reference_table(t);
             PERFORM truncate_local_data_after_distributing_table(t::regclass);
