@@ -187,11 +187,11 @@ async def test_an_incident_escalation_step_reaches_pagerduty(
     await _worker(workers, tmp_path, [_slack(receiver), pd], "chat,incident")
     put = await api.put("/recipients/oncall", json={"chat": "ops", "incident": "db-team"})
     assert put.status_code == 201, put.text
+    steps = [{"channel": "chat"}, {"channel": "incident", "afterSeconds": 1}]
     created = await _post(
         api,
         {"recipientId": "oncall", "subject": "DB down", "body": "primary unreachable",
-         "priority": "HIGH",
-         "escalation": {"steps": [{"channel": "chat"}, {"channel": "incident", "afterSeconds": 1}]}},
+         "priority": "HIGH", "escalation": {"steps": steps}},
     )  # fmt: skip
     assert created.status_code == 201, created.text
     chat, incident = created.json()["notifications"]

@@ -41,6 +41,7 @@ NOTIFICATION_CASES = [
     "email recipient",
     "sms recipient",
     "blank recipient",
+    "chat recipient",
     "unknown priority",
     "empty body",
     "body over 65536 bytes",
@@ -79,6 +80,10 @@ NOTIFICATION_CASES = [
             "recipient must be an E.164 phone number (+ and 8-15 digits) when channel is sms",
         ),
         ({"channel": "push", "recipient": "   "}, "recipient must not be blank"),
+        (
+            {"channel": "chat", "recipient": "https://hooks.example.com/x"},
+            "recipient must be a destination name (a-z, 0-9 and -._#) when channel is chat",
+        ),
         ({"priority": "URGENT"}, 'spec.priority: Unsupported value: "URGENT"'),
         ({"body": ""}, "spec.body in body should be at least 1 chars long"),
         # 40,000 characters are within maxLength but 80,000 bytes of UTF-8.
@@ -220,6 +225,18 @@ def test_a_good_manifest_is_accepted_with_defaults(
     )
     assert stored["spec"]["priority"] == "NORMAL"
     assert stored["spec"]["metadata"] == {"order": 1001, "tags": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("channel", "recipient"),
+    [("chat", "ops#alerts"), ("webhook", "ci"), ("incident", "db-team")],
+)
+def test_a_notification_to_a_destination_is_accepted(
+    control_plane: LocalControlPlane, crd_namespace: str, channel: str, recipient: str
+) -> None:
+    spec = {"channel": channel, "recipient": recipient, "body": "{}"}
+    code, stderr = _apply(control_plane, crd_namespace, "Notification", spec)
+    assert code == 0, stderr
 
 
 def test_the_spec_of_a_notification_cannot_be_changed(
