@@ -197,6 +197,10 @@ BEGIN
         ids := ARRAY(SELECT i.id FROM nq_insert_notifications(items::json, v_max_attempts,
                                                               v_webhook_url) i);
     END IF;
+    -- The answer lists them in the order of the request's channels, which the insert's rows
+    -- (a data-modifying CTE) do not keep.
+    ids := ARRAY(SELECT (t.e ->> 'id')::uuid FROM jsonb_array_elements(items) WITH ORDINALITY t(e, o)
+                 WHERE (t.e ->> 'id')::uuid = ANY(ids) ORDER BY t.o);
     IF cardinality(chosen) > 0 THEN
         PERFORM pg_notify('nq_wakeup', '');
     END IF;
