@@ -114,7 +114,8 @@ class NotificationCreate(_Wire):
         None,
         min_length=1,
         max_length=limits.MAX_RECIPIENT_CHARS,
-        description="email: an address; sms: E.164 (`+` and 8-15 digits); push: a device token. "
+        description="email: an address; sms, voice: E.164 (`+` and 8-15 digits); push: a device "
+        "token; chat, webhook, incident: a destination name (docs/channels.md). "
         "Required unless recipientId is given (not both).",
     )
     subject: str | None = Field(
@@ -660,7 +661,7 @@ def recipient_json(r: domain.Recipient) -> dict[str, Any]:
 class TemplateChannel(_Wire):
     model_config = ConfigDict(extra="forbid")
 
-    subject: str | None = Field(None, description="email and push only.")
+    subject: str | None = Field(None, description="email, push and incident only.")
     body: str
 
 
@@ -670,6 +671,15 @@ class TemplateChannels(_Wire):
     email: TemplateChannel | None = None
     sms: TemplateChannel | None = None
     push: TemplateChannel | None = None
+    chat: TemplateChannel | None = Field(
+        None, description="Text, or Block Kit: a JSON object with `blocks`."
+    )
+    webhook: TemplateChannel | None = Field(
+        None, description="The POST body: must render a JSON object or array."
+    )
+    incident: TemplateChannel | None = Field(
+        None, description="subject: the summary; body: the details."
+    )
 
 
 class TemplatePut(_Wire):
