@@ -372,6 +372,7 @@ async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
             52,
             53,
             65,
+            70,
         ]
         partitions = await DeliveryLogRepository(db).partitions_index()
         assert len(partitions) == 1
