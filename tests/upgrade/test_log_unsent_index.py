@@ -76,6 +76,7 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
             52,
             53,
             65,
+            70,
         ]
         assert (
             _one(
