@@ -41,7 +41,6 @@ NOTIFICATION_CASES = [
     "email recipient",
     "sms recipient",
     "blank recipient",
-    "chat recipient",
     "unknown priority",
     "empty body",
     "body over 65536 bytes",
@@ -80,10 +79,6 @@ NOTIFICATION_CASES = [
             "recipient must be an E.164 phone number (+ and 8-15 digits) when channel is sms",
         ),
         ({"channel": "push", "recipient": "   "}, "recipient must not be blank"),
-        (
-            {"channel": "chat", "recipient": "https://hooks.example.com/x"},
-            "recipient must be a destination name (a-z, 0-9 and -._#) when channel is chat",
-        ),
         ({"priority": "URGENT"}, 'spec.priority: Unsupported value: "URGENT"'),
         ({"body": ""}, "spec.body in body should be at least 1 chars long"),
         # 40,000 characters are within maxLength but 80,000 bytes of UTF-8.
