@@ -334,7 +334,7 @@ async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
         async with db.connection() as conn:
             # This release's drain runs below: its functions, as every full `migrate` defines
             # them after the migrations (a migration up to a target leaves them out).
-            await schema._define_functions(conn)
+            await schema._define_functions(conn, changed_schema=True)
             await schema._lay_out(conn)
         # History as the schema-25 release left it: final rows in the log, written directly (the
         # function files are today's, written for the last step's schema).
