@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import yaml
 
 from tests.chaos.harness import WorkerProcesses
 from tests.receivers import VendorReceiver
-from tests.support import eventually, running_api
+from tests.support import eventually
 
 ENV = {"SLACK_TOKEN": "xoxb-test-token", "PD_DB": "R0UT1NGKEY0000000000000000000DB1"}
 FINAL = {"SENT", "FAILED", "DEAD_LETTERED"}
@@ -33,22 +33,6 @@ async def receiver() -> AsyncIterator[VendorReceiver]:
     r = await VendorReceiver().start()
     yield r
     await r.stop()
-
-
-@pytest.fixture
-def workers(database_url: str, tmp_path: Path) -> Iterator[WorkerProcesses]:
-    procs = WorkerProcesses(database_url, tmp_path)
-    yield procs
-    procs.close()
-
-
-@pytest.fixture
-async def api(database_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    async with (
-        running_api(database_url, tmp_path / "api.log") as base_url,
-        httpx.AsyncClient(base_url=base_url, timeout=30) as http,
-    ):
-        yield http
 
 
 async def _worker(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.specs import ProviderSpecs
 from tests.chaos.harness import WorkerProcesses
 from tests.receivers import VendorReceiver
-from tests.support import eventually, running_api
+from tests.support import eventually
 
 SIGNING_SECRET = "whsec_" + "c2VjcmV0LWZvci12ZW5kb3ItdGVzdHMtMzItYnl0ZXMh"
 ENV = {
@@ -52,22 +52,6 @@ async def receiver() -> AsyncIterator[VendorReceiver]:
     r = await VendorReceiver().start()
     yield r
     await r.stop()
-
-
-@pytest.fixture
-def workers(database_url: str, tmp_path: Path) -> Iterator[WorkerProcesses]:
-    procs = WorkerProcesses(database_url, tmp_path)
-    yield procs
-    procs.close()
-
-
-@pytest.fixture
-async def api(database_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    async with (
-        running_api(database_url, tmp_path / "api.log") as base_url,
-        httpx.AsyncClient(base_url=base_url, timeout=30) as http,
-    ):
-        yield http
 
 
 StartWorker = Callable[[dict[str, Any], str], Awaitable[None]]
