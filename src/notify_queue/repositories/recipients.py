@@ -79,6 +79,9 @@ class RecipientPut(TypedDict):
     email: str | None
     phone: str | None
     voice: str | None
+    chat: str | None
+    webhook: str | None
+    incident: str | None
     push_tokens: list[str]
     timezone: str
     opt_out_all: bool
