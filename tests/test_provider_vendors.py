@@ -418,8 +418,15 @@ async def test_acknowledging_an_escalation_resolves_its_pagerduty_incident_once(
     assert events == [{"routing_key": ENV["PD_DB"], "event_action": "resolve", "dedup_key": first}]
     triggers = [r.json for r in receiver.of("pagerduty") if r.json["event_action"] == "trigger"]
     assert [t["dedup_key"] for t in triggers] == [first]
-    listed = await api.get("/notifications", params={"channel": "incident", "limit": 10})
-    resolves = [n for n in listed.json()["items"] if n["id"] != first]
+
+    async def resolves_final() -> list[Any] | None:
+        # The receiver answers before the worker records the send: wait for its completion.
+        listed = await api.get("/notifications", params={"channel": "incident", "limit": 10})
+        found = [n for n in listed.json()["items"] if n["id"] != first]
+        done = found and all(n["status"] not in ("PENDING", "PROCESSING") for n in found)
+        return found if done else None
+
+    resolves = await eventually(resolves_final, timeout=30, what="the resolve's completion")
     assert len(resolves) == 1 and resolves[0]["status"] == "SENT", resolves
     assert resolves[0]["provider"] == "pd"
     assert (await _get(api, second))["status"] == "CANCELLED"
