@@ -186,3 +186,24 @@ async def test_an_incident_escalation_step_reaches_pagerduty(
     assert event["dedup_key"] == incident["id"]
     assert event["payload"]["summary"] == "DB down"
     assert event["payload"]["severity"] == "critical"
+
+
+async def test_a_voice_call_is_rendered_from_a_template_like_an_sms(
+    api: httpx.AsyncClient,
+) -> None:
+    put = await api.put(
+        "/templates/page", json={"channels": {"voice": {"body": "{{ host }} is down"}}}
+    )
+    assert put.status_code == 201, put.text
+    subject = await api.put(
+        "/templates/page2", json={"channels": {"voice": {"subject": "s", "body": "b"}}}
+    )
+    assert subject.status_code == 400, subject.text
+    assert subject.json()["errors"][0]["field"] == "channels.voice.subject"
+    call = await _post(
+        api,
+        {"channel": "voice", "recipient": "+4930123456", "template": "page",
+         "data": {"host": "db-1"}},
+    )  # fmt: skip
+    assert call.status_code == 201, call.text
+    assert call.json()["body"] == "db-1 is down"

@@ -671,6 +671,7 @@ class TemplateChannels(_Wire):
     email: TemplateChannel | None = None
     sms: TemplateChannel | None = None
     push: TemplateChannel | None = None
+    voice: TemplateChannel | None = Field(None, description="What is spoken: a body only.")
     chat: TemplateChannel | None = Field(
         None, description="Text, or Block Kit: a JSON object with `blocks`."
     )

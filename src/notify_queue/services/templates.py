@@ -32,12 +32,13 @@ from notify_queue.models import Channel
 from notify_queue.services.rendering import Renderer
 from notify_queue.services.sandbox import ENVIRONMENT, RULE_OUTPUT
 
-# Which parts each channel's entry has (docs/recipients.md, docs/channels.md): SMS, chat and
-# webhook have no subject; an incident's subject is its summary.
+# Which parts each channel's entry has (docs/recipients.md, docs/channels.md): SMS, voice (what
+# is spoken), chat and webhook have no subject; an incident's subject is its summary.
 CHANNEL_PARTS: dict[Channel, tuple[str, ...]] = {
     Channel.EMAIL: ("subject", "body"),
     Channel.SMS: ("body",),
     Channel.PUSH: ("subject", "body"),
+    Channel.VOICE: ("body",),
     Channel.CHAT: ("body",),
     Channel.WEBHOOK: ("body",),
     Channel.INCIDENT: ("subject", "body"),
