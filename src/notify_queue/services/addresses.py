@@ -92,8 +92,15 @@ def normalise_phone(number: str, default_region: str | None) -> str:
         parsed = phonenumbers.parse(number, None if international else default_region)
     except phonenumbers.NumberParseException:
         raise ValueError(wanted) from None
-    formatted = phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
-    if not SMS_PATTERN.fullmatch(formatted):
+    formatted = _e164(parsed)
+    # The stored form must read back as itself. A national number that starts with its trunk
+    # prefix twice would not (`+971 00 000000` formats as `+9710000000`, which parses again
+    # without a 0): such a number is in no plan, and is refused rather than kept in two forms.
+    if not SMS_PATTERN.fullmatch(formatted) or _e164(phonenumbers.parse(formatted)) != formatted:
         raise ValueError(wanted)
     return formatted
+
+
+def _e164(number: phonenumbers.PhoneNumber) -> str:
+    return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
 
