@@ -115,6 +115,8 @@ def test_an_address_that_cannot_be_normalised_is_named(
     channel: str, written: str, region: str | None
 ) -> None:
     with pytest.raises(ValidationFailed) as caught:
-        parse_request({"channel": channel, "recipient": written, "body": "x"}, default_region=region)
+        parse_request(
+            {"channel": channel, "recipient": written, "body": "x"}, default_region=region
+        )
     assert [e.field for e in caught.value.errors] == ["recipient"]
     assert caught.value.errors[0].message.endswith(f"for channel {channel}")

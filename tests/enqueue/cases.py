@@ -240,7 +240,13 @@ def refused(message: str) -> str:
 # written with spaces, drop a trunk prefix written after the country code.
 ADDRESS_CASES: list[tuple[str, str, str, str, str]] = [
     # (name, channel, as written, the API stores, the function stores)
-    ("email domain in upper case", "email", "Ann@Example.COM", "Ann@example.com", "Ann@example.com"),
+    (
+        "email domain in upper case",
+        "email",
+        "Ann@Example.COM",
+        "Ann@example.com",
+        "Ann@example.com",
+    ),
     (
         "email domain already IDNA-encoded",
         "email",

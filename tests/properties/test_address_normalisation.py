@@ -29,8 +29,10 @@ regions = st.sampled_from(sorted(phonenumbers.SUPPORTED_REGIONS))
 separators = st.sampled_from(["", " ", "-", ".", " (", ") "])
 digit_groups = st.lists(st.text(alphabet="0123456789", min_size=1, max_size=4), max_size=5)
 phones = st.builds(
-    lambda plus, groups, seps: ("+" if plus else "")
-    + "".join(g + s for g, s in zip(groups, seps + [""] * len(groups), strict=False)),
+    lambda plus, groups, seps: (
+        ("+" if plus else "")
+        + "".join(g + s for g, s in zip(groups, seps + [""] * len(groups), strict=False))
+    ),
     st.booleans(),
     digit_groups.filter(lambda g: sum(map(len, g)) >= 4),
     st.lists(separators, max_size=5),
@@ -57,7 +59,9 @@ def test_an_email_normalised_again_is_unchanged(address: str) -> None:
 
 
 @settings(max_examples=examples(300), deadline=None)
-@given(number=phones, region=st.none() | regions, channel=st.sampled_from([Channel.SMS, Channel.VOICE]))
+@given(
+    number=phones, region=st.none() | regions, channel=st.sampled_from([Channel.SMS, Channel.VOICE])
+)
 def test_a_phone_number_normalised_again_is_unchanged(
     number: str, region: str | None, channel: Channel
 ) -> None:

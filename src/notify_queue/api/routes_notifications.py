@@ -443,9 +443,7 @@ def _batch_requests(
     for index, (item, prefix) in enumerate(zip(items, prefixes, strict=True)):
         if isinstance(item, dict):
             try:
-                requests[index] = parse_request(
-                    item, prefix=prefix, default_region=default_region
-                )
+                requests[index] = parse_request(item, prefix=prefix, default_region=default_region)
             except ValidationFailed as exc:
                 errors[index] += exc.errors
             if item.get("idempotencyKey") is None:

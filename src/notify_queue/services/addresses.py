@@ -103,4 +103,3 @@ def normalise_phone(number: str, default_region: str | None) -> str:
 
 def _e164(number: phonenumbers.PhoneNumber) -> str:
     return phonenumbers.format_number(number, phonenumbers.PhoneNumberFormat.E164)
-
