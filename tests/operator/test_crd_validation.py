@@ -75,9 +75,8 @@ NOTIFICATION_CASES = [
             "recipient must be an email address (name@example.com) when channel is email",
         ),
         (
-            {"channel": "sms", "recipient": "call 12345"},
-            "recipient must be a phone number (E.164, or national with the operator's "
-            "--default-region) when channel is sms",
+            {"channel": "sms", "recipient": "12345"},
+            "recipient must be an E.164 phone number (+ and 8-15 digits) when channel is sms",
         ),
         ({"channel": "push", "recipient": "   "}, "recipient must not be blank"),
         ({"priority": "URGENT"}, 'spec.priority: Unsupported value: "URGENT"'),
