@@ -2,9 +2,10 @@
 
 The HTTP API and the operator both turn their input into a `NotificationRequest` and call
 `to_new_notification`; anything invalid raises `ValidationFailed` naming every bad field (camelCase,
-as the client wrote it), so bad input never reaches the database. The request hash is taken over
-the request as sent, so repeating a `delaySeconds` request is the same request
-(docs/api-notes.md, "Idempotency").
+as the client wrote it), so bad input never reaches the database. The recipient comes out in the
+one form it is stored in (services/addresses.py). The request hash is taken over the request as
+sent, so repeating a `delaySeconds` request is the same request (docs/api-notes.md,
+"Idempotency").
 """
 
 from __future__ import annotations
