@@ -78,3 +78,45 @@ def test_delay_seconds_resolves_against_now_and_the_hash_is_of_the_request_as_se
     assert request_hash(data) == request_hash(dict(reversed(list(data.items()))))
     assert request_hash(data) == request_hash({**data, "idempotencyKey": "other"})
     assert request_hash(data) != request_hash(_ok(delaySeconds=91))
+
+
+@pytest.mark.parametrize(
+    ("channel", "written", "region", "stored"),
+    [
+        ("email", "Ann@Example.COM", None, "Ann@example.com"),
+        ("email", "a@BÜCHER.example", None, "a@xn--bcher-kva.example"),
+        ("sms", "+44 20 7946 0958", None, "+442079460958"),
+        ("sms", "020 7946 0958", "GB", "+442079460958"),
+        ("voice", "(030) 123456", "DE", "+4930123456"),
+        ("push", "Tok En", "GB", "Tok En"),
+    ],
+)
+def test_a_recipient_is_normalised_before_it_is_stored(
+    channel: str, written: str, region: str | None, stored: str
+) -> None:
+    data = {"channel": channel, "recipient": written, "body": "hi"}
+    request = parse_request(data, default_region=region)
+    new = to_new_notification(request, idempotency_key="k", request_digest="h", now=NOW)
+    assert new.recipient == stored
+
+
+@pytest.mark.parametrize(
+    ("channel", "written", "region"),
+    [
+        ("email", "a@exa_mple.com", None),
+        ("email", "a@" + "b" * 64 + ".example", None),
+        ("sms", "020 7946 0958", None),
+        ("sms", "+44 20 7946 0958 ext. 12", "GB"),
+        ("sms", "CALL-ME-NOW", "US"),
+        ("voice", "+999 1234 5678", None),
+    ],
+)
+def test_an_address_that_cannot_be_normalised_is_named(
+    channel: str, written: str, region: str | None
+) -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        parse_request(
+            {"channel": channel, "recipient": written, "body": "x"}, default_region=region
+        )
+    assert [e.field for e in caught.value.errors] == ["recipient"]
+    assert caught.value.errors[0].message.endswith(f"for channel {channel}")

@@ -20,6 +20,14 @@ MAX_WEBHOOK_URL_CHARS = 2048
 
 EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s.]+$")
 SMS_PATTERN = re.compile(r"^\+[0-9]{8,15}$")
+# What the API and notify_queue_enqueue say of an address they cannot store in its one form
+# (services/addresses.py; docs/recipients.md, "Addresses").
+E164_MESSAGE = "must be an E.164 number (+ and 8-15 digits)"
+EMAIL_DOMAIN_MESSAGE = "must be an email address whose domain is a valid domain name"
+# The SQL door cannot IDNA-encode a domain (docs/enqueue.md, "Addresses").
+EMAIL_ASCII_DOMAIN_MESSAGE = (
+    "must have an ASCII domain here: IDNA-encode it (xn--...) first, or create through the API"
+)
 # The recipient of chat, webhook and incident: a destination name that the provider maps to a
 # channel id, URL or team (docs/channels.md).
 DESTINATION_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9._#]{0,127}$")

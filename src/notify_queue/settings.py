@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
+import phonenumbers
 from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -248,6 +249,34 @@ class CreationOptions(_Options):
         description="Attempts before DEAD_LETTERED, for notifications without a "
         "NotificationPolicy: the first plus 5 retries.",
     )
+
+
+class AddressOptions(_Options):
+    """Addresses
+
+    For the roles that create notifications and recipients (the API, the operator): phone
+    numbers are stored in E.164, and this says which country a number written without `+` is
+    in (docs/recipients.md, "Addresses").
+    """
+
+    default_region: str | None = Field(
+        None,
+        description="ISO 3166-1 region (e.g. GB) of sms and voice numbers written nationally "
+        "(`020 7946 0958`). Unset: a number must be E.164 (`+442079460958`), since a national "
+        "number could belong to any country. Applies to notifications and stored recipients; "
+        "the SQL function notify_queue_enqueue accepts E.164 only.",
+    )
+
+    @field_validator("default_region")
+    @classmethod
+    def _known_region(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if value.upper() not in phonenumbers.SUPPORTED_REGIONS:
+            raise ValueError(
+                f"{value!r} is not a region phonenumbers knows (an ISO 3166-1 code such as GB)"
+            )
+        return value.upper()
 
 
 class WorkerOptions(_Options):
@@ -589,6 +618,7 @@ GROUPS: tuple[type[_Options], ...] = (
     MetricsOptions,
     ApiOptions,
     CreationOptions,
+    AddressOptions,
     WorkerOptions,
     RetentionOptions,
     PollOptions,
@@ -613,7 +643,12 @@ class MigrateSettings(
 
 
 class ApiSettings(
-    DatabaseOptions, ListenOptions, ApiOptions, CreationOptions, DefaultWebhookOptions
+    DatabaseOptions,
+    ListenOptions,
+    ApiOptions,
+    CreationOptions,
+    AddressOptions,
+    DefaultWebhookOptions,
 ):
     """`notify-queue api`."""
 
@@ -683,6 +718,7 @@ class OperatorSettings(
     ListenOptions,
     MetricsOptions,
     CreationOptions,
+    AddressOptions,
     OperatorOptions,
     DefaultWebhookOptions,
     ListenDatabaseOptions,

@@ -72,6 +72,13 @@ CASES: list[tuple[str, dict[str, Any] | Any, str | None]] = [
     ("recipient too long", {**E, "recipient": "a@b." + "c" * 400}, "k"),
     ("email malformed", {**E, "recipient": "not-an-address"}, "k"),
     ("sms malformed", {**E, "channel": "sms", "recipient": "0151"}, "k"),
+    # Addresses (docs/enqueue.md, "Addresses"): what both doors refuse alike.
+    ("valid email domain in upper case", {**E, "recipient": "Ann@Example.COM"}, "k"),
+    ("email domain with an underscore", {**E, "recipient": "a@exa_mple.com"}, "k"),
+    ("email domain label with a hyphen at its end", {**E, "recipient": "a@example-.com"}, "k"),
+    ("email domain hyphens in 3rd and 4th place", {**E, "recipient": "a@ab--cd.com"}, "k"),
+    ("email domain label over 63", {**E, "recipient": "a@" + "b" * 64 + ".com"}, "k"),
+    ("sms national without a region", {**E, "channel": "sms", "recipient": "020 7946 0958"}, "k"),
     ("valid voice", {"channel": "voice", "recipient": "+4930123456", "body": "x"}, "k"),
     ("voice malformed", {**E, "channel": "voice", "recipient": "030 123"}, "k"),
     # Chat, webhook and incident go to a destination name (docs/channels.md).
@@ -220,4 +227,51 @@ CASES: list[tuple[str, dict[str, Any] | Any, str | None]] = [
         },
         "k",
     ),
+]
+
+
+def refused(message: str) -> str:
+    return f"refused: {message}"
+
+
+# What each door stores of an address, or the error it names the recipient with (`refused`); the
+# API runs without --default-region here. They differ where SQL cannot do what the API's
+# libraries do (docs/enqueue.md, "Addresses"): encode an international domain, read a number
+# written with spaces, drop a trunk prefix written after the country code.
+ADDRESS_CASES: list[tuple[str, str, str, str, str]] = [
+    # (name, channel, as written, the API stores, the function stores)
+    (
+        "email domain in upper case",
+        "email",
+        "Ann@Example.COM",
+        "Ann@example.com",
+        "Ann@example.com",
+    ),
+    (
+        "email domain already IDNA-encoded",
+        "email",
+        "a@XN--BCHER-KVA.example",
+        "a@xn--bcher-kva.example",
+        "a@xn--bcher-kva.example",
+    ),
+    (
+        "email domain in Unicode",
+        "email",
+        "a@BÜCHER.example",
+        "a@xn--bcher-kva.example",
+        refused(
+            "must have an ASCII domain here: IDNA-encode it (xn--...) first, or create through "
+            "the API for channel email"
+        ),
+    ),
+    ("sms in E.164", "sms", "+442079460958", "+442079460958", "+442079460958"),
+    (
+        "sms written with spaces",
+        "sms",
+        "+44 20 7946 0958",
+        "+442079460958",
+        refused("must be an E.164 number (+ and 8-15 digits) for channel sms"),
+    ),
+    ("voice with a trunk prefix", "voice", "+4402079460958", "+442079460958", "+4402079460958"),
+    ("push token as written", "push", "Tok-ABC", "Tok-ABC", "Tok-ABC"),
 ]

@@ -9,7 +9,7 @@ import pytest
 from notify_queue import limits
 from notify_queue.models import Channel
 from notify_queue.repositories.schema import function_sources, render_function
-from notify_queue.services import validation
+from notify_queue.services import addresses
 
 
 def test_every_placeholder_of_the_function_files_is_filled() -> None:
@@ -22,8 +22,11 @@ def test_the_enqueue_function_checks_the_channels_and_patterns_of_the_api() -> N
     assert "(" + ", ".join(f"'{c.value}'" for c in Channel) + ")" in text
     assert f"'{limits.SMS_PATTERN.pattern}'" in text
     assert f"> {limits.MAX_RECIPIENT_CHARS} THEN" in text
-    # The API's validation reads the same module.
-    assert validation.SMS_PATTERN is limits.SMS_PATTERN
+    for message in ("E164_MESSAGE", "EMAIL_DOMAIN_MESSAGE", "EMAIL_ASCII_DOMAIN_MESSAGE"):
+        assert getattr(limits, message) in text, message
+    # The API's address rules read the same module.
+    assert addresses.SMS_PATTERN is limits.SMS_PATTERN
+    assert addresses.EMAIL_DOMAIN_MESSAGE is limits.EMAIL_DOMAIN_MESSAGE
 
 
 def test_a_changed_limit_changes_the_function_text(monkeypatch: pytest.MonkeyPatch) -> None:

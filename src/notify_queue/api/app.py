@@ -83,13 +83,16 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
             ),
             schema_version=functools.partial(schema.current_version, database),
             missing_schema_steps=functools.partial(schema.missing_steps, database),
-            recipients=RecipientService(RecipientRepository(database)),
+            recipients=RecipientService(
+                RecipientRepository(database), default_region=settings.default_region
+            ),
             escalations=EscalationService(
                 EscalationRepository(database, default_webhook_url=settings.webhook_url),
                 default_max_attempts=settings.max_attempts,
                 waker=waker,
                 renderer=renderer,
             ),
+            default_region=settings.default_region,
         )
         heap.settle()
         try:

@@ -132,7 +132,10 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
         try:
             data = await read_json(request, required=True)
             new = _one_request(
-                data, header_key=request.headers.get("idempotency-key"), now=datetime.now(UTC)
+                data,
+                header_key=request.headers.get("idempotency-key"),
+                now=datetime.now(UTC),
+                default_region=runtime.default_region,
             )
             if new.request.escalation is not None:
                 return await _create_escalation(runtime, new)
@@ -199,7 +202,10 @@ def add_notification_routes(router: APIRouter, auth: Auth) -> None:
         items = _batch_items(await read_json(request, required=True))
         results: list[dict[str, Any]] = [{}] * len(items)  # each replaced below
         valid: list[tuple[int, PreparedRequest]] = []
-        for index, checked in enumerate(_batch_requests(items, now=datetime.now(UTC))):
+        checked_items = _batch_requests(
+            items, now=datetime.now(UTC), default_region=runtime.default_region
+        )
+        for index, checked in enumerate(checked_items):
             if isinstance(checked, ValidationFailed):
                 results[index] = {"status": 400, "error": domain_problem(checked)}
             else:
@@ -370,7 +376,9 @@ def _created_json(result: CreateResult) -> dict[str, Any]:
     return {"notifications": [notification_json(n) for n in made]}
 
 
-def _one_request(data: Any, *, header_key: str | None, now: datetime) -> PreparedRequest:
+def _one_request(
+    data: Any, *, header_key: str | None, now: datetime, default_region: str | None
+) -> PreparedRequest:
     """Validate a single create, header included; every bad field is named in one error."""
     if not isinstance(data, dict):
         raise ValidationFailed([FieldError("$", "must be a JSON object")])
@@ -382,7 +390,7 @@ def _one_request(data: Any, *, header_key: str | None, now: datetime) -> Prepare
         except ValidationFailed as exc:
             errors += exc.errors
     try:
-        request = parse_request(data)
+        request = parse_request(data, default_region=default_region)
     except ValidationFailed as exc:
         errors += exc.errors
     body_key = data.get("idempotencyKey")
@@ -417,7 +425,9 @@ def _batch_items(data: Any) -> list[Any]:
     return items
 
 
-def _batch_requests(items: list[Any], *, now: datetime) -> list[PreparedRequest | ValidationFailed]:
+def _batch_requests(
+    items: list[Any], *, now: datetime, default_region: str | None
+) -> list[PreparedRequest | ValidationFailed]:
     """Each item checked as a single create is (its stored text, its fields, its key, its times),
     every bad field of an item named in its one error. A step at a time over the whole batch, not
     item by item: the same checks and errors, cheaper per item because each step's code stays
@@ -433,7 +443,7 @@ def _batch_requests(items: list[Any], *, now: datetime) -> list[PreparedRequest 
     for index, (item, prefix) in enumerate(zip(items, prefixes, strict=True)):
         if isinstance(item, dict):
             try:
-                requests[index] = parse_request(item, prefix=prefix)
+                requests[index] = parse_request(item, prefix=prefix, default_region=default_region)
             except ValidationFailed as exc:
                 errors[index] += exc.errors
             if item.get("idempotencyKey") is None:

@@ -26,6 +26,8 @@ class ApiRuntime:
     missing_schema_steps: Callable[[], Awaitable[list[str]]]
     recipients: RecipientService
     escalations: EscalationService
+    # The region of phone numbers written without `+` (--default-region; services/addresses.py).
+    default_region: str | None = None
 
 
 async def _runtime(request: Request) -> ApiRuntime:

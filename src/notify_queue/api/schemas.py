@@ -114,8 +114,10 @@ class NotificationCreate(_Wire):
         None,
         min_length=1,
         max_length=limits.MAX_RECIPIENT_CHARS,
-        description="email: an address; sms, voice: E.164 (`+` and 8-15 digits); push: a device "
-        "token; chat, webhook, incident: a destination name (docs/channels.md). "
+        description="email: an address (answered with its domain IDNA-encoded in lower case); "
+        "sms, voice: a phone number, answered in E.164 (`+` and 8-15 digits; a national number "
+        "needs --default-region); push: a device token; chat, webhook, incident: a destination "
+        'name (docs/channels.md; docs/recipients.md, "Addresses"). '
         "Required unless recipientId is given (not both).",
     )
     subject: str | None = Field(
@@ -582,12 +584,18 @@ class RecipientPut(_Wire):
 
     model_config = ConfigDict(extra="forbid")
 
-    email: str | None = Field(None, max_length=limits.MAX_RECIPIENT_CHARS)
-    phone: str | None = Field(None, pattern=limits.SMS_PATTERN.pattern, description="E.164.")
-    voice: str | None = Field(
+    email: str | None = Field(
         None,
-        pattern=limits.SMS_PATTERN.pattern,
-        description="E.164: where a voice call goes; absent: phone.",
+        max_length=limits.MAX_RECIPIENT_CHARS,
+        description="Stored with its domain IDNA-encoded in lower case, the local part as sent.",
+    )
+    phone: str | None = Field(
+        None,
+        description="Stored in E.164; a national number needs --default-region "
+        '(docs/recipients.md, "Addresses").',
+    )
+    voice: str | None = Field(
+        None, description="Where a voice call goes, stored as phone is; absent: phone."
     )
     chat: str | None = Field(
         None, pattern=limits.DESTINATION_PATTERN.pattern, description="A chat destination name."

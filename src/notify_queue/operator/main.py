@@ -185,6 +185,7 @@ async def _run(
             waker=waker,
             renderer=renderer,
         ),
+        default_region=settings.default_region,
     )
 
     metrics.OBJECTS_REMEMBERED.set_function(lambda: len(diffbase))

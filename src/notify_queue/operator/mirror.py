@@ -56,8 +56,11 @@ class NotificationMirror:
         *,
         database_concurrency: int,
         escalations: EscalationService | None = None,
+        default_region: str | None = None,
     ) -> None:
         self._notifications = notifications
+        # The region of phone numbers written without `+` (--default-region).
+        self._default_region = default_region
         self._links = links
         self._kube = kube
         self._escalations = escalations
@@ -103,7 +106,11 @@ class NotificationMirror:
         )
         try:
             new = rules.prepared_from_spec(
-                namespace=namespace, uid=uid, spec=spec, now=datetime.now(UTC)
+                namespace=namespace,
+                uid=uid,
+                spec=spec,
+                now=datetime.now(UTC),
+                default_region=self._default_region,
             )
         except ValidationFailed as exc:
             await self._reject(involved, generation, "Invalid", f"not accepted by the queue: {exc}")

@@ -203,9 +203,15 @@ def request_from_spec(namespace: str, spec: Mapping[str, Any]) -> dict[str, Any]
 
 
 def prepared_from_spec(
-    *, namespace: str, uid: str, spec: Mapping[str, Any], now: datetime
+    *,
+    namespace: str,
+    uid: str,
+    spec: Mapping[str, Any],
+    now: datetime,
+    default_region: str | None = None,
 ) -> PreparedRequest:
-    """The request to enqueue for a Notification object; ValidationFailed names spec fields.
+    """The request to enqueue for a Notification object, its recipient normalised as the API's
+    is (`default_region`: --default-region); ValidationFailed names spec fields.
 
     The service renders its template and expands its recipientId, as for the HTTP API."""
     data = request_from_spec(namespace, spec)
@@ -218,7 +224,7 @@ def prepared_from_spec(
             raise ValidationFailed([FieldError("spec.delay", "must be at most one year")])
         data["delaySeconds"] = int(seconds)
     try:
-        request = parse_request(data, prefix="spec.")
+        request = parse_request(data, prefix="spec.", default_region=default_region)
         return prepare_request(
             request,
             idempotency_key=idempotency_key_for(uid, spec),

@@ -2,8 +2,9 @@
 
 A recipient is stored whole by PUT (idempotent: the same body again changes nothing visible but
 `updatedAt`) and its preferences are merged by PATCH under a row lock. Validation follows the
-notification rules: unknown fields are named, emails and E.164 numbers are checked as for
-notifications, a timezone must be one `zoneinfo` knows, quiet hours are `HH:MM` (24 h).
+notification rules: unknown fields are named, emails and phone numbers are normalised as a
+notification's recipient is (services/addresses.py), a timezone must be one `zoneinfo` knows,
+quiet hours are `HH:MM` (24 h).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pydantic import (
     StrictBool,
     StrictStr,
     ValidationError,
+    ValidationInfo,
     field_validator,
 )
 
@@ -29,14 +31,13 @@ from notify_queue.limits import (
     CATEGORY_PATTERN,
     DESTINATION_MESSAGE,
     DESTINATION_PATTERN,
-    EMAIL_PATTERN,
     MAX_RECIPIENT_CHARS,
     RECIPIENT_ID_PATTERN,
-    SMS_PATTERN,
     TEMPLATE_NAME_PATTERN,
 )
 from notify_queue.models import Channel, Preferences, Recipient, Source, Template
 from notify_queue.repositories.recipients import RecipientRepository
+from notify_queue.services.addresses import normalise_email, normalise_phone
 from notify_queue.services.templates import check_template_channels
 
 HHMM_PATTERN = re.compile(r"^([01][0-9]|2[0-3]):[0-5][0-9]$")
@@ -99,19 +100,17 @@ class RecipientBody(BaseModel):
     timezone: StrictStr = "UTC"
     preferences: PreferencesBody | None = None
 
+    # Stored in their one form, as a notification's recipient is (services/addresses.py).
     @field_validator("email")
     @classmethod
     def _email(cls, value: str | None) -> str | None:
-        if value is not None and not EMAIL_PATTERN.fullmatch(value):
-            raise ValueError("must be an email address")
-        return value
+        return None if value is None else normalise_email(value)
 
     @field_validator("phone", "voice")
     @classmethod
-    def _phone(cls, value: str | None) -> str | None:
-        if value is not None and not SMS_PATTERN.fullmatch(value):
-            raise ValueError("must be an E.164 number (+ and 8-15 digits)")
-        return value
+    def _phone(cls, value: str | None, info: ValidationInfo) -> str | None:
+        region = (info.context or {}).get("default_region")
+        return None if value is None else normalise_phone(value, region)
 
     @field_validator("chat", "webhook", "incident")
     @classmethod
@@ -216,13 +215,14 @@ def parse_preferences(data: Any, *, prefix: str = "") -> PreferencesBody:
     return body
 
 
-def parse_recipient(id: str, data: Any) -> Recipient:
-    """A PUT body as the recipient it describes (timestamps are set by the database)."""
+def parse_recipient(id: str, data: Any, *, default_region: str | None = None) -> Recipient:
+    """A PUT body as the recipient it describes (timestamps are set by the database), its
+    addresses normalised (`default_region`: of phone numbers written without `+`)."""
     check_recipient_id(id)
     if not isinstance(data, dict):
         raise ValidationFailed([FieldError("$", "must be a JSON object")])
     try:
-        body = RecipientBody.model_validate(data)
+        body = RecipientBody.model_validate(data, context={"default_region": default_region})
     except ValidationError as exc:
         raise _errors(exc) from None
     prefs = Preferences(exists=True, timezone=body.timezone)
@@ -247,11 +247,15 @@ def parse_recipient(id: str, data: Any) -> Recipient:
 
 
 class RecipientService:
-    def __init__(self, repository: RecipientRepository) -> None:
+    def __init__(
+        self, repository: RecipientRepository, *, default_region: str | None = None
+    ) -> None:
         self._repository = repository
+        self._default_region = default_region
 
     async def put(self, id: str, data: Any) -> tuple[Recipient, bool]:
-        return await self._repository.recipient_put(recipient=parse_recipient(id, data))
+        recipient = parse_recipient(id, data, default_region=self._default_region)
+        return await self._repository.recipient_put(recipient=recipient)
 
     async def get(self, id: str) -> Recipient:
         check_recipient_id(id)

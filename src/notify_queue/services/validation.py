@@ -2,9 +2,10 @@
 
 The HTTP API and the operator both turn their input into a `NotificationRequest` and call
 `to_new_notification`; anything invalid raises `ValidationFailed` naming every bad field (camelCase,
-as the client wrote it), so bad input never reaches the database. The request hash is taken over
-the request as sent, so repeating a `delaySeconds` request is the same request
-(docs/api-notes.md, "Idempotency").
+as the client wrote it), so bad input never reaches the database. The recipient comes out in the
+one form it is stored in (services/addresses.py). The request hash is taken over the request as
+sent, so repeating a `delaySeconds` request is the same request (docs/api-notes.md,
+"Idempotency").
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from notify_queue.limits import (
     DESTINATION_CHANNELS,
     DESTINATION_MESSAGE,
     DESTINATION_PATTERN,
-    EMAIL_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
     MAX_BODY_BYTES,
     MAX_CHANNELS,
@@ -55,7 +55,6 @@ from notify_queue.limits import (
     POLICY_PATTERN,
     RECIPIENT_ID_PATTERN,
     RFC3339_PATTERN,
-    SMS_PATTERN,
     TEMPLATE_NAME_PATTERN,
 )
 from notify_queue.models import (
@@ -67,6 +66,7 @@ from notify_queue.models import (
     Source,
     TemplateRef,
 )
+from notify_queue.services.addresses import normalise_address
 
 
 def parse_rfc3339(value: str) -> datetime:
@@ -236,13 +236,17 @@ class NotificationRequest(BaseModel):
         if not value.strip():
             raise ValueError("must not be blank")
         channel = info.data.get("channel")
-        if channel is Channel.EMAIL and not EMAIL_PATTERN.fullmatch(value):
-            raise ValueError("must be an email address for channel email")
-        if channel in (Channel.SMS, Channel.VOICE) and not SMS_PATTERN.fullmatch(value):
-            raise ValueError(f"must be an E.164 number (+ and 8-15 digits) for channel {channel}")
         if channel in DESTINATION_CHANNELS and not DESTINATION_PATTERN.fullmatch(value):
             raise ValueError(DESTINATION_MESSAGE + f" for channel {channel}")
-        return value
+        if channel is None:  # named by the channel's own error
+            return value
+        # Stored, limited and digested in its one form (services/addresses.py); the region of
+        # national numbers comes from parse_request's context.
+        region = (info.context or {}).get("default_region")
+        try:
+            return normalise_address(channel, value, region)
+        except ValueError as exc:
+            raise ValueError(f"{exc} for channel {channel}") from None
 
     @field_validator("subject")
     @classmethod
@@ -378,8 +382,11 @@ def _field_name(loc: tuple[int | str, ...], message: str) -> tuple[str, str]:
     return ".".join(str(p) for p in loc) or "body", message
 
 
-def parse_request(data: object, *, prefix: str = "") -> NotificationRequest:
-    """Validate raw JSON-like input; raise ValidationFailed naming every bad field."""
+def parse_request(
+    data: object, *, prefix: str = "", default_region: str | None = None
+) -> NotificationRequest:
+    """Validate raw JSON-like input, its recipient normalised (`default_region`: the region of
+    a phone number written without `+`); raise ValidationFailed naming every bad field."""
     if not isinstance(data, dict):
         raise ValidationFailed([FieldError(prefix.rstrip(".") or "body", "must be a JSON object")])
     # Required fields are named all at once here; the model's cross-field check stops at one.
@@ -390,7 +397,9 @@ def parse_request(data: object, *, prefix: str = "") -> NotificationRequest:
         missing.append("body")
     errors = [FieldError(prefix + n, _REQUIRED[n]) for n in missing]
     try:
-        request = NotificationRequest.model_validate(data)
+        request = NotificationRequest.model_validate(
+            data, context={"default_region": default_region}
+        )
     except ValidationError as exc:
         for e in exc.errors():
             name, message = _field_name(tuple(e["loc"]), e["msg"].removeprefix("Value error, "))

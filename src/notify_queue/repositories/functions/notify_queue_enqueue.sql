@@ -25,6 +25,7 @@ DECLARE
     contact text;
     reason text;
     v_category text;
+    v_recipient text;
     ids uuid[];
     answer jsonb;
     v_id uuid;
@@ -59,6 +60,12 @@ BEGIN
                             (request ->> 'delaySeconds')::double precision, 0)));
     v_expires_at := (nq_parse_rfc3339(request ->> 'expiresAt')).moment;
     v_category := COALESCE(request ->> 'category', 'transactional');
+    -- An email's domain in lower case, its local part kept: the one form the API stores too
+    -- (nq_enqueue_errors took only an ASCII domain; docs/enqueue.md, "Addresses").
+    v_recipient := CASE WHEN request ->> 'channel' = 'email'
+                        THEN split_part(request ->> 'recipient', '@', 1) || '@'
+                             || lower(split_part(request ->> 'recipient', '@', 2))
+                        ELSE request ->> 'recipient' END;
     base := jsonb_build_object(
         'request_hash', v_hash, 'subject', request ->> 'subject', 'body', request ->> 'body',
         'priority', array_position(ARRAY['HIGH', 'NORMAL', 'LOW'],
@@ -79,13 +86,13 @@ BEGIN
             PERFORM FROM nq_insert_digest_items(
                 jsonb_build_array(base || jsonb_build_object(
                     'position', 0, 'id', gen_random_uuid(), 'idempotency_key', v_key,
-                    'channel', request ->> 'channel', 'recipient', request ->> 'recipient'))::json,
+                    'channel', request ->> 'channel', 'recipient', v_recipient))::json,
                 v_max_attempts, v_webhook_url) i;
         ELSE
             PERFORM FROM nq_insert_notifications(
                 jsonb_build_array(base || jsonb_build_object(
                     'position', 0, 'id', gen_random_uuid(), 'idempotency_key', v_key,
-                    'channel', request ->> 'channel', 'recipient', request ->> 'recipient'))::json,
+                    'channel', request ->> 'channel', 'recipient', v_recipient))::json,
                 v_max_attempts, v_webhook_url) i;
         END IF;
         IF FOUND THEN
