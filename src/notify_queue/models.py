@@ -576,12 +576,23 @@ class Completion:  # not frozen: see NewNotification
 
 
 @dataclass(frozen=True, slots=True)
+class ChannelRateLimit:
+    """At most `max_per_window` notifications of one channel per recipient in any rolling
+    window of `window_seconds`, beside the recipient-wide limit."""
+
+    max_per_window: int
+    window_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """A delivery policy (mirrored from a NotificationPolicy); `None` fields use the defaults."""
 
     name: str
     rate_limit: int | None = None
     rate_window_seconds: float | None = None
+    # Per channel (its value), beside the recipient-wide limit; a channel not named has none.
+    channel_rate_limits: dict[str, ChannelRateLimit] = field(default_factory=dict)
     max_attempts: int | None = None
     backoff_base_seconds: float | None = None
     backoff_max_seconds: float | None = None

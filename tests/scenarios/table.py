@@ -33,6 +33,7 @@ from aiohttp import web
 
 from notify_queue.models import (
     Channel,
+    ChannelRateLimit,
     ClaimedNotification,
     DeliveryResult,
     Outcome,
@@ -147,6 +148,44 @@ async def policy_rate_limit(run: Run) -> dict[str, Any]:
         "claimed": len(batch.claimed),
         "rate limited": len(batch.rate_limited),
         "states": sorted([await run.state(m.notification.id) for m in made]),
+    }
+
+
+async def channel_rate_limit(run: Run) -> dict[str, Any]:
+    """A policy's sms limit (two a minute) spaces one recipient's texts while its email flows
+    (the recipient-wide limit, a hundred, is far off): the third sms waits for the first sms's
+    place, no attempt used; the emails are not held back by the full sms window."""
+    name = f"team/texts-{run.tag}"
+    await PolicyRepository(run.db).policy_upsert(
+        policy=Policy(
+            name=name,
+            rate_limit=100,
+            rate_window_seconds=3600,
+            channel_rate_limits={"sms": ChannelRateLimit(2, 60)},
+        )
+    )
+    phone = "+1555" + str(int(run.tag, 16) % 10_000_000).zfill(7)
+    texts = await notification_service(run.db).enqueue_many(
+        [new(channel=Channel.SMS, recipient=phone, policy=name) for _ in range(3)]
+    )
+    worker = run.worker(rate_limit=100)
+    first = await worker.claim(10)
+    await worker.complete([(c, SENT) for c in first.claimed])
+    # The same recipient's email after its sms window filled: not limited by it.
+    mails = await notification_service(run.db).enqueue_many(
+        [new(channel=Channel.EMAIL, recipient=phone, policy=name) for _ in range(2)]
+    )
+    second = await worker.claim(10)
+    waiting = await run.row(texts[2].notification.id)
+    due = datetime.fromisoformat(waiting["nextAttemptAt"]) - datetime.now(UTC)
+    return {
+        "sms claimed": len(first.claimed),
+        "rate limited": len(first.rate_limited),
+        "email claimed": sorted(c.channel.value for c in second.claimed),
+        "sms states": sorted([await run.state(t.notification.id) for t in texts]),
+        "detail": waiting["waiting"]["detail"],
+        "due in about a minute": timedelta(seconds=50) < due <= timedelta(minutes=1),
+        "email states": [(await run.state(m.notification.id))[:2] for m in mails],
     }
 
 
@@ -461,6 +500,19 @@ SCENARIOS = [
             "claimed": 1,
             "rate limited": 2,
             "states": [("PENDING", 0, "RecipientRateLimit")] * 2 + [("PROCESSING", 1, None)],
+        },
+    ),
+    Scenario(
+        "a policy's per-channel limit spaces sms while email flows",
+        channel_rate_limit,
+        {
+            "sms claimed": 2,
+            "rate limited": 1,
+            "email claimed": ["email", "email"],
+            "sms states": [("PENDING", 0, "RecipientRateLimit")] + [("SENT", 1, None)] * 2,
+            "detail": "recipient reached 2 sms per 60 s",
+            "due in about a minute": True,
+            "email states": [("PROCESSING", 1)] * 2,
         },
     ),
     Scenario(

@@ -536,11 +536,11 @@ BEGIN
     ), windows AS (
         -- Per recipient and window length (a policy may set its own): the entries in the window.
         SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
-               COALESCE(w.taken, '{}') AS taken,
+               COALESCE(w.taken, '{}') AS taken, COALESCE(w.channels, '{}') AS channels,
                {{_claim_window_used}}
         FROM (SELECT DISTINCT bucket, recipient, win FROM batch) r
         LEFT JOIN LATERAL (
-            SELECT ids, taken FROM nq_rate_windows w
+            SELECT ids, taken, channels FROM nq_rate_windows w
             WHERE w.bucket = p_bucket AND w.recipient = r.recipient
             FOR UPDATE
         ) w ON true
@@ -548,21 +548,25 @@ BEGIN
         SELECT b.id, b.bucket, b.recipient, b.win, w.used, w.taken, b.rate_limit, b.held, b.quiet,
                b.acknowledged, b.source, b.attempt_count, b.sticky_provider, b.chain_head,
                {{_claim_holds_slot}},
-               b.priority, b.next_attempt_at, b.created_at
+               b.priority, b.next_attempt_at, b.created_at,
+               b.channel, b.channel_limit, b.channel_win, w.channels,
+               {{_claim_channel_used}}
         FROM batch b JOIN windows w USING (bucket, recipient, win)
-    ), ranked AS (
+    ), channel_ranked AS (
         -- From `decided` alone, never joined back to `batch` on id (as nq_claim).
-        SELECT d.*, {{_claim_rank}}
+        SELECT d.*, {{_claim_channel_rank}}
         FROM decided d
+    ), ranked AS (
+        SELECT d.*, {{_claim_rank}}
+        FROM channel_ranked d
     ), admitted AS (
         UPDATE nq_jobs n
         {{_claim_admitted}}
         FROM ranked r
         -- These rows are locked by step 1 of this transaction, so they are still PENDING. Found
         -- through the primary key, then matched to their decision (as `deferred` below).
-        WHERE n.bucket = p_bucket AND n.id = ANY(ARRAY(SELECT id FROM ranked
-                               WHERE NOT held AND NOT acknowledged
-                                 AND (quiet OR holds_slot OR rank <= rate_limit - used)))
+        WHERE n.bucket = p_bucket AND n.id = ANY(ARRAY(SELECT r.id FROM ranked r
+                                                       WHERE {{_claim_admits}}))
           AND n.id = r.id
         RETURNING n.id, n.bucket, n.channel, n.recipient, n.subject, n.body, n.metadata,
                   n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
@@ -589,21 +593,24 @@ BEGIN
         -- upsert: Citus plans an INSERT inside a CTE in parts, which a delegated function cannot
         -- run; the batch's recipients without a window got an empty one first (above).
         UPDATE nq_rate_windows w
-        SET ids = m.ids, taken = m.taken, last_taken_at = now()
-        FROM (SELECT bucket, recipient, array_agg(id) AS ids FROM admitted WHERE NOT quiet
+        SET ids = m.ids, taken = m.taken, channels = m.channels, last_taken_at = now()
+        FROM (SELECT bucket, recipient, array_agg(id) AS ids, array_agg(channel) AS channels
+              FROM admitted WHERE NOT quiet
               GROUP BY bucket, recipient) a
         CROSS JOIN LATERAL (
-            SELECT array_agg(e.id ORDER BY e.t, e.id) AS ids, array_agg(e.t ORDER BY e.t, e.id) AS taken
-            FROM (SELECT o.id, o.t
-                  FROM (SELECT v.ids, v.taken FROM windows v
+            SELECT array_agg(e.id ORDER BY e.t, e.id) AS ids, array_agg(e.t ORDER BY e.t, e.id) AS taken,
+                   array_agg(e.c ORDER BY e.t, e.id) AS channels
+            FROM (SELECT o.id, o.t, o.c
+                  FROM (SELECT v.ids, v.taken, v.channels FROM windows v
                         WHERE v.bucket = a.bucket AND v.recipient = a.recipient LIMIT 1) v,
-                       unnest(v.ids, v.taken) AS o(id, t)
+                       unnest(v.ids, v.taken, v.channels) AS o(id, t, c)
                   WHERE o.t > now() - make_interval(secs => (
-                          SELECT GREATEST(p_rate_window_seconds, COALESCE(max(rate_window_seconds), 0))
-                          FROM unnest(v_policies)))
+                          SELECT GREATEST(p_rate_window_seconds,
+                                          COALESCE(max({{_policy_longest_window}}), 0))
+                          FROM unnest(v_policies) p))
                     AND o.id <> ALL(a.ids)
                   UNION ALL
-                  SELECT x.id, now() FROM unnest(a.ids) AS x(id)) e) m
+                  SELECT x.id, now(), x.c FROM unnest(a.ids, a.channels) AS x(id, c)) e) m
         WHERE w.bucket = p_bucket AND w.recipient = a.recipient
     ), digest_closed AS (
         -- [digests] A claimed carrier closes its digest: a create from now on opens a new one, and

@@ -182,7 +182,7 @@ FOR UPDATE SKIP LOCKED
 WITH cutoff AS (
     SELECT now() - make_interval(secs => GREATEST(
         %(default_window_seconds)s,
-        (SELECT COALESCE(max(rate_window_seconds), 0) FROM nq_policies))) AS t
+        (SELECT COALESCE(max({{_policy_longest_window}}), 0) FROM nq_policies p))) AS t
 )
 DELETE FROM nq_rate_windows
 WHERE last_taken_at < (SELECT t FROM cutoff)

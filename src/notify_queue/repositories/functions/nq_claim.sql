@@ -5,7 +5,8 @@
 --   and the send-time check. No candidate: no row.
 -- - the admission of the candidates a worker's transaction locked with nq_claim_lock (`p_ids`,
 --   and `p_quiet_ids` among them, which the worker decided quiet hours hold).
--- The admission: admit the rows within their recipient's rolling window (PROCESSING, a lease,
+-- The admission: admit the rows within their recipient's rolling window and their channel's
+-- where their policy limits it (PROCESSING, a lease,
 -- one more attempt, bound to a provider), defer the others to when a place frees, hold those of
 -- a policy that is not Ready, close or park digests, cancel acknowledged escalation steps; the
 -- admitted rows come back in claim order, each with the channels the claim deferred (one row of
@@ -104,25 +105,30 @@ BEGIN
         -- Per recipient and window length (a policy may set its own): the entries in the window,
         -- read by primary key through a LATERAL; counted only where there is a window.
         SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
-               COALESCE(w.taken, '{}') AS taken,
+               COALESCE(w.taken, '{}') AS taken, COALESCE(w.channels, '{}') AS channels,
                {{_claim_window_used}},
                w.ids IS NOT NULL AS present
         FROM (SELECT DISTINCT bucket, recipient, win FROM batch) r
         LEFT JOIN LATERAL (
-            SELECT ids, taken FROM nq_rate_windows w
+            SELECT ids, taken, channels FROM nq_rate_windows w
             WHERE w.bucket = r.bucket AND w.recipient = r.recipient
         ) w ON true
     ), decided AS (
         SELECT b.id, b.bucket, b.recipient, b.win, w.used, w.taken, b.rate_limit, b.held, b.quiet,
                b.acknowledged, b.source, b.attempt_count, b.sticky_provider, b.chain_head,
                b.priority, b.next_attempt_at, b.created_at, w.present,
+               b.channel, b.channel_limit, b.channel_win, w.channels,
+               {{_claim_channel_used}},
                {{_claim_holds_slot}}
         FROM batch b JOIN windows w USING (bucket, recipient, win)
-    ), ranked AS (
+    ), channel_ranked AS (
         -- From `decided` alone, never joined back to `batch` on id (a generic plan made that a
         -- nested loop of every decision against every row).
-        SELECT d.*, {{_claim_rank}}
+        SELECT d.*, {{_claim_channel_rank}}
         FROM decided d
+    ), ranked AS (
+        SELECT d.*, {{_claim_rank}}
+        FROM channel_ranked d
     ), admitted AS (
         UPDATE nq_jobs n
         {{_claim_admitted}}
@@ -130,9 +136,8 @@ BEGIN
         -- One primary-key probe per decision (a nested loop from `ranked`); the rows are locked
         -- by the lock step of this transaction, so still PENDING.
         WHERE n.id = r.id
-          AND NOT r.held AND NOT r.acknowledged
-          AND (r.quiet OR r.holds_slot OR r.rank <= r.rate_limit - r.used)
-        RETURNING n.id, n.bucket, n.recipient, n.source, n.priority, n.next_attempt_at,
+          AND {{_claim_admits}}
+        RETURNING n.id, n.bucket, n.recipient, n.channel, n.source, n.priority, n.next_attempt_at,
                   n.created_at, r.sticky_provider, r.quiet, r.present
     ), waiting AS (
         {{_claim_waiting}}
@@ -153,30 +158,33 @@ BEGIN
         -- between this statement's read and this write; an upsert's speculative insert writes
         -- more WAL). A prune meanwhile only removes a window read as present, which `windowed`
         -- inserts again.
-        INSERT INTO nq_rate_windows (bucket, recipient, ids, taken, last_taken_at)
-        SELECT a.bucket, a.recipient, array_agg(a.id), array_agg(now()), now()
+        INSERT INTO nq_rate_windows (bucket, recipient, ids, taken, channels, last_taken_at)
+        SELECT a.bucket, a.recipient, array_agg(a.id), array_agg(now()), array_agg(a.channel), now()
         FROM admitted a WHERE NOT a.quiet AND NOT a.present
         GROUP BY a.bucket, a.recipient
     ), windowed AS (
         -- A window read as present is rewritten (a row holding its place renews it), dropping
         -- entries no window in use counts any more; in (bucket, recipient) order, the order every
         -- writer of windows locks them in.
-        INSERT INTO nq_rate_windows AS w (bucket, recipient, ids, taken, last_taken_at)
-        SELECT a.bucket, a.recipient, array_agg(a.id), array_agg(now()), now()
+        INSERT INTO nq_rate_windows AS w (bucket, recipient, ids, taken, channels, last_taken_at)
+        SELECT a.bucket, a.recipient, array_agg(a.id), array_agg(now()), array_agg(a.channel), now()
         FROM admitted a WHERE NOT a.quiet AND a.present
         GROUP BY a.bucket, a.recipient
         ORDER BY a.bucket, a.recipient
         ON CONFLICT (bucket, recipient) DO UPDATE
-        SET (ids, taken) = (
-                SELECT array_agg(e.id ORDER BY e.t, e.id), array_agg(e.t ORDER BY e.t, e.id)
-                FROM (SELECT o.id, o.t FROM unnest(w.ids, w.taken) AS o(id, t)
+        SET (ids, taken, channels) = (
+                SELECT array_agg(e.id ORDER BY e.t, e.id), array_agg(e.t ORDER BY e.t, e.id),
+                       array_agg(e.c ORDER BY e.t, e.id)
+                FROM (SELECT o.id, o.t, o.c FROM unnest(w.ids, w.taken, w.channels) AS o(id, t, c)
                       WHERE o.t > now() - make_interval(secs => (
                           SELECT GREATEST(p_rate_window_seconds,
-                                          COALESCE(max(rate_window_seconds), 0))
-                          FROM nq_policies))
+                                          COALESCE(max({{_policy_longest_window}}), 0))
+                          FROM nq_policies p))
                         AND o.id <> ALL(excluded.ids)
                       UNION ALL
-                      SELECT x.id, x.t FROM unnest(excluded.ids, excluded.taken) AS x(id, t)) e),
+                      SELECT x.id, x.t, x.c
+                      FROM unnest(excluded.ids, excluded.taken, excluded.channels)
+                           AS x(id, t, c)) e),
             last_taken_at = now()
     ), digest_closed AS (
         -- [digests] A claimed carrier closes its digest: a create from now on opens a new one;

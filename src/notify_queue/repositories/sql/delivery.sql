@@ -142,7 +142,7 @@ WHERE (bucket, recipient) IN (
     SELECT bucket, recipient FROM nq_rate_windows
     WHERE last_taken_at < now() - make_interval(secs => GREATEST(
         %(default_window_seconds)s,
-        (SELECT COALESCE(max(rate_window_seconds), 0) FROM nq_policies)))
+        (SELECT COALESCE(max({{_policy_longest_window}}), 0) FROM nq_policies p)))
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
@@ -155,11 +155,23 @@ WHERE (bucket, recipient) IN (
 -- name: _claim_limits
 -- A row's rate limit and window (its policy's, else the worker's), whether its policy holds it
 -- (fail closed: a NotificationPolicy that exists but is not Ready holds its rows; no policy row:
--- the defaults), and whether quiet hours hold it (decided by the worker).
+-- the defaults), whether quiet hours hold it (decided by the worker), and its channel's limit.
 COALESCE(p.rate_limit, p_rate_limit) AS rate_limit,
 make_interval(secs => COALESCE(p.rate_window_seconds, p_rate_window_seconds)) AS win,
 COALESCE(NOT p.ready, false) AS held,
 n.id = ANY(p_quiet_ids) AS quiet,
+-- The policy's limit for the row's channel, beside the recipient-wide one (NULL: none).
+n.channel,
+(p.channel_rate_limits -> n.channel ->> 'maxPerWindow')::integer AS channel_limit,
+make_interval(secs => (p.channel_rate_limits -> n.channel ->> 'windowSeconds')::float8)
+    AS channel_win,
+
+-- name: _policy_longest_window
+-- A policy's (`p`) longest window in seconds: its recipient-wide one or a channel's (NULL: none
+-- of its own). Windows keep entries as long as the longest window in use counts them.
+GREATEST(p.rate_window_seconds,
+         (SELECT max((l.value ->> 'windowSeconds')::float8)
+          FROM jsonb_each(p.channel_rate_limits) AS l))
 
 -- name: _claim_chain_head
 -- The provider an unbound row is bound to: its policy's first provider this worker knows, else
@@ -177,6 +189,13 @@ COALESCE(
 CASE WHEN w.ids IS NULL THEN 0
      ELSE (SELECT count(*) FROM unnest(w.taken) AS t WHERE t > now() - r.win) END AS used
 
+-- name: _claim_channel_used
+-- The entries of the row's channel still in its channel window (`w`: the recipient's window, each
+-- entry with its channel); counted only for a row whose policy limits its channel.
+CASE WHEN b.channel_limit IS NULL OR cardinality(w.ids) = 0 THEN 0
+     ELSE (SELECT count(*) FROM unnest(w.taken, w.channels) AS e(t, c)
+           WHERE e.c = b.channel AND e.t > now() - b.channel_win) END AS channel_used
+
 -- name: _claim_holds_slot
 -- A row whose lease was recovered after a crash still holds the place its lost attempt took:
 -- that place stands for the one delivery its key can make (the re-check goes out with the same
@@ -185,12 +204,30 @@ CASE WHEN w.ids IS NULL THEN 0
 w.used > 0 AND EXISTS (SELECT 1 FROM unnest(w.ids, w.taken) AS e(id, t)
                        WHERE e.id = b.id AND e.t > now() - b.win) AS holds_slot
 
+-- name: _claim_channel_rank
+-- A row's place in its recipient's queue for its channel's window (the `decided` rows, `d`);
+-- held, quiet, acknowledged rows and rows holding their place rank apart.
+row_number() OVER (PARTITION BY d.bucket, d.recipient, d.channel, d.channel_win, d.holds_slot,
+                                d.held, d.quiet, d.acknowledged
+                   ORDER BY d.priority, d.next_attempt_at, d.created_at) AS channel_rank
+
 -- name: _claim_rank
--- A row's place in its recipient's queue for the window; held, quiet, acknowledged rows and rows
--- holding their place rank apart, so they never take a place from a sendable row.
+-- Whether the row's channel window is full, and the row's place in its recipient's queue for the
+-- recipient-wide window; held, quiet, acknowledged rows, rows holding their place and rows whose
+-- channel window is full rank apart, so they never take a place from a sendable row.
+d.channel_limit IS NOT NULL AND d.channel_rank > d.channel_limit - d.channel_used
+    AS channel_full,
 row_number() OVER (PARTITION BY d.bucket, d.recipient, d.holds_slot, d.held, d.quiet,
-                                d.acknowledged
+                                d.acknowledged,
+                                d.channel_limit IS NOT NULL
+                                AND d.channel_rank > d.channel_limit - d.channel_used
                    ORDER BY d.priority, d.next_attempt_at, d.created_at) AS rank
+
+-- name: _claim_admits
+-- Whether a ranked row (`r`) is admitted: quiet (the send-time check defers it), holding its
+-- place, or within both its channel's window and its recipient's.
+NOT r.held AND NOT r.acknowledged
+AND (r.quiet OR r.holds_slot OR (NOT r.channel_full AND r.rank <= r.rate_limit - r.used))
 
 -- name: _claim_admitted
 -- What an admitted row becomes: PROCESSING under the claim's token with a lease and one more
@@ -205,27 +242,40 @@ SET status = 'PROCESSING',
     updated_at = now()
 
 -- name: _claim_waiting
--- The body of the `waiting` CTE: a row the window has no place for waits for the
--- (used - limit + rank)-th oldest entry to leave the window; when that one is not taken yet (a
--- burst within one batch), a full window from now.
+-- The body of the `waiting` CTE: a row its channel's window has no place for waits for the
+-- (used - limit + rank)-th oldest entry of its channel to leave that window; else a row the
+-- recipient's window has no place for, for that entry of the recipient's window. When that one is
+-- not taken yet (a burst within one batch), a full window from now.
 SELECT r.id,
-       COALESCE((SELECT t FROM unnest(r.taken) AS t
-                 WHERE t > now() - r.win
-                 ORDER BY t
-                 OFFSET GREATEST(r.used - r.rate_limit + r.rank - 1, 0) LIMIT 1),
-                now()) + r.win AS frees_at,
-       r.rate_limit, r.win
+       CASE WHEN r.channel_full THEN
+           COALESCE((SELECT e.t FROM unnest(r.taken, r.channels) AS e(t, c)
+                     WHERE e.c = r.channel AND e.t > now() - r.channel_win
+                     ORDER BY e.t
+                     OFFSET GREATEST(r.channel_used - r.channel_limit + r.channel_rank - 1, 0)
+                     LIMIT 1),
+                    now()) + r.channel_win
+       ELSE
+           COALESCE((SELECT t FROM unnest(r.taken) AS t
+                     WHERE t > now() - r.win
+                     ORDER BY t
+                     OFFSET GREATEST(r.used - r.rate_limit + r.rank - 1, 0) LIMIT 1),
+                    now()) + r.win
+       END AS frees_at,
+       CASE WHEN r.channel_full THEN r.channel_limit ELSE r.rate_limit END AS rate_limit,
+       CASE WHEN r.channel_full THEN r.channel_win ELSE r.win END AS win,
+       CASE WHEN r.channel_full THEN ' ' || r.channel END AS limited_channel
 FROM ranked r
 WHERE NOT r.held AND NOT r.quiet AND NOT r.holds_slot AND NOT r.acknowledged
-  AND r.rank > r.rate_limit - r.used
+  AND (r.channel_full OR r.rank > r.rate_limit - r.used)
 
 -- name: _claim_rate_limited
--- A row waiting for a place in its recipient's window: due when the place frees, no attempt
--- used. (`::text`: `text || integer` is a STABLE operator, which Citus refuses on a column in an
+-- A row waiting for a place in its recipient's window (or its channel's): due when the place
+-- frees, no attempt used. (`::text`: `text || integer` is a STABLE operator, which Citus refuses on a column in an
 -- UPDATE; the cast is immutable and the text the same.)
 SET next_attempt_at = w.frees_at, updated_at = now(),
     waiting_reason = 'RecipientRateLimit', waiting_until = w.frees_at,
-    waiting_detail = 'recipient reached ' || w.rate_limit::text || ' per '
+    waiting_detail = 'recipient reached ' || w.rate_limit::text
+                     || COALESCE(w.limited_channel, '') || ' per '
                      || extract(epoch FROM w.win)::bigint::text || ' s'
 
 -- name: _claim_policy_not_ready
@@ -261,10 +311,11 @@ status = 'PENDING',
 
 -- name: _window_give_back
 -- A window without the entries of `g.ids` (places given back: nothing was sent).
-SET (ids, taken) = (
+SET (ids, taken, channels) = (
     SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
-           COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
-    FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
+           COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}'),
+           COALESCE(array_agg(o.c ORDER BY o.t, o.id), '{}')
+    FROM unnest(w.ids, w.taken, w.channels) AS o(id, t, c) WHERE o.id <> ALL(g.ids))
 
 -- name: _claim_digest_parked
 -- [digests] An item that is not its digest's carrier: parked a day (the carrier's result ends it
