@@ -37,7 +37,7 @@ class PolicyRepository:
             "name": policy.name,
             "rate_limit": policy.rate_limit,
             "rate_window_seconds": policy.rate_window_seconds,
-            # {"sms": {"maxPerWindow": n, "windowSeconds": s}}: the claim reads it per row's channel.
+            # {"sms": {"maxPerWindow": n, "windowSeconds": s}}: the claim reads its row's channel.
             "channel_rate_limits": jsontext.dumps_text(
                 {
                     channel: {"maxPerWindow": c.max_per_window, "windowSeconds": c.window_seconds}
