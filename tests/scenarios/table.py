@@ -189,6 +189,32 @@ async def channel_rate_limit(run: Run) -> dict[str, Any]:
     }
 
 
+async def aging(run: Run) -> dict[str, Any]:
+    """Under a steady stream of HIGH (always more due than a batch takes), strict priority
+    never reaches a LOW; with aging (600 s) a LOW due for 21 minutes ranks with HIGH and, older
+    than every HIGH, goes first, while a NORMAL due for 5 minutes still waits. Due times are set,
+    not waited for."""
+    service = notification_service(run.db)
+    highs = await service.enqueue_many(
+        [new(recipient=run.recipient(f"h{i}"), priority=Priority.HIGH) for i in range(5)]
+    )
+    low = await service.enqueue(new(recipient=run.recipient("low"), priority=Priority.LOW))
+    normal = await service.enqueue(new(recipient=run.recipient("n"), priority=Priority.NORMAL))
+    for made, waited in [(low, 1260), (normal, 300), *((h, 60) for h in highs)]:
+        await sql(
+            run.url,
+            "UPDATE nq_jobs SET next_attempt_at = now() - make_interval(secs => %s) WHERE id = %s",
+            (waited, str(made.notification.id)),
+        )
+    strict = await run.worker(aging_seconds=0).claim(2)
+    aged = await run.worker(aging_seconds=600).claim(2)
+    return {
+        "strict": [c.priority.name for c in strict.claimed],
+        "aged": sorted(c.priority.name for c in aged.claimed),
+        "normal": (await run.state(normal.notification.id))[:2],
+    }
+
+
 async def policy_not_ready(run: Run) -> dict[str, Any]:
     """A notification of a policy that is not Ready is held (no attempt, no place in its
     recipient's window) until the policy is Ready and the operator releases it."""
@@ -514,6 +540,11 @@ SCENARIOS = [
             "due in about a minute": True,
             "email states": [("PROCESSING", 1)] * 2,
         },
+    ),
+    Scenario(
+        "aging lets a LOW through a steady stream of HIGH",
+        aging,
+        {"strict": ["HIGH", "HIGH"], "aged": ["HIGH", "LOW"], "normal": ("PENDING", 0)},
     ),
     Scenario(
         "a policy that is not Ready holds its notifications",

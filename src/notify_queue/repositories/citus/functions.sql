@@ -31,7 +31,7 @@
 --   windows, its digests), so each function runs with `enable_seqscan = off`: a shard's plan
 --   that reads a whole table is taken only where no index can serve, never because a shard's
 --   statistics say the table is empty (the drain's functions on plain PostgreSQL do the same:
---   functions/nq_claim_lock.sql and nq_claim.sql; docs/performance.md).
+--   functions/nq_claim_lock_v2.sql and nq_claim_v2.sql; docs/performance.md).
 
 -- Functions made before the extension, which Citus never saw. A fresh installation's functions
 -- were sent to every node as `migrate` made them (citus.create_object_propagation); one moved onto
@@ -349,13 +349,9 @@ BEGIN
     END LOOP;
 END $$;
 
--- A claim's first step within one bucket, delegated to its node (claim_lock_candidates on plain
--- PostgreSQL): up to p_limit due rows locked (SKIP LOCKED) in claim order (the index (priority,
--- next_attempt_at, created_at) gives HIGH before NORMAL before LOW within the bucket), their
--- recipients' advisory locks (taken on the bucket's node, where every claim of that recipient
--- runs), the quiet-hours facts of their stored recipients for the worker's decision, and the
--- digests of the candidates locked with SKIP LOCKED (as the plain claim's digest_locked: a create
--- joining a digest or a cancel leaving it holds it a moment, its item is looked at again soon).
+-- The previous release's lock step (strict priority, the candidates in (priority, due) order),
+-- called by its workers during a roll-out; nq_claim_lock_bucket_v2 replaces it and a contract
+-- migration drops it (docs/upgrading.md).
 CREATE OR REPLACE FUNCTION nq_claim_lock_bucket(
     p_bucket smallint, p_priorities smallint[], p_channels text[], p_limit integer,
     OUT ids uuid[], OUT quiet_ids uuid[], OUT quiet_priorities smallint[],
@@ -392,6 +388,124 @@ BEGIN
            ARRAY(SELECT c.category FROM candidates c WHERE c.recipient_id IS NOT NULL)
     INTO v_ids, v_recipient_ids, v_stored_ids, v_priorities, v_categories
     WHERE (SELECT count(*) FROM recipient_locks) >= 0;
+    -- The stored recipients' quiet hours, in a statement of its own: Citus refuses a reference
+    -- table beside a distributed one in a force-delegated function (the statement's tables must
+    -- all be of the bucket's co-location group).
+    IF cardinality(v_recipient_ids) > 0 THEN
+        SELECT array_agg(c.id), array_agg(c.priority), array_agg(c.category),
+               array_agg(r.timezone), array_agg(r.quiet_start), array_agg(r.quiet_end)
+        INTO quiet_ids, quiet_priorities, quiet_categories, quiet_timezones, quiet_starts,
+             quiet_ends
+        FROM unnest(v_stored_ids, v_recipient_ids, v_priorities, v_categories)
+             AS c(id, recipient_id, priority, category)
+        JOIN nq_recipients r ON r.id = c.recipient_id
+        WHERE r.quiet_start IS NOT NULL AND r.quiet_end IS NOT NULL;
+    END IF;
+    ids := v_ids;
+    digest_ids := '{}';
+    IF cardinality(v_ids) > 0 THEN
+        digest_ids := ARRAY(
+            SELECT d.id FROM nq_digests d
+            WHERE d.bucket = p_bucket
+              AND d.id IN (SELECT j.digest_id FROM nq_jobs j
+                           WHERE j.bucket = p_bucket AND j.id = ANY(v_ids)
+                             AND j.digest_id IS NOT NULL)
+            FOR UPDATE SKIP LOCKED);
+    END IF;
+END $$;
+
+-- A claim's first step within one bucket, delegated to its node (claim_lock_candidates on plain
+-- PostgreSQL): up to p_limit due rows of the bucket, the most urgent by aged priority
+-- (p_aging_seconds; ranks up to p_max_rank, the look's P* or those before it), locked SKIP
+-- LOCKED; their recipients' advisory locks (taken on the bucket's node, where every claim of
+-- that recipient runs), the quiet-hours facts of their stored recipients for the worker's
+-- decision, and the candidates' digests locked SKIP LOCKED (as the plain claim's digest_locked:
+-- a create joining a digest or a cancel leaving it holds it a moment, its item is looked at again
+-- soon), which nq_claim_admit_bucket reads.
+CREATE OR REPLACE FUNCTION nq_claim_lock_bucket_v2(
+    p_bucket smallint, p_priorities smallint[], p_channels text[], p_limit integer,
+    p_aging_seconds float8, p_max_rank smallint,
+    OUT ids uuid[], OUT quiet_ids uuid[], OUT quiet_priorities smallint[],
+    OUT quiet_categories text[], OUT quiet_timezones text[], OUT quiet_starts time[],
+    OUT quiet_ends time[], OUT digest_ids uuid[])
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+DECLARE
+    v_ids uuid[] := '{}';
+    v_recipients text[] := '{}';
+    v_recipient_ids text[] := '{}';
+    v_stored_ids uuid[] := '{}';
+    v_priorities smallint[] := '{}';
+    v_categories text[] := '{}';
+    v_lanes smallint[];
+    v_takes integer[];
+    v_take integer;
+    i integer;
+BEGIN
+    -- How many of each lane: as nq_claim_lock_v2 (each lane's head read without locks, ranked by
+    -- aged priority); without aging, lanes up to p_max_rank in priority order.
+    IF p_aging_seconds > 0 THEN
+        SELECT array_agg(lane.priority ORDER BY lane.priority),
+               array_agg(COALESCE(t.take, 0) ORDER BY lane.priority)
+        INTO v_lanes, v_takes
+        FROM unnest(p_priorities) AS lane(priority)
+        LEFT JOIN (
+            SELECT h.priority, count(*)::integer AS take
+            FROM (SELECT h.priority
+                  FROM unnest(p_priorities) AS lane(priority)
+                  CROSS JOIN LATERAL (
+                      SELECT j.priority, j.next_attempt_at, j.created_at
+                      FROM nq_jobs j
+                      WHERE j.bucket = p_bucket AND j.status = 'PENDING'
+                        AND j.priority = lane.priority
+                        AND j.next_attempt_at <= now()
+                        AND j.channel = ANY(p_channels)
+                        AND (j.expires_at IS NULL OR j.expires_at > now())
+                      ORDER BY j.next_attempt_at, j.created_at
+                      LIMIT p_limit
+                  ) h
+                  WHERE {{_claim_aged_rank}} <= p_max_rank
+                  ORDER BY {{_claim_aged_rank}}, h.next_attempt_at, h.created_at
+                  LIMIT p_limit) h
+            GROUP BY h.priority
+        ) t ON t.priority = lane.priority;
+    ELSE
+        v_lanes := ARRAY(SELECT l FROM unnest(p_priorities) AS l ORDER BY l);
+        v_takes := ARRAY(SELECT CASE WHEN l <= p_max_rank THEN p_limit ELSE 0 END
+                         FROM unnest(v_lanes) AS l);
+    END IF;
+    -- Each lane's take of its head, FOR UPDATE SKIP LOCKED, until the batch is full: one router
+    -- statement per lane that has some (Citus plans a row lock only at a statement's top level).
+    FOR i IN 1 .. COALESCE(cardinality(v_lanes), 0) LOOP
+        v_take := LEAST(v_takes[i], p_limit - cardinality(v_ids));
+        CONTINUE WHEN v_take <= 0;
+        WITH candidates AS (
+            SELECT j.id, j.recipient, j.recipient_id, j.priority, j.category
+            FROM nq_jobs j
+            WHERE j.bucket = p_bucket AND j.status = 'PENDING'
+              AND j.priority = v_lanes[i]
+              AND j.next_attempt_at <= now()
+              AND j.channel = ANY(p_channels)
+              AND (j.expires_at IS NULL OR j.expires_at > now())
+            ORDER BY j.next_attempt_at, j.created_at
+            LIMIT v_take
+            FOR UPDATE SKIP LOCKED
+        )
+        SELECT v_ids || ARRAY(SELECT c.id FROM candidates c),
+               v_recipients || ARRAY(SELECT c.recipient FROM candidates c),
+               v_recipient_ids || ARRAY(SELECT c.recipient_id FROM candidates c
+                                        WHERE c.recipient_id IS NOT NULL),
+               v_stored_ids || ARRAY(SELECT c.id FROM candidates c
+                                     WHERE c.recipient_id IS NOT NULL),
+               v_priorities || ARRAY(SELECT c.priority FROM candidates c
+                                     WHERE c.recipient_id IS NOT NULL),
+               v_categories || ARRAY(SELECT c.category FROM candidates c
+                                     WHERE c.recipient_id IS NOT NULL)
+        INTO v_ids, v_recipients, v_recipient_ids, v_stored_ids, v_priorities, v_categories;
+    END LOOP;
+    -- Recipient locks, in key order (as nq_claim_lock_v2).
+    PERFORM pg_advisory_xact_lock(k.key)
+    FROM (SELECT DISTINCT hashtextextended(r, 0) AS key FROM unnest(v_recipients) AS r
+          ORDER BY key) k;
     -- The stored recipients' quiet hours, in a statement of its own: Citus refuses a reference
     -- table beside a distributed one in a force-delegated function (the statement's tables must
     -- all be of the bucket's co-location group).
@@ -747,6 +861,7 @@ BEGIN
         'nq_finish_bucket(smallint, uuid[], text[], text[], integer[], text[], text[], jsonb[], text)',
         'nq_complete_bucket(smallint, uuid[], uuid[], text[], float8[], text[], text[], text[], jsonb, boolean[], timestamptz[], boolean[], text[], text[], text[], text)',
         'nq_claim_lock_bucket(smallint, smallint[], text[], integer)',
+        'nq_claim_lock_bucket_v2(smallint, smallint[], text[], integer, float8, smallint)',
         'nq_claim_admit_bucket(smallint, uuid[], uuid, integer, float8, float8, float8, float8, text[], text[], text[], uuid[], uuid[], text)',
         'nq_recover_expired_leases_bucket(smallint, integer, text)'
     ] LOOP

@@ -57,13 +57,15 @@ SELECT bucket, array_agg(id) AS ids FROM nq_delivery_log WHERE id = ANY(%(ids)b:
 GROUP BY bucket ORDER BY bucket
 
 -- name: claim_lock_candidates_bucket
--- A claim's first step in one bucket: nq_claim_lock_bucket (citus/functions.sql), delegated whole
--- to the node holding the bucket and run there on its shards (claim_lock_candidates' locks, the
--- quiet-hours facts, the candidates' digests locked SKIP LOCKED).
+-- A claim's first step in one bucket: nq_claim_lock_bucket_v2 (citus/functions.sql), delegated
+-- whole to the node holding the bucket and run there on its shards (claim_lock_candidates' locks
+-- by aged priority up to the visit's rank, the quiet-hours facts, the candidates' digests locked
+-- SKIP LOCKED).
 SELECT ids, quiet_ids, quiet_priorities, quiet_categories, quiet_timezones, quiet_starts,
        quiet_ends, digest_ids
-FROM nq_claim_lock_bucket(%(bucket)s::smallint, %(priorities)b::smallint[],
-                          %(channels)b::text[], %(limit)s::integer)
+FROM nq_claim_lock_bucket_v2(%(bucket)s::smallint, %(priorities)b::smallint[],
+                             %(channels)b::text[], %(limit)s::integer,
+                             %(aging_seconds)s::float8, %(max_rank)s::smallint)
 
 -- name: claim_admit_candidates_bucket
 -- A claim's second step in one bucket, in the same transaction: nq_claim_admit_bucket

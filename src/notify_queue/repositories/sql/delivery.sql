@@ -1,14 +1,15 @@
 -- The worker's hot path. Every statement here serves a whole batch in one round trip.
 
 -- name: claim_lock_candidates
--- Step 1 of a claim in a transaction (functions/nq_claim_lock.sql): up to %(limit)s due
--- notifications locked (SKIP LOCKED) with their recipients' rate-limit locks, what quiet hours
--- need to be decided for those whose stored recipient has them, and whether any is
--- user-targeted.
-SELECT * FROM nq_claim_lock(%(priorities)b::smallint[], %(channels)b::text[], %(limit)s)
+-- Step 1 of a claim in a transaction (functions/nq_claim_lock_v2.sql): up to %(limit)s due
+-- notifications, the most urgent by aged priority, locked (SKIP LOCKED) with their recipients'
+-- rate-limit locks, what quiet hours need to be decided for those whose stored recipient has
+-- them, and whether any is user-targeted.
+SELECT * FROM nq_claim_lock_v2(%(priorities)b::smallint[], %(channels)b::text[], %(limit)s,
+                               %(aging_seconds)s::float8)
 
 -- name: claim
--- nq_claim (functions/nq_claim.sql says each step). Without candidates (`ids` NULL), the
+-- nq_claim_v2 (functions/nq_claim_v2.sql says each step). Without candidates (`ids` NULL), the
 -- claim in one round trip, in autocommit: the lock step, then the admission when no candidate is
 -- user-targeted; a row with `screen` true means nothing was admitted, and the worker claims in a
 -- transaction instead, where it decides quiet hours and the send-time check. No row: nothing was
@@ -18,36 +19,55 @@ SELECT * FROM nq_claim_lock(%(priorities)b::smallint[], %(channels)b::text[], %(
 -- provider bound), defer the others to when their window frees, hold those of a policy that is not
 -- Ready, close or park digests, cancel acknowledged escalation steps; the admitted rows in claim
 -- order, quiet ones without a place in the window.
-SELECT * FROM nq_claim(
-    %(priorities)b::smallint[], %(channels)b::text[], %(limit)s, %(claim_token)s, %(rate_limit)s,
-    %(rate_window_seconds)s, %(lease_seconds)s, %(backoff_base_seconds)s,
+SELECT * FROM nq_claim_v2(
+    %(priorities)b::smallint[], %(channels)b::text[], %(limit)s, %(aging_seconds)s::float8,
+    %(claim_token)s, %(rate_limit)s, %(rate_window_seconds)s, %(lease_seconds)s, %(backoff_base_seconds)s,
     %(backoff_max_seconds)s, %(chain_channels)b::text[], %(chain_heads)b::text[],
     %(known_providers)b::text[], %(webhook_url)s, %(ids)b::uuid[], %(quiet_ids)b::uuid[])
 
 -- name: claim_due_buckets
 -- Citus only (docs/scaling.md "Citus: the claim"): FOR UPDATE SKIP LOCKED runs only in a query
 -- that names one bucket (one shard), so a claim first looks, without locks, at the `limit` most
--- urgent due rows across every shard (Citus pushes the ORDER BY ... LIMIT down to each shard, one
--- probe of each shard's claim index, and merges). Of those rows, `last_priority` is the least
--- urgent priority among them (P*: every due row more urgent than it is among them); per bucket,
+-- urgent due rows across every shard: each lane's `limit` oldest due rows (Citus pushes each
+-- ORDER BY ... LIMIT down to every shard, one probe of each shard's claim index, and merges),
+-- ranked by aged priority (nq_claim_lock_v2's rule). Of those rows, `last_priority` is the least
+-- urgent rank among them (P*: every due row more urgent than it is among them); per bucket,
 -- `urgent` counts its rows more urgent than P*, `last_due` is its oldest P* row's due time (NULL:
 -- none among them), `priority` and `due` its most urgent row's. The worker then claims bucket by
 -- bucket (claim_lock_candidates_bucket, claim_admit_candidates_bucket in citus/statements.sql:
 -- functions delegated to the bucket's node) in the order and with the sizes of
 -- DeliveryRepository.notifications_claim: every urgent row, and the batch's remaining room filled
 -- with P* rows from as few buckets as possible, the bucket of the oldest P* row first. The
--- filters are nq_claim_lock's. On plain PostgreSQL the claim over the whole queue is kept
+-- filters are nq_claim_lock_v2's. On plain PostgreSQL the claim over the whole queue is kept
 -- (no extra round trip per bucket).
 SELECT bucket, max(top) AS last_priority,
-       count(*) FILTER (WHERE priority < top) AS urgent,
-       min(next_attempt_at) FILTER (WHERE priority = top) AS last_due,
-       min(priority) AS priority, min(next_attempt_at) AS due
-FROM (SELECT bucket, priority, next_attempt_at, max(priority) OVER () AS top
-      FROM (SELECT bucket, priority, next_attempt_at FROM nq_jobs
-            WHERE status = 'PENDING' AND priority = ANY(%(priorities)b::smallint[])
-              AND next_attempt_at <= now() AND channel = ANY(%(channels)b::text[])
-              AND (expires_at IS NULL OR expires_at > now())
-            ORDER BY priority, next_attempt_at LIMIT %(limit)s) d) d
+       count(*) FILTER (WHERE rank < top) AS urgent,
+       min(next_attempt_at) FILTER (WHERE rank = top) AS last_due,
+       min(rank) AS priority, min(next_attempt_at) AS due
+FROM (SELECT bucket, rank, next_attempt_at, max(rank) OVER () AS top
+      FROM (SELECT h.bucket, {{_claim_aged_rank}} AS rank, h.next_attempt_at
+            FROM (SELECT %(aging_seconds)s::float8 AS p_aging_seconds) a,
+                 ((SELECT bucket, priority, next_attempt_at FROM nq_jobs
+                   WHERE status = 'PENDING' AND priority = 0
+                     AND 0 = ANY(%(priorities)b::smallint[])
+                     AND next_attempt_at <= now() AND channel = ANY(%(channels)b::text[])
+                     AND (expires_at IS NULL OR expires_at > now())
+                   ORDER BY next_attempt_at LIMIT %(limit)s)
+                  UNION ALL
+                  (SELECT bucket, priority, next_attempt_at FROM nq_jobs
+                   WHERE status = 'PENDING' AND priority = 1
+                     AND 1 = ANY(%(priorities)b::smallint[])
+                     AND next_attempt_at <= now() AND channel = ANY(%(channels)b::text[])
+                     AND (expires_at IS NULL OR expires_at > now())
+                   ORDER BY next_attempt_at LIMIT %(limit)s)
+                  UNION ALL
+                  (SELECT bucket, priority, next_attempt_at FROM nq_jobs
+                   WHERE status = 'PENDING' AND priority = 2
+                     AND 2 = ANY(%(priorities)b::smallint[])
+                     AND next_attempt_at <= now() AND channel = ANY(%(channels)b::text[])
+                     AND (expires_at IS NULL OR expires_at > now())
+                   ORDER BY next_attempt_at LIMIT %(limit)s)) h
+            ORDER BY rank, h.next_attempt_at LIMIT %(limit)s) d) d
 GROUP BY bucket
 ORDER BY bucket
 
@@ -147,8 +167,8 @@ WHERE (bucket, recipient) IN (
     FOR UPDATE SKIP LOCKED
 )
 
--- The claim's rules, written once: fragments of the admission statement that nq_claim
--- (functions/nq_claim.sql) and the Citus per-bucket nq_claim_admit_bucket (citus/functions.sql)
+-- The claim's rules, written once: fragments of the admission statement that nq_claim_v2
+-- (functions/nq_claim_v2.sql) and the Citus per-bucket nq_claim_admit_bucket (citus/functions.sql)
 -- both expand. Where the two engines differ (which bucket, where the policies are read), the
 -- statements around these fragments say so.
 
@@ -172,6 +192,13 @@ make_interval(secs => (p.channel_rate_limits -> n.channel ->> 'windowSeconds')::
 GREATEST(p.rate_window_seconds,
          (SELECT max((l.value ->> 'windowSeconds')::float8)
           FROM jsonb_each(p.channel_rate_limits) AS l))
+
+-- name: _claim_aged_rank
+-- A due row's (`h`) aged priority: one higher (a lower rank) for each p_aging_seconds it has
+-- waited since it became due, HIGH (0) at most, so a LOW ranks with HIGH after twice that
+-- (docs/design.md, "Aging"); p_aging_seconds 0: its priority.
+GREATEST(h.priority - COALESCE(floor(extract(epoch FROM now() - h.next_attempt_at)
+                                     / NULLIF(p_aging_seconds, 0)), 0), 0)
 
 -- name: _claim_chain_head
 -- The provider an unbound row is bound to: its policy's first provider this worker knows, else
