@@ -156,6 +156,23 @@ WEBHOOK_STATUSES = frozenset(
 DEFAULT_CATEGORY = "transactional"
 # The category that passes quiet hours whatever its priority.
 CRITICAL_CATEGORY = "critical"
+# The tenant of every row while tenants are off, and of every row from before them
+# (docs/tenants.md).
+DEFAULT_TENANT = "default"
+# Between a tenant's name and its idempotency key where the key is stored: a character no key or
+# tenant name holds, so a key is its tenant's own (docs/tenants.md, "Idempotency keys").
+_TENANT_KEY_SEPARATOR = "\x1f"
+
+
+def stored_key(tenant: str, key: str) -> str:
+    """An idempotency key as stored: `default`'s as it is (every row from before tenants keeps
+    its key), another tenant's behind its name."""
+    return key if tenant == DEFAULT_TENANT else f"{tenant}{_TENANT_KEY_SEPARATOR}{key}"
+
+
+def client_key(stored: str) -> str:
+    """The key as its client gave it (stored_key's inverse)."""
+    return stored.rpartition(_TENANT_KEY_SEPARATOR)[2]
 
 
 class Failover(enum.StrEnum):
@@ -297,6 +314,8 @@ class NewNotification:
     # until its time (reason EscalationStep).
     escalation_id: uuid.UUID | None = None
     escalation_detail: str | None = None
+    # The tenant it belongs to (docs/tenants.md); `default` with tenants off.
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)

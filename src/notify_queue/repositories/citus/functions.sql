@@ -128,7 +128,8 @@ BEGIN
             r.final_provider_message_id, NULL, NULL, r.retries, r.source, r.policy, r.webhook_url,
             r.metadata, r.created_at, now(), COALESCE(r.finished_at, now()), r.recipient_id,
             r.category, r.template_name, r.template_version, r.final_provider,
-            r.final_delivery_attempts, p_bucket, r.digest_id, r.escalation_id, r.traceparent);
+            r.final_delivery_attempts, p_bucket, r.digest_id, r.escalation_id, r.traceparent,
+            r.tenant);
         IF r.final_status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'EXPIRED', 'SUPPRESSED')
            AND r.hook_url IS NOT NULL THEN
             v_event := gen_random_uuid();

@@ -267,7 +267,7 @@ WITH moved AS (
               status, send_at, expires_at, max_attempts, sent_at, provider_message_id, retries,
               source, policy, webhook_url, metadata, created_at, recipient_id, category,
               template_name, template_version, provider, delivery_attempts, bucket, digest_id,
-              escalation_id, traceparent
+              escalation_id, traceparent, tenant
 ), queued AS (
     INSERT INTO nq_jobs ({{_moved_columns}})
     SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
@@ -278,7 +278,7 @@ WITH moved AS (
                'fromStatus', status)),
            source, policy, webhook_url, metadata, created_at, now(), NULL, recipient_id,
            category, template_name, template_version, provider, delivery_attempts,
-           bucket, digest_id, escalation_id, traceparent
+           bucket, digest_id, escalation_id, traceparent, tenant
     FROM moved
     RETURNING id
 ), noted AS (

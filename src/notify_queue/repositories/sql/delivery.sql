@@ -365,7 +365,7 @@ status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
 last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
 source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
 recipient_id, category, template_name, template_version, provider,
-delivery_attempts, bucket, digest_id, escalation_id, traceparent
+delivery_attempts, bucket, digest_id, escalation_id, traceparent, tenant
 
 -- name: _logged_values
 -- The log row of a moved notification (`m`: the queue's row with its final values): SENT gets
@@ -377,7 +377,8 @@ SELECT m.id, m.idempotency_key, m.request_hash, m.channel, m.recipient, m.subjec
        m.final_provider_message_id, NULL, NULL, m.retries, m.source, m.policy,
        m.webhook_url, m.metadata, m.created_at, now(), COALESCE(m.finished_at, now()),
        m.recipient_id, m.category, m.template_name, m.template_version, m.final_provider,
-       m.final_delivery_attempts, m.bucket, m.digest_id, m.escalation_id, m.traceparent
+       m.final_delivery_attempts, m.bucket, m.digest_id, m.escalation_id, m.traceparent,
+       m.tenant
 
 -- name: _claim_digest_roles
 -- [digests] The body of the claim's digest_roles CTE, and the batch CTE after it
