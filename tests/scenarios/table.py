@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -212,6 +213,31 @@ async def aging(run: Run) -> dict[str, Any]:
         "strict": [c.priority.name for c in strict.claimed],
         "aged": sorted(c.priority.name for c in aged.claimed),
         "normal": (await run.state(normal.notification.id))[:2],
+    }
+
+
+async def fair_share(run: Run) -> dict[str, Any]:
+    """Tenant A's backlog (20 due for a minute) and tenant B's 3 (due a second ago) in one lane
+    (one recipient, so one bucket on Citus): a claim of 8 interleaves the tenants, so B's three
+    go in the first round instead of after A's backlog."""
+    service = notification_service(run.db)
+    to = run.recipient()
+    a = await service.enqueue_many(
+        [dataclasses.replace(new(recipient=to), tenant=f"a-{run.tag}") for _ in range(20)]
+    )
+    b = await service.enqueue_many(
+        [dataclasses.replace(new(recipient=to), tenant=f"b-{run.tag}") for _ in range(3)]
+    )
+    for made, waited in [*((m, 60) for m in a), *((m, 1) for m in b)]:
+        await sql(
+            run.url,
+            "UPDATE nq_jobs SET next_attempt_at = now() - make_interval(secs => %s) WHERE id = %s",
+            (waited, str(made.notification.id)),
+        )
+    first = {c.id for c in (await run.worker(rate_limit=100).claim(8)).claimed}
+    return {
+        "A in the first claim": sum(m.notification.id in first for m in a),
+        "B in the first claim": sum(m.notification.id in first for m in b),
     }
 
 
@@ -545,6 +571,11 @@ SCENARIOS = [
         "aging lets a LOW through a steady stream of HIGH",
         aging,
         {"strict": ["HIGH", "HIGH"], "aged": ["HIGH", "LOW"], "normal": ("PENDING", 0)},
+    ),
+    Scenario(
+        "fair share: a tenant's backlog does not hold another tenant back",
+        fair_share,
+        {"A in the first claim": 5, "B in the first claim": 3},
     ),
     Scenario(
         "a policy that is not Ready holds its notifications",

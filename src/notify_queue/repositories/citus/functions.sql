@@ -417,7 +417,8 @@ END $$;
 
 -- A claim's first step within one bucket, delegated to its node (claim_lock_candidates on plain
 -- PostgreSQL): up to p_limit due rows of the bucket, the most urgent by aged priority
--- (p_aging_seconds; ranks up to p_max_rank, the look's P* or those before it), locked SKIP
+-- (p_aging_seconds; ranks up to p_max_rank, the look's P* or those before it), a lane's tenants
+-- in turn (docs/quotas.md, "Fair share"), locked SKIP
 -- LOCKED; their recipients' advisory locks (taken on the bucket's node, where every claim of
 -- that recipient runs), the quiet-hours facts of their stored recipients for the worker's
 -- decision, and the candidates' digests locked SKIP LOCKED (as the plain claim's digest_locked:
@@ -438,44 +439,68 @@ DECLARE
     v_priorities smallint[] := '{}';
     v_categories text[] := '{}';
     v_lanes smallint[];
+    v_tenants text[];
     v_takes integer[];
     v_take integer;
     i integer;
 BEGIN
-    -- How many of each lane: as nq_claim_lock_v2 (each lane's head read without locks, ranked by
-    -- aged priority); without aging, lanes up to p_max_rank in priority order.
-    IF p_aging_seconds > 0 THEN
-        SELECT array_agg(lane.priority ORDER BY lane.priority),
-               array_agg(COALESCE(t.take, 0) ORDER BY lane.priority)
-        INTO v_lanes, v_takes
-        FROM unnest(p_priorities) AS lane(priority)
-        LEFT JOIN (
-            SELECT h.priority, count(*)::integer AS take
-            FROM (SELECT h.priority
-                  FROM unnest(p_priorities) AS lane(priority)
-                  CROSS JOIN LATERAL (
-                      SELECT j.priority, j.next_attempt_at, j.created_at
-                      FROM nq_jobs j
-                      WHERE j.bucket = p_bucket AND j.status = 'PENDING'
-                        AND j.priority = lane.priority
-                        AND j.next_attempt_at <= now()
-                        AND j.channel = ANY(p_channels)
-                        AND (j.expires_at IS NULL OR j.expires_at > now())
-                      ORDER BY j.next_attempt_at, j.created_at
-                      LIMIT p_limit
-                  ) h
-                  WHERE {{_claim_aged_rank}} <= p_max_rank
-                  ORDER BY {{_claim_aged_rank}}, h.next_attempt_at, h.created_at
+    -- The bucket's queues (its lanes' tenants with PENDING rows, a loose index scan) and each
+    -- one's take, as nq_claim_lock_v2; ranks up to p_max_rank only.
+    SELECT COALESCE(array_agg(q.priority ORDER BY q.priority, q.tenant), '{}'),
+           COALESCE(array_agg(q.tenant ORDER BY q.priority, q.tenant), '{}')
+    INTO v_lanes, v_tenants
+    FROM (
+        WITH RECURSIVE queues AS (
+            (SELECT j.priority, j.tenant FROM nq_jobs j
+             WHERE j.bucket = p_bucket AND j.status = 'PENDING'
+               AND j.priority = ANY(p_priorities)
+             ORDER BY j.priority, j.tenant LIMIT 1)
+            UNION ALL
+            SELECT n.priority, n.tenant
+            FROM queues q
+            CROSS JOIN LATERAL (
+                SELECT j.priority, j.tenant FROM nq_jobs j
+                WHERE j.bucket = p_bucket AND j.status = 'PENDING'
+                  AND j.priority = ANY(p_priorities)
+                  AND (j.priority, j.tenant) > (q.priority, q.tenant)
+                ORDER BY j.priority, j.tenant LIMIT 1) n
+        )
+        SELECT priority, tenant FROM queues
+    ) q;
+    v_takes := ARRAY(SELECT CASE WHEN l <= p_max_rank THEN p_limit ELSE 0 END
+                     FROM unnest(v_lanes) AS l);
+    -- With aging, always: the look's rank bounds what this bucket may take.
+    IF p_aging_seconds > 0
+       OR cardinality(v_lanes) > (SELECT count(DISTINCT l) FROM unnest(v_lanes) AS l) THEN
+        SELECT COALESCE(array_agg(q.priority ORDER BY q.priority, q.tenant), '{}'),
+               COALESCE(array_agg(q.tenant ORDER BY q.priority, q.tenant), '{}'),
+               COALESCE(array_agg(q.take ORDER BY q.priority, q.tenant), '{}')
+        INTO v_lanes, v_tenants, v_takes
+        FROM (
+            SELECT h.priority, h.tenant, count(*)::integer AS take
+            FROM (SELECT h.priority, h.tenant
+                  FROM (SELECT h.*, {{_claim_fair_turn}}
+                        FROM (SELECT h.*, {{_claim_lane_rank}} AS rank, {{_claim_tenant_turn}}
+                              FROM unnest(v_lanes, v_tenants) AS q(priority, tenant)
+                              CROSS JOIN LATERAL (
+                                  SELECT j.priority, j.tenant, j.next_attempt_at, j.created_at
+                                  FROM nq_jobs j
+                                  WHERE j.bucket = p_bucket AND j.status = 'PENDING'
+                                    AND j.priority = q.priority AND j.tenant = q.tenant
+                                    AND j.next_attempt_at <= now()
+                                    AND j.channel = ANY(p_channels)
+                                    AND (j.expires_at IS NULL OR j.expires_at > now())
+                                  ORDER BY j.next_attempt_at, j.created_at
+                                  LIMIT p_limit
+                              ) h) h
+                        WHERE h.rank <= p_max_rank) h
+                  ORDER BY {{_claim_fair_order}}
                   LIMIT p_limit) h
-            GROUP BY h.priority
-        ) t ON t.priority = lane.priority;
-    ELSE
-        v_lanes := ARRAY(SELECT l FROM unnest(p_priorities) AS l ORDER BY l);
-        v_takes := ARRAY(SELECT CASE WHEN l <= p_max_rank THEN p_limit ELSE 0 END
-                         FROM unnest(v_lanes) AS l);
+            GROUP BY h.priority, h.tenant
+        ) q;
     END IF;
-    -- Each lane's take of its head, FOR UPDATE SKIP LOCKED, until the batch is full: one router
-    -- statement per lane that has some (Citus plans a row lock only at a statement's top level).
+    -- Each queue's take of its head, FOR UPDATE SKIP LOCKED, until the batch is full: one router
+    -- statement per queue that has some (Citus plans a row lock only at a statement's top level).
     FOR i IN 1 .. COALESCE(cardinality(v_lanes), 0) LOOP
         v_take := LEAST(v_takes[i], p_limit - cardinality(v_ids));
         CONTINUE WHEN v_take <= 0;
@@ -483,7 +508,7 @@ BEGIN
             SELECT j.id, j.recipient, j.recipient_id, j.priority, j.category
             FROM nq_jobs j
             WHERE j.bucket = p_bucket AND j.status = 'PENDING'
-              AND j.priority = v_lanes[i]
+              AND j.priority = v_lanes[i] AND j.tenant = v_tenants[i]
               AND j.next_attempt_at <= now()
               AND j.channel = ANY(p_channels)
               AND (j.expires_at IS NULL OR j.expires_at > now())

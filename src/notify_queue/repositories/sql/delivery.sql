@@ -30,7 +30,7 @@ SELECT * FROM nq_claim_v2(
 -- that names one bucket (one shard), so a claim first looks, without locks, at the `limit` most
 -- urgent due rows across every shard: each lane's `limit` oldest due rows (Citus pushes each
 -- ORDER BY ... LIMIT down to every shard, one probe of each shard's claim index, and merges),
--- ranked by aged priority (nq_claim_lock_v2's rule). Of those rows, `last_priority` is the least
+-- ranked by their lanes' aged priority (nq_claim_lock_v2's rule). Of those rows, `last_priority` is the least
 -- urgent rank among them (P*: every due row more urgent than it is among them); per bucket,
 -- `urgent` counts its rows more urgent than P*, `last_due` is its oldest P* row's due time (NULL:
 -- none among them), `priority` and `due` its most urgent row's. The worker then claims bucket by
@@ -45,7 +45,7 @@ SELECT bucket, max(top) AS last_priority,
        min(next_attempt_at) FILTER (WHERE rank = top) AS last_due,
        min(rank) AS priority, min(next_attempt_at) AS due
 FROM (SELECT bucket, rank, next_attempt_at, max(rank) OVER () AS top
-      FROM (SELECT h.bucket, {{_claim_aged_rank}} AS rank, h.next_attempt_at
+      FROM (SELECT h.bucket, {{_claim_lane_rank}} AS rank, h.next_attempt_at
             FROM (SELECT %(aging_seconds)s::float8 AS p_aging_seconds) a,
                  ((SELECT bucket, priority, next_attempt_at FROM nq_jobs
                    WHERE status = 'PENDING' AND priority = 0
@@ -193,12 +193,32 @@ GREATEST(p.rate_window_seconds,
          (SELECT max((l.value ->> 'windowSeconds')::float8)
           FROM jsonb_each(p.channel_rate_limits) AS l))
 
--- name: _claim_aged_rank
--- A due row's (`h`) aged priority: one higher (a lower rank) for each p_aging_seconds it has
--- waited since it became due, HIGH (0) at most, so a LOW ranks with HIGH after twice that
--- (docs/design.md, "Aging"); p_aging_seconds 0: its priority.
-GREATEST(h.priority - COALESCE(floor(extract(epoch FROM now() - h.next_attempt_at)
+-- name: _claim_lane_rank
+-- A head row's (`h`) lane's aged priority: one higher (a lower rank) for each p_aging_seconds the
+-- lane's oldest due row has waited since it became due, HIGH (0) at most, so a LOW lane ranks
+-- with HIGH once its oldest row has waited twice that (docs/design.md, "Aging"); p_aging_seconds
+-- 0: its priority. By lane, not by row: a lane's own rows go in fair-share turns, and a tenant's
+-- old backlog never ranks above another tenant's new row of the same priority.
+GREATEST(h.priority - COALESCE(floor(extract(epoch FROM now() - min(h.next_attempt_at)
+                                                   OVER (PARTITION BY h.priority))
                                      / NULLIF(p_aging_seconds, 0)), 0), 0)
+
+-- name: _claim_tenant_turn
+-- A head row's (`h`) place among its tenant's rows of its lane, oldest due first.
+row_number() OVER (PARTITION BY h.priority, h.tenant ORDER BY h.next_attempt_at, h.created_at)
+    AS tenant_turn
+
+-- name: _claim_fair_turn
+-- A head row's turn in its lane: every tenant's first row, then every tenant's second, so a
+-- tenant's backlog of any size delays another's due row by at most one claim (docs/quotas.md,
+-- "Fair share"). One tenant: its rows oldest first, as before.
+row_number() OVER (PARTITION BY h.priority ORDER BY h.tenant_turn, h.next_attempt_at, h.created_at)
+    AS turn
+
+-- name: _claim_fair_order
+-- The claim's order over the queues' heads: the lanes' aged ranks, then turns (lanes of one rank
+-- alternate), then priority.
+h.rank, h.turn, h.priority
 
 -- name: _claim_chain_head
 -- The provider an unbound row is bound to: its policy's first provider this worker knows, else
