@@ -153,9 +153,9 @@ async def policy_rate_limit(run: Run) -> dict[str, Any]:
 
 
 async def channel_rate_limit(run: Run) -> dict[str, Any]:
-    """A policy's sms limit (two a minute) spaces one recipient's texts while its email flows
-    (the recipient-wide limit, a hundred, is far off): the third sms waits for the first sms's
-    place, no attempt used; the emails are not held back by the full sms window."""
+    """A policy's sms limit (two a minute) spaces one number's texts while its calls flow (the
+    recipient-wide limit, a hundred, is far off): the third sms waits for the first sms's place,
+    no attempt used; the calls are not held back by the full sms window."""
     name = f"team/texts-{run.tag}"
     await PolicyRepository(run.db).policy_upsert(
         policy=Policy(
@@ -172,9 +172,9 @@ async def channel_rate_limit(run: Run) -> dict[str, Any]:
     worker = run.worker(rate_limit=100)
     first = await worker.claim(10)
     await worker.complete([(c, SENT) for c in first.claimed])
-    # The same recipient's email after its sms window filled: not limited by it.
-    mails = await notification_service(run.db).enqueue_many(
-        [new(channel=Channel.EMAIL, recipient=phone, policy=name) for _ in range(2)]
+    # The same number's calls after its sms window filled: not limited by it.
+    calls = await notification_service(run.db).enqueue_many(
+        [new(channel=Channel.VOICE, recipient=phone, policy=name) for _ in range(2)]
     )
     second = await worker.claim(10)
     waiting = await run.row(texts[2].notification.id)
@@ -182,11 +182,11 @@ async def channel_rate_limit(run: Run) -> dict[str, Any]:
     return {
         "sms claimed": len(first.claimed),
         "rate limited": len(first.rate_limited),
-        "email claimed": sorted(c.channel.value for c in second.claimed),
+        "calls claimed": sorted(c.channel.value for c in second.claimed),
         "sms states": sorted([await run.state(t.notification.id) for t in texts]),
         "detail": waiting["waiting"]["detail"],
         "due in about a minute": timedelta(seconds=50) < due <= timedelta(minutes=1),
-        "email states": [(await run.state(m.notification.id))[:2] for m in mails],
+        "call states": [(await run.state(m.notification.id))[:2] for m in calls],
     }
 
 
@@ -442,18 +442,19 @@ async def lost_lease(run: Run) -> dict[str, Any]:
 
 
 class FlakyGateway:
-    """An HTTP provider on loopback: 503 to each message's first call, 200 to every later one;
-    the calls it got, by message id."""
+    """An HTTP provider on loopback: 503 to each message's first call (unless `flaky` is
+    false), 200 to every later one; the calls it got, by message id."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, flaky: bool = True) -> None:
         self.calls: dict[str, list[int]] = {}
         self.url = ""
+        self._flaky = flaky
         self._runner: web.AppRunner | None = None
 
     async def _send(self, request: web.Request) -> web.Response:
         id = (await request.json())["id"]
         answers = self.calls.setdefault(id, [])
-        answers.append(503 if not answers else 200)
+        answers.append(503 if not answers and self._flaky else 200)
         if answers[-1] == 503:
             return web.Response(status=503, text="try again")
         return web.json_response({"messageId": f"m-{id}"})
@@ -524,6 +525,49 @@ async def through_the_worker_process(run: Run) -> dict[str, Any]:
     }
 
 
+async def channel_limit_through_the_worker_process(run: Run) -> dict[str, Any]:
+    """The real `notify-queue worker` process and API: a policy's sms limit (two a minute) holds
+    the third text to one number back while that number's two calls go out."""
+    name = f"team/spaced-{run.tag}"
+    await PolicyRepository(run.db).policy_upsert(
+        policy=Policy(name=name, channel_rate_limits={"sms": ChannelRateLimit(2, 60)})
+    )
+    phone = "+1555" + str(int(run.tag, 16) % 10_000_000).zfill(7)
+    texts = [
+        (await run.create({"channel": "sms", "recipient": phone, "body": f"t{i}", "policy": name}))[
+            "id"
+        ]
+        for i in range(3)
+    ]
+    calls = [
+        (await run.create({"channel": "voice", "recipient": phone, "body": "m", "policy": name}))[
+            "id"
+        ]
+        for _ in range(2)
+    ]
+
+    async def settled() -> bool:
+        assert process.poll() is None, "the worker stopped"
+        states = [await run.state(id) for id in texts + calls]
+        return (
+            sorted(states).count(("SENT", 1, None)) == 4
+            and (
+                "PENDING",
+                0,
+                "RecipientRateLimit",
+            )
+            in states
+        )
+
+    async with FlakyGateway(flaky=False).running() as gateway:
+        async with worker_process(run.url, gateway.url) as process:
+            await eventually(settled, timeout=60, what="four SENT, one text waiting")
+    return {
+        "texts": sorted([await run.state(id) for id in texts]),
+        "calls": [await run.state(id) for id in calls],
+    }
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -555,16 +599,16 @@ SCENARIOS = [
         },
     ),
     Scenario(
-        "a policy's per-channel limit spaces sms while email flows",
+        "a policy's per-channel limit spaces sms while calls flow",
         channel_rate_limit,
         {
             "sms claimed": 2,
             "rate limited": 1,
-            "email claimed": ["email", "email"],
+            "calls claimed": ["voice", "voice"],
             "sms states": [("PENDING", 0, "RecipientRateLimit")] + [("SENT", 1, None)] * 2,
             "detail": "recipient reached 2 sms per 60 s",
             "due in about a minute": True,
-            "email states": [("PROCESSING", 1)] * 2,
+            "call states": [("PROCESSING", 1)] * 2,
         },
     ),
     Scenario(
@@ -633,6 +677,14 @@ SCENARIOS = [
         "a lost lease is recovered, keeping its binding and its window place",
         lost_lease,
         {"rebound": True, "recovered": 1, "claimed again": [(2, "b")], "rate limited": 0},
+    ),
+    Scenario(
+        "a real worker process spaces sms by a policy's channel limit while calls flow",
+        channel_limit_through_the_worker_process,
+        {
+            "texts": [("PENDING", 0, "RecipientRateLimit")] + [("SENT", 1, None)] * 2,
+            "calls": [("SENT", 1, None)] * 2,
+        },
     ),
     Scenario(
         "a real worker process retries a temporary failure and sends",
