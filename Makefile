@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-fast lock lint format typecheck layers k8s-binaries test-packages citus prometheus docs fuzz soak bench bench-k8s bench-k8s-100k bench-k8s-faults clean
+.PHONY: help run test test-fast lock lint format typecheck layers k8s-binaries test-packages citus prometheus docs fuzz soak bench bench-k8s bench-k8s-100k bench-k8s-faults bench-fairshare-1m clean
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -102,6 +102,9 @@ bench-k8s-100k: $(STAMP) k8s-binaries ## the Kubernetes path at 100,000 objects 
 bench-k8s-faults: $(STAMP) k8s-binaries ## 10,000 objects with the operator killed, then with the kube-apiserver restarted, halfway
 	$(BIN)/python -m benchmarks.k8s_scale --objects 10000 --rounds 1 --fault kill-operator
 	$(BIN)/python -m benchmarks.k8s_scale --objects 10000 --rounds 1 --fault restart-apiserver
+
+bench-fairshare-1m: $(STAMP) ## fair share behind a tenant's 1,000,000 due notifications, beside the claim of SRC (default: this checkout only)
+	$(BIN)/python -m benchmarks.fairshare --a-notifications 1000000 --rounds 1 --src $(or $(SRC),.)
 
 clean: ## remove the virtualenv and local data
 	rm -rf $(VENV) .notify-queue .pytest_cache .mypy_cache .ruff_cache

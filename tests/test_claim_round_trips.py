@@ -97,7 +97,7 @@ async def test_a_claim_of_address_targeted_rows_is_one_round_trip_and_a_completi
                 ]
             )
     assert len(claimed) == 5 and len(recorded.accepted) == 5
-    assert claim == ["nq_claim"], claim
+    assert claim == ["nq_claim_v2"], claim
     assert completion == ["nq_complete_deliveries"], completion
 
 
@@ -106,8 +106,8 @@ async def test_a_claim_that_meets_a_user_targeted_row_claims_in_a_transaction(
 ) -> None:
     transaction = [
         "BEGIN",
-        "nq_claim_lock",
-        "nq_claim",
+        "nq_claim_lock_v2",
+        "nq_claim_v2",
         "COMMIT",
     ]
     async with Database(database_url, pool_size=1) as db:
@@ -118,7 +118,7 @@ async def test_a_claim_that_meets_a_user_targeted_row_claims_in_a_transaction(
         with round_trips(monkeypatch) as first:
             assert len(await _claim(repository)) == 3
         # The one call admitted nothing and said so; the transaction claimed all three.
-        assert first == ["nq_claim", *transaction], first
+        assert first == ["nq_claim_v2", *transaction], first
         await creates.enqueue_many([targeted("u-1"), new()])
         with round_trips(monkeypatch) as second:
             assert len(await _claim(repository)) == 2
@@ -130,7 +130,7 @@ async def test_a_claim_that_meets_a_user_targeted_row_claims_in_a_transaction(
         await creates.enqueue_many([new()])
         with round_trips(monkeypatch) as fourth:
             assert len(await _claim(repository)) == 1
-        assert fourth == ["nq_claim"], fourth  # ...so one call
+        assert fourth == ["nq_claim_v2"], fourth  # ...so one call
 
 
 @pytest.mark.parametrize("check", ["with_check", "without_check"])
@@ -140,7 +140,7 @@ async def test_an_opted_out_recipient_gets_nothing_whichever_shape_claims_first(
     if check == "without_check":
         # nq_claim as if no candidate were ever user-targeted.
         await replace_in_function(
-            database_url, "nq_claim", "IF locked.targeted THEN", "IF false THEN"
+            database_url, "nq_claim_v2", "IF locked.targeted THEN", "IF false THEN"
         )
     async with Database(database_url, pool_size=2) as db:
         now = datetime.now(UTC)

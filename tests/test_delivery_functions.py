@@ -14,8 +14,8 @@ import pytest
 ROOT = resources.files("notify_queue.repositories")
 DELIVERY_FUNCTIONS = (
     "nq_attempts_append",
-    "nq_claim",
-    "nq_claim_lock",
+    "nq_claim_v2",
+    "nq_claim_lock_v2",
     "nq_complete_deliveries",
     "nq_finish_held",
     "nq_finish_results",
@@ -26,8 +26,8 @@ DELIVERY_FUNCTIONS = (
 )
 # The steps read top-down: none of these is kept running by a read of its result.
 STEPWISE = (
-    "nq_claim",
-    "nq_claim_lock",
+    "nq_claim_v2",
+    "nq_claim_lock_v2",
     "nq_complete_deliveries",
     "nq_finish_held",
     "nq_recover_expired_leases",

@@ -39,10 +39,10 @@ SENT_ATTEMPT = '[{"provider": "log", "outcome": "sent", "ms": 1}]'
 # address-targeted rows claims in one call (nq_claim) and completes in another
 # (nq_complete_deliveries).
 STATEMENTS = {
-    "claim": "FROM nq_claim(",
+    "claim": "FROM nq_claim_v2(",
     "complete_deliveries": "FROM nq_complete_deliveries(",
 }
-CLAIM_FUNCTIONS = ("nq_claim", "nq_claim_lock")
+CLAIM_FUNCTIONS = ("nq_claim_v2", "nq_claim_lock_v2")
 DRAIN_SETTINGS = {"enable_seqscan=off", "plan_cache_mode=force_generic_plan"}
 
 

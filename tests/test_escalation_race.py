@@ -23,7 +23,9 @@ async def test_no_step_is_sent_after_the_acknowledgement_committed(
     database_url: str, guard: str
 ) -> None:
     if guard == "without_guard":
-        await replace_in_function(database_url, "nq_claim", GUARD, "ELSE false END AS acknowledged")
+        await replace_in_function(
+            database_url, "nq_claim_v2", GUARD, "ELSE false END AS acknowledged"
+        )
     await no_step_is_sent_after_the_acknowledgement_committed(
         database_url, guarded=guard == "with_guard"
     )

@@ -156,6 +156,23 @@ WEBHOOK_STATUSES = frozenset(
 DEFAULT_CATEGORY = "transactional"
 # The category that passes quiet hours whatever its priority.
 CRITICAL_CATEGORY = "critical"
+# The tenant of every row while tenants are off, and of every row from before them
+# (docs/tenants.md).
+DEFAULT_TENANT = "default"
+# Between a tenant's name and its idempotency key where the key is stored: a character no key or
+# tenant name holds, so a key is its tenant's own (docs/tenants.md, "Idempotency keys").
+_TENANT_KEY_SEPARATOR = "\x1f"
+
+
+def stored_key(tenant: str, key: str) -> str:
+    """An idempotency key as stored: `default`'s as it is (every row from before tenants keeps
+    its key), another tenant's behind its name."""
+    return key if tenant == DEFAULT_TENANT else f"{tenant}{_TENANT_KEY_SEPARATOR}{key}"
+
+
+def client_key(stored: str) -> str:
+    """The key as its client gave it (stored_key's inverse)."""
+    return stored.rpartition(_TENANT_KEY_SEPARATOR)[2]
 
 
 class Failover(enum.StrEnum):
@@ -297,6 +314,8 @@ class NewNotification:
     # until its time (reason EscalationStep).
     escalation_id: uuid.UUID | None = None
     escalation_detail: str | None = None
+    # The tenant it belongs to (docs/tenants.md); `default` with tenants off.
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(frozen=True, slots=True)
@@ -576,12 +595,23 @@ class Completion:  # not frozen: see NewNotification
 
 
 @dataclass(frozen=True, slots=True)
+class ChannelRateLimit:
+    """At most `max_per_window` notifications of one channel per recipient in any rolling
+    window of `window_seconds`, beside the recipient-wide limit."""
+
+    max_per_window: int
+    window_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
 class Policy:
     """A delivery policy (mirrored from a NotificationPolicy); `None` fields use the defaults."""
 
     name: str
     rate_limit: int | None = None
     rate_window_seconds: float | None = None
+    # Per channel (its value), beside the recipient-wide limit; a channel not named has none.
+    channel_rate_limits: dict[str, ChannelRateLimit] = field(default_factory=dict)
     max_attempts: int | None = None
     backoff_base_seconds: float | None = None
     backoff_max_seconds: float | None = None

@@ -306,6 +306,14 @@ class WorkerOptions(_Options):
         description="Seconds a claim lasts before another worker may take the notification over. "
         "Longer than any provider call; short enough that a crashed worker's work resumes soon.",
     )
+    aging_seconds: float = Field(
+        600.0,
+        ge=0,
+        description="Seconds a due NORMAL or LOW notification waits before the claim ranks it one "
+        "priority higher (a LOW ranks with HIGH after twice that), so no stream of HIGH starves "
+        "LOW; 0 keeps strict priority. Ten minutes: far longer than a healthy queue's wait, so it "
+        "changes nothing until a lane is starved.",
+    )
     priorities: Annotated[list[Priority], NoDecode] = Field(
         default_factory=lambda: [Priority.HIGH, Priority.NORMAL, Priority.LOW],
         description="The lanes this worker serves (comma-separated). Separate pools per lane keep "

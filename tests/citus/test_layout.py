@@ -64,6 +64,7 @@ DELEGATED = {
     "nq_finish_bucket",
     "nq_complete_bucket",
     "nq_claim_lock_bucket",
+    "nq_claim_lock_bucket_v2",
     "nq_claim_admit_bucket",
     "nq_recover_expired_leases_bucket",
 }
@@ -102,7 +103,7 @@ def delegated(url: str) -> dict[str, tuple[int | None, int | None, bool | None]]
             """
             SELECT p.proname, o.distribution_argument_index, o.colocationid, o.force_delegation
             FROM pg_dist_object o JOIN pg_proc p ON p.oid = o.objid
-            WHERE o.classid = 'pg_proc'::regclass AND p.proname LIKE 'nq\\_%\\_bucket'
+            WHERE o.classid = 'pg_proc'::regclass AND p.proname ~ '^nq_.*_bucket(_v[0-9]+)?$'
             """
         ).fetchall()
     return {name: (index, group, forced) for name, index, group, forced in rows}

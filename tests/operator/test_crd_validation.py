@@ -164,6 +164,26 @@ def test_every_bad_field_is_named_at_once(
             "window must be a duration such as 90s, 15m, 1h or 1h30m",
         ),
         (
+            {
+                "rateLimit": {
+                    "maxPerWindow": 5,
+                    "window": "1h",
+                    "channels": {"sms": {"maxPerWindow": 2, "window": "a minute"}},
+                }
+            },
+            "spec.rateLimit.channels.sms.window in body should match",
+        ),
+        (
+            {
+                "rateLimit": {
+                    "maxPerWindow": 5,
+                    "window": "1h",
+                    "channels": {"sms": {"maxPerWindow": 0, "window": "1m"}},
+                }
+            },
+            "spec.rateLimit.channels.sms.maxPerWindow in body should be greater than or equal to 1",
+        ),
+        (
             {"retry": {"maxAttempts": 0}},
             "spec.retry.maxAttempts in body should be greater than or equal to 1",
         ),
@@ -188,6 +208,8 @@ def test_every_bad_field_is_named_at_once(
     ids=[
         "zero per window",
         "window in words",
+        "channel window in words",
+        "zero per channel window",
         "zero attempts",
         "backoffs swapped",
         "backoff in words",
@@ -202,6 +224,18 @@ def test_a_bad_policy_manifest_is_refused_with_a_clear_message(
     code, stderr = _apply(control_plane, crd_namespace, "NotificationPolicy", spec)
     assert code != 0
     assert message in stderr
+
+
+def test_a_policy_with_a_channel_limit_is_accepted(
+    control_plane: LocalControlPlane, crd_namespace: str
+) -> None:
+    rate = {
+        "maxPerWindow": 20,
+        "window": "1h",
+        "channels": {"sms": {"maxPerWindow": 2, "window": "1m"}},
+    }
+    code, stderr = _apply(control_plane, crd_namespace, "NotificationPolicy", {"rateLimit": rate})
+    assert code == 0, stderr
 
 
 def test_a_good_manifest_is_accepted_with_defaults(

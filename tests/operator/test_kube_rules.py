@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from notify_queue.errors import ValidationFailed
-from notify_queue.models import Channel, Policy, Priority, Source, Status
+from notify_queue.models import Channel, ChannelRateLimit, Policy, Priority, Source, Status
 from notify_queue.services.kube import (
     PHASES,
     acknowledged_by,
@@ -144,6 +144,40 @@ def test_a_policy_spec_and_its_secret_become_a_policy() -> None:
     assert policy_from_spec(namespace="shop", name="empty", spec={}, webhook_secret=None) == Policy(
         name="shop/empty"
     )
+
+
+def test_a_policy_limits_a_channel_beside_the_recipient() -> None:
+    policy = policy_from_spec(
+        namespace="shop",
+        name="texts",
+        webhook_secret=None,
+        spec={
+            "rateLimit": {
+                "maxPerWindow": 20,
+                "window": "1h",
+                "channels": {"sms": {"maxPerWindow": 2, "window": "1m"}},
+            }
+        },
+    )
+    assert policy.rate_limit == 20
+    assert policy.channel_rate_limits == {"sms": ChannelRateLimit(2, 60.0)}
+
+
+def test_a_channel_limit_for_no_channel_names_its_field() -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        policy_from_spec(
+            namespace="shop",
+            name="p",
+            webhook_secret=None,
+            spec={
+                "rateLimit": {
+                    "maxPerWindow": 20,
+                    "window": "1h",
+                    "channels": {"fax": {"maxPerWindow": 2, "window": "1m"}},
+                }
+            },
+        )
+    assert [e.field for e in caught.value.errors] == ["spec.rateLimit.channels.fax"]
 
 
 def test_a_secret_that_is_not_a_signing_key_is_refused() -> None:

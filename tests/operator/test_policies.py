@@ -14,7 +14,7 @@ import pytest
 from standardwebhooks import Webhook
 
 from notify_queue.devcluster import LocalControlPlane
-from notify_queue.models import Policy
+from notify_queue.models import ChannelRateLimit, Policy
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.policies import PolicyRepository
 from tests.operator.support import (
@@ -75,7 +75,11 @@ async def test_a_policy_is_mirrored_and_reports_ready_for_each_generation(
         policy(
             namespace,
             "default",
-            rateLimit={"maxPerWindow": 3, "window": "90m"},
+            rateLimit={
+                "maxPerWindow": 3,
+                "window": "90m",
+                "channels": {"sms": {"maxPerWindow": 2, "window": "1m"}},
+            },
             retry={"maxAttempts": 4, "initialBackoff": "250ms", "maxBackoff": "1m"},
             ttlSecondsAfterFinished=600,
         )
@@ -86,6 +90,7 @@ async def test_a_policy_is_mirrored_and_reports_ready_for_each_generation(
         name=f"{namespace}/default",
         rate_limit=3,
         rate_window_seconds=5400.0,
+        channel_rate_limits={"sms": ChannelRateLimit(2, 60.0)},
         max_attempts=4,
         backoff_base_seconds=0.25,
         backoff_max_seconds=60.0,

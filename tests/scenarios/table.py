@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import subprocess
@@ -33,6 +34,7 @@ from aiohttp import web
 
 from notify_queue.models import (
     Channel,
+    ChannelRateLimit,
     ClaimedNotification,
     DeliveryResult,
     Outcome,
@@ -147,6 +149,95 @@ async def policy_rate_limit(run: Run) -> dict[str, Any]:
         "claimed": len(batch.claimed),
         "rate limited": len(batch.rate_limited),
         "states": sorted([await run.state(m.notification.id) for m in made]),
+    }
+
+
+async def channel_rate_limit(run: Run) -> dict[str, Any]:
+    """A policy's sms limit (two a minute) spaces one number's texts while its calls flow (the
+    recipient-wide limit, a hundred, is far off): the third sms waits for the first sms's place,
+    no attempt used; the calls are not held back by the full sms window."""
+    name = f"team/texts-{run.tag}"
+    await PolicyRepository(run.db).policy_upsert(
+        policy=Policy(
+            name=name,
+            rate_limit=100,
+            rate_window_seconds=3600,
+            channel_rate_limits={"sms": ChannelRateLimit(2, 60)},
+        )
+    )
+    phone = "+1555" + str(int(run.tag, 16) % 10_000_000).zfill(7)
+    texts = await notification_service(run.db).enqueue_many(
+        [new(channel=Channel.SMS, recipient=phone, policy=name) for _ in range(3)]
+    )
+    worker = run.worker(rate_limit=100)
+    first = await worker.claim(10)
+    await worker.complete([(c, SENT) for c in first.claimed])
+    # The same number's calls after its sms window filled: not limited by it.
+    calls = await notification_service(run.db).enqueue_many(
+        [new(channel=Channel.VOICE, recipient=phone, policy=name) for _ in range(2)]
+    )
+    second = await worker.claim(10)
+    waiting = await run.row(texts[2].notification.id)
+    due = datetime.fromisoformat(waiting["nextAttemptAt"]) - datetime.now(UTC)
+    return {
+        "sms claimed": len(first.claimed),
+        "rate limited": len(first.rate_limited),
+        "calls claimed": sorted(c.channel.value for c in second.claimed),
+        "sms states": sorted([await run.state(t.notification.id) for t in texts]),
+        "detail": waiting["waiting"]["detail"],
+        "due in about a minute": timedelta(seconds=50) < due <= timedelta(minutes=1),
+        "call states": [(await run.state(m.notification.id))[:2] for m in calls],
+    }
+
+
+async def aging(run: Run) -> dict[str, Any]:
+    """Under a steady stream of HIGH (always more due than a batch takes), strict priority
+    never reaches a LOW; with aging (600 s) a LOW due for 21 minutes ranks with HIGH and, older
+    than every HIGH, goes first, while a NORMAL due for 5 minutes still waits. Due times are set,
+    not waited for."""
+    service = notification_service(run.db)
+    highs = await service.enqueue_many(
+        [new(recipient=run.recipient(f"h{i}"), priority=Priority.HIGH) for i in range(5)]
+    )
+    low = await service.enqueue(new(recipient=run.recipient("low"), priority=Priority.LOW))
+    normal = await service.enqueue(new(recipient=run.recipient("n"), priority=Priority.NORMAL))
+    for made, waited in [(low, 1260), (normal, 300), *((h, 60) for h in highs)]:
+        await sql(
+            run.url,
+            "UPDATE nq_jobs SET next_attempt_at = now() - make_interval(secs => %s) WHERE id = %s",
+            (waited, str(made.notification.id)),
+        )
+    strict = await run.worker(aging_seconds=0).claim(2)
+    aged = await run.worker(aging_seconds=600).claim(2)
+    return {
+        "strict": [c.priority.name for c in strict.claimed],
+        "aged": sorted(c.priority.name for c in aged.claimed),
+        "normal": (await run.state(normal.notification.id))[:2],
+    }
+
+
+async def fair_share(run: Run) -> dict[str, Any]:
+    """Tenant A's backlog (20 due for a minute) and tenant B's 3 (due a second ago) in one lane
+    (one recipient, so one bucket on Citus): a claim of 8 interleaves the tenants, so B's three
+    go in the first round instead of after A's backlog."""
+    service = notification_service(run.db)
+    to = run.recipient()
+    a = await service.enqueue_many(
+        [dataclasses.replace(new(recipient=to), tenant=f"a-{run.tag}") for _ in range(20)]
+    )
+    b = await service.enqueue_many(
+        [dataclasses.replace(new(recipient=to), tenant=f"b-{run.tag}") for _ in range(3)]
+    )
+    for made, waited in [*((m, 60) for m in a), *((m, 1) for m in b)]:
+        await sql(
+            run.url,
+            "UPDATE nq_jobs SET next_attempt_at = now() - make_interval(secs => %s) WHERE id = %s",
+            (waited, str(made.notification.id)),
+        )
+    first = {c.id for c in (await run.worker(rate_limit=100).claim(8)).claimed}
+    return {
+        "A in the first claim": sum(m.notification.id in first for m in a),
+        "B in the first claim": sum(m.notification.id in first for m in b),
     }
 
 
@@ -351,18 +442,19 @@ async def lost_lease(run: Run) -> dict[str, Any]:
 
 
 class FlakyGateway:
-    """An HTTP provider on loopback: 503 to each message's first call, 200 to every later one;
-    the calls it got, by message id."""
+    """An HTTP provider on loopback: 503 to each message's first call (unless `flaky` is
+    false), 200 to every later one; the calls it got, by message id."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, flaky: bool = True) -> None:
         self.calls: dict[str, list[int]] = {}
         self.url = ""
+        self._flaky = flaky
         self._runner: web.AppRunner | None = None
 
     async def _send(self, request: web.Request) -> web.Response:
         id = (await request.json())["id"]
         answers = self.calls.setdefault(id, [])
-        answers.append(503 if not answers else 200)
+        answers.append(503 if not answers and self._flaky else 200)
         if answers[-1] == 503:
             return web.Response(status=503, text="try again")
         return web.json_response({"messageId": f"m-{id}"})
@@ -433,6 +525,49 @@ async def through_the_worker_process(run: Run) -> dict[str, Any]:
     }
 
 
+async def channel_limit_through_the_worker_process(run: Run) -> dict[str, Any]:
+    """The real `notify-queue worker` process and API: a policy's sms limit (two a minute) holds
+    the third text to one number back while that number's two calls go out."""
+    name = f"team/spaced-{run.tag}"
+    await PolicyRepository(run.db).policy_upsert(
+        policy=Policy(name=name, channel_rate_limits={"sms": ChannelRateLimit(2, 60)})
+    )
+    phone = "+1555" + str(int(run.tag, 16) % 10_000_000).zfill(7)
+    texts = [
+        (await run.create({"channel": "sms", "recipient": phone, "body": f"t{i}", "policy": name}))[
+            "id"
+        ]
+        for i in range(3)
+    ]
+    calls = [
+        (await run.create({"channel": "voice", "recipient": phone, "body": "m", "policy": name}))[
+            "id"
+        ]
+        for _ in range(2)
+    ]
+
+    async def settled() -> bool:
+        assert process.poll() is None, "the worker stopped"
+        states = [await run.state(id) for id in texts + calls]
+        return (
+            sorted(states).count(("SENT", 1, None)) == 4
+            and (
+                "PENDING",
+                0,
+                "RecipientRateLimit",
+            )
+            in states
+        )
+
+    async with FlakyGateway(flaky=False).running() as gateway:
+        async with worker_process(run.url, gateway.url) as process:
+            await eventually(settled, timeout=60, what="four SENT, one text waiting")
+    return {
+        "texts": sorted([await run.state(id) for id in texts]),
+        "calls": [await run.state(id) for id in calls],
+    }
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -462,6 +597,29 @@ SCENARIOS = [
             "rate limited": 2,
             "states": [("PENDING", 0, "RecipientRateLimit")] * 2 + [("PROCESSING", 1, None)],
         },
+    ),
+    Scenario(
+        "a policy's per-channel limit spaces sms while calls flow",
+        channel_rate_limit,
+        {
+            "sms claimed": 2,
+            "rate limited": 1,
+            "calls claimed": ["voice", "voice"],
+            "sms states": [("PENDING", 0, "RecipientRateLimit")] + [("SENT", 1, None)] * 2,
+            "detail": "recipient reached 2 sms per 60 s",
+            "due in about a minute": True,
+            "call states": [("PROCESSING", 1)] * 2,
+        },
+    ),
+    Scenario(
+        "aging lets a LOW through a steady stream of HIGH",
+        aging,
+        {"strict": ["HIGH", "HIGH"], "aged": ["HIGH", "LOW"], "normal": ("PENDING", 0)},
+    ),
+    Scenario(
+        "fair share: a tenant's backlog does not hold another tenant back",
+        fair_share,
+        {"A in the first claim": 5, "B in the first claim": 3},
     ),
     Scenario(
         "a policy that is not Ready holds its notifications",
@@ -519,6 +677,14 @@ SCENARIOS = [
         "a lost lease is recovered, keeping its binding and its window place",
         lost_lease,
         {"rebound": True, "recovered": 1, "claimed again": [(2, "b")], "rate limited": 0},
+    ),
+    Scenario(
+        "a real worker process spaces sms by a policy's channel limit while calls flow",
+        channel_limit_through_the_worker_process,
+        {
+            "texts": [("PENDING", 0, "RecipientRateLimit")] + [("SENT", 1, None)] * 2,
+            "calls": [("SENT", 1, None)] * 2,
+        },
     ),
     Scenario(
         "a real worker process retries a temporary failure and sends",

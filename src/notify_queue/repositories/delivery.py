@@ -112,6 +112,9 @@ class DeliveryDefaults:
     backoff_max_seconds: float
     lease_seconds: float
     webhook_url: str | None
+    # Seconds of waiting (since due) that raise a NORMAL or LOW row one priority in the claim's
+    # order (docs/design.md, "Aging"); 0 keeps strict priority.
+    aging_seconds: float = 600.0
 
 
 class DueLanes(TypedDict):
@@ -154,6 +157,7 @@ class DeliveryRepository:
             "priorities": sorted(p.rank for p in priorities),
             "channels": [c.value for c in channels],
             "limit": limit,
+            "aging_seconds": self._defaults.aging_seconds,
         }
         engine = await self._engine.engine_get()
         if engine.engine is not Engine.CITUS:
@@ -161,7 +165,7 @@ class DeliveryRepository:
                 alone = await self._claim_in_one_call(lock_params, chain_heads)
                 if alone is not None:
                     return alone
-            # The steps' functions carry the drain's plan settings (functions/nq_claim.sql), as
+            # The steps' functions carry the drain's plan settings (functions/nq_claim_v2.sql), as
             # the completion's does: one plan per connection, reading by index whatever the
             # statistics.
             async with self._db.transaction() as conn:
@@ -184,12 +188,11 @@ class DeliveryRepository:
                 take = left - sum(v.urgent for v in visits[i + 1 :])
             else:
                 take = min(left, visit.urgent)
-            priorities = [p for p in lock_params["priorities"] if visit.allows(p)]
-            if take <= 0 or not priorities:
+            if take <= 0 or visit.max_rank < 0:
                 continue
             params = {
                 **lock_params,
-                "priorities": priorities,
+                "max_rank": visit.max_rank,
                 "limit": take,
                 "bucket": visit.bucket,
             }
@@ -270,7 +273,7 @@ class DeliveryRepository:
     async def _claim_in_one_call(
         self, lock_params: dict[str, Any], chain_heads: ChainHeads
     ) -> ClaimedBatch | None:
-        """The claim as one call in autocommit (`claim` without candidates: nq_claim): one round
+        """The claim as one call in autocommit (`claim` without candidates: nq_claim_v2): one round
         trip where the transaction's claim makes four. None, with nothing claimed, when a
         candidate is user-targeted: quiet hours and the send-time check decide those in the claim's
         transaction. Of an address-targeted row neither has anything to decide (screen_claimed
@@ -486,15 +489,16 @@ class _BucketVisit:
     bucket: int
     # Rows of the look more urgent than its least urgent priority P*: all claimed in this batch.
     urgent: int
-    # P* itself (a rank: higher is less urgent).
+    # P* itself (an aged priority's rank: higher is less urgent).
     last_priority: int
     # Whether the bucket had P* rows in the look: then it may fill the batch's room with them.
     last: bool
 
-    def allows(self, rank: int) -> bool:
-        """The priorities its lock statement may take: up to P* when it fills room with P*
+    @property
+    def max_rank(self) -> int:
+        """The least urgent rank its lock statement may take: P* when it fills room with P*
         rows, only the more urgent ones otherwise (so no P* row jumps the fairness order)."""
-        return rank <= self.last_priority if self.last else rank < self.last_priority
+        return self.last_priority if self.last else self.last_priority - 1
 
 
 # A completion's column that is NULL (or false) for every result of its batch (eight of fourteen

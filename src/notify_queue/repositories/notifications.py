@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 
 from notify_queue import jsontext
 from notify_queue.models import (
+    DEFAULT_TENANT,
     DigestRef,
     NewNotification,
     Notification,
@@ -21,6 +22,7 @@ from notify_queue.models import (
     Status,
     Template,
     WaitingReason,
+    stored_key,
 )
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.driver import NotificationCancel
@@ -272,7 +274,7 @@ def enqueue_item(position: int, n: NewNotification) -> dict[str, Any]:
     item = {
         "position": position,
         "id": n.id,  # written by the JSON encoder (orjson, in C)
-        "idempotency_key": n.idempotency_key,
+        "idempotency_key": stored_key(n.tenant, n.idempotency_key),
         "request_hash": n.request_hash,
         "channel": str(n.channel),  # a StrEnum's value, without enum's Python property
         "recipient": n.recipient,
@@ -299,6 +301,8 @@ def enqueue_item(position: int, n: NewNotification) -> dict[str, Any]:
         item["template_version"] = n.template.version
     if n.traceparent is not None:
         item["traceparent"] = n.traceparent
+    if n.tenant != DEFAULT_TENANT:
+        item["tenant"] = n.tenant
     return item
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from notify_queue.models import Failover, Policy
+from notify_queue import jsontext
+from notify_queue.models import ChannelRateLimit, Failover, Policy
 from notify_queue.repositories.db import Database
 
 
@@ -14,6 +15,7 @@ class PolicyUpsert(TypedDict):
     name: str
     rate_limit: int | None
     rate_window_seconds: float | None
+    channel_rate_limits: str | None
     max_attempts: int | None
     backoff_base_seconds: float | None
     backoff_max_seconds: float | None
@@ -35,6 +37,15 @@ class PolicyRepository:
             "name": policy.name,
             "rate_limit": policy.rate_limit,
             "rate_window_seconds": policy.rate_window_seconds,
+            # {"sms": {"maxPerWindow": n, "windowSeconds": s}}: the claim reads its row's channel.
+            "channel_rate_limits": jsontext.dumps_text(
+                {
+                    channel: {"maxPerWindow": c.max_per_window, "windowSeconds": c.window_seconds}
+                    for channel, c in policy.channel_rate_limits.items()
+                }
+            )
+            if policy.channel_rate_limits
+            else None,
             "max_attempts": policy.max_attempts,
             "backoff_base_seconds": policy.backoff_base_seconds,
             "backoff_max_seconds": policy.backoff_max_seconds,
@@ -71,6 +82,10 @@ class PolicyRepository:
             name=row["name"],
             rate_limit=row["rate_limit"],
             rate_window_seconds=row["rate_window_seconds"],
+            channel_rate_limits={
+                channel: ChannelRateLimit(int(c["maxPerWindow"]), float(c["windowSeconds"]))
+                for channel, c in (row["channel_rate_limits"] or {}).items()
+            },
             max_attempts=row["max_attempts"],
             backoff_base_seconds=row["backoff_base_seconds"],
             backoff_max_seconds=row["backoff_max_seconds"],

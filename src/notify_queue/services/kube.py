@@ -23,7 +23,15 @@ from typing import Any
 
 from notify_queue.errors import FieldError, ValidationFailed
 from notify_queue.limits import MAX_DELAY_SECONDS
-from notify_queue.models import Failover, NewNotification, Policy, Source, Status
+from notify_queue.models import (
+    Channel,
+    ChannelRateLimit,
+    Failover,
+    NewNotification,
+    Policy,
+    Source,
+    Status,
+)
 from notify_queue.services.validation import (
     PreparedRequest,
     parse_request,
@@ -287,10 +295,23 @@ def policy_from_spec(
                     "spec.webhook.secretRef", "the Secret's value must look like whsec_<base64>"
                 )
             )
+    channel_limits: dict[str, ChannelRateLimit] = {}
+    for channel, limit in (rate.get("channels") or {}).items():
+        field = f"spec.rateLimit.channels.{channel}"
+        if channel not in set(Channel):
+            errors.append(FieldError(field, f"must be one of {', '.join(Channel)}"))
+            continue
+        window = seconds((limit or {}).get("window"), f"{field}.window")
+        maximum = (limit or {}).get("maxPerWindow")
+        if window is None or not isinstance(maximum, int) or maximum < 1:
+            errors.append(FieldError(field, "needs maxPerWindow (at least 1) and a window"))
+            continue
+        channel_limits[channel] = ChannelRateLimit(maximum, window)
     policy = Policy(
         name=policy_name(namespace, name),
         rate_limit=rate.get("maxPerWindow"),
         rate_window_seconds=seconds(rate.get("window"), "spec.rateLimit.window"),
+        channel_rate_limits=channel_limits,
         max_attempts=retry.get("maxAttempts"),
         backoff_base_seconds=seconds(retry.get("initialBackoff"), "spec.retry.initialBackoff"),
         backoff_max_seconds=seconds(retry.get("maxBackoff"), "spec.retry.maxBackoff"),

@@ -45,6 +45,7 @@ def delivery_defaults(settings: WorkerSettings) -> DeliveryDefaults:
         backoff_max_seconds=settings.backoff_max,
         lease_seconds=settings.lease_seconds,
         webhook_url=settings.webhook_url,
+        aging_seconds=settings.aging_seconds,
     )
 
 

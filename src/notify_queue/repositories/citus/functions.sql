@@ -31,7 +31,7 @@
 --   windows, its digests), so each function runs with `enable_seqscan = off`: a shard's plan
 --   that reads a whole table is taken only where no index can serve, never because a shard's
 --   statistics say the table is empty (the drain's functions on plain PostgreSQL do the same:
---   functions/nq_claim_lock.sql and nq_claim.sql; docs/performance.md).
+--   functions/nq_claim_lock_v2.sql and nq_claim_v2.sql; docs/performance.md).
 
 -- Functions made before the extension, which Citus never saw. A fresh installation's functions
 -- were sent to every node as `migrate` made them (citus.create_object_propagation); one moved onto
@@ -128,7 +128,8 @@ BEGIN
             r.final_provider_message_id, NULL, NULL, r.retries, r.source, r.policy, r.webhook_url,
             r.metadata, r.created_at, now(), COALESCE(r.finished_at, now()), r.recipient_id,
             r.category, r.template_name, r.template_version, r.final_provider,
-            r.final_delivery_attempts, p_bucket, r.digest_id, r.escalation_id, r.traceparent);
+            r.final_delivery_attempts, p_bucket, r.digest_id, r.escalation_id, r.traceparent,
+            r.tenant);
         IF r.final_status IN ('SENT', 'FAILED', 'DEAD_LETTERED', 'EXPIRED', 'SUPPRESSED')
            AND r.hook_url IS NOT NULL THEN
             v_event := gen_random_uuid();
@@ -349,13 +350,9 @@ BEGIN
     END LOOP;
 END $$;
 
--- A claim's first step within one bucket, delegated to its node (claim_lock_candidates on plain
--- PostgreSQL): up to p_limit due rows locked (SKIP LOCKED) in claim order (the index (priority,
--- next_attempt_at, created_at) gives HIGH before NORMAL before LOW within the bucket), their
--- recipients' advisory locks (taken on the bucket's node, where every claim of that recipient
--- runs), the quiet-hours facts of their stored recipients for the worker's decision, and the
--- digests of the candidates locked with SKIP LOCKED (as the plain claim's digest_locked: a create
--- joining a digest or a cancel leaving it holds it a moment, its item is looked at again soon).
+-- The previous release's lock step (strict priority, the candidates in (priority, due) order),
+-- called by its workers during a roll-out; nq_claim_lock_bucket_v2 replaces it and a contract
+-- migration drops it (docs/upgrading.md).
 CREATE OR REPLACE FUNCTION nq_claim_lock_bucket(
     p_bucket smallint, p_priorities smallint[], p_channels text[], p_limit integer,
     OUT ids uuid[], OUT quiet_ids uuid[], OUT quiet_priorities smallint[],
@@ -392,6 +389,149 @@ BEGIN
            ARRAY(SELECT c.category FROM candidates c WHERE c.recipient_id IS NOT NULL)
     INTO v_ids, v_recipient_ids, v_stored_ids, v_priorities, v_categories
     WHERE (SELECT count(*) FROM recipient_locks) >= 0;
+    -- The stored recipients' quiet hours, in a statement of its own: Citus refuses a reference
+    -- table beside a distributed one in a force-delegated function (the statement's tables must
+    -- all be of the bucket's co-location group).
+    IF cardinality(v_recipient_ids) > 0 THEN
+        SELECT array_agg(c.id), array_agg(c.priority), array_agg(c.category),
+               array_agg(r.timezone), array_agg(r.quiet_start), array_agg(r.quiet_end)
+        INTO quiet_ids, quiet_priorities, quiet_categories, quiet_timezones, quiet_starts,
+             quiet_ends
+        FROM unnest(v_stored_ids, v_recipient_ids, v_priorities, v_categories)
+             AS c(id, recipient_id, priority, category)
+        JOIN nq_recipients r ON r.id = c.recipient_id
+        WHERE r.quiet_start IS NOT NULL AND r.quiet_end IS NOT NULL;
+    END IF;
+    ids := v_ids;
+    digest_ids := '{}';
+    IF cardinality(v_ids) > 0 THEN
+        digest_ids := ARRAY(
+            SELECT d.id FROM nq_digests d
+            WHERE d.bucket = p_bucket
+              AND d.id IN (SELECT j.digest_id FROM nq_jobs j
+                           WHERE j.bucket = p_bucket AND j.id = ANY(v_ids)
+                             AND j.digest_id IS NOT NULL)
+            FOR UPDATE SKIP LOCKED);
+    END IF;
+END $$;
+
+-- A claim's first step within one bucket, delegated to its node (claim_lock_candidates on plain
+-- PostgreSQL): up to p_limit due rows of the bucket, the most urgent by aged priority
+-- (p_aging_seconds; ranks up to p_max_rank, the look's P* or those before it), a lane's tenants
+-- in turn (docs/quotas.md, "Fair share"), locked SKIP
+-- LOCKED; their recipients' advisory locks (taken on the bucket's node, where every claim of
+-- that recipient runs), the quiet-hours facts of their stored recipients for the worker's
+-- decision, and the candidates' digests locked SKIP LOCKED (as the plain claim's digest_locked:
+-- a create joining a digest or a cancel leaving it holds it a moment, its item is looked at again
+-- soon), which nq_claim_admit_bucket reads.
+CREATE OR REPLACE FUNCTION nq_claim_lock_bucket_v2(
+    p_bucket smallint, p_priorities smallint[], p_channels text[], p_limit integer,
+    p_aging_seconds float8, p_max_rank smallint,
+    OUT ids uuid[], OUT quiet_ids uuid[], OUT quiet_priorities smallint[],
+    OUT quiet_categories text[], OUT quiet_timezones text[], OUT quiet_starts time[],
+    OUT quiet_ends time[], OUT digest_ids uuid[])
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $$
+DECLARE
+    v_ids uuid[] := '{}';
+    v_recipients text[] := '{}';
+    v_recipient_ids text[] := '{}';
+    v_stored_ids uuid[] := '{}';
+    v_priorities smallint[] := '{}';
+    v_categories text[] := '{}';
+    v_lanes smallint[];
+    v_tenants text[];
+    v_takes integer[];
+    v_take integer;
+    i integer;
+BEGIN
+    -- The bucket's queues (its lanes' tenants with PENDING rows, a loose index scan) and each
+    -- one's take, as nq_claim_lock_v2; ranks up to p_max_rank only.
+    SELECT COALESCE(array_agg(q.priority ORDER BY q.priority, q.tenant), '{}'),
+           COALESCE(array_agg(q.tenant ORDER BY q.priority, q.tenant), '{}')
+    INTO v_lanes, v_tenants
+    FROM (
+        WITH RECURSIVE queues AS (
+            (SELECT j.priority, j.tenant FROM nq_jobs j
+             WHERE j.bucket = p_bucket AND j.status = 'PENDING'
+               AND j.priority = ANY(p_priorities)
+             ORDER BY j.priority, j.tenant LIMIT 1)
+            UNION ALL
+            SELECT n.priority, n.tenant
+            FROM queues q
+            CROSS JOIN LATERAL (
+                SELECT j.priority, j.tenant FROM nq_jobs j
+                WHERE j.bucket = p_bucket AND j.status = 'PENDING'
+                  AND j.priority = ANY(p_priorities)
+                  AND (j.priority, j.tenant) > (q.priority, q.tenant)
+                ORDER BY j.priority, j.tenant LIMIT 1) n
+        )
+        SELECT priority, tenant FROM queues
+    ) q;
+    v_takes := ARRAY(SELECT CASE WHEN l <= p_max_rank THEN p_limit ELSE 0 END
+                     FROM unnest(v_lanes) AS l);
+    -- With aging, always: the look's rank bounds what this bucket may take.
+    IF p_aging_seconds > 0
+       OR cardinality(v_lanes) > (SELECT count(DISTINCT l) FROM unnest(v_lanes) AS l) THEN
+        SELECT COALESCE(array_agg(q.priority ORDER BY q.priority, q.tenant), '{}'),
+               COALESCE(array_agg(q.tenant ORDER BY q.priority, q.tenant), '{}'),
+               COALESCE(array_agg(q.take ORDER BY q.priority, q.tenant), '{}')
+        INTO v_lanes, v_tenants, v_takes
+        FROM (
+            SELECT h.priority, h.tenant, count(*)::integer AS take
+            FROM (SELECT h.priority, h.tenant
+                  FROM (SELECT h.*, {{_claim_fair_turn}}
+                        FROM (SELECT h.*, {{_claim_lane_rank}} AS rank, {{_claim_tenant_turn}}
+                              FROM unnest(v_lanes, v_tenants) AS q(priority, tenant)
+                              CROSS JOIN LATERAL (
+                                  SELECT j.priority, j.tenant, j.next_attempt_at, j.created_at
+                                  FROM nq_jobs j
+                                  WHERE j.bucket = p_bucket AND j.status = 'PENDING'
+                                    AND j.priority = q.priority AND j.tenant = q.tenant
+                                    AND j.next_attempt_at <= now()
+                                    AND j.channel = ANY(p_channels)
+                                    AND (j.expires_at IS NULL OR j.expires_at > now())
+                                  ORDER BY j.next_attempt_at, j.created_at
+                                  LIMIT p_limit
+                              ) h) h
+                        WHERE h.rank <= p_max_rank) h
+                  ORDER BY {{_claim_fair_order}}
+                  LIMIT p_limit) h
+            GROUP BY h.priority, h.tenant
+        ) q;
+    END IF;
+    -- Each queue's take of its head, FOR UPDATE SKIP LOCKED, until the batch is full: one router
+    -- statement per queue that has some (Citus plans a row lock only at a statement's top level).
+    FOR i IN 1 .. COALESCE(cardinality(v_lanes), 0) LOOP
+        v_take := LEAST(v_takes[i], p_limit - cardinality(v_ids));
+        CONTINUE WHEN v_take <= 0;
+        WITH candidates AS (
+            SELECT j.id, j.recipient, j.recipient_id, j.priority, j.category
+            FROM nq_jobs j
+            WHERE j.bucket = p_bucket AND j.status = 'PENDING'
+              AND j.priority = v_lanes[i] AND j.tenant = v_tenants[i]
+              AND j.next_attempt_at <= now()
+              AND j.channel = ANY(p_channels)
+              AND (j.expires_at IS NULL OR j.expires_at > now())
+            ORDER BY j.next_attempt_at, j.created_at
+            LIMIT v_take
+            FOR UPDATE SKIP LOCKED
+        )
+        SELECT v_ids || ARRAY(SELECT c.id FROM candidates c),
+               v_recipients || ARRAY(SELECT c.recipient FROM candidates c),
+               v_recipient_ids || ARRAY(SELECT c.recipient_id FROM candidates c
+                                        WHERE c.recipient_id IS NOT NULL),
+               v_stored_ids || ARRAY(SELECT c.id FROM candidates c
+                                     WHERE c.recipient_id IS NOT NULL),
+               v_priorities || ARRAY(SELECT c.priority FROM candidates c
+                                     WHERE c.recipient_id IS NOT NULL),
+               v_categories || ARRAY(SELECT c.category FROM candidates c
+                                     WHERE c.recipient_id IS NOT NULL)
+        INTO v_ids, v_recipients, v_recipient_ids, v_stored_ids, v_priorities, v_categories;
+    END LOOP;
+    -- Recipient locks, in key order (as nq_claim_lock_v2).
+    PERFORM pg_advisory_xact_lock(k.key)
+    FROM (SELECT DISTINCT hashtextextended(r, 0) AS key FROM unnest(v_recipients) AS r
+          ORDER BY key) k;
     -- The stored recipients' quiet hours, in a statement of its own: Citus refuses a reference
     -- table beside a distributed one in a force-delegated function (the statement's tables must
     -- all be of the bucket's co-location group).
@@ -536,11 +676,11 @@ BEGIN
     ), windows AS (
         -- Per recipient and window length (a policy may set its own): the entries in the window.
         SELECT r.bucket, r.recipient, r.win, COALESCE(w.ids, '{}') AS ids,
-               COALESCE(w.taken, '{}') AS taken,
+               COALESCE(w.taken, '{}') AS taken, COALESCE(w.channels, '{}') AS channels,
                {{_claim_window_used}}
         FROM (SELECT DISTINCT bucket, recipient, win FROM batch) r
         LEFT JOIN LATERAL (
-            SELECT ids, taken FROM nq_rate_windows w
+            SELECT ids, taken, channels FROM nq_rate_windows w
             WHERE w.bucket = p_bucket AND w.recipient = r.recipient
             FOR UPDATE
         ) w ON true
@@ -548,21 +688,25 @@ BEGIN
         SELECT b.id, b.bucket, b.recipient, b.win, w.used, w.taken, b.rate_limit, b.held, b.quiet,
                b.acknowledged, b.source, b.attempt_count, b.sticky_provider, b.chain_head,
                {{_claim_holds_slot}},
-               b.priority, b.next_attempt_at, b.created_at
+               b.priority, b.next_attempt_at, b.created_at,
+               b.channel, b.channel_limit, b.channel_win, w.channels,
+               {{_claim_channel_used}}
         FROM batch b JOIN windows w USING (bucket, recipient, win)
-    ), ranked AS (
+    ), channel_ranked AS (
         -- From `decided` alone, never joined back to `batch` on id (as nq_claim).
-        SELECT d.*, {{_claim_rank}}
+        SELECT d.*, {{_claim_channel_rank}}
         FROM decided d
+    ), ranked AS (
+        SELECT d.*, {{_claim_rank}}
+        FROM channel_ranked d
     ), admitted AS (
         UPDATE nq_jobs n
         {{_claim_admitted}}
         FROM ranked r
         -- These rows are locked by step 1 of this transaction, so they are still PENDING. Found
         -- through the primary key, then matched to their decision (as `deferred` below).
-        WHERE n.bucket = p_bucket AND n.id = ANY(ARRAY(SELECT id FROM ranked
-                               WHERE NOT held AND NOT acknowledged
-                                 AND (quiet OR holds_slot OR rank <= rate_limit - used)))
+        WHERE n.bucket = p_bucket AND n.id = ANY(ARRAY(SELECT r.id FROM ranked r
+                                                       WHERE {{_claim_admits}}))
           AND n.id = r.id
         RETURNING n.id, n.bucket, n.channel, n.recipient, n.subject, n.body, n.metadata,
                   n.attempt_count, n.max_attempts, n.priority, n.policy, n.next_attempt_at,
@@ -589,21 +733,24 @@ BEGIN
         -- upsert: Citus plans an INSERT inside a CTE in parts, which a delegated function cannot
         -- run; the batch's recipients without a window got an empty one first (above).
         UPDATE nq_rate_windows w
-        SET ids = m.ids, taken = m.taken, last_taken_at = now()
-        FROM (SELECT bucket, recipient, array_agg(id) AS ids FROM admitted WHERE NOT quiet
+        SET ids = m.ids, taken = m.taken, channels = m.channels, last_taken_at = now()
+        FROM (SELECT bucket, recipient, array_agg(id) AS ids, array_agg(channel) AS channels
+              FROM admitted WHERE NOT quiet
               GROUP BY bucket, recipient) a
         CROSS JOIN LATERAL (
-            SELECT array_agg(e.id ORDER BY e.t, e.id) AS ids, array_agg(e.t ORDER BY e.t, e.id) AS taken
-            FROM (SELECT o.id, o.t
-                  FROM (SELECT v.ids, v.taken FROM windows v
+            SELECT array_agg(e.id ORDER BY e.t, e.id) AS ids, array_agg(e.t ORDER BY e.t, e.id) AS taken,
+                   array_agg(e.c ORDER BY e.t, e.id) AS channels
+            FROM (SELECT o.id, o.t, o.c
+                  FROM (SELECT v.ids, v.taken, v.channels FROM windows v
                         WHERE v.bucket = a.bucket AND v.recipient = a.recipient LIMIT 1) v,
-                       unnest(v.ids, v.taken) AS o(id, t)
+                       unnest(v.ids, v.taken, v.channels) AS o(id, t, c)
                   WHERE o.t > now() - make_interval(secs => (
-                          SELECT GREATEST(p_rate_window_seconds, COALESCE(max(rate_window_seconds), 0))
-                          FROM unnest(v_policies)))
+                          SELECT GREATEST(p_rate_window_seconds,
+                                          COALESCE(max({{_policy_longest_window}}), 0))
+                          FROM unnest(v_policies) p))
                     AND o.id <> ALL(a.ids)
                   UNION ALL
-                  SELECT x.id, now() FROM unnest(a.ids) AS x(id)) e) m
+                  SELECT x.id, now(), x.c FROM unnest(a.ids, a.channels) AS x(id, c)) e) m
         WHERE w.bucket = p_bucket AND w.recipient = a.recipient
     ), digest_closed AS (
         -- [digests] A claimed carrier closes its digest: a create from now on opens a new one, and
@@ -740,6 +887,7 @@ BEGIN
         'nq_finish_bucket(smallint, uuid[], text[], text[], integer[], text[], text[], jsonb[], text)',
         'nq_complete_bucket(smallint, uuid[], uuid[], text[], float8[], text[], text[], text[], jsonb, boolean[], timestamptz[], boolean[], text[], text[], text[], text)',
         'nq_claim_lock_bucket(smallint, smallint[], text[], integer)',
+        'nq_claim_lock_bucket_v2(smallint, smallint[], text[], integer, float8, smallint)',
         'nq_claim_admit_bucket(smallint, uuid[], uuid, integer, float8, float8, float8, float8, text[], text[], text[], uuid[], uuid[], text)',
         'nq_recover_expired_leases_bucket(smallint, integer, text)'
     ] LOOP

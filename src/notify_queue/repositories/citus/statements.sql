@@ -57,13 +57,15 @@ SELECT bucket, array_agg(id) AS ids FROM nq_delivery_log WHERE id = ANY(%(ids)b:
 GROUP BY bucket ORDER BY bucket
 
 -- name: claim_lock_candidates_bucket
--- A claim's first step in one bucket: nq_claim_lock_bucket (citus/functions.sql), delegated whole
--- to the node holding the bucket and run there on its shards (claim_lock_candidates' locks, the
--- quiet-hours facts, the candidates' digests locked SKIP LOCKED).
+-- A claim's first step in one bucket: nq_claim_lock_bucket_v2 (citus/functions.sql), delegated
+-- whole to the node holding the bucket and run there on its shards (claim_lock_candidates' locks
+-- by aged priority up to the visit's rank, the quiet-hours facts, the candidates' digests locked
+-- SKIP LOCKED).
 SELECT ids, quiet_ids, quiet_priorities, quiet_categories, quiet_timezones, quiet_starts,
        quiet_ends, digest_ids
-FROM nq_claim_lock_bucket(%(bucket)s::smallint, %(priorities)b::smallint[],
-                          %(channels)b::text[], %(limit)s::integer)
+FROM nq_claim_lock_bucket_v2(%(bucket)s::smallint, %(priorities)b::smallint[],
+                             %(channels)b::text[], %(limit)s::integer,
+                             %(aging_seconds)s::float8, %(max_rank)s::smallint)
 
 -- name: claim_admit_candidates_bucket
 -- A claim's second step in one bucket, in the same transaction: nq_claim_admit_bucket
@@ -182,7 +184,7 @@ FOR UPDATE SKIP LOCKED
 WITH cutoff AS (
     SELECT now() - make_interval(secs => GREATEST(
         %(default_window_seconds)s,
-        (SELECT COALESCE(max(rate_window_seconds), 0) FROM nq_policies))) AS t
+        (SELECT COALESCE(max({{_policy_longest_window}}), 0) FROM nq_policies p))) AS t
 )
 DELETE FROM nq_rate_windows
 WHERE last_taken_at < (SELECT t FROM cutoff)
@@ -265,7 +267,7 @@ WITH moved AS (
               status, send_at, expires_at, max_attempts, sent_at, provider_message_id, retries,
               source, policy, webhook_url, metadata, created_at, recipient_id, category,
               template_name, template_version, provider, delivery_attempts, bucket, digest_id,
-              escalation_id, traceparent
+              escalation_id, traceparent, tenant
 ), queued AS (
     INSERT INTO nq_jobs ({{_moved_columns}})
     SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
@@ -276,7 +278,7 @@ WITH moved AS (
                'fromStatus', status)),
            source, policy, webhook_url, metadata, created_at, now(), NULL, recipient_id,
            category, template_name, template_version, provider, delivery_attempts,
-           bucket, digest_id, escalation_id, traceparent
+           bucket, digest_id, escalation_id, traceparent, tenant
     FROM moved
     RETURNING id
 ), noted AS (

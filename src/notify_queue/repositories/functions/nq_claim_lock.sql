@@ -1,80 +1,11 @@
--- A claim's first step (in the worker's transaction, or inside nq_claim): lock up to p_limit due
--- notifications and their recipients' rate-limit locks; say whether any is user-targeted, and
--- give the worker what it needs to decide quiet hours for those whose stored recipient has them.
--- Each step is a statement of its own; each takes its snapshot after the one before (READ
--- COMMITTED, VOLATILE). The drain's plan settings are the function's attributes, so every
--- statement is planned under them once per connection.
+-- The previous release's claim lock (strict priority), called by its workers during a roll-out:
+-- nq_claim_lock_v2 without aging. Dropped by a contract migration (docs/upgrading.md).
 CREATE OR REPLACE FUNCTION nq_claim_lock(
     p_priorities smallint[], p_channels text[], p_limit integer)
 RETURNS TABLE (
     ids uuid[], quiet_ids uuid[], quiet_priorities smallint[], quiet_categories text[],
     quiet_timezones text[], quiet_starts time[], quiet_ends time[], targeted boolean)
-LANGUAGE plpgsql VOLATILE
-SET enable_seqscan = off
-SET plan_cache_mode = force_generic_plan
+LANGUAGE sql VOLATILE
 AS $$
-#variable_conflict use_column
-DECLARE
-    v_ids uuid[];
-    v_recipients text[];
-    v_recipient_ids text[];
-    v_priorities smallint[];
-    v_categories text[];
-BEGIN
-    -- Candidates: per priority this worker serves, highest first, the head of that priority's
-    -- range of the claim index, FOR UPDATE SKIP LOCKED (another worker's rows are skipped, never
-    -- waited for). The LATERAL and the outer LIMIT read a lower priority only when the higher ones
-    -- ran out. Expired rows are left to expire_overdue.
-    SELECT array_agg(c.id), array_agg(c.recipient), array_agg(c.recipient_id),
-           array_agg(c.priority), array_agg(c.category)
-    INTO v_ids, v_recipients, v_recipient_ids, v_priorities, v_categories
-    FROM (
-        SELECT n.id, n.recipient, n.recipient_id, n.priority, n.category
-        FROM unnest(p_priorities) AS lane(priority)
-        CROSS JOIN LATERAL (
-            SELECT id, recipient, recipient_id, priority, category
-            FROM nq_jobs
-            WHERE status = 'PENDING'
-              AND priority = lane.priority
-              AND next_attempt_at <= now()
-              AND channel = ANY(p_channels)
-              AND (expires_at IS NULL OR expires_at > now())
-            ORDER BY next_attempt_at, created_at
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED
-        ) n
-        LIMIT p_limit
-    ) c;
-    IF v_ids IS NULL THEN
-        ids := '{}';
-        targeted := false;
-        RETURN NEXT;
-        RETURN;
-    END IF;
-
-    -- Recipient locks: a transaction-scoped advisory lock per distinct recipient, in key order
-    -- (two workers with overlapping recipients queue instead of deadlocking). While held, no
-    -- other worker counts or takes that recipient's window places; the admission, a later
-    -- statement, sees what a worker we waited for committed.
-    PERFORM pg_advisory_xact_lock(k.key)
-    FROM (SELECT DISTINCT hashtextextended(r, 0) AS key FROM unnest(v_recipients) AS r
-          ORDER BY key) k;
-
-    -- Quiet hours: of the candidates whose stored recipient has them, what the worker needs to
-    -- tell whether they hold now (services/preferences.py decides, on the worker's clock). A
-    -- primary-key lookup each, aggregated in one pass so the arrays line up.
-    ids := v_ids;
-    targeted := false;
-    IF EXISTS (SELECT 1 FROM unnest(v_recipient_ids) AS r WHERE r IS NOT NULL) THEN
-        targeted := true;
-        SELECT array_agg(c.id), array_agg(c.priority), array_agg(c.category),
-               array_agg(r.timezone), array_agg(r.quiet_start), array_agg(r.quiet_end)
-        INTO quiet_ids, quiet_priorities, quiet_categories, quiet_timezones, quiet_starts,
-             quiet_ends
-        FROM unnest(v_ids, v_recipient_ids, v_priorities, v_categories)
-             AS c(id, recipient_id, priority, category)
-        JOIN nq_recipients r ON r.id = c.recipient_id
-        WHERE r.quiet_start IS NOT NULL AND r.quiet_end IS NOT NULL;
-    END IF;
-    RETURN NEXT;
-END $$;
+    SELECT * FROM nq_claim_lock_v2(p_priorities, p_channels, p_limit, 0)
+$$;

@@ -26,7 +26,7 @@ BEGIN
                     send_at timestamptz, expires_at timestamptz, source text, policy text,
                     webhook_url text, metadata jsonb, category text, recipient_id text,
                     template_name text, template_version integer, traceparent text,
-                    position bigint)
+                    position bigint, tenant text)
             ), seen AS (
                 SELECT k.key FROM nq_idempotency_keys k
                 WHERE k.key = ANY(ARRAY(SELECT r.idempotency_key FROM request r))
@@ -43,14 +43,14 @@ BEGIN
                     id, idempotency_key, request_hash, channel, recipient, subject, body,
                     priority, status, send_at, next_attempt_at, expires_at, max_attempts, source,
                     policy, webhook_url, metadata, category, recipient_id, template_name,
-                    template_version, bucket, traceparent, waiting_reason, waiting_until,
-                    waiting_detail)
+                    template_version, bucket, traceparent, tenant, waiting_reason,
+                    waiting_until, waiting_detail)
                 SELECT r.id, r.idempotency_key, NULL, r.channel, r.recipient, r.subject, r.body,
                        r.priority, 'PENDING', r.send_at, r.send_at, r.expires_at,
                        COALESCE(p.max_attempts, p_default_max_attempts), r.source, r.policy,
                        r.webhook_url, r.metadata, r.category, r.recipient_id, r.template_name,
                        r.template_version, nq_bucket(COALESCE(r.recipient_id, r.recipient)),
-                       r.traceparent,
+                       r.traceparent, COALESCE(r.tenant, 'default'),
                        CASE WHEN r.send_at > now() THEN 'Scheduled' END,
                        CASE WHEN r.send_at > now() THEN r.send_at END,
                        CASE WHEN r.send_at > now() THEN 'sendAt is in the future' END

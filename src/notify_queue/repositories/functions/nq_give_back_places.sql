@@ -1,7 +1,7 @@
 -- Give back the places in the recipients' windows of attempts that sent nothing (a completion's
 -- failures and retries, a release). Called only by a statement that has some, so a batch with
 -- nothing to give back sets up none of these steps. The windows are locked in (bucket,
--- recipient) order, the order every writer of windows uses (nq_claim).
+-- recipient) order, the order every writer of windows uses (nq_claim_v2).
 CREATE OR REPLACE FUNCTION nq_give_back_places(
     p_buckets smallint[], p_recipients text[], p_ids uuid[])
 RETURNS integer

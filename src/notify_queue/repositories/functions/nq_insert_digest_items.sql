@@ -8,7 +8,7 @@ WITH request AS (
         subject text, body text, priority smallint, send_at timestamptz, expires_at timestamptz,
         source text, policy text, webhook_url text, metadata jsonb, status text, last_error text,
         category text, recipient_id text, template_name text, template_version integer,
-        traceparent text, position bigint, digest_key text, digest_window_seconds integer,
+        traceparent text, position bigint, tenant text, digest_key text, digest_window_seconds integer,
         digest_max_items integer, digest_template text)
 ), keys AS (
     INSERT INTO nq_idempotency_keys (key, notification_id, request_digest)
@@ -24,6 +24,7 @@ WITH request AS (
            CASE WHEN r.status <> 'PENDING' THEN now() END AS finished_at, r.category,
            r.recipient_id, r.template_name, r.template_version,
            nq_bucket(COALESCE(r.recipient_id, r.recipient)) AS bucket, r.traceparent,
+           COALESCE(r.tenant, 'default') AS tenant,
            r.position, r.digest_key, r.digest_window_seconds, r.digest_max_items, r.digest_template
     FROM request r
     JOIN keys k ON k.notification_id = r.id
@@ -45,7 +46,8 @@ WITH request AS (
         id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
         send_at, next_attempt_at, expires_at, max_attempts, source, policy, webhook_url,
         metadata, last_error, finished_at, category, recipient_id, template_name,
-        template_version, bucket, traceparent, waiting_reason, waiting_until, waiting_detail,
+        template_version, bucket, traceparent, tenant, waiting_reason, waiting_until,
+        waiting_detail,
         digest_id)
     SELECT a.id, a.idempotency_key, NULL, a.channel, a.recipient, a.subject, a.body,
            a.priority, a.status, a.send_at,
@@ -58,7 +60,7 @@ WITH request AS (
            a.expires_at, a.max_attempts,
            a.source, a.policy, a.webhook_url, a.metadata, a.last_error, a.finished_at,
            a.category, a.recipient_id, a.template_name, a.template_version, a.bucket,
-           a.traceparent,
+           a.traceparent, a.tenant,
            CASE WHEN j.id IS NOT NULL AND j.carrier AND j.closed THEN NULL
                 WHEN j.id IS NOT NULL THEN 'DigestWindow'
                 WHEN a.send_at > now() THEN 'Scheduled' END,

@@ -36,7 +36,7 @@ BEGIN
                source, policy, webhook_url, metadata, created_at, now(), NULL, recipient_id,
                category, template_name, template_version, provider, delivery_attempts,
                COALESCE(bucket, nq_bucket(COALESCE(recipient_id, recipient))), digest_id,
-               escalation_id, traceparent
+               escalation_id, traceparent, tenant
         FROM moved
         RETURNING id
     )

@@ -1,14 +1,15 @@
 -- The worker's hot path. Every statement here serves a whole batch in one round trip.
 
 -- name: claim_lock_candidates
--- Step 1 of a claim in a transaction (functions/nq_claim_lock.sql): up to %(limit)s due
--- notifications locked (SKIP LOCKED) with their recipients' rate-limit locks, what quiet hours
--- need to be decided for those whose stored recipient has them, and whether any is
--- user-targeted.
-SELECT * FROM nq_claim_lock(%(priorities)b::smallint[], %(channels)b::text[], %(limit)s)
+-- Step 1 of a claim in a transaction (functions/nq_claim_lock_v2.sql): up to %(limit)s due
+-- notifications, the most urgent by aged priority, locked (SKIP LOCKED) with their recipients'
+-- rate-limit locks, what quiet hours need to be decided for those whose stored recipient has
+-- them, and whether any is user-targeted.
+SELECT * FROM nq_claim_lock_v2(%(priorities)b::smallint[], %(channels)b::text[], %(limit)s,
+                               %(aging_seconds)s::float8)
 
 -- name: claim
--- nq_claim (functions/nq_claim.sql says each step). Without candidates (`ids` NULL), the
+-- nq_claim_v2 (functions/nq_claim_v2.sql says each step). Without candidates (`ids` NULL), the
 -- claim in one round trip, in autocommit: the lock step, then the admission when no candidate is
 -- user-targeted; a row with `screen` true means nothing was admitted, and the worker claims in a
 -- transaction instead, where it decides quiet hours and the send-time check. No row: nothing was
@@ -18,36 +19,55 @@ SELECT * FROM nq_claim_lock(%(priorities)b::smallint[], %(channels)b::text[], %(
 -- provider bound), defer the others to when their window frees, hold those of a policy that is not
 -- Ready, close or park digests, cancel acknowledged escalation steps; the admitted rows in claim
 -- order, quiet ones without a place in the window.
-SELECT * FROM nq_claim(
-    %(priorities)b::smallint[], %(channels)b::text[], %(limit)s, %(claim_token)s, %(rate_limit)s,
-    %(rate_window_seconds)s, %(lease_seconds)s, %(backoff_base_seconds)s,
+SELECT * FROM nq_claim_v2(
+    %(priorities)b::smallint[], %(channels)b::text[], %(limit)s, %(aging_seconds)s::float8,
+    %(claim_token)s, %(rate_limit)s, %(rate_window_seconds)s, %(lease_seconds)s, %(backoff_base_seconds)s,
     %(backoff_max_seconds)s, %(chain_channels)b::text[], %(chain_heads)b::text[],
     %(known_providers)b::text[], %(webhook_url)s, %(ids)b::uuid[], %(quiet_ids)b::uuid[])
 
 -- name: claim_due_buckets
 -- Citus only (docs/scaling.md "Citus: the claim"): FOR UPDATE SKIP LOCKED runs only in a query
 -- that names one bucket (one shard), so a claim first looks, without locks, at the `limit` most
--- urgent due rows across every shard (Citus pushes the ORDER BY ... LIMIT down to each shard, one
--- probe of each shard's claim index, and merges). Of those rows, `last_priority` is the least
--- urgent priority among them (P*: every due row more urgent than it is among them); per bucket,
+-- urgent due rows across every shard: each lane's `limit` oldest due rows (Citus pushes each
+-- ORDER BY ... LIMIT down to every shard, one probe of each shard's claim index, and merges),
+-- ranked by their lanes' aged priority (nq_claim_lock_v2's rule). Of those rows, `last_priority` is the least
+-- urgent rank among them (P*: every due row more urgent than it is among them); per bucket,
 -- `urgent` counts its rows more urgent than P*, `last_due` is its oldest P* row's due time (NULL:
 -- none among them), `priority` and `due` its most urgent row's. The worker then claims bucket by
 -- bucket (claim_lock_candidates_bucket, claim_admit_candidates_bucket in citus/statements.sql:
 -- functions delegated to the bucket's node) in the order and with the sizes of
 -- DeliveryRepository.notifications_claim: every urgent row, and the batch's remaining room filled
 -- with P* rows from as few buckets as possible, the bucket of the oldest P* row first. The
--- filters are nq_claim_lock's. On plain PostgreSQL the claim over the whole queue is kept
+-- filters are nq_claim_lock_v2's. On plain PostgreSQL the claim over the whole queue is kept
 -- (no extra round trip per bucket).
 SELECT bucket, max(top) AS last_priority,
-       count(*) FILTER (WHERE priority < top) AS urgent,
-       min(next_attempt_at) FILTER (WHERE priority = top) AS last_due,
-       min(priority) AS priority, min(next_attempt_at) AS due
-FROM (SELECT bucket, priority, next_attempt_at, max(priority) OVER () AS top
-      FROM (SELECT bucket, priority, next_attempt_at FROM nq_jobs
-            WHERE status = 'PENDING' AND priority = ANY(%(priorities)b::smallint[])
-              AND next_attempt_at <= now() AND channel = ANY(%(channels)b::text[])
-              AND (expires_at IS NULL OR expires_at > now())
-            ORDER BY priority, next_attempt_at LIMIT %(limit)s) d) d
+       count(*) FILTER (WHERE rank < top) AS urgent,
+       min(next_attempt_at) FILTER (WHERE rank = top) AS last_due,
+       min(rank) AS priority, min(next_attempt_at) AS due
+FROM (SELECT bucket, rank, next_attempt_at, max(rank) OVER () AS top
+      FROM (SELECT h.bucket, {{_claim_lane_rank}} AS rank, h.next_attempt_at
+            FROM (SELECT %(aging_seconds)s::float8 AS p_aging_seconds) a,
+                 ((SELECT bucket, priority, next_attempt_at FROM nq_jobs
+                   WHERE status = 'PENDING' AND priority = 0
+                     AND 0 = ANY(%(priorities)b::smallint[])
+                     AND next_attempt_at <= now() AND channel = ANY(%(channels)b::text[])
+                     AND (expires_at IS NULL OR expires_at > now())
+                   ORDER BY next_attempt_at LIMIT %(limit)s)
+                  UNION ALL
+                  (SELECT bucket, priority, next_attempt_at FROM nq_jobs
+                   WHERE status = 'PENDING' AND priority = 1
+                     AND 1 = ANY(%(priorities)b::smallint[])
+                     AND next_attempt_at <= now() AND channel = ANY(%(channels)b::text[])
+                     AND (expires_at IS NULL OR expires_at > now())
+                   ORDER BY next_attempt_at LIMIT %(limit)s)
+                  UNION ALL
+                  (SELECT bucket, priority, next_attempt_at FROM nq_jobs
+                   WHERE status = 'PENDING' AND priority = 2
+                     AND 2 = ANY(%(priorities)b::smallint[])
+                     AND next_attempt_at <= now() AND channel = ANY(%(channels)b::text[])
+                     AND (expires_at IS NULL OR expires_at > now())
+                   ORDER BY next_attempt_at LIMIT %(limit)s)) h
+            ORDER BY rank, h.next_attempt_at LIMIT %(limit)s) d) d
 GROUP BY bucket
 ORDER BY bucket
 
@@ -142,24 +162,63 @@ WHERE (bucket, recipient) IN (
     SELECT bucket, recipient FROM nq_rate_windows
     WHERE last_taken_at < now() - make_interval(secs => GREATEST(
         %(default_window_seconds)s,
-        (SELECT COALESCE(max(rate_window_seconds), 0) FROM nq_policies)))
+        (SELECT COALESCE(max({{_policy_longest_window}}), 0) FROM nq_policies p)))
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
 
--- The claim's rules, written once: fragments of the admission statement that nq_claim
--- (functions/nq_claim.sql) and the Citus per-bucket nq_claim_admit_bucket (citus/functions.sql)
+-- The claim's rules, written once: fragments of the admission statement that nq_claim_v2
+-- (functions/nq_claim_v2.sql) and the Citus per-bucket nq_claim_admit_bucket (citus/functions.sql)
 -- both expand. Where the two engines differ (which bucket, where the policies are read), the
 -- statements around these fragments say so.
 
 -- name: _claim_limits
 -- A row's rate limit and window (its policy's, else the worker's), whether its policy holds it
 -- (fail closed: a NotificationPolicy that exists but is not Ready holds its rows; no policy row:
--- the defaults), and whether quiet hours hold it (decided by the worker).
+-- the defaults), whether quiet hours hold it (decided by the worker), and its channel's limit.
 COALESCE(p.rate_limit, p_rate_limit) AS rate_limit,
 make_interval(secs => COALESCE(p.rate_window_seconds, p_rate_window_seconds)) AS win,
 COALESCE(NOT p.ready, false) AS held,
 n.id = ANY(p_quiet_ids) AS quiet,
+-- The policy's limit for the row's channel, beside the recipient-wide one (NULL: none).
+n.channel,
+(p.channel_rate_limits -> n.channel ->> 'maxPerWindow')::integer AS channel_limit,
+make_interval(secs => (p.channel_rate_limits -> n.channel ->> 'windowSeconds')::float8)
+    AS channel_win,
+
+-- name: _policy_longest_window
+-- A policy's (`p`) longest window in seconds: its recipient-wide one or a channel's (NULL: none
+-- of its own). Windows keep entries as long as the longest window in use counts them.
+GREATEST(p.rate_window_seconds,
+         (SELECT max((l.value ->> 'windowSeconds')::float8)
+          FROM jsonb_each(p.channel_rate_limits) AS l))
+
+-- name: _claim_lane_rank
+-- A head row's (`h`) lane's aged priority: one higher (a lower rank) for each p_aging_seconds the
+-- lane's oldest due row has waited since it became due, HIGH (0) at most, so a LOW lane ranks
+-- with HIGH once its oldest row has waited twice that (docs/design.md, "Aging"); p_aging_seconds
+-- 0: its priority. By lane, not by row: a lane's own rows go in fair-share turns, and a tenant's
+-- old backlog never ranks above another tenant's new row of the same priority.
+GREATEST(h.priority - COALESCE(floor(extract(epoch FROM now() - min(h.next_attempt_at)
+                                                   OVER (PARTITION BY h.priority))
+                                     / NULLIF(p_aging_seconds, 0)), 0), 0)
+
+-- name: _claim_tenant_turn
+-- A head row's (`h`) place among its tenant's rows of its lane, oldest due first.
+row_number() OVER (PARTITION BY h.priority, h.tenant ORDER BY h.next_attempt_at, h.created_at)
+    AS tenant_turn
+
+-- name: _claim_fair_turn
+-- A head row's turn in its lane: every tenant's first row, then every tenant's second, so a
+-- tenant's backlog of any size delays another's due row by at most one claim (docs/quotas.md,
+-- "Fair share"). One tenant: its rows oldest first, as before.
+row_number() OVER (PARTITION BY h.priority ORDER BY h.tenant_turn, h.next_attempt_at, h.created_at)
+    AS turn
+
+-- name: _claim_fair_order
+-- The claim's order over the queues' heads: the lanes' aged ranks, then turns (lanes of one rank
+-- alternate), then priority.
+h.rank, h.turn, h.priority
 
 -- name: _claim_chain_head
 -- The provider an unbound row is bound to: its policy's first provider this worker knows, else
@@ -177,6 +236,13 @@ COALESCE(
 CASE WHEN w.ids IS NULL THEN 0
      ELSE (SELECT count(*) FROM unnest(w.taken) AS t WHERE t > now() - r.win) END AS used
 
+-- name: _claim_channel_used
+-- The entries of the row's channel still in its channel window (`w`: the recipient's window, each
+-- entry with its channel); counted only for a row whose policy limits its channel.
+CASE WHEN b.channel_limit IS NULL OR cardinality(w.ids) = 0 THEN 0
+     ELSE (SELECT count(*) FROM unnest(w.taken, w.channels) AS e(t, c)
+           WHERE e.c = b.channel AND e.t > now() - b.channel_win) END AS channel_used
+
 -- name: _claim_holds_slot
 -- A row whose lease was recovered after a crash still holds the place its lost attempt took:
 -- that place stands for the one delivery its key can make (the re-check goes out with the same
@@ -185,12 +251,30 @@ CASE WHEN w.ids IS NULL THEN 0
 w.used > 0 AND EXISTS (SELECT 1 FROM unnest(w.ids, w.taken) AS e(id, t)
                        WHERE e.id = b.id AND e.t > now() - b.win) AS holds_slot
 
+-- name: _claim_channel_rank
+-- A row's place in its recipient's queue for its channel's window (the `decided` rows, `d`);
+-- held, quiet, acknowledged rows and rows holding their place rank apart.
+row_number() OVER (PARTITION BY d.bucket, d.recipient, d.channel, d.channel_win, d.holds_slot,
+                                d.held, d.quiet, d.acknowledged
+                   ORDER BY d.priority, d.next_attempt_at, d.created_at) AS channel_rank
+
 -- name: _claim_rank
--- A row's place in its recipient's queue for the window; held, quiet, acknowledged rows and rows
--- holding their place rank apart, so they never take a place from a sendable row.
+-- Whether the row's channel window is full, and the row's place in its recipient's queue for the
+-- recipient-wide window; held, quiet, acknowledged rows, rows holding their place and rows whose
+-- channel window is full rank apart, so they never take a place from a sendable row.
+d.channel_limit IS NOT NULL AND d.channel_rank > d.channel_limit - d.channel_used
+    AS channel_full,
 row_number() OVER (PARTITION BY d.bucket, d.recipient, d.holds_slot, d.held, d.quiet,
-                                d.acknowledged
+                                d.acknowledged,
+                                d.channel_limit IS NOT NULL
+                                AND d.channel_rank > d.channel_limit - d.channel_used
                    ORDER BY d.priority, d.next_attempt_at, d.created_at) AS rank
+
+-- name: _claim_admits
+-- Whether a ranked row (`r`) is admitted: quiet (the send-time check defers it), holding its
+-- place, or within both its channel's window and its recipient's.
+NOT r.held AND NOT r.acknowledged
+AND (r.quiet OR r.holds_slot OR (NOT r.channel_full AND r.rank <= r.rate_limit - r.used))
 
 -- name: _claim_admitted
 -- What an admitted row becomes: PROCESSING under the claim's token with a lease and one more
@@ -205,27 +289,40 @@ SET status = 'PROCESSING',
     updated_at = now()
 
 -- name: _claim_waiting
--- The body of the `waiting` CTE: a row the window has no place for waits for the
--- (used - limit + rank)-th oldest entry to leave the window; when that one is not taken yet (a
--- burst within one batch), a full window from now.
+-- The body of the `waiting` CTE: a row its channel's window has no place for waits for the
+-- (used - limit + rank)-th oldest entry of its channel to leave that window; else a row the
+-- recipient's window has no place for, for that entry of the recipient's window. When that one is
+-- not taken yet (a burst within one batch), a full window from now.
 SELECT r.id,
-       COALESCE((SELECT t FROM unnest(r.taken) AS t
-                 WHERE t > now() - r.win
-                 ORDER BY t
-                 OFFSET GREATEST(r.used - r.rate_limit + r.rank - 1, 0) LIMIT 1),
-                now()) + r.win AS frees_at,
-       r.rate_limit, r.win
+       CASE WHEN r.channel_full THEN
+           COALESCE((SELECT e.t FROM unnest(r.taken, r.channels) AS e(t, c)
+                     WHERE e.c = r.channel AND e.t > now() - r.channel_win
+                     ORDER BY e.t
+                     OFFSET GREATEST(r.channel_used - r.channel_limit + r.channel_rank - 1, 0)
+                     LIMIT 1),
+                    now()) + r.channel_win
+       ELSE
+           COALESCE((SELECT t FROM unnest(r.taken) AS t
+                     WHERE t > now() - r.win
+                     ORDER BY t
+                     OFFSET GREATEST(r.used - r.rate_limit + r.rank - 1, 0) LIMIT 1),
+                    now()) + r.win
+       END AS frees_at,
+       CASE WHEN r.channel_full THEN r.channel_limit ELSE r.rate_limit END AS rate_limit,
+       CASE WHEN r.channel_full THEN r.channel_win ELSE r.win END AS win,
+       CASE WHEN r.channel_full THEN ' ' || r.channel END AS limited_channel
 FROM ranked r
 WHERE NOT r.held AND NOT r.quiet AND NOT r.holds_slot AND NOT r.acknowledged
-  AND r.rank > r.rate_limit - r.used
+  AND (r.channel_full OR r.rank > r.rate_limit - r.used)
 
 -- name: _claim_rate_limited
--- A row waiting for a place in its recipient's window: due when the place frees, no attempt
--- used. (`::text`: `text || integer` is a STABLE operator, which Citus refuses on a column in an
+-- A row waiting for a place in its recipient's window (or its channel's): due when the place
+-- frees, no attempt used. (`::text`: `text || integer` is a STABLE operator, which Citus refuses on a column in an
 -- UPDATE; the cast is immutable and the text the same.)
 SET next_attempt_at = w.frees_at, updated_at = now(),
     waiting_reason = 'RecipientRateLimit', waiting_until = w.frees_at,
-    waiting_detail = 'recipient reached ' || w.rate_limit::text || ' per '
+    waiting_detail = 'recipient reached ' || w.rate_limit::text
+                     || COALESCE(w.limited_channel, '') || ' per '
                      || extract(epoch FROM w.win)::bigint::text || ' s'
 
 -- name: _claim_policy_not_ready
@@ -261,10 +358,11 @@ status = 'PENDING',
 
 -- name: _window_give_back
 -- A window without the entries of `g.ids` (places given back: nothing was sent).
-SET (ids, taken) = (
+SET (ids, taken, channels) = (
     SELECT COALESCE(array_agg(o.id ORDER BY o.t, o.id), '{}'),
-           COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}')
-    FROM unnest(w.ids, w.taken) AS o(id, t) WHERE o.id <> ALL(g.ids))
+           COALESCE(array_agg(o.t ORDER BY o.t, o.id), '{}'),
+           COALESCE(array_agg(o.c ORDER BY o.t, o.id), '{}')
+    FROM unnest(w.ids, w.taken, w.channels) AS o(id, t, c) WHERE o.id <> ALL(g.ids))
 
 -- name: _claim_digest_parked
 -- [digests] An item that is not its digest's carrier: parked a day (the carrier's result ends it
@@ -287,7 +385,7 @@ status, send_at, next_attempt_at, expires_at, attempt_count, max_attempts,
 last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries,
 source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
 recipient_id, category, template_name, template_version, provider,
-delivery_attempts, bucket, digest_id, escalation_id, traceparent
+delivery_attempts, bucket, digest_id, escalation_id, traceparent, tenant
 
 -- name: _logged_values
 -- The log row of a moved notification (`m`: the queue's row with its final values): SENT gets
@@ -299,7 +397,8 @@ SELECT m.id, m.idempotency_key, m.request_hash, m.channel, m.recipient, m.subjec
        m.final_provider_message_id, NULL, NULL, m.retries, m.source, m.policy,
        m.webhook_url, m.metadata, m.created_at, now(), COALESCE(m.finished_at, now()),
        m.recipient_id, m.category, m.template_name, m.template_version, m.final_provider,
-       m.final_delivery_attempts, m.bucket, m.digest_id, m.escalation_id, m.traceparent
+       m.final_delivery_attempts, m.bucket, m.digest_id, m.escalation_id, m.traceparent,
+       m.tenant
 
 -- name: _claim_digest_roles
 -- [digests] The body of the claim's digest_roles CTE, and the batch CTE after it

@@ -294,12 +294,12 @@ SELECT now() AS now
         id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,
         send_at, next_attempt_at, expires_at, max_attempts, source, policy, webhook_url,
         metadata, last_error, finished_at, category, recipient_id, template_name,
-        template_version, bucket, traceparent)
+        template_version, bucket, traceparent, tenant)
     SELECT a.id, a.idempotency_key, NULL, a.channel, a.recipient, a.subject, a.body,
            a.priority, a.status, a.send_at, a.next_attempt_at, a.expires_at, a.max_attempts,
            a.source, a.policy, a.webhook_url, a.metadata, a.last_error, a.finished_at,
            a.category, a.recipient_id, a.template_name, a.template_version, a.bucket,
-           a.traceparent
+           a.traceparent, a.tenant
     FROM accepted a WHERE a.status <> 'PENDING'
     RETURNING l.id, l.idempotency_key, l.request_hash, l.channel, l.recipient, l.subject,
               l.body, l.priority, l.status, l.send_at, l.next_attempt_at, l.expires_at,

@@ -8,19 +8,22 @@
 WITH before AS (
     SELECT ready FROM nq_policies WHERE name = %(name)s
 ), upserted AS (
-    INSERT INTO nq_policies (name, rate_limit, rate_window_seconds, max_attempts,
+    INSERT INTO nq_policies (name, rate_limit, rate_window_seconds, channel_rate_limits,
+                             max_attempts,
                              backoff_base_seconds, backoff_max_seconds, webhook_url,
                              webhook_secrets, ttl_seconds_after_finished, ready, failover,
                              providers, updated_at)
     -- now() in VALUES, taken from `excluded` below: Citus refuses a non-IMMUTABLE function in
     -- DO UPDATE SET (policies are a reference table); the same time on plain PostgreSQL.
-    VALUES (%(name)s, %(rate_limit)s, %(rate_window_seconds)s, %(max_attempts)s,
+    VALUES (%(name)s, %(rate_limit)s, %(rate_window_seconds)s, %(channel_rate_limits)s::jsonb,
+            %(max_attempts)s,
             %(backoff_base_seconds)s, %(backoff_max_seconds)s, %(webhook_url)s,
             %(webhook_secrets)s, %(ttl_seconds_after_finished)s, %(ready)s, %(failover)s,
             %(providers)s, now())
     ON CONFLICT (name) DO UPDATE SET
         rate_limit = excluded.rate_limit,
         rate_window_seconds = excluded.rate_window_seconds,
+        channel_rate_limits = excluded.channel_rate_limits,
         max_attempts = excluded.max_attempts,
         backoff_base_seconds = excluded.backoff_base_seconds,
         backoff_max_seconds = excluded.backoff_max_seconds,
