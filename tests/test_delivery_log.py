@@ -261,13 +261,13 @@ def test_the_migration_from_one_table_keeps_every_row(pg_server: EmbeddedPostgre
 
 
 def test_every_partition_of_the_log_publishes_its_deletes(pg_server: EmbeddedPostgres) -> None:
-    """0043: a database at 0042 with rows in the log, migrated: every partition (the ones with
-    rows, the empty ones made ahead, the ones housekeeping makes later) has REPLICA IDENTITY
-    FULL, which a Citus shard move by logical replication needs (docs/scaling.md). Before the
-    step none has."""
+    """A database of 0.1.0 with rows in the log, migrated: every partition (the ones with rows,
+    the empty ones made ahead, the ones housekeeping makes later) has REPLICA IDENTITY FULL,
+    which a Citus shard move by logical replication needs (docs/scaling.md). Before 0009 none
+    has."""
     with psycopg.connect(pg_server.url(), autocommit=True) as admin:
-        admin.execute("CREATE DATABASE migrate_0043")
-    url = pg_server.url("migrate_0043")
+        admin.execute("CREATE DATABASE migrate_identity")
+    url = pg_server.url("migrate_identity")
 
     def identities(conn: psycopg.Connection[Any]) -> set[str]:
         rows = _rows(
@@ -279,11 +279,17 @@ def test_every_partition_of_the_log_publishes_its_deletes(pg_server: EmbeddedPos
         return {r[0] for r in rows}
 
     try:
-        _migrate_to(url, 42)
+        _migrate_to(url, 8)
         with psycopg.connect(url, autocommit=True) as conn:
-            _add_finished(conn, "old", days_ago=2, n=5)
-            # Partitions as a release before 0043 made them (today's prepare, which a step that
-            # calls it gets, sets the identity itself).
+            conn.execute(
+                "INSERT INTO nq_delivery_log (id, idempotency_key, request_hash, channel,"
+                " recipient, body, priority, status, send_at, next_attempt_at, max_attempts,"
+                " finished_at) SELECT gen_random_uuid(), 'old' || i, 'h', 'email',"
+                " 'a@example.com', 'b', 1, 'SENT', now(), now(), 6, now()"
+                " FROM generate_series(1, 5) i"
+            )
+            # Partitions as 0.1.0 made them (today's prepare, which the baseline step that calls
+            # it gets, sets the identity itself).
             for (part,) in _rows(
                 conn,
                 "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
@@ -299,4 +305,4 @@ def test_every_partition_of_the_log_publishes_its_deletes(pg_server: EmbeddedPos
             assert _rows(conn, "SELECT count(*) FROM nq_delivery_log") == [(5,)]
     finally:
         with psycopg.connect(pg_server.url(), autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS migrate_0043 WITH (FORCE)")
+            admin.execute("DROP DATABASE IF EXISTS migrate_identity WITH (FORCE)")

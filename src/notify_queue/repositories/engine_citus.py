@@ -295,7 +295,7 @@ class CitusDriver:
         return await db.fetch_all("kube_finished_take_due_citus", params)
 
     async def delivery_log_forget_keys(self, conn: Connection, params: LogKeysChunk) -> Row | None:
-        """Without the lock on the partition's rows (0021)."""
+        """Without the lock on the partition's rows."""
         return await conn.fetch_one("delivery_log_forget_keys_unlocked", params)
 
     async def delivery_log_detach(self, conn: Connection, *, partition: str) -> None:

@@ -228,7 +228,7 @@ WHERE bucket = %(bucket)s AND id = %(id)s AND status = 'PENDING' AND digest_id I
 FOR UPDATE
 
 -- name: delivery_log_forget_keys_unlocked
--- Retention on Citus: delivery_log_forget_keys without the lock on the partition's rows (0021).
+-- Retention on Citus: delivery_log_forget_keys without the lock on the partition's rows.
 SELECT nq_delivery_log_forget_keys_unlocked(%(partition)s, %(after)s, %(limit)s) AS last_id
 
 -- name: delivery_log_detach_citus
@@ -238,7 +238,7 @@ SELECT nq_delivery_log_forget_keys_unlocked(%(partition)s, %(after)s, %(limit)s)
 ALTER TABLE nq_delivery_log DETACH PARTITION {partition}
 
 -- name: notification_retry_lock_bucket
--- Retry on Citus, step 1 of 3 (nq_retry, 0012, in steps Citus can route): lock the rows to
+-- Retry on Citus, step 1 of 3 (nq_retry, in steps Citus can route): lock the rows to
 -- retry in their bucket of the log, only from FAILED or DEAD_LETTERED.
 SELECT l.id, l.idempotency_key FROM nq_delivery_log l
 WHERE l.bucket = %(bucket)s AND l.id = ANY(%(ids)b::uuid[])
@@ -289,7 +289,7 @@ SELECT q.id FROM queued q WHERE (SELECT n FROM noted) IS NOT DISTINCT FROM (SELE
 -- name: notification_retry_pick
 -- The operator's batch retry on Citus: the oldest rows in %(status)s, without locks (the lock is
 -- taken per row by the steps above, and a row another retry moved first is skipped there).
--- Never SENT: through the status index of the rows not sent (0028), whose predicate is stated.
+-- Never SENT: through the status index of the rows not sent (0009), whose predicate is stated.
 SELECT id FROM nq_delivery_log WHERE status = %(status)s AND status <> 'SENT'
 ORDER BY created_at, id LIMIT %(limit)s
 

@@ -200,7 +200,7 @@ objects AS (
 -- name: waiting_refresh_next
 -- When the next Kubernetes notification's waiting reason runs out (its `until`), and the
 -- database's now: the refresher sleeps until then (operator/refresh.py). Rows with a reason only,
--- the partial index nq_jobs_waiting (0017).
+-- the partial index nq_jobs_waiting (0009).
 SELECT (SELECT min(waiting_until) FROM nq_jobs
         WHERE status = 'PENDING' AND waiting_reason IS NOT NULL AND source = 'kubernetes'
           AND waiting_until > now()) AS next_until,
@@ -208,7 +208,7 @@ SELECT (SELECT min(waiting_until) FROM nq_jobs
 
 -- name: waiting_refresh_passed
 -- Kubernetes notifications whose waiting reason ran out in (after, upto]: their status still
--- shows it. A read of the partial index nq_jobs_waiting (0017: deferred PENDING rows only), so
+-- shows it. A read of the partial index nq_jobs_waiting (0009: deferred PENDING rows only), so
 -- the cost follows what waits, never the due backlog. Ids only: the links are the coordinator's
 -- own table, joined by waiting_refresh_queue.
 SELECT id FROM nq_jobs
