@@ -21,7 +21,6 @@ from notify_queue.models import Channel, Completion, Priority, Status
 from notify_queue.repositories import schema
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryRepository
-from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from tests.citus.cluster import CitusCluster
 from tests.citus.test_cluster import rows_per_worker

@@ -28,7 +28,7 @@ WHERE n.nspname = current_schema() AND p.prokind = 'f'
 ORDER BY 1
 """
 _DEFINES = re.compile(r"^\s*CREATE\s+(OR\s+REPLACE\s+)?FUNCTION\s+(\w+)", re.I | re.M)
-# History, not today's schema: 0.1.0's trigger functions and retry (the baseline, 0001-0008), and
+# History, not today's schema: 0.1.0's trigger functions and retry (the baseline, 0008), and
 # those 0009 keeps for 0.1.0's triggers and view until the contract step 0015 drops them.
 _HISTORY = {
     "nq_status_outbox_capture",
@@ -85,8 +85,9 @@ def test_no_migration_defines_a_function_of_todays_schema() -> None:
             for match in _DEFINES.finditer(entry.read_text("utf-8")):
                 defined.setdefault(match[2], set()).add(int(entry.name[:4]))
     today = set(function_sources())
-    # 0.1.0's signature of nq_insert_webhook_events (0007), which 0.1.0's triggers call until 0015.
-    assert defined.pop("nq_insert_webhook_events") == {7}
+    # 0.1.0's signature of nq_insert_webhook_events (the baseline), which 0.1.0's triggers call
+    # until 0015.
+    assert defined.pop("nq_insert_webhook_events") == {8}
     assert not defined.keys() & today
     assert defined.keys() <= _HISTORY
     assert not today & _HISTORY

@@ -1,8 +1,8 @@
-"""0.2.0's steps squashed into four (docs/upgrading.md, "The history squashed"): a database that
-0.2.0 migrated is recognised by the steps it recorded and gets only what came after, its contract
-steps done or not; one that a build between 0.1.0 and 0.2.0 migrated part way is refused with the
-release to upgrade through, and nothing changes. Both upgrades from a release end with the schema
-of a new installation, `pg_dump --schema-only` for `pg_dump --schema-only`."""
+"""0.1.0's steps squashed into one, 0.2.0's into four (docs/upgrading.md, "The history squashed"): a
+database that 0.2.0 migrated is recognised by the steps it recorded and gets only what came after,
+its contract steps done or not; one that a build between two releases migrated part way is
+refused with the release to upgrade through, and nothing changes. Both upgrades from a release
+end with the schema of a new installation, `pg_dump --schema-only` for `pg_dump --schema-only`."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _record(url: str, steps: dict[int, str], phase: str) -> None:
 
 
 def test_the_ledger_names_0_2_0s_last_steps_as_0_2_0_recorded_them() -> None:
-    (squash,) = SQUASHED
+    squash = next(s for s in SQUASHED if s.release == "0.2.0")
     assert squash.last_expand == (43, RELEASE_0_2_0_EXPAND[43])
     assert squash.last_contract == (36, RELEASE_0_2_0_CONTRACT[36])
     assert max(RELEASE_0_2_0_EXPAND | RELEASE_0_2_0_CONTRACT) in squash.steps
@@ -118,6 +118,23 @@ async def test_a_database_migrated_part_way_to_0_2_0_is_told_to_upgrade_through_
     assert refused.returncode == 1
     assert message in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
     assert _versions(url) == [11, 12]
+
+
+async def test_a_database_part_way_to_0_1_0_is_told_to_upgrade_through_it(
+    empty_database_url: str,
+) -> None:
+    url = empty_database_url
+    async with Database(url, pool_size=1) as db:
+        await migrate(db, target=8)
+        _execute(
+            url,
+            ("DELETE FROM nq_schema_migrations", ()),
+            ("INSERT INTO nq_schema_migrations (version, name) VALUES (1, 'initial')", ()),
+        )
+        with pytest.raises(UpgradeThroughRelease, match=r"1 of 0\.1\.0's migration steps"):
+            await migrate(db)
+        # Readiness names the step it lacks.
+        assert (await missing_steps(db))[0] == "0008_release_0_1_0"
 
 
 def _schema(url: str) -> list[str]:

@@ -35,11 +35,12 @@ applied: they are written for the last step's schema. A change of a function's s
 meaning takes a new name beside the old (`_v2`): the previous release's processes, still running
 during the roll-out, keep calling the old one, which a contract step drops (docs/upgrading.md).
 
-The history squashed. 0.2.0's steps (0011-0043) are kept as four (0009, 0010, 0015, 0022) that make
-the same schema from 0.1.0's; a database that recorded 0.2.0's last expand step has what the
-squashed expand steps make, and its last contract step stands for the squashed contract steps
-(`SQUASHED`). A database that recorded some of 0.2.0's own steps but not its last expand step is
-refused (`UpgradeThroughRelease`): its schema is neither 0.1.0's nor 0.2.0's.
+The history squashed. 0.1.0's steps (0001-0008) are kept as one (0008), 0.2.0's (0011-0043) as
+four (0009, 0010, 0015, 0022) that make the same schema from 0.1.0's. A database that recorded a
+release's last expand step has what its squashed expand steps make, and its last contract step
+stands for the squashed contract steps (`SQUASHED`). A database that recorded some of a release's
+own steps but not its last expand step is refused (`UpgradeThroughRelease`): its schema is no
+release's.
 
 Phases. `migrate` runs before the roll-out, while the previous release serves, so it applies
 expand steps only (what the previous release's code keeps working with). A contract step (a
@@ -56,11 +57,10 @@ import hashlib
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -122,13 +122,20 @@ class SquashedRelease:
 
     release: str
     steps: range
-    # (version, name) of the release's last expand step, and of its last contract step, as every
-    # database that finished the release's `migrate` (`migrate --contract`) recorded them.
+    # (version, name) of the release's last expand step, and of its last contract step (None:
+    # it had none), as every database that finished the release's `migrate` (`migrate
+    # --contract`) recorded them.
     last_expand: tuple[int, str]
-    last_contract: tuple[int, str]
+    last_contract: tuple[int, str] | None
 
 
 SQUASHED = (
+    SquashedRelease(
+        release="0.1.0",
+        steps=range(1, 9),
+        last_expand=(8, "queue_and_delivery_log"),
+        last_contract=None,
+    ),
     SquashedRelease(
         release="0.2.0",
         steps=range(9, 44),
@@ -136,6 +143,19 @@ SQUASHED = (
         last_contract=(36, "request_digest_contract"),
     ),
 )
+
+
+class EnqueueSettings(Protocol):
+    """What a role's settings (notify_queue.settings) say of notify_queue_enqueue's defaults."""
+
+    @property
+    def max_attempts(self) -> int: ...
+
+    @property
+    def webhook_url(self) -> str | None: ...
+
+    @property
+    def model_fields_set(self) -> set[str]: ...
 
 
 @dataclass(frozen=True)
@@ -148,14 +168,13 @@ class EnqueueDefaults:
     webhook_url_given: bool = False
 
     @classmethod
-    def configured(
-        cls, *, max_attempts: int, webhook_url: str | None, given: AbstractSet[str]
-    ) -> EnqueueDefaults:
-        """From a role's settings: only what was configured (`given`, the settings' fields set
-        by a flag or a variable), so a `migrate` without them keeps the database's values."""
+    def configured(cls, settings: EnqueueSettings) -> EnqueueDefaults:
+        """From a role's settings: only what was configured (the settings' fields set by a flag
+        or a variable), so a `migrate` without them keeps the database's values."""
+        given = settings.model_fields_set
         return cls(
-            max_attempts=max_attempts if "max_attempts" in given else None,
-            webhook_url=webhook_url,
+            max_attempts=settings.max_attempts if "max_attempts" in given else None,
+            webhook_url=settings.webhook_url,
             webhook_url_given="webhook_url" in given,
         )
 
@@ -261,9 +280,10 @@ def applied_versions(recorded: dict[int, str], migrations: list[Migration]) -> s
                 f"({own[0]:04d} to {own[-1]:04d}) but not its last, {version:04d}_{name}: a build "
                 f"between two releases migrated it. Run {squash.release}'s `notify-queue "
                 f"migrate` on it first, then this release's (docs/upgrading.md, \"The history "
-                f"squashed\")"
+                f'squashed")'
             )
-        contracted = recorded.get(squash.last_contract[0]) == squash.last_contract[1]
+        last = squash.last_contract
+        contracted = last is not None and recorded.get(last[0]) == last[1]
         applied |= {
             m.version
             for m in migrations

@@ -200,10 +200,7 @@ GROUP BY bucket ORDER BY min(next_attempt_at)
 -- webhook_claim_due within one bucket (its rules are the fragments of webhooks.sql).
 WITH due AS (
     SELECT id, attempts FROM nq_webhook_events
-    WHERE bucket = %(bucket)s AND state = 'pending' AND next_attempt_at <= now()
-    ORDER BY next_attempt_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    WHERE bucket = %(bucket)s AND {{_webhook_due}}
 ),
 spent AS (
     UPDATE nq_webhook_events e
@@ -268,15 +265,7 @@ WITH moved AS (
               escalation_id, traceparent
 ), queued AS (
     INSERT INTO nq_jobs ({{_moved_columns}})
-    SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
-           'PENDING', send_at, now(), expires_at, 0, max_attempts, NULL, sent_at,
-           provider_message_id, NULL, NULL,
-           retries || jsonb_build_array(jsonb_build_object(
-               'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-               'fromStatus', status)),
-           source, policy, webhook_url, metadata, created_at, now(), NULL, recipient_id,
-           category, template_name, template_version, provider, delivery_attempts,
-           bucket, digest_id, escalation_id, traceparent
+    SELECT {{_retried_values}}, bucket, digest_id, escalation_id, traceparent
     FROM moved
     RETURNING id
 ), noted AS (
@@ -459,3 +448,13 @@ FROM due
 WHERE l.uid = due.uid
   AND (l.ttl_delete_requested_at IS NULL OR l.ttl_delete_requested_at < now() - interval '1 minute')
 RETURNING l.uid, l.namespace, l.name, l.notification_id, l.generation, 0::bigint AS other_links
+
+-- name: _kube_requeued
+-- PL/pgSQL of the delegated functions (citus/functions.sql): a row `t` put back to PENDING from
+-- PROCESSING (a retried result, a recovered lease), noted for its object's status write when it
+-- is a Kubernetes object's.
+IF t.source = 'kubernetes' THEN
+    kube_ids := kube_ids || t.id;
+    kube_old_statuses := kube_old_statuses || 'PROCESSING'::text;
+    kube_new_statuses := kube_new_statuses || 'PENDING'::text;
+END IF;

@@ -18,7 +18,7 @@
 --    kept once with its key, and the log's partitions published whole to logical replication.
 --
 -- The functions this step and the kept triggers call are today's text, defined at its start:
--- functions: nq_bucket, nq_count, nq_note_changes, nq_delivery_log_ready, nq_insert_webhook_events, nq_finish_held, nq_retry, nq_delivery_log_unsent_missing
+-- functions: nq_bucket, nq_count, nq_note_changes, nq_delivery_log_ready, nq_webhook_payload, nq_insert_webhook_events, nq_finish_held, nq_retry, nq_delivery_log_unsent_missing
 
 -- True in a session of 0.2.0 or later (application_name `<role>@<release>`, repositories/db.py),
 -- which writes the consequences of its changes itself; or in a transaction that set

@@ -39,9 +39,10 @@ The rules every file from 0009 on follows (docs/upgrading.md has the why and a w
   the same file needs `citus.multi_shard_modify_mode` set to `sequential` first: Citus propagates
   the function over one connection per node and refuses that after a parallel operation on a
   distributed table.
-- 0001-0008 are the baseline (0.1.0), recorded in nq_schema_migrations, where 0.1.0 looks;
-  every later step is recorded in nq_schema_steps with its phase. 0009, 0010, 0015 and 0022 are
-  0.2.0's steps squashed (repositories/schema.py, `SQUASHED`). Never renumber a shipped file,
+- 0008 is the baseline (0.1.0's schema, its eight steps squashed), recorded in
+  nq_schema_migrations, where 0.1.0 looks; every later step is recorded in nq_schema_steps with
+  its phase. 0009, 0010, 0015 and 0022 are 0.2.0's steps squashed (repositories/schema.py,
+  `SQUASHED`). Never renumber a shipped file,
   and edit one only so that a database that applied the old text ends where one applying the
   new text does.
   Comments may be reworded freely, except the `-- phase:` and `-- transaction:` headers.

@@ -90,7 +90,7 @@ WHERE n.id = ANY(ARRAY(SELECT notification_id FROM k))
 SELECT {{_notification_columns}} FROM nq_all_notifications n WHERE id = %(id)s
 
 -- name: _notification_list_filters
--- The list's filters on a row `n` (notification_list's three parts).
+-- The list's filters on a row `n` (notification_list's parts, its `waiting` forms).
 (%(channel)s::text IS NULL OR n.channel = %(channel)s)
 AND (%(recipient)s::text IS NULL OR n.recipient = %(recipient)s)
 AND (%(recipient_id)s::text IS NULL OR n.recipient_id = %(recipient_id)s)
@@ -151,13 +151,9 @@ SELECT {{_notification_columns}} FROM nq_jobs n
 WHERE n.status = 'PENDING'
   AND (n.waiting_reason IS NULL OR n.waiting_until <= now())
   AND n.channel || ':' || n.priority = ANY(%(lanes)s::text[])
-  AND (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(channel)s::text IS NULL OR channel = %(channel)s)
-  AND (%(recipient)s::text IS NULL OR recipient = %(recipient)s)
-  AND (%(recipient_id)s::text IS NULL OR recipient_id = %(recipient_id)s)
-  AND (%(after_created_at)s::timestamptz IS NULL
-       OR (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
-ORDER BY created_at, id
+  AND (%(status)s::text IS NULL OR n.status = %(status)s)
+  AND {{_notification_list_filters}}
+ORDER BY n.created_at, n.id
 LIMIT %(limit)s
 
 -- name: queue_status_unserved
@@ -185,13 +181,9 @@ SELECT {{_notification_columns}} FROM nq_jobs n
 WHERE n.status = 'PENDING'
   AND n.waiting_reason = %(waiting)s
   AND (n.waiting_until IS NULL OR n.waiting_until > now())
-  AND (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(channel)s::text IS NULL OR channel = %(channel)s)
-  AND (%(recipient)s::text IS NULL OR recipient = %(recipient)s)
-  AND (%(recipient_id)s::text IS NULL OR recipient_id = %(recipient_id)s)
-  AND (%(after_created_at)s::timestamptz IS NULL
-       OR (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
-ORDER BY created_at, id
+  AND (%(status)s::text IS NULL OR n.status = %(status)s)
+  AND {{_notification_list_filters}}
+ORDER BY n.created_at, n.id
 LIMIT %(limit)s
 
 -- name: notification_cancel
@@ -214,6 +206,17 @@ SELECT f.id FROM nq_finish_held(ARRAY(SELECT id FROM pending), NULL,
 -- Operator retry of one notification (nq_retry): only from FAILED or DEAD_LETTERED, and
 -- only while its idempotency key is still its own; otherwise nothing. The caller reads it back.
 SELECT nq_retry(ARRAY[%(id)s::uuid]) AS id
+
+-- name: _retried_values
+-- A log row back in the queue (nq_retry and its Citus form), in _moved_columns' order up to the
+-- bucket: PENDING and due now, its attempts from zero, the retry and the status it left noted.
+id, idempotency_key, request_hash, channel, recipient, subject, body, priority, 'PENDING',
+send_at, now(), expires_at, 0, max_attempts, NULL, sent_at, provider_message_id, NULL, NULL,
+retries || jsonb_build_array(jsonb_build_object(
+    'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+    'fromStatus', status)),
+source, policy, webhook_url, metadata, created_at, now(), NULL, recipient_id, category,
+template_name, template_version, provider, delivery_attempts
 
 -- name: notification_retry_batch
 -- Operator retry of up to %(limit)s notifications in one status, oldest first (the log's status
