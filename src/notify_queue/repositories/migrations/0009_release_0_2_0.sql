@@ -20,6 +20,15 @@
 -- The functions this step and the kept triggers call are today's text, defined at its start:
 -- functions: nq_bucket, nq_count, nq_note_changes, nq_delivery_log_ready, nq_webhook_payload, nq_insert_webhook_events, nq_finish_held, nq_retry, nq_delivery_log_unsent_missing
 
+-- The request's hash kept once, with its key, as 16 bytes (`request_digest`); the key's hex form
+-- and the rows' copy (below) become nullable; 0.1.0 reads and writes them until the contract step.
+-- First, before the queue: 0.1.0's create locks the keys, then the queue, in one statement; a
+-- step holding the queue while it waits for the keys would deadlock with it (docs/upgrading.md).
+ALTER TABLE nq_idempotency_keys ADD COLUMN request_digest bytea;
+-- Why: 0.1.0 keeps writing the hash with every key; only this release leaves it out.
+-- squawk-ignore ban-drop-not-null
+ALTER TABLE nq_idempotency_keys ALTER COLUMN request_hash DROP NOT NULL;
+
 -- True in a session of 0.2.0 or later (application_name `<role>@<release>`, repositories/db.py),
 -- which writes the consequences of its changes itself; or in a transaction that set
 -- `nq.explicit` (0.1.0's entry into nq_retry, below).
@@ -281,18 +290,14 @@ BEGIN
     END LOOP;
 END $$;
 
--- The request's hash kept once, with its key, as 16 bytes (`request_digest`): the rows' copy
--- and the key's hex form become nullable; 0.1.0 reads and writes them until the contract step.
--- Why: 0.1.0 keeps writing the hash in every row and key; only this release leaves it out.
+-- The rows' copy of the request's hash becomes nullable (the key's, above); 0.1.0 writes it
+-- until the contract step.
+-- Why: 0.1.0 keeps writing the hash in every row; only this release leaves it out.
 -- squawk-ignore ban-drop-not-null
 ALTER TABLE nq_jobs ALTER COLUMN request_hash DROP NOT NULL;
 -- Why: as above, the log's copy.
 -- squawk-ignore ban-drop-not-null
 ALTER TABLE nq_delivery_log ALTER COLUMN request_hash DROP NOT NULL;
-ALTER TABLE nq_idempotency_keys ADD COLUMN request_digest bytea;
--- Why: as above, the key's hex form.
--- squawk-ignore ban-drop-not-null
-ALTER TABLE nq_idempotency_keys ALTER COLUMN request_hash DROP NOT NULL;
 
 -- Every partition of the log publishes its changes whole to logical replication, which a Citus
 -- shard move needs (docs/scaling.md, "Adding worker nodes"); partitions made later get it from
