@@ -154,15 +154,6 @@ async def test_retry_moves_a_row_back_from_the_log_once(db: Database, database_u
         assert _counters(conn) == {}
 
 
-_SELECT_ALL = (
-    "SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority, status,"
-    " send_at, next_attempt_at, expires_at, attempt_count, max_attempts, last_error, sent_at,"
-    " provider_message_id, claim_token, lease_expires_at, retries, source, policy, webhook_url,"
-    " metadata, created_at, updated_at, finished_at, recipient_id, category, template_name,"
-    " template_version, provider, delivery_attempts FROM {}"
-)
-
-
 def _migrate_to(url: str, version: int | None) -> None:
     """`migrate` up to `version` (every step: None), as `notify-queue migrate` runs it."""
 
@@ -173,101 +164,14 @@ def _migrate_to(url: str, version: int | None) -> None:
     asyncio.run(to())
 
 
-def test_the_migration_from_one_table_keeps_every_row(pg_server: EmbeddedPostgres) -> None:
-    """Schema 0007 filled with rows of every status (some finished long ago, one Kubernetes row
-    with a link and a queued status write, webhook events), then migrated: every row is there,
-    column for column, in the table its status says, with its key and its counts."""
-    with psycopg.connect(pg_server.url(), autocommit=True) as admin:
-        admin.execute("CREATE DATABASE migrate_0008")
-    url = pg_server.url("migrate_0008")
-
-    try:
-        _migrate_to(url, 7)
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(
-                """INSERT INTO nq_notifications (id, idempotency_key, request_hash, channel,
-                       recipient, subject, body, priority, status, send_at, next_attempt_at,
-                       attempt_count, max_attempts, last_error, sent_at, claim_token,
-                       lease_expires_at, source, metadata, created_at, finished_at, provider,
-                       delivery_attempts, recipient_id, category)
-                   SELECT gen_random_uuid(), 'key-' || i, 'hash-' || i,
-                          (ARRAY['email', 'sms', 'push'])[1 + i % 3], 'r' || i || '@example.com',
-                          CASE WHEN i % 2 = 0 THEN 'subject' END, 'body ' || i, i % 3, s.status,
-                          now() - make_interval(days => i % 50), now(), i % 4, 6,
-                          CASE WHEN s.status <> 'SENT' THEN 'error ' || i END,
-                          CASE WHEN s.status = 'SENT' THEN now() END,
-                          CASE WHEN s.status = 'PROCESSING' THEN gen_random_uuid() END,
-                          CASE WHEN s.status = 'PROCESSING' THEN now() + interval '5 minutes' END,
-                          CASE WHEN i = 1 THEN 'kubernetes' ELSE 'api' END,
-                          jsonb_build_object('i', i), now() - make_interval(days => i % 50),
-                          CASE WHEN s.status NOT IN ('PENDING', 'PROCESSING')
-                               THEN now() - make_interval(days => i % 50) END,
-                          CASE WHEN s.status = 'SENT' THEN 'sms-main' END,
-                          '[{"outcome": "sent"}]', CASE WHEN i % 5 = 0 THEN 'user-' || i END,
-                          'transactional'
-                   FROM generate_series(1, 2000) i,
-                        LATERAL (SELECT (ARRAY['PENDING', 'PROCESSING', 'SENT', 'FAILED',
-                                              'DEAD_LETTERED', 'CANCELLED', 'EXPIRED',
-                                              'SUPPRESSED'])[1 + i % 8] AS status) s"""
-            )
-            # A row stamped by a clock that ran ahead still finds a partition.
-            conn.execute(
-                "UPDATE nq_notifications SET finished_at = now() + interval '10 days'"
-                " WHERE idempotency_key = 'key-2'"
-            )
-            conn.execute(
-                "INSERT INTO nq_kube_links (uid, namespace, name, notification_id)"
-                " SELECT 'uid-1', 'default', 'n1', id FROM nq_notifications"
-                " WHERE idempotency_key = 'key-1'"
-            )
-            before = sorted(_rows(conn, _SELECT_ALL.format("nq_notifications")))
-            counted = _counters(conn)
-        _migrate_to(url, None)
-        with psycopg.connect(url, autocommit=True) as conn:
-            after = sorted(_rows(conn, _SELECT_ALL.format("nq_all_notifications")))
-            assert len(after) == len(before) == 2000
-            assert after == before
-            placed = dict(
-                _rows(
-                    conn,
-                    "SELECT 'queue', count(*) FROM nq_jobs UNION ALL"
-                    " SELECT 'log', count(*) FROM nq_delivery_log",
-                )
-            )
-            assert placed == {"queue": 500, "log": 1500}
-            assert _rows(
-                conn, "SELECT count(*) FROM nq_jobs WHERE status NOT IN ('PENDING', 'PROCESSING')"
-            ) == [(0,)]
-            # Every key, pointing at its row, with its request hash.
-            assert _rows(
-                conn,
-                "SELECT count(*) FROM nq_idempotency_keys k JOIN nq_all_notifications n"
-                " ON n.id = k.notification_id AND n.idempotency_key = k.key"
-                " AND n.request_hash = k.request_hash",
-            ) == [(2000,)]
-            # The counts carried over, and equal a full count.
-            full = dict(_rows(conn, "SELECT status, count(*) FROM nq_delivery_log GROUP BY status"))
-            assert _counters(conn) == counted == {s: full[s] for s in _FINISHED}
-            # Rows older than 35 days are in the one partition the first retention run drops.
-            old = _rows(
-                conn,
-                "SELECT count(*) FROM nq_delivery_log WHERE finished_at"
-                " < (now() AT TIME ZONE 'UTC')::date - 35",
-            )[0][0]
-            assert old > 0
-    finally:
-        with psycopg.connect(pg_server.url(), autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS migrate_0008 WITH (FORCE)")
-
-
 def test_every_partition_of_the_log_publishes_its_deletes(pg_server: EmbeddedPostgres) -> None:
-    """0043: a database at 0042 with rows in the log, migrated: every partition (the ones with
-    rows, the empty ones made ahead, the ones housekeeping makes later) has REPLICA IDENTITY
-    FULL, which a Citus shard move by logical replication needs (docs/scaling.md). Before the
-    step none has."""
+    """A database of 0.1.0 with rows in the log, migrated: every partition (the ones with rows,
+    the empty ones made ahead, the ones housekeeping makes later) has REPLICA IDENTITY FULL,
+    which a Citus shard move by logical replication needs (docs/scaling.md). Before 0009 none
+    has."""
     with psycopg.connect(pg_server.url(), autocommit=True) as admin:
-        admin.execute("CREATE DATABASE migrate_0043")
-    url = pg_server.url("migrate_0043")
+        admin.execute("CREATE DATABASE migrate_identity")
+    url = pg_server.url("migrate_identity")
 
     def identities(conn: psycopg.Connection[Any]) -> set[str]:
         rows = _rows(
@@ -279,11 +183,17 @@ def test_every_partition_of_the_log_publishes_its_deletes(pg_server: EmbeddedPos
         return {r[0] for r in rows}
 
     try:
-        _migrate_to(url, 42)
+        _migrate_to(url, 8)
         with psycopg.connect(url, autocommit=True) as conn:
-            _add_finished(conn, "old", days_ago=2, n=5)
-            # Partitions as a release before 0043 made them (today's prepare, which a step that
-            # calls it gets, sets the identity itself).
+            conn.execute(
+                "INSERT INTO nq_delivery_log (id, idempotency_key, request_hash, channel,"
+                " recipient, body, priority, status, send_at, next_attempt_at, max_attempts,"
+                " finished_at) SELECT gen_random_uuid(), 'old' || i, 'h', 'email',"
+                " 'a@example.com', 'b', 1, 'SENT', now(), now(), 6, now()"
+                " FROM generate_series(1, 5) i"
+            )
+            # Partitions as 0.1.0 made them (today's prepare, which the baseline step that calls
+            # it gets, sets the identity itself).
             for (part,) in _rows(
                 conn,
                 "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
@@ -299,4 +209,4 @@ def test_every_partition_of_the_log_publishes_its_deletes(pg_server: EmbeddedPos
             assert _rows(conn, "SELECT count(*) FROM nq_delivery_log") == [(5,)]
     finally:
         with psycopg.connect(pg_server.url(), autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS migrate_0043 WITH (FORCE)")
+            admin.execute("DROP DATABASE IF EXISTS migrate_identity WITH (FORCE)")

@@ -6,7 +6,7 @@ builds with CONCURRENTLY (what `migrate` runs) against the plain CREATE INDEX th
                                             [--modes concurrent,plain]
 
 Per mode, a fresh database of a fresh embedded PostgreSQL, migrated, then made a database that
-lacks the queue's three indexes (dropped, their steps 0018 and 0026 unrecorded: a database of
+lacks the queue's three indexes (dropped, their step 0010 unrecorded: a database of
 0.1.0 before the upgrade builds them); a backlog of pending notifications seeded with one
 INSERT ... SELECT; then clients that create one notification after another through
 `notify_queue_enqueue` (docs/enqueue.md), each connection with `lock_timeout = 2s`, while the
@@ -40,7 +40,7 @@ from notify_queue.repositories.schema import migrate
 
 RESULTS = Path(__file__).parent.parent / "results" / "upgradelock"
 INDEXES = ("nq_jobs_waiting", "nq_jobs_digest", "nq_jobs_pending_created")
-BUILD_STEPS = [18, 26]
+BUILD_STEPS = [10]
 SEED = """
 INSERT INTO nq_jobs (id, idempotency_key, request_hash, channel, recipient, subject, body,
                      priority, status, send_at, next_attempt_at, max_attempts, bucket)
@@ -49,7 +49,7 @@ SELECT gen_random_uuid(), 'backlog-' || g, 'seed', 'email', r, 'backlog',
        now() + interval '1 day', 5, nq_bucket(r)
 FROM generate_series(1, %s) AS g, LATERAL (SELECT 'r' || (g %% 5000) || '@example.com') AS x(r)
 """
-# The builds as 0017, 0019 and 0026 ran them before they moved out of the migration transaction.
+# The builds as 0.2.0's steps ran them, in the migration's transaction.
 PLAIN_BUILDS = """
 CREATE INDEX IF NOT EXISTS nq_jobs_waiting ON nq_jobs (waiting_reason, waiting_until)
     WHERE status = 'PENDING' AND waiting_reason IS NOT NULL;

@@ -239,11 +239,7 @@ async def _run(role: str, settings: DatabaseOptions) -> None:
             name="notify-queue-migrate",
             prepared_statements=settings.prepares_on_server,
         ) as db:
-            defaults = EnqueueDefaults.configured(
-                max_attempts=settings.max_attempts,
-                webhook_url=settings.webhook_url,
-                given=settings.model_fields_set,
-            )
+            defaults = EnqueueDefaults.configured(settings)
             applied = await migrate(db, contract=settings.contract, enqueue_defaults=defaults)
         print(f"schema up to date ({len(applied)} migrations applied)")
     elif isinstance(settings, WorkerSettings):

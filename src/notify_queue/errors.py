@@ -64,7 +64,13 @@ class OlderReleaseRunning(NotifyQueueError):
 
 class ContractStepWaits(NotifyQueueError):
     """A contract step found the work it depends on not done yet (an index the workers are still
-    building, 0029); nothing was applied, and running it again later succeeds."""
+    building, 0015); nothing was applied, and running it again later succeeds."""
+
+
+class UpgradeThroughRelease(NotifyQueueError):
+    """The database applied part of a release's steps, which this release keeps squashed into
+    fewer (a build between two releases migrated it): the release that shipped those steps must
+    finish its `migrate` first (docs/upgrading.md, "The history squashed")."""
 
 
 class CannotListen(NotifyQueueError):

@@ -102,11 +102,7 @@ async def run_up(settings: UpSettings) -> None:
             session_url=settings.listen_database_url,
             prepared_statements=settings.prepares_on_server,
         ) as db:
-            defaults = EnqueueDefaults.configured(
-                max_attempts=settings.max_attempts,
-                webhook_url=settings.webhook_url,
-                given=settings.model_fields_set,
-            )
+            defaults = EnqueueDefaults.configured(settings)
             await migrate(db, enqueue_defaults=defaults)
             server = _QuietServer(
                 server_config(create_app(settings, db=db), settings, log_level="warning")

@@ -226,7 +226,7 @@ async def test_readyz_is_503_when_a_step_this_release_needs_is_missing(
     await sql(database_url, "DELETE FROM nq_schema_migrations WHERE version = 8")
     response = await client.get("/readyz")
     assert response.status_code == 503
-    assert "lacks 0008_queue_and_delivery_log" in response.json()["detail"]
+    assert "lacks 0008_release_0_1_0" in response.json()["detail"]
 
 
 @pytest.fixture
@@ -252,4 +252,4 @@ async def test_readyz_is_503_when_the_schema_is_missing_or_old(
         )
         await sql(unmigrated_database_url, "INSERT INTO nq_schema_migrations VALUES (1, 'initial')")
         old = await http.get("/readyz")
-        assert old.status_code == 503 and "lacks 0002_webhook_function" in old.json()["detail"]
+        assert old.status_code == 503 and "lacks 0008_release_0_1_0" in old.json()["detail"]

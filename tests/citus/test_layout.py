@@ -21,7 +21,6 @@ from notify_queue.models import Channel, Completion, Priority, Status
 from notify_queue.repositories import schema
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.delivery import DeliveryRepository
-from notify_queue.repositories.delivery_log import DeliveryLogRepository
 from notify_queue.repositories.notifications import NotificationRepository
 from tests.citus.cluster import CitusCluster
 from tests.citus.test_cluster import rows_per_worker
@@ -322,23 +321,20 @@ async def test_a_claim_takes_every_urgent_row_and_fills_up_from_few_buckets(
         assert Counter(bucket_of[c.recipient] for c in second.claimed) == {b: 12}
 
 
-async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
+async def test_the_steps_after_0_2_0_apply_to_an_installation_distributed_at_0_2_0(
     citus_database: str,
 ) -> None:
-    """An installation distributed before migrations 0026-0033 (docs/upgrading.md): the queue's
-    PENDING order and the log's index of rows not sent are made on the distributed tables, the
-    log's parts on partitions with rows by the workers' housekeeping, the request hash's column
-    made nullable beside a replaced function (0032), and the contract steps drop what they
-    replace once it is whole."""
+    """An installation laid out on Citus at 0.2.0's schema (its steps squashed: 0009-0022,
+    docs/upgrading.md), with history in the log: this release's `migrate` applies the later
+    steps to the distributed tables and lays out what they add; the drain's reads go on."""
     async with Database(citus_database, pool_size=2) as db:
-        await schema.migrate(db, target=25)
+        await schema.migrate(db, target=22)
         async with db.connection() as conn:
             # This release's drain runs below: its functions, as every full `migrate` defines
             # them after the migrations (a migration up to a target leaves them out).
             await schema._define_functions(conn, changed_schema=True)
             await schema._lay_out(conn)
-        # History as the schema-25 release left it: final rows in the log, written directly (the
-        # function files are today's, written for the last step's schema).
+        # History as 0.2.0 left it: final rows in the log, written directly.
         ids = [uuid.uuid4() for _ in range(12)]
         failed = set(ids[:3])
         with psycopg.connect(citus_database) as conn:
@@ -356,11 +352,8 @@ async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
                         f"r{i}@example.com",
                     ),
                 )
-        assert await schema.migrate(db, target=26) == [26]
-        assert await schema.migrate(db) == expand_steps_after(27)
-        partitions = await DeliveryLogRepository(db).partitions_index()
-        assert len(partitions) == 1
-        assert await schema.migrate(db, contract=True) == [27, 29, 31, 33, 34, 36]
+        assert await schema.migrate(db) == expand_steps_after(22)
+        assert await schema.migrate(db, contract=True) == []
         listed = await NotificationRepository(db).notifications_list(
             status=Status.FAILED, channel=None, recipient=None, after=None, limit=50
         )
@@ -369,11 +362,5 @@ async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
             status=None, channel=None, recipient=None, after=None, limit=50
         )
         assert {n.id for n in everything} == set(ids)
-    with psycopg.connect(citus_database) as conn:
-        assert conn.execute(
-            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'nq_delivery_log_unsent'::regclass"
-        ).fetchone() == (True,)
-        gone = (
-            "SELECT to_regclass('nq_jobs_created'), to_regclass('nq_delivery_log_status_created')"
-        )
-        assert conn.execute(gone).fetchone() == (None, None)
+    distributed = layout(citus_database)
+    assert {t: distributed[t][1] for t in DISTRIBUTED} == DISTRIBUTED

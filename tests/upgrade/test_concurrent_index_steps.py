@@ -31,19 +31,19 @@ async def test_an_index_left_invalid_by_an_interrupted_build_is_dropped_and_buil
         await migrate(db)
     [(oid, valid, definition)] = _rows(url, _INDEX, "nq_jobs_waiting")
     assert valid and "waiting_reason" in definition
-    # What a migrate killed during 0018's first build leaves: the index there but INVALID (as
+    # What a migrate killed during 0010's first build leaves: the index there but INVALID (as
     # CREATE INDEX CONCURRENTLY leaves it when cut short), and the step not recorded.
     _rows(url, "UPDATE pg_index SET indisvalid = false WHERE indexrelid = %s::oid RETURNING 1", oid)
-    _rows(url, "DELETE FROM nq_schema_steps WHERE version = 18 RETURNING 1")
+    _rows(url, "DELETE FROM nq_schema_steps WHERE version = 10 RETURNING 1")
 
     async with Database(url, pool_size=1) as db:
-        assert await migrate(db) == [18]
+        assert await migrate(db) == [10]
     [(rebuilt, valid, definition_after)] = _rows(url, _INDEX, "nq_jobs_waiting")
     assert valid and rebuilt != oid and definition_after == definition
     assert "left invalid by an interrupted build" in caplog.text
     # The other index of the step was valid: kept as it was, not built again.
     assert _rows(url, _INDEX, "nq_jobs_digest")[0][1] is True
-    assert _rows(url, "SELECT release FROM nq_schema_steps WHERE version = 18")
+    assert _rows(url, "SELECT release FROM nq_schema_steps WHERE version = 10")
 
 
 def test_a_step_outside_a_transaction_holds_concurrent_index_builds_only() -> None:

@@ -47,13 +47,11 @@ def _columns(url: str) -> set[str]:
 def test_a_file_is_an_expand_step_unless_its_leading_comments_say_contract() -> None:
     phases = {m.version: m.phase for m in available_migrations(DEMO)}
     assert phases == {1: Phase.EXPAND, 9: Phase.EXPAND, 10: Phase.CONTRACT, 11: Phase.EXPAND}
-    # 0.2.0's contract steps: the queue's compatibility view, triggers and slots for 0.1.0 (0013)
-    # the constraint that the queue holds unfinished rows only (0014), the queue's order index that
-    # every claim wrote to (0027), the log's status index that every completion wrote to (0029)
-    # nq_finish, replaced by nq_finish_held (0031), and the rows' copy of the request hash, which
-    # the previous release reads (0033).
+    # 0.2.0's contract steps, squashed: what only 0.1.0 used, the queue's order index every claim
+    # wrote to, the log's status index every completion wrote to (0015), and the check that the
+    # queue holds unfinished rows only, validated in a transaction of its own (0022).
     contract = {m.version for m in available_migrations() if m.phase is Phase.CONTRACT}
-    assert contract == {13, 14, 27, 29, 31, 33, 34, 36}
+    assert contract == {15, 22}
 
 
 async def test_the_shipped_migrations_leave_the_baseline_ledger_at_eight_for_0_1_0(

@@ -28,28 +28,15 @@ WHERE n.nspname = current_schema() AND p.prokind = 'f'
 ORDER BY 1
 """
 _DEFINES = re.compile(r"^\s*CREATE\s+(OR\s+REPLACE\s+)?FUNCTION\s+(\w+)", re.I | re.M)
-# The functions the claim's steps still define (0012-0042): they move to functions/ with the
-# claim's rewrite.
-_CLAIM_STEPS = {
-    "nq_claim",
-    "nq_claim_lock",
-    "nq_complete_deliveries",
-    "nq_finish",
-    "nq_finish_held",
-    "nq_finish_results",
-    "nq_give_back_places",
-    "nq_retry",
-    "nq_attempts_append",
-    "nq_queue_move_finished",
-    "nq_jobs_fill_bucket",
-}
-# History, not today's schema: 0.1.0's trigger functions (the baseline, 0001-0008), and those
-# 0012 keeps for 0.1.0's triggers and view until the contract step 0013 drops them.
+# History, not today's schema: 0.1.0's trigger functions and retry (the baseline, 0008), and
+# those 0009 keeps for 0.1.0's triggers and view until the contract step 0015 drops them.
 _HISTORY = {
     "nq_status_outbox_capture",
     "nq_count_changes",
     "nq_explicit_session",
     "nq_delivery_log_retry",
+    "nq_queue_move_finished",
+    "nq_jobs_fill_bucket",
 }
 
 
@@ -98,10 +85,11 @@ def test_no_migration_defines_a_function_of_todays_schema() -> None:
             for match in _DEFINES.finditer(entry.read_text("utf-8")):
                 defined.setdefault(match[2], set()).add(int(entry.name[:4]))
     today = set(function_sources())
-    # 0.1.0's signature of nq_insert_webhook_events (0007), which 0.1.0's triggers call until 0013.
-    assert defined.pop("nq_insert_webhook_events") == {7}
+    # 0.1.0's signature of nq_insert_webhook_events (the baseline), which 0.1.0's triggers call
+    # until 0015.
+    assert defined.pop("nq_insert_webhook_events") == {8}
     assert not defined.keys() & today
-    assert defined.keys() <= _CLAIM_STEPS | _HISTORY
+    assert defined.keys() <= _HISTORY
     assert not today & _HISTORY
 
 

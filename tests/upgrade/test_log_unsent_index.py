@@ -1,9 +1,9 @@
 """The log's status index without SENT rows on an installation that has history (migrations
-0028/0029, docs/upgrading.md).
+0009/0015, docs/upgrading.md).
 
-0028 makes the index on the log alone and builds its part only on partitions without rows; the
+0009 makes the index on the log alone and builds its part only on partitions without rows; the
 partitions with rows get theirs from the workers' housekeeping, CONCURRENTLY, and until then
-`migrate --contract` refuses to drop the index 0028 replaces, saying why. A build cut short (an
+`migrate --contract` refuses to drop the index 0009 replaces, saying why. A build cut short (an
 invalid index left under the part's name) is dropped and built again.
 """
 
@@ -41,9 +41,8 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
 ) -> None:
     url = empty_database_url
     async with Database(url, pool_size=2) as db:
-        await migrate(db, target=27)
-        # History as the schema-27 release left it: final rows in today's partition, written
-        # directly (the function files are today's, written for the last step's schema).
+        await migrate(db, target=8)
+        # History as 0.1.0 left it: final rows in today's partition, written directly.
         ids = [uuid.uuid4() for _ in range(ROWS)]
         failed = set(ids[::3])
         with psycopg.connect(url, autocommit=True) as conn:
@@ -51,14 +50,14 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
                 conn.execute(
                     "INSERT INTO nq_delivery_log (id, idempotency_key, request_hash, channel,"
                     " recipient, body, priority, status, send_at, next_attempt_at,"
-                    " max_attempts, finished_at, bucket)"
+                    " max_attempts, finished_at)"
                     " VALUES (%s, %s, '', 'email', 'r@example.com', 'b', 1, %s, now(), now(),"
-                    " 1, now(), 0)",
+                    " 1, now())",
                     (id, f"k{i}", "FAILED" if id in failed else "SENT"),
                 )
         today = _one(url, "SELECT tableoid::regclass::text FROM nq_delivery_log LIMIT 1")
 
-        assert await migrate(db) == expand_steps_after(27)
+        assert await migrate(db) == expand_steps_after(8)
         assert (
             _one(
                 url,
@@ -83,7 +82,7 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
         )
         assert refused.returncode == 1, refused.stderr
         last = refused.stderr.strip().splitlines()[-1]
-        assert last.startswith("notify-queue migrate: 0029_delivery_log_unsent_contract: ")
+        assert last.startswith("notify-queue migrate: 0015_release_0_2_0_contract: ")
         assert "not built on 1 partitions yet" in last and "Traceback" not in refused.stderr
         assert _one(url, "SELECT to_regclass('nq_delivery_log_status_created') IS NOT NULL")
 
@@ -113,7 +112,7 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
             "(status, created_at, id) WHERE (status <> 'SENT'::text)"
         )
 
-        assert await migrate(db, contract=True) == [29, 31, 33, 34, 36]
+        assert await migrate(db, contract=True) == [15, 22]
         assert _one(url, "SELECT to_regclass('nq_delivery_log_status_created') IS NULL")
         listed = await NotificationRepository(db).notifications_list(
             status=Status.FAILED, channel=None, recipient=None, after=None, limit=50

@@ -1,13 +1,13 @@
 """`migrate` over a real backlog holds no create back: the steps that index the queue build
 CONCURRENTLY (docs/upgrading.md, "Index builds on the queue").
 
-0.1.0 (built from this repository's history) migrates an empty database and the steps up to 0017
-follow; a backlog of a million pending notifications is then written into the queue with SQL, and
+0.1.0 (built from this repository's history) migrates an empty database and the step 0009
+follows; a backlog of a million pending notifications is then written into the queue with SQL, and
 0.1.0's API serves creates from clients that never stop, its connections with `lock_timeout = 2s`
 (PGOPTIONS): a create that waited longer than that for a lock on the queue is refused (an error
 answer, counted as a failed create). This release's `migrate` then runs the remaining steps, the
-queue's three index builds among them (0018, 0026). From 0.1.0 because its upgrade is the one that
-builds them (a database of 0.2.0 has them already); the backlog arrives after 0012, whose bucket
+queue's three index builds among them (0010). From 0.1.0 because its upgrade is the one that
+builds them (a database of 0.2.0 has them already); the backlog arrives after 0009, whose bucket
 backfill of the queue's rows runs under its rename's lock (docs/upgrading.md, "0.1.0 to 0.2.0").
 `python -m benchmarks.probes.upgradelock` measures how long creates stalled.
 """
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.upgrade
 BACKLOG = 1_000_000
 FROM = BASELINES[0]  # 0.1.0
 QUEUE_INDEXES = ("nq_jobs_waiting", "nq_jobs_digest", "nq_jobs_pending_created")
-BEFORE_THE_BUILDS = 17
+BEFORE_THE_BUILDS = 9
 
 # The queue, pending and due in a day: the backlog a busy installation has
 # while its workers are behind. One statement, so the seed takes seconds, not minutes.

@@ -26,7 +26,11 @@ import aiohttp
 from notify_queue import tracing
 from notify_queue.models import DeliveryResult, Outcome
 from notify_queue.providers.base import DeliveryRequest
-from notify_queue.providers.outbound import describe_failed_response, read_body_capped
+from notify_queue.providers.outbound import (
+    describe_failed_response,
+    read_body_capped,
+    transport_failure,
+)
 
 # Statuses that say "not now" rather than "never" (RFC 9110 and RFC 8470 for 425).
 _TEMPORARY_STATUSES = frozenset({408, 425, 429})
@@ -71,25 +75,9 @@ class HttpProvider:
             ) as response:
                 body = await read_body_capped(response)
                 return _classify(response.status, response.headers.get("Retry-After"), body)
-        except TimeoutError:
-            # aiohttp's own timeout errors subclass asyncio.TimeoutError, which is TimeoutError.
-            return DeliveryResult(
-                Outcome.TEMPORARY_FAILURE,
-                error=f"timed out after {self._timeout_seconds:g}s",
-            )
-        except aiohttp.InvalidURL as exc:
-            return DeliveryResult(Outcome.PERMANENT_FAILURE, error=f"invalid provider URL: {exc}")
-        except aiohttp.ClientConnectorError as exc:
-            # The connection was never made (refused, unreachable, DNS): nothing was sent.
-            return DeliveryResult(
-                Outcome.TEMPORARY_FAILURE,
-                error=f"connection error: {type(exc).__name__}: {exc}",
-                nothing_sent=True,
-            )
-        except aiohttp.ClientError as exc:
-            return DeliveryResult(
-                Outcome.TEMPORARY_FAILURE,
-                error=f"connection error: {type(exc).__name__}: {exc}",
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            return transport_failure(
+                exc, timeout_seconds=self._timeout_seconds, url_is="provider URL"
             )
 
     async def close(self) -> None:

@@ -41,6 +41,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from notify_queue.errors import NotifyQueueError
+from notify_queue.models import DeliveryResult, Outcome
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -287,3 +288,23 @@ def describe_failed_response(status: int, body: bytes) -> str:
     text = body[: ERROR_BODY_CHARS * 4].decode("utf-8", errors="replace").strip()
     text = " ".join(text.split())[:ERROR_BODY_CHARS]
     return f"HTTP {status}: {text}" if text else f"HTTP {status}"
+
+
+def transport_failure(
+    exc: TimeoutError | aiohttp.ClientError, *, timeout_seconds: float, url_is: str
+) -> DeliveryResult:
+    """What a call that got no answer delivered: a timeout or a lost connection is temporary (a
+    connection never made sent nothing), a malformed URL (`url_is` names it) permanent."""
+    if isinstance(exc, TimeoutError):
+        # aiohttp's own timeout errors subclass asyncio.TimeoutError, which is TimeoutError.
+        return DeliveryResult(
+            Outcome.TEMPORARY_FAILURE, error=f"timed out after {timeout_seconds:g}s"
+        )
+    if isinstance(exc, aiohttp.InvalidURL):
+        return DeliveryResult(Outcome.PERMANENT_FAILURE, error=f"invalid {url_is}: {exc}")
+    return DeliveryResult(
+        Outcome.TEMPORARY_FAILURE,
+        error=f"connection error: {type(exc).__name__}: {exc}",
+        # The connection was never made (refused, unreachable, DNS): nothing was sent.
+        nothing_sent=isinstance(exc, aiohttp.ClientConnectorError),
+    )

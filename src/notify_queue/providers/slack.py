@@ -50,12 +50,7 @@ class SlackProvider:
             return unmapped(self._name, request.recipient)
         message = chat_message(request)
         if target.startswith(("https://", "http://")):  # an incoming webhook: the URL is the key
-            answer = await self._poster.post(target, dumps(message))
-            if isinstance(answer, DeliveryResult):
-                return answer
-            if 200 <= answer.status < 300:
-                return DeliveryResult(Outcome.SENT)
-            return failed(answer, answer.body.decode("utf-8", "replace").strip()[:100] or None)
+            return await self._poster.post_sent(target, dumps(message), reason=_body_start)
         assert self._token is not None  # ProviderSpec requires tokenFrom for channel ids
         answer = await self._poster.post(
             self._post_url,
@@ -103,3 +98,8 @@ def _classify(answer: Answer) -> DeliveryResult:
     if code in _TEMPORARY_ERRORS:
         return DeliveryResult(Outcome.TEMPORARY_FAILURE, error=f"slack: {code}")
     return DeliveryResult(Outcome.PERMANENT_FAILURE, error=f"slack: {code or 'not ok'}")
+
+
+def _body_start(answer: Answer) -> str | None:
+    """An incoming webhook's refusal says why in its body (`invalid_payload`, `no_text`)."""
+    return answer.body.decode("utf-8", "replace").strip()[:100] or None

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from notify_queue.models import DeliveryResult, Outcome
+from notify_queue.models import DeliveryResult
 from notify_queue.providers.base import DeliveryRequest
-from notify_queue.providers.vendor import JsonPoster, dumps, failed, unmapped
+from notify_queue.providers.vendor import JsonPoster, dumps, unmapped
 
 ADAPTIVE_CARD = "application/vnd.microsoft.card.adaptive"
 
@@ -35,12 +35,7 @@ class TeamsProvider:
         url = self._destinations.get(request.recipient)
         if url is None:
             return unmapped(self._name, request.recipient)
-        answer = await self._poster.post(url, dumps(teams_message(request)))
-        if isinstance(answer, DeliveryResult):
-            return answer
-        if 200 <= answer.status < 300:
-            return DeliveryResult(Outcome.SENT)
-        return failed(answer)
+        return await self._poster.post_sent(url, dumps(teams_message(request)))
 
     async def close(self) -> None:
         """The session belongs to the caller that passed it in."""

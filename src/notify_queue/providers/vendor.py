@@ -12,6 +12,7 @@ prove nothing was sent, other 5xx retry, and the vendor's refusals are permanent
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,7 +21,11 @@ import aiohttp
 from notify_queue import tracing
 from notify_queue.models import DeliveryResult, Outcome, Priority
 from notify_queue.providers.http import parse_retry_after
-from notify_queue.providers.outbound import describe_failed_response, read_body_capped
+from notify_queue.providers.outbound import (
+    describe_failed_response,
+    read_body_capped,
+    transport_failure,
+)
 
 # Severity of an incident from the notification's priority (PagerDuty's words).
 SEVERITY = {Priority.HIGH: "critical", Priority.NORMAL: "warning", Priority.LOW: "info"}
@@ -73,22 +78,25 @@ class JsonPoster:
             ) as response:
                 body = await read_body_capped(response)
                 return Answer(response.status, response.headers.get("Retry-After"), body)
-        except TimeoutError:
-            return DeliveryResult(
-                Outcome.TEMPORARY_FAILURE, error=f"timed out after {self._timeout_seconds:g}s"
-            )
-        except aiohttp.InvalidURL as exc:
-            return DeliveryResult(Outcome.PERMANENT_FAILURE, error=f"invalid URL: {exc}")
-        except aiohttp.ClientConnectorError as exc:
-            return DeliveryResult(
-                Outcome.TEMPORARY_FAILURE,
-                error=f"connection error: {type(exc).__name__}: {exc}",
-                nothing_sent=True,
-            )
-        except aiohttp.ClientError as exc:
-            return DeliveryResult(
-                Outcome.TEMPORARY_FAILURE, error=f"connection error: {type(exc).__name__}: {exc}"
-            )
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            return transport_failure(exc, timeout_seconds=self._timeout_seconds, url_is="URL")
+
+    async def post_sent(
+        self,
+        url: str,
+        payload: bytes,
+        headers: dict[str, str] | None = None,
+        *,
+        reason: Callable[[Answer], str | None] | None = None,
+    ) -> DeliveryResult:
+        """A post whose 2xx answer is the delivery: SENT, else `failed` with the answer and the
+        `reason` a vendor's failed answer gives."""
+        answer = await self.post(url, payload, headers)
+        if isinstance(answer, DeliveryResult):
+            return answer
+        if 200 <= answer.status < 300:
+            return DeliveryResult(Outcome.SENT)
+        return failed(answer, reason(answer) if reason else None)
 
 
 def dumps(document: object) -> bytes:

@@ -19,7 +19,7 @@ from standardwebhooks.webhooks import EmptyWebhookSecretError
 
 from notify_queue.models import DeliveryResult, Outcome
 from notify_queue.providers.base import DeliveryRequest
-from notify_queue.providers.vendor import JsonPoster, dumps, failed, unmapped
+from notify_queue.providers.vendor import JsonPoster, dumps, unmapped
 from notify_queue.providers.webhooks import signature_header
 
 
@@ -57,12 +57,7 @@ class WebhookProvider:
                 )
             except (ValueError, EmptyWebhookSecretError) as exc:  # never send it unsigned
                 return DeliveryResult(Outcome.PERMANENT_FAILURE, error=f"invalid secret: {exc}")
-        answer = await self._poster.post(url, payload.encode(), headers)
-        if isinstance(answer, DeliveryResult):
-            return answer
-        if 200 <= answer.status < 300:
-            return DeliveryResult(Outcome.SENT)
-        return failed(answer)
+        return await self._poster.post_sent(url, payload.encode(), headers)
 
     async def close(self) -> None:
         """The session belongs to the caller that passed it in."""

@@ -21,11 +21,15 @@ from notify_queue.models import (
     Failover,
     Preferences,
     Priority,
-    Status,
     Wakeup,
 )
 from notify_queue.repositories.db import Connection, Database
-from notify_queue.repositories.driver import ClaimsRelease, HousekeepingBatch, RateWindowsPrune
+from notify_queue.repositories.driver import (
+    ClaimsRelease,
+    DeliveriesComplete,
+    HousekeepingBatch,
+    RateWindowsPrune,
+)
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.engine_citus import citus_queue_returned_changes
 from notify_queue.repositories.webhooks import WEBHOOK_EVENTS_CHANNEL
@@ -337,38 +341,26 @@ class DeliveryRepository:
         """Record results: the ids accepted, and whether webhook events may have been written."""
         if not completions:
             return Recorded(set(), False)
-        if not await self._citus():
-            # One statement in autocommit: the function carries the drain's plan settings
-            # (functions/nq_complete_deliveries.sql), so no transaction is opened for them.
-            async with self._db.connection() as conn:
-                return await self._complete(conn, completions)
-        # Citus: the rows' buckets are read first (one lock-free look), then one delegated call
-        # per bucket, each its own transaction (a result is independent of the others, as it is
-        # on plain PostgreSQL's one statement) with its coordinator writes.
-        by_id = {c.id: c for c in completions}
-        accepted: set[uuid.UUID] = set()
-        async with self._db.connection() as conn:
-            await conn.fetch_one("notification_log_ready")  # see notifications_claim
-            buckets = await conn.fetch_all("citus_job_buckets", {"ids": list(by_id)})
-            for row in buckets:
-                part = [by_id[i] for i in row["ids"]]
-                async with conn.transaction():
-                    accepted |= (await self._complete(conn, part, bucket=row["bucket"])).accepted
-        # The delegated completion does not say whether it wrote events: any accepted final
-        # result may have one.
-        final = any(by_id[i].status is not Status.PENDING for i in accepted)
-        return Recorded(accepted, final)
-
-    async def _citus(self) -> bool:
-        """Whether statements take their Citus shape (docs/scaling.md, "every role")."""
-        return (await self._engine.engine_get()).engine is Engine.CITUS
+        driver = await self._engine.driver()
+        accepted, events = await driver.deliveries_complete(
+            self._db, completions, self._completion_params
+        )
+        return Recorded(accepted, events)
 
     async def _complete(
         self, conn: Connection, completions: Sequence[Completion], *, bucket: int | None = None
     ) -> Recorded:
-        """One completion statement; with `bucket` (Citus), its routed shape for that bucket,
-        whose rows all of `completions` are."""
-        params = {
+        """Record results in the caller's transaction (a claim's screened rows; on Citus, rows of
+        the claim's `bucket`)."""
+        driver = await self._engine.driver(conn=conn)
+        accepted, events = await driver.deliveries_record(
+            conn, self._completion_params(completions), bucket
+        )
+        return Recorded(accepted, events)
+
+    def _completion_params(self, completions: Sequence[Completion]) -> DeliveriesComplete:
+        """The completion statement's parameters, one entry per result in each list."""
+        return {
             "ids": [c.id for c in completions],
             "claim_tokens": [c.claim_token for c in completions],
             "statuses": [c.status.value for c in completions],
@@ -393,27 +385,6 @@ class DeliveryRepository:
             "waiting_details": _nulls_as_null([c.waiting_detail for c in completions]),
             "default_webhook_url": self._defaults.webhook_url,
         }
-        # Each statement named at its call (the security test reads the names from the code).
-        if bucket is None:
-            # Prepared at its first run on this connection; the function's own statement is
-            # planned once per connection by PL/pgSQL, under the function's settings.
-            row = await conn.fetch_one("complete_deliveries", params, prepare=True)
-            if row is None:
-                return Recorded(set(), False)
-            return Recorded(set(row["accepted"]), bool(row["events_possible"]))
-        # Citus: the function delegated to the bucket's node; what it cannot write there (the
-        # coordinator's outbox and its NOTIFY, a reference table) is written here, in the
-        # caller's transaction, so it commits with the completion.
-        row = await conn.fetch_one("complete_deliveries_bucket", {**params, "bucket": bucket})
-        if row is None:
-            return Recorded(set(), False)
-        await citus_queue_returned_changes(conn, row)
-        if row["gone_recipient_ids"]:
-            await conn.execute(
-                "citus_push_tokens_gone",
-                {"recipient_ids": row["gone_recipient_ids"], "tokens": row["gone_tokens"]},
-            )
-        return Recorded(set(row["accepted_ids"]), True)
 
     async def claims_release(self, *, claims: Sequence[tuple[uuid.UUID, uuid.UUID]]) -> int:
         """Hand claimed, untried notifications back without using an attempt."""

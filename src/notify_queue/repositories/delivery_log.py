@@ -45,7 +45,7 @@ class DeliveryLogRepository:
 
     async def partitions_index(self) -> list[str]:
         """Build and attach each partition's part of the log's indexes that a migration left to
-        the workers (0028: the partitions that had rows); return the partitions done. Does
+        the workers (0009: the partitions that had rows); return the partitions done. Does
         nothing while another process runs it. CONCURRENTLY, so on a session connection
         (`_alone`)."""
         done: list[str] = []
@@ -65,7 +65,7 @@ class DeliveryLogRepository:
                     await conn.execute_on("delivery_log_unsent_attach", index)
                 except psycopg.errors.DatabaseError as exc:
                     # Left for the next run (an invalid part is dropped and built again); the
-                    # partition is read through the index 0028 replaces meanwhile.
+                    # partition is read through the index 0009 replaces meanwhile.
                     log.warning("delivery log: %s not indexed yet: %s", m["partition_name"], exc)
                     continue
                 done.append(m["partition_name"])

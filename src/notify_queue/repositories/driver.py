@@ -6,8 +6,8 @@ asks which engine it is. `PostgresDriver` (engine_postgresql.py) runs one statem
 whole queue; `CitusDriver` (engine_citus.py) finds the buckets first and runs a router statement
 per bucket (docs/scaling.md, "Citus: every role"). What both engines run alike is no method
 here: the repositories run it themselves. The rules both shapes share are written once, as
-named fragments of the SQL files (`{{_name}}`, queries.py). The worker's claim and completion
-still choose their shape in delivery.py.
+named fragments of the SQL files (`{{_name}}`, queries.py). The worker's claim still chooses its
+shape in delivery.py.
 
 The parameters that cross the seam are the TypedDicts below (a repository's other statements of
 more than a few parameters have theirs beside it): a plain dict for psycopg, no copy per call,
@@ -17,9 +17,11 @@ its keys and types checked by mypy at every call site.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Sequence
+from datetime import datetime
 from typing import Protocol, TypedDict
 
-from notify_queue.models import Engine
+from notify_queue.models import Completion, Engine
 from notify_queue.repositories.db import Connection, Database, Row
 
 
@@ -90,6 +92,35 @@ class LogKeysChunk(TypedDict):
     limit: int
 
 
+class DeliveriesComplete(TypedDict):
+    """A worker's results, one entry per notification in each list (delivery.py builds them from
+    the completions); a list that would hold only NULLs (or only false) is sent as NULL."""
+
+    ids: list[uuid.UUID]
+    claim_tokens: list[uuid.UUID]
+    statuses: list[str]
+    retry_in_seconds: list[float | None] | None
+    last_errors: list[str | None] | None
+    provider_message_ids: list[str | None]
+    providers: list[str | None]
+    # Each result's attempt log is a JSON array already: joined into one, not dumped again.
+    attempts: str
+    give_back: list[bool] | None
+    next_attempt_ats: list[datetime | None] | None
+    addresses_gone: list[bool] | None
+    bound_providers: list[str | None] | None
+    waiting_reasons: list[str | None] | None
+    waiting_details: list[str | None] | None
+    default_webhook_url: str | None
+
+
+# What delivery.py hands a driver to build a batch's parameters from its completions (a Citus
+# driver splits the batch by bucket first), and what recording a batch answers: the ids
+# accepted, and whether webhook events may have been written.
+ParamsOf = Callable[[Sequence[Completion]], DeliveriesComplete]
+Recorded = tuple[set[uuid.UUID], bool]
+
+
 class Driver(Protocol):
     """What differs between the engines; every method serves a whole batch."""
 
@@ -98,6 +129,20 @@ class Driver(Protocol):
     async def rate_windows_prune(self, db: Database, params: RateWindowsPrune) -> int: ...
 
     async def claims_release(self, db: Database, params: ClaimsRelease) -> int: ...
+
+    async def deliveries_complete(
+        self, db: Database, results: Sequence[Completion], params_of: ParamsOf
+    ) -> Recorded:
+        """Record a batch of results, each independent of the others (a stale claim token's is
+        not accepted)."""
+        ...
+
+    async def deliveries_record(
+        self, conn: Connection, params: DeliveriesComplete, bucket: int | None
+    ) -> Recorded:
+        """The same in the caller's transaction (a claim's screened rows; on Citus, rows of the
+        claim's `bucket`)."""
+        ...
 
     async def leases_recover_expired(
         self, db: Database, params: HousekeepingBatch

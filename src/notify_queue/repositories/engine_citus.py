@@ -12,16 +12,19 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from notify_queue.models import Engine, Status
+from notify_queue.models import Completion, Engine, Status
 from notify_queue.repositories.db import Connection, Database, Row
 from notify_queue.repositories.driver import (
     ClaimsRelease,
+    DeliveriesComplete,
     EscalationAcknowledge,
     HousekeepingBatch,
     KubeLinkSave,
     LogKeysChunk,
     NotificationCancel,
+    ParamsOf,
     RateWindowsPrune,
+    Recorded,
     StatusOutboxTake,
     WebhookClaim,
 )
@@ -33,6 +36,42 @@ class CitusDriver:
     async def rate_windows_prune(self, db: Database, params: RateWindowsPrune) -> int:
         """All of them in one multi-shard DELETE (see the statement)."""
         return await db.execute("prune_rate_windows_citus", params)
+
+    async def deliveries_complete(
+        self, db: Database, results: Sequence[Completion], params_of: ParamsOf
+    ) -> Recorded:
+        """The rows' buckets first (one lock-free look), then one delegated call per bucket, each
+        its own transaction (a result is independent of the others, as it is on plain
+        PostgreSQL's one statement) with its coordinator writes."""
+        by_id = {c.id: c for c in results}
+        accepted: set[uuid.UUID] = set()
+        async with db.connection() as conn:
+            await conn.fetch_one("notification_log_ready")  # today's partition, as the claim
+            for part in await conn.fetch_all("citus_job_buckets", {"ids": list(by_id)}):
+                params = params_of([by_id[i] for i in part["ids"]])
+                async with conn.transaction():
+                    done, _ = await self.deliveries_record(conn, params, part["bucket"])
+                accepted |= done
+        # The delegated completion does not say whether it wrote events: any accepted final
+        # result may have one.
+        return accepted, any(by_id[i].status is not Status.PENDING for i in accepted)
+
+    async def deliveries_record(
+        self, conn: Connection, params: DeliveriesComplete, bucket: int | None
+    ) -> Recorded:
+        """The function delegated to the bucket's node; what it cannot write there (the
+        coordinator's outbox and its NOTIFY, a reference table) is written here, in the caller's
+        transaction, so it commits with the completion."""
+        row = await conn.fetch_one("complete_deliveries_bucket", {**params, "bucket": bucket})
+        if row is None:
+            return set(), False
+        await citus_queue_returned_changes(conn, row)
+        if row["gone_recipient_ids"]:
+            await conn.execute(
+                "citus_push_tokens_gone",
+                {"recipient_ids": row["gone_recipient_ids"], "tokens": row["gone_tokens"]},
+            )
+        return set(row["accepted_ids"]), True
 
     async def claims_release(self, db: Database, params: ClaimsRelease) -> int:
         tokens = dict(zip(params["ids"], params["claim_tokens"], strict=True))
@@ -295,7 +334,7 @@ class CitusDriver:
         return await db.fetch_all("kube_finished_take_due_citus", params)
 
     async def delivery_log_forget_keys(self, conn: Connection, params: LogKeysChunk) -> Row | None:
-        """Without the lock on the partition's rows (0021)."""
+        """Without the lock on the partition's rows."""
         return await conn.fetch_one("delivery_log_forget_keys_unlocked", params)
 
     async def delivery_log_detach(self, conn: Connection, *, partition: str) -> None:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 
-from notify_queue.models import Engine
+from notify_queue.models import Completion, Engine
 from notify_queue.repositories.db import Connection, Database, Row
 from notify_queue.repositories.driver import (
     ClaimsRelease,
+    DeliveriesComplete,
     EscalationAcknowledge,
     HousekeepingBatch,
     KubeLinkSave,
     LogKeysChunk,
     NotificationCancel,
+    ParamsOf,
     RateWindowsPrune,
+    Recorded,
     StatusOutboxTake,
     WebhookClaim,
 )
@@ -28,6 +32,24 @@ class PostgresDriver:
     async def claims_release(self, db: Database, params: ClaimsRelease) -> int:
         row = await db.fetch_one("release_claims", params)
         return int(row["released"]) if row else 0
+
+    async def deliveries_complete(
+        self, db: Database, results: Sequence[Completion], params_of: ParamsOf
+    ) -> Recorded:
+        # One statement in autocommit: the function carries the drain's plan settings
+        # (functions/nq_complete_deliveries.sql), so no transaction is opened for them.
+        async with db.connection() as conn:
+            return await self.deliveries_record(conn, params_of(results), None)
+
+    async def deliveries_record(
+        self, conn: Connection, params: DeliveriesComplete, bucket: int | None
+    ) -> Recorded:
+        # Prepared at its first run on this connection; the function's own statement is planned
+        # once per connection by PL/pgSQL, under the function's settings.
+        row = await conn.fetch_one("complete_deliveries", params, prepare=True)
+        if row is None:
+            return set(), False
+        return set(row["accepted"]), bool(row["events_possible"])
 
     async def leases_recover_expired(
         self, db: Database, params: HousekeepingBatch

@@ -1,6 +1,6 @@
 """The operator's side of the database: object links, the status outbox, the TTL sweep, lane depths.
 
-The status outbox is filled by the statements that change rows (nq_note_changes, 0012) for rows
+The status outbox is filled by the statements that change rows (nq_note_changes) for rows
 that belong to Notification objects, and drained here by one writer at a time, in batches, inside
 a transaction that holds an advisory lock (see `status_outbox_batch`).
 

@@ -86,7 +86,7 @@ class NotificationRepository:
         digests = any(n.digest is not None for n in notifications)
         if not born_final and not digests:
             # The common batch: every row PENDING. Only what the server decides comes back
-            # (nq_enqueue_pending, 0024), read in binary; the rest is the request's.
+            # (nq_enqueue_pending), read in binary; the rest is the request's.
             pending = [enqueue_item(i, n) for i, n in enumerate(notifications)]
             params = {
                 "items": jsontext.dumps_text(pending),
@@ -102,7 +102,7 @@ class NotificationRepository:
                 **enqueue_item(position, n),
                 "status": n.status.value,
                 "last_error": n.last_error,
-                # Digests (0019): only set for an item of one; a plain row sends nulls.
+                # Digests (0009): only set for an item of one; a plain row sends nulls.
                 **(
                     {
                         "digest_key": n.digest.key,

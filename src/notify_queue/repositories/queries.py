@@ -44,17 +44,13 @@ def _load() -> dict[str, str]:
             queries[name] = text.strip()
     fragments = {name: _without_comments(text) for name, text in queries.items() if name[0] == "_"}
     _FRAGMENTS.update(fragments)
-    return {
-        name: _FRAGMENT.sub(lambda m: fragments[m[1]], text)
-        for name, text in queries.items()
-        if name[0] != "_"
-    }
+    return {name: expand_fragments(text) for name, text in queries.items() if name[0] != "_"}
 
 
 def expand_fragments(text: str) -> str:
-    """`text` (SQL outside these files: citus/functions.sql) with each `{{_name}}` replaced by
-    the fragment's text, as in a query."""
-    return _FRAGMENT.sub(lambda m: _FRAGMENTS[m[1]], text)
+    """`text` (a query, or SQL outside these files: citus/functions.sql) with each `{{_name}}`
+    replaced by the fragment's text, fragments within it too."""
+    return _FRAGMENT.sub(lambda m: expand_fragments(_FRAGMENTS[m[1]]), text)
 
 
 def _without_comments(text: str) -> str:

@@ -35,6 +35,13 @@ applied: they are written for the last step's schema. A change of a function's s
 meaning takes a new name beside the old (`_v2`): the previous release's processes, still running
 during the roll-out, keep calling the old one, which a contract step drops (docs/upgrading.md).
 
+The history squashed. 0.1.0's steps (0001-0008) are kept as one (0008), 0.2.0's (0011-0043) as
+four (0009, 0010, 0015, 0022) that make the same schema from 0.1.0's. A database that recorded a
+release's last expand step has what its squashed expand steps make, and its last contract step
+stands for the squashed contract steps (`SQUASHED`). A database that recorded some of a release's
+own steps but not its last expand step is refused (`UpgradeThroughRelease`): its schema is no
+release's.
+
 Phases. `migrate` runs before the roll-out, while the previous release serves, so it applies
 expand steps only (what the previous release's code keeps working with). A contract step (a
 rename's or drop's destructive half) is applied by `migrate --contract`, which refuses while a
@@ -50,16 +57,20 @@ import hashlib
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
 from notify_queue import __version__, limits
-from notify_queue.errors import ContractStepWaits, DatabaseBusy, OlderReleaseRunning
+from notify_queue.errors import (
+    ContractStepWaits,
+    DatabaseBusy,
+    OlderReleaseRunning,
+    UpgradeThroughRelease,
+)
 from notify_queue.repositories import index_steps
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.engine import citus_worker_nodes
@@ -104,6 +115,50 @@ class Phase(StrEnum):
 
 
 @dataclass(frozen=True)
+class SquashedRelease:
+    """A release's steps kept as fewer files numbered within `steps` (module docstring, "The
+    history squashed"). A step is the release's own when a database recorded it under a name that
+    no file of this release has at that version."""
+
+    release: str
+    steps: range
+    # (version, name) of the release's last expand step, and of its last contract step (None:
+    # it had none), as every database that finished the release's `migrate` (`migrate
+    # --contract`) recorded them.
+    last_expand: tuple[int, str]
+    last_contract: tuple[int, str] | None
+
+
+SQUASHED = (
+    SquashedRelease(
+        release="0.1.0",
+        steps=range(1, 9),
+        last_expand=(8, "queue_and_delivery_log"),
+        last_contract=None,
+    ),
+    SquashedRelease(
+        release="0.2.0",
+        steps=range(9, 44),
+        last_expand=(43, "delivery_log_replica_identity"),
+        last_contract=(36, "request_digest_contract"),
+    ),
+)
+
+
+class EnqueueSettings(Protocol):
+    """What a role's settings (notify_queue.settings) say of notify_queue_enqueue's defaults."""
+
+    @property
+    def max_attempts(self) -> int: ...
+
+    @property
+    def webhook_url(self) -> str | None: ...
+
+    @property
+    def model_fields_set(self) -> set[str]: ...
+
+
+@dataclass(frozen=True)
 class EnqueueDefaults:
     """What notify_queue_enqueue takes from the deployment's configuration (0045), as `migrate`
     was given it: None (and `webhook_url_given` false) keeps what the database has."""
@@ -113,14 +168,13 @@ class EnqueueDefaults:
     webhook_url_given: bool = False
 
     @classmethod
-    def configured(
-        cls, *, max_attempts: int, webhook_url: str | None, given: AbstractSet[str]
-    ) -> EnqueueDefaults:
-        """From a role's settings: only what was configured (`given`, the settings' fields set
-        by a flag or a variable), so a `migrate` without them keeps the database's values."""
+    def configured(cls, settings: EnqueueSettings) -> EnqueueDefaults:
+        """From a role's settings: only what was configured (the settings' fields set by a flag
+        or a variable), so a `migrate` without them keeps the database's values."""
+        given = settings.model_fields_set
         return cls(
-            max_attempts=max_attempts if "max_attempts" in given else None,
-            webhook_url=webhook_url,
+            max_attempts=settings.max_attempts if "max_attempts" in given else None,
+            webhook_url=settings.webhook_url,
             webhook_url_given="webhook_url" in given,
         )
 
@@ -207,6 +261,37 @@ def _read_migrations(package: str) -> tuple[Migration, ...]:
     return tuple(sorted(found, key=lambda m: m.version))
 
 
+def applied_versions(recorded: dict[int, str], migrations: list[Migration]) -> set[int]:
+    """The versions of `migrations` a database has applied, from what it recorded (version:
+    name): each recorded version, and the squashed steps a release's recorded last steps stand
+    for. Raises UpgradeThroughRelease for a database that applied part of a squashed release."""
+    applied = set(recorded)
+    names = {m.version: m.name for m in migrations}
+    for squash in SQUASHED:
+        own = sorted(
+            v for v, name in recorded.items() if v in squash.steps and names.get(v) != name
+        )
+        if not own:
+            continue
+        if recorded.get(squash.last_expand[0]) != squash.last_expand[1]:
+            version, name = squash.last_expand
+            raise UpgradeThroughRelease(
+                f"this database applied {len(own)} of {squash.release}'s migration steps "
+                f"({own[0]:04d} to {own[-1]:04d}) but not its last, {version:04d}_{name}: a build "
+                f"between two releases migrated it. Run {squash.release}'s `notify-queue "
+                f"migrate` on it first, then this release's (docs/upgrading.md, \"The history "
+                f'squashed")'
+            )
+        last = squash.last_contract
+        contracted = last is not None and recorded.get(last[0]) == last[1]
+        applied |= {
+            m.version
+            for m in migrations
+            if m.version in squash.steps and (m.phase is Phase.EXPAND or contracted)
+        }
+    return applied
+
+
 def latest_version(package: str = MIGRATIONS_PACKAGE) -> int:
     return available_migrations(package)[-1].version
 
@@ -254,11 +339,13 @@ async def migrate(
         await _lock(conn)
         try:
             await conn.execute("migration_ledgers_create")
-            done = {row["version"] for row in await conn.fetch_all("migration_versions")}
-            fresh = not done
+            recorded = {r["version"]: r["name"] for r in await conn.fetch_all("migration_versions")}
+            fresh = not recorded
+            migrations = available_migrations(package)
+            done = applied_versions(recorded, migrations)
             pending = [
                 m
-                for m in available_migrations(package)
+                for m in migrations
                 if m.version not in done and (target is None or m.version <= target)
             ]
             contracting = fresh or contract
@@ -596,14 +683,18 @@ async def missing_steps(db: Database, *, package: str = MIGRATIONS_PACKAGE) -> l
     ships (contract steps never: the code of their release works before and after them). Steps
     newer than this program are fine, so its processes stay ready while the next release's
     `migrate` runs."""
-    needed = [m for m in available_migrations(package) if m.phase is Phase.EXPAND]
+    every = available_migrations(package)
+    needed = [m for m in every if m.phase is Phase.EXPAND]
     async with db.connection() as conn:
         present = await conn.fetch_one("migration_table_exists")
         if not present or not present["present"]:
             return [f"{m.version:04d}_{m.name}" for m in needed]
         baseline = await conn.fetch_one("migration_current")
         steps = await conn.fetch_all("migration_steps_applied") if present["steps_present"] else []
-        applied = {r["version"] for r in steps}
+    try:
+        applied = applied_versions({r["version"]: r["name"] for r in steps}, every)
+    except UpgradeThroughRelease:
+        applied = {r["version"] for r in steps}  # what it lacks, as recorded
     at = (baseline or {}).get("version") or 0
     return [
         f"{m.version:04d}_{m.name}"

@@ -366,7 +366,7 @@ class NotificationService:
         if retried is None:
             current = await self.get(id)
             if current.status in RETRYABLE_STATUSES:
-                # Retention forgot its key: its partition is being dropped (0011).
+                # Retention forgot its key: its partition is being dropped.
                 raise Conflict(
                     f"notification {id} is past the retention and being removed; it cannot be "
                     f"retried"

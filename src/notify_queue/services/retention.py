@@ -20,7 +20,7 @@ class DeliveryLogKeeper:
 
     async def maintain(self) -> list[Dropped]:
         """Create the coming days' partitions, build the index parts a migration left to the
-        workers (0028); drop the partitions past the retention (0 keeps all)."""
+        workers (0009); drop the partitions past the retention (0 keeps all)."""
         created = await self._repository.partitions_prepare(days_ahead=DAYS_AHEAD)
         if created:
             log.info("delivery log: created %d partitions ahead", created)

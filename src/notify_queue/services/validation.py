@@ -414,7 +414,7 @@ def parse_request(
 
 # Names a newcomer reaches for, and the field each means; a name that differs from a field's
 # only in case, `_` or `-` (`recipient_id`, `send_at`) is matched without a list. The same rule
-# in nq_unknown_field_message (migration 0052), so both doors say the same.
+# in nq_unknown_field_message, so both doors say the same.
 FIELD_ALIASES = {
     "to": "recipient",
     "message": "body",
@@ -455,7 +455,7 @@ def request_hash(data: dict[str, Any]) -> str:
     return hashlib.sha256(jsontext.canonical(sent)).hexdigest()
 
 
-# A key's hash is kept as its first 128 bits (migrations 0035/0036: 16 bytes; a key of an
+# A key's hash is kept as its first 128 bits (0009, 0015: 16 bytes; a key of an
 # earlier release kept all 256, read back as the same 32 hex characters).
 STORED_HASH_CHARS = 32
 

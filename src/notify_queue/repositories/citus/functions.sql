@@ -97,16 +97,7 @@ BEGIN
     -- names only tables of the bucket's co-location group), for the webhook URL.
     v_policies := ARRAY(SELECT p FROM nq_policies p);
     FOR r IN
-        SELECT j.*, j.status AS old_status,
-               COALESCE(g.status, j.status) AS final_status,
-               CASE WHEN p_last_errors IS NULL THEN j.last_error ELSE g.last_error END
-                   AS final_last_error,
-               COALESCE(g.attempt_count, j.attempt_count) AS final_attempt_count,
-               CASE WHEN p_provider_message_ids IS NULL THEN j.provider_message_id
-                    ELSE g.provider_message_id END AS final_provider_message_id,
-               CASE WHEN p_providers IS NULL THEN j.provider ELSE g.provider END
-                   AS final_provider,
-               COALESCE(g.delivery_attempts, j.delivery_attempts) AS final_delivery_attempts,
+        SELECT j.*, {{_final_values}},
                COALESCE(j.webhook_url, p.webhook_url, p_default_webhook_url) AS hook_url,
                p.name AS hook_policy
         FROM nq_jobs j
@@ -135,15 +126,8 @@ BEGIN
             v_event := gen_random_uuid();
             INSERT INTO nq_webhook_events (id, notification_id, url, policy, payload, bucket)
             VALUES (v_event, r.id, r.hook_url, r.hook_policy,
-                    json_build_object(
-                        'eventId', v_event,
-                        'jobId', r.id,
-                        'status', r.final_status,
-                        'attemptCount', r.final_attempt_count,
-                        'timestamp', to_char(now() AT TIME ZONE 'UTC',
-                                             'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-                        'provider', r.final_provider
-                    )::text,
+                    nq_webhook_payload(v_event, r.id, r.final_status, r.final_attempt_count,
+                                       r.final_provider),
                     p_bucket);
         END IF;
         v_ids := v_ids || r.id;
@@ -342,11 +326,7 @@ BEGIN
         )
         SELECT id, source FROM retried
     LOOP
-        IF t.source = 'kubernetes' THEN
-            kube_ids := kube_ids || t.id;
-            kube_old_statuses := kube_old_statuses || 'PROCESSING'::text;
-            kube_new_statuses := kube_new_statuses || 'PENDING'::text;
-        END IF;
+        {{_kube_requeued}}
     END LOOP;
 END $$;
 
@@ -864,11 +844,7 @@ BEGIN
             RETURNING n.id, n.source
         LOOP
             recovered := recovered + 1;
-            IF t.source = 'kubernetes' THEN
-                kube_ids := kube_ids || t.id;
-                kube_old_statuses := kube_old_statuses || 'PROCESSING'::text;
-                kube_new_statuses := kube_new_statuses || 'PENDING'::text;
-            END IF;
+            {{_kube_requeued}}
         END LOOP;
     END IF;
     -- As recover_expired_leases: `recovered` counts the dead-lettered too.

@@ -5,7 +5,7 @@
 -- PostgreSQL it never runs: the schema there stays the migrations' alone.
 --
 -- - The tables that grow with the notifications are hash-distributed by `bucket` (nq_bucket of
---   the recipient, 0012) and co-located: the queue, the log, the rate windows and the webhook
+--   the recipient, 0009) and co-located: the queue, the log, the rate windows and the webhook
 --   events of one recipient live on one shard, so a claim, a completion, a rate-limit window and
 --   the relay's claim each name one bucket and route to one node.
 -- - The idempotency keys are distributed by key: their uniqueness is the key's own, and a
@@ -59,7 +59,7 @@ BEGIN
                         '`notify-queue migrate --contract`';
     END IF;
 
-    -- Webhook events get their notification's bucket (0012) while every table is still local
+    -- Webhook events get their notification's bucket (0009) while every table is still local
     -- (Citus plans no such join between a distributed and a local table).
     IF NOT EXISTS (SELECT FROM pg_dist_partition
                    WHERE logicalrelid = 'nq_webhook_events'::regclass) THEN
@@ -84,7 +84,7 @@ BEGIN
     END IF;
 
     -- The log (partitioned by day, no primary key): rows moved in before the move onto Citus get
-    -- their bucket again (0012 kept none for the log's old rows).
+    -- their bucket again (0009 kept none for the log's old rows).
     IF NOT EXISTS (SELECT FROM pg_dist_partition
                    WHERE logicalrelid = 'nq_delivery_log'::regclass) THEN
         UPDATE nq_delivery_log SET bucket = nq_bucket(COALESCE(recipient_id, recipient))
@@ -99,7 +99,7 @@ BEGIN
         PERFORM truncate_local_data_after_distributing_table('nq_rate_windows');
     END IF;
 
-    -- Digests (0019, docs/digests.md): keyed (bucket, id) and co-located with their items, so
+    -- Digests (0009, docs/digests.md): keyed (bucket, id) and co-located with their items, so
     -- a create joining one, the claim closing it and the cancel leaving it each name one shard.
     IF NOT EXISTS (SELECT FROM pg_dist_partition
                    WHERE logicalrelid = 'nq_digests'::regclass) THEN
@@ -107,7 +107,7 @@ BEGIN
         PERFORM truncate_local_data_after_distributing_table('nq_digests');
     END IF;
 
-    -- Escalations (0020): keyed (bucket, id) from the start, co-located with their steps, so the
+    -- Escalations (0009): keyed (bucket, id) from the start, co-located with their steps, so the
     -- claim's guard (a read of the step's escalation by (bucket, id)) stays on the step's shard.
     IF NOT EXISTS (SELECT FROM pg_dist_partition
                    WHERE logicalrelid = 'nq_escalations'::regclass) THEN
@@ -115,7 +115,7 @@ BEGIN
         PERFORM truncate_local_data_after_distributing_table('nq_escalations');
     END IF;
 
-    -- Webhook events: the bucket of their notification (0012), the key (bucket, id).
+    -- Webhook events: the bucket of their notification (0009), the key (bucket, id).
     IF NOT EXISTS (SELECT FROM pg_dist_partition
                    WHERE logicalrelid = 'nq_webhook_events'::regclass) THEN
         ALTER TABLE nq_webhook_events ALTER COLUMN bucket SET NOT NULL;

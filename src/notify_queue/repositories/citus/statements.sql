@@ -202,10 +202,7 @@ GROUP BY bucket ORDER BY min(next_attempt_at)
 -- webhook_claim_due within one bucket (its rules are the fragments of webhooks.sql).
 WITH due AS (
     SELECT id, attempts FROM nq_webhook_events
-    WHERE bucket = %(bucket)s AND state = 'pending' AND next_attempt_at <= now()
-    ORDER BY next_attempt_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    WHERE bucket = %(bucket)s AND {{_webhook_due}}
 ),
 spent AS (
     UPDATE nq_webhook_events e
@@ -230,7 +227,7 @@ WHERE bucket = %(bucket)s AND id = %(id)s AND status = 'PENDING' AND digest_id I
 FOR UPDATE
 
 -- name: delivery_log_forget_keys_unlocked
--- Retention on Citus: delivery_log_forget_keys without the lock on the partition's rows (0021).
+-- Retention on Citus: delivery_log_forget_keys without the lock on the partition's rows.
 SELECT nq_delivery_log_forget_keys_unlocked(%(partition)s, %(after)s, %(limit)s) AS last_id
 
 -- name: delivery_log_detach_citus
@@ -240,7 +237,7 @@ SELECT nq_delivery_log_forget_keys_unlocked(%(partition)s, %(after)s, %(limit)s)
 ALTER TABLE nq_delivery_log DETACH PARTITION {partition}
 
 -- name: notification_retry_lock_bucket
--- Retry on Citus, step 1 of 3 (nq_retry, 0012, in steps Citus can route): lock the rows to
+-- Retry on Citus, step 1 of 3 (nq_retry, in steps Citus can route): lock the rows to
 -- retry in their bucket of the log, only from FAILED or DEAD_LETTERED.
 SELECT l.id, l.idempotency_key FROM nq_delivery_log l
 WHERE l.bucket = %(bucket)s AND l.id = ANY(%(ids)b::uuid[])
@@ -270,15 +267,7 @@ WITH moved AS (
               escalation_id, traceparent, tenant
 ), queued AS (
     INSERT INTO nq_jobs ({{_moved_columns}})
-    SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
-           'PENDING', send_at, now(), expires_at, 0, max_attempts, NULL, sent_at,
-           provider_message_id, NULL, NULL,
-           retries || jsonb_build_array(jsonb_build_object(
-               'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-               'fromStatus', status)),
-           source, policy, webhook_url, metadata, created_at, now(), NULL, recipient_id,
-           category, template_name, template_version, provider, delivery_attempts,
-           bucket, digest_id, escalation_id, traceparent, tenant
+    SELECT {{_retried_values}}, bucket, digest_id, escalation_id, traceparent, tenant
     FROM moved
     RETURNING id
 ), noted AS (
@@ -291,7 +280,7 @@ SELECT q.id FROM queued q WHERE (SELECT n FROM noted) IS NOT DISTINCT FROM (SELE
 -- name: notification_retry_pick
 -- The operator's batch retry on Citus: the oldest rows in %(status)s, without locks (the lock is
 -- taken per row by the steps above, and a row another retry moved first is skipped there).
--- Never SENT: through the status index of the rows not sent (0028), whose predicate is stated.
+-- Never SENT: through the status index of the rows not sent (0009), whose predicate is stated.
 SELECT id FROM nq_delivery_log WHERE status = %(status)s AND status <> 'SENT'
 ORDER BY created_at, id LIMIT %(limit)s
 
@@ -461,3 +450,13 @@ FROM due
 WHERE l.uid = due.uid
   AND (l.ttl_delete_requested_at IS NULL OR l.ttl_delete_requested_at < now() - interval '1 minute')
 RETURNING l.uid, l.namespace, l.name, l.notification_id, l.generation, 0::bigint AS other_links
+
+-- name: _kube_requeued
+-- PL/pgSQL of the delegated functions (citus/functions.sql): a row `t` put back to PENDING from
+-- PROCESSING (a retried result, a recovered lease), noted for its object's status write when it
+-- is a Kubernetes object's.
+IF t.source = 'kubernetes' THEN
+    kube_ids := kube_ids || t.id;
+    kube_old_statuses := kube_old_statuses || 'PROCESSING'::text;
+    kube_new_statuses := kube_new_statuses || 'PENDING'::text;
+END IF;

@@ -26,10 +26,7 @@ CREATE OR REPLACE FUNCTION nq_complete_deliveries(
     p_bound_providers text[], p_waiting_reasons text[], p_waiting_details text[],
     p_default_webhook_url text)
 RETURNS TABLE (accepted uuid[], events_possible boolean, noted integer)
-LANGUAGE plpgsql VOLATILE
-SET enable_seqscan = off
-SET plan_cache_mode = force_generic_plan
-AS $$
+{{_drain_function}}
 #variable_conflict use_column
 DECLARE
     v_accepted uuid[];

@@ -9,9 +9,7 @@ CREATE OR REPLACE FUNCTION nq_finish_held(
     p_attempt_counts integer[], p_provider_message_ids text[], p_providers text[],
     p_delivery_attempts jsonb[],
     p_default_webhook_url text, p_note boolean DEFAULT true
-) RETURNS TABLE (id uuid, status text, attempt_count integer, source text, channel text,
-                 recipient text, recipient_id text, bucket smallint, webhook_url text,
-                 policy text, provider text)
+) RETURNS {{_finished_rows}}
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
 DECLARE
@@ -36,22 +34,9 @@ BEGIN
         WHERE j.id = ANY(p_ids) AND j.id = g.id
           AND (g.claim_token IS NULL
                OR (j.claim_token = g.claim_token AND j.status = 'PROCESSING'))
-        RETURNING j.*, j.status AS old_status,
-                  COALESCE(g.status, j.status) AS final_status,
-                  CASE WHEN p_last_errors IS NULL THEN j.last_error ELSE g.last_error END
-                      AS final_last_error,
-                  COALESCE(g.attempt_count, j.attempt_count) AS final_attempt_count,
-                  CASE WHEN p_provider_message_ids IS NULL THEN j.provider_message_id
-                       ELSE g.provider_message_id END AS final_provider_message_id,
-                  CASE WHEN p_providers IS NULL THEN j.provider ELSE g.provider END
-                      AS final_provider,
-                  COALESCE(g.delivery_attempts, j.delivery_attempts) AS final_delivery_attempts
+        RETURNING j.*, {{_final_values}}
     ), logged AS (
-        INSERT INTO nq_delivery_log ({{_moved_columns}})
-        {{_logged_values}}
-        FROM moved m
-        RETURNING id, status, attempt_count, source, channel, recipient, recipient_id, bucket,
-                  webhook_url, policy, provider
+        {{_log_moved}}
     )
     SELECT array_agg(l.id), array_agg(l.status), array_agg(l.attempt_count), array_agg(l.source),
            array_agg(l.channel), array_agg(l.recipient), array_agg(l.recipient_id),

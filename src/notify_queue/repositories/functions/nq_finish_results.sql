@@ -17,9 +17,7 @@ CREATE OR REPLACE FUNCTION nq_finish_results(
     p_ids uuid[], p_claim_tokens uuid[], p_statuses text[], p_last_errors text[],
     p_give_back boolean[], p_provider_message_ids text[], p_providers text[],
     p_bound_providers text[], p_attempts jsonb, p_default_webhook_url text
-) RETURNS TABLE (id uuid, status text, attempt_count integer, source text, channel text,
-                 recipient text, recipient_id text, bucket smallint, webhook_url text,
-                 policy text, provider text)
+) RETURNS {{_finished_rows}}
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_column
 BEGIN
@@ -73,11 +71,7 @@ BEGIN
         UNION ALL
         SELECT * FROM itemised
     ), logged AS (
-        INSERT INTO nq_delivery_log ({{_moved_columns}})
-        {{_logged_values}}
-        FROM moved m
-        RETURNING id, status, attempt_count, source, channel, recipient, recipient_id, bucket,
-                  webhook_url, policy, provider
+        {{_log_moved}}
     ), counted AS (
         -- The status counters by final status: PENDING and PROCESSING are not counted,
         -- so the rows' previous status subtracts nothing. One call for the batch (`IS NULL`:

@@ -17,15 +17,7 @@ LANGUAGE sql VOLATILE AS $$
     ), inserted AS (
         INSERT INTO nq_webhook_events (id, notification_id, url, policy, payload, bucket)
         SELECT c.event_id, c.id, c.url, c.policy,
-               json_build_object(
-                   'eventId', c.event_id,
-                   'jobId', c.id,
-                   'status', c.status,
-                   'attemptCount', c.attempts,
-                   'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-                   'provider', c.provider
-               )::text,
-               c.bucket
+               nq_webhook_payload(c.event_id, c.id, c.status, c.attempts, c.provider), c.bucket
         FROM changed c
         WHERE c.url IS NOT NULL
         RETURNING 1

@@ -27,14 +27,7 @@ BEGIN
         RETURNING *
     ), queued AS (
         INSERT INTO nq_jobs ({{_moved_columns}})
-        SELECT id, idempotency_key, request_hash, channel, recipient, subject, body, priority,
-               'PENDING', send_at, now(), expires_at, 0, max_attempts, NULL, sent_at,
-               provider_message_id, NULL, NULL,
-               retries || jsonb_build_array(jsonb_build_object(
-                   'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-                   'fromStatus', status)),
-               source, policy, webhook_url, metadata, created_at, now(), NULL, recipient_id,
-               category, template_name, template_version, provider, delivery_attempts,
+        SELECT {{_retried_values}},
                COALESCE(bucket, nq_bucket(COALESCE(recipient_id, recipient))), digest_id,
                escalation_id, traceparent, tenant
         FROM moved

@@ -35,14 +35,16 @@ The rules every file from 0009 on follows (docs/upgrading.md has the why and a w
 - An expand step never depends on a contract step (they may run a release apart).
 - DDL of a distributed table in a file of several statements runs through `EXECUTE` in a `DO`
   block: a Citus coordinator sends it on to the worker nodes as the text it was given, the whole
-  file, which they refuse (0028; docs/upgrading.md). A function created or replaced after such
-  DDL in the same file needs `citus.multi_shard_modify_mode` set to `sequential` first (0032):
-  Citus propagates the function over one connection per node and refuses that after a parallel
-  operation on a distributed table.
-- 0001-0008 are the baseline (0.1.0), recorded in nq_schema_migrations, where 0.1.0 looks;
-  every later step is recorded in nq_schema_steps with its phase. Never renumber a shipped
-  file, and edit one only so that a database that applied the old text ends where one applying
-  the new text does (0017 and 0019 gave their index builds to 0018, which finds them built).
+  file, which they refuse (docs/upgrading.md). A function created or replaced after such DDL in
+  the same file needs `citus.multi_shard_modify_mode` set to `sequential` first: Citus propagates
+  the function over one connection per node and refuses that after a parallel operation on a
+  distributed table.
+- 0008 is the baseline (0.1.0's schema, its eight steps squashed), recorded in
+  nq_schema_migrations, where 0.1.0 looks; every later step is recorded in nq_schema_steps with
+  its phase. 0009, 0010, 0015 and 0022 are 0.2.0's steps squashed (repositories/schema.py,
+  `SQUASHED`). Never renumber a shipped file,
+  and edit one only so that a database that applied the old text ends where one applying the
+  new text does.
   Comments may be reworded freely, except the `-- phase:` and `-- transaction:` headers.
 - `make lint` runs squawk (`.squawk.toml`) on the files from 0009 on. An exception to one of its
   rules is written right before the statement: the reason, then the rule it waives:

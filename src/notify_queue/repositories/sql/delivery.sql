@@ -377,6 +377,15 @@ SET next_attempt_at = now() + CASE WHEN r.role = 'busy' THEN interval '1 second'
                           ELSE 'sent with its digest' END,
     updated_at = now()
 
+-- name: _drain_function
+-- The attributes of a drain function (its language and the plan settings every statement of the
+-- drain runs under: the indexes whatever the statistics, one generic plan per connection), then
+-- the start of its body.
+LANGUAGE plpgsql VOLATILE
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+AS $$
+
 -- name: _moved_columns
 -- A notification's columns, shared by the queue and the log, in the order the moves between
 -- them (finish, retry) write them.
@@ -386,6 +395,33 @@ last_error, sent_at, provider_message_id, claim_token, lease_expires_at, retries
 source, policy, webhook_url, metadata, created_at, updated_at, finished_at,
 recipient_id, category, template_name, template_version, provider,
 delivery_attempts, bucket, digest_id, escalation_id, traceparent, tenant
+
+-- name: _final_values
+-- A finishing row's final values (`j`: its queue row, `g`: what the caller gave, a NULL array of
+-- the caller's keeping the row's own), as nq_finish_held and its Citus form move it.
+j.status AS old_status,
+COALESCE(g.status, j.status) AS final_status,
+CASE WHEN p_last_errors IS NULL THEN j.last_error ELSE g.last_error END AS final_last_error,
+COALESCE(g.attempt_count, j.attempt_count) AS final_attempt_count,
+CASE WHEN p_provider_message_ids IS NULL THEN j.provider_message_id
+     ELSE g.provider_message_id END AS final_provider_message_id,
+CASE WHEN p_providers IS NULL THEN j.provider ELSE g.provider END AS final_provider,
+COALESCE(g.delivery_attempts, j.delivery_attempts) AS final_delivery_attempts
+
+-- name: _finished_rows
+-- What the moves to the log return per row (nq_finish_held, nq_finish_results), for the caller's
+-- answer and its webhook events.
+TABLE (id uuid, status text, attempt_count integer, source text, channel text, recipient text,
+       recipient_id text, bucket smallint, webhook_url text, policy text, provider text)
+
+-- name: _log_moved
+-- The log rows of the rows a move deleted from the queue (`moved`, with their final values),
+-- returning what the caller answers and writes webhook events from (_finished_rows).
+INSERT INTO nq_delivery_log ({{_moved_columns}})
+{{_logged_values}}
+FROM moved m
+RETURNING id, status, attempt_count, source, channel, recipient, recipient_id, bucket,
+          webhook_url, policy, provider
 
 -- name: _logged_values
 -- The log row of a moved notification (`m`: the queue's row with its final values): SENT gets

@@ -42,7 +42,7 @@ ALTER TABLE nq_delivery_log DETACH PARTITION {partition} CONCURRENTLY
 ALTER TABLE nq_delivery_log DETACH PARTITION {partition} FINALIZE
 
 -- name: delivery_log_unsent_missing
--- The partitions whose part of nq_delivery_log_unsent (0028) is not attached yet.
+-- The partitions whose part of nq_delivery_log_unsent (0009) is not attached yet.
 SELECT partition_name, index_name, index_valid FROM nq_delivery_log_unsent_missing()
 
 -- name: delivery_log_index_drop
@@ -53,9 +53,9 @@ DROP INDEX CONCURRENTLY IF EXISTS {index}
 -- name: delivery_log_unsent_build
 -- A partition's part of nq_delivery_log_unsent, built without holding its writers back
 -- (CONCURRENTLY: two scans of the partition, waiting for the transactions that were writing it).
--- The definition is 0028's; an index that does not match it cannot be attached.
+-- The definition is 0009's; an index that does not match it cannot be attached.
 CREATE INDEX CONCURRENTLY {index} ON {partition} (status, created_at, id) WHERE status <> 'SENT'
 
 -- name: delivery_log_unsent_attach
--- With its last part attached, nq_delivery_log_unsent becomes valid (0029 waits for that).
+-- With its last part attached, nq_delivery_log_unsent becomes valid (0015 waits for that).
 ALTER INDEX nq_delivery_log_unsent ATTACH PARTITION {index}

@@ -1,4 +1,4 @@
--- Digests (0019, docs/digests.md): what a carrier sends, and reads of a notification's digest.
+-- Digests (0009, docs/digests.md): what a carrier sends, and reads of a notification's digest.
 
 -- name: digest_contents
 -- The digests this worker's carriers send, read after the claim that closed them committed (a

@@ -1,7 +1,7 @@
 -- Escalations (docs/escalation.md): the create, the read and the
 -- acknowledgement. Lock order, everywhere: the escalation row first, then its steps' queue rows.
 -- The worker never locks an escalation row: its claim reads the row's state from its snapshot
--- (nq_claim, 0042: "ESCALATION GUARD"), which is what makes the order safe.
+-- (nq_claim: "ESCALATION GUARD"), which is what makes the order safe.
 
 -- name: escalation_insert
 -- An escalation and its steps in one statement: the steps' idempotency keys first (ON CONFLICT

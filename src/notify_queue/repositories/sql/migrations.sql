@@ -32,10 +32,11 @@ CREATE TABLE IF NOT EXISTS nq_schema_functions (
 )
 
 -- name: migration_versions
--- Every applied version, baseline and steps alike (a version number is never reused).
-SELECT version FROM nq_schema_migrations
+-- Every applied version with the name it was recorded under, baseline and steps alike (a name
+-- this release's file of that version does not have is a step of the squashed history).
+SELECT version, name FROM nq_schema_migrations
 UNION ALL
-SELECT version FROM nq_schema_steps
+SELECT version, name FROM nq_schema_steps
 
 -- name: migration_record
 -- A baseline version (1-8 only: see migration_ledgers_create).
@@ -54,7 +55,7 @@ SELECT to_regclass('nq_schema_migrations') IS NOT NULL AS present,
 SELECT max(version) AS version FROM nq_schema_migrations
 
 -- name: migration_steps_applied
-SELECT version FROM nq_schema_steps
+SELECT version, name FROM nq_schema_steps
 
 -- name: migration_processes_connected
 -- Who is connected to this database, by application name, other than the caller: every
@@ -71,7 +72,7 @@ ORDER BY application_name
 
 -- name: migration_enqueue_role_state
 -- Whether the role that may call notify_queue_enqueue exists, whether this user could create it
--- (CREATEROLE or superuser), and whether the function exists yet (0016).
+-- (CREATEROLE or superuser), and whether the function exists yet.
 SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'notify_queue_enqueue') AS present,
        (SELECT rolcreaterole OR rolsuper FROM pg_roles WHERE rolname = current_user) AS can_create,
        to_regprocedure('notify_queue_enqueue(jsonb,text)') IS NOT NULL AS function_present

@@ -1,6 +1,6 @@
 -- Queries of the API and the operator (enqueue, read, cancel, retry). Unfinished notifications
 -- are in nq_jobs, finished ones in nq_delivery_log, and nq_all_notifications is the view over
--- both (0012); reads go through the view, writes to the table the row is in.
+-- both (0009); reads go through the view, writes to the table the row is in.
 -- The worker's hot path (claim, complete, recover) is in delivery.sql.
 
 -- name: _notification_columns
@@ -13,7 +13,7 @@ n.template_name, n.template_version, n.provider, n.delivery_attempts, n.bucket, 
 n.waiting_until, n.waiting_detail, n.digest_id, n.escalation_id, n.traceparent
 
 -- name: notification_insert_many
--- Enqueue a batch in one statement: nq_insert_notifications (0016), the one insert path that
+-- Enqueue a batch in one statement: nq_insert_notifications, the one insert path that
 -- notify_queue_enqueue, the SQL door, shares. The idempotency keys are inserted first, ON
 -- CONFLICT DO NOTHING: of two identical requests racing, the second waits for the first to
 -- commit and then inserts no key, so no row; the caller reads the existing row with
@@ -31,7 +31,7 @@ SELECT * FROM nq_insert_notifications(%(items)s::json, %(default_max_attempts)s,
 
 -- name: notification_enqueue_pending
 -- notification_insert_many for the API's common batch, every row PENDING and none a digest's item
--- (nq_enqueue_pending, 0024): no log half, the workers' wake-up sent in this statement's
+-- (nq_enqueue_pending): no log half, the workers' wake-up sent in this statement's
 -- transaction when %(wake)s and a row was inserted (the caller's debounced waker decides), and
 -- only the columns the server decides returned: the caller builds each notification from its
 -- request and these (repositories.rows.enqueued_notifications).
@@ -54,14 +54,14 @@ SELECT array_agg(e.id) AS ids, array_agg(e.max_attempts) AS max_attempts,
 FROM nq_enqueue_pending(%(items)s::json, %(default_max_attempts)s, %(wake)s) AS e
 
 -- name: notification_insert_many_digests
--- notification_insert_many for a batch with a digest's item (0019, docs/digests.md): each such
+-- notification_insert_many for a batch with a digest's item (0009, docs/digests.md): each such
 -- item joins its recipient's open digest (nq_digest_join) in this statement; the batch's other
 -- rows are inserted as there. A plain batch never runs this one (it plans the digest steps).
 SELECT * FROM nq_insert_digest_items(%(items)s::json, %(default_max_attempts)s,
                                      %(default_webhook_url)s)
 
 -- name: notification_log_ready
--- Before an insert of rows born final: the log has today's partition (0012).
+-- Before an insert of rows born final: the log has today's partition (0009).
 SELECT nq_delivery_log_ready() AS ready
 
 -- name: notification_lock_request_keys
@@ -74,8 +74,8 @@ FROM (SELECT DISTINCT k FROM unnest(%(keys)b::text[]) AS k ORDER BY k) keys
 
 -- name: notification_get_by_keys
 -- Through the keys table: its primary key, then each row by id in the queue or the log. The hash
--- of the request that made each row is the key's (0032): the rows' own column is not written
--- since 0033. As stored (nq_stored_hash, 0035): its first 32 hex characters, compared with a
+-- of the request that made each row is the key's (0009): the rows' own column is not written
+-- since 0.2.0. As stored (nq_stored_hash): its first 32 hex characters, compared with a
 -- request's by services.validation.same_request.
 WITH k AS (
     SELECT notification_id, nq_stored_hash(request_digest, request_hash) AS request_hash
@@ -90,7 +90,7 @@ WHERE n.id = ANY(ARRAY(SELECT notification_id FROM k))
 SELECT {{_notification_columns}} FROM nq_all_notifications n WHERE id = %(id)s
 
 -- name: _notification_list_filters
--- The list's filters on a row `n` (notification_list's three parts).
+-- The list's filters on a row `n` (notification_list's parts, its `waiting` forms).
 (%(channel)s::text IS NULL OR n.channel = %(channel)s)
 AND (%(recipient)s::text IS NULL OR n.recipient = %(recipient)s)
 AND (%(recipient_id)s::text IS NULL OR n.recipient_id = %(recipient_id)s)
@@ -106,7 +106,7 @@ AND (%(after_created_at)s::timestamptz IS NULL
 -- log's (created_at, id) index or the one that starts with the recipient filter; finished rows
 -- of one other status through nq_delivery_log_unsent (status, created_at, id). The queue keeps
 -- its order for PENDING rows only and the log its status index for the rows not SENT, so a
--- claim and a sent row's completion write no entry in them (0026, 0028). Not a query over
+-- claim and a sent row's completion write no entry in them (0009, 0010). Not a query over
 -- nq_all_notifications with the status split into its parts: a part of a UNION ALL with a WHERE
 -- of its own is planned apart, for all its rows (a sort of the whole backlog), not for the first
 -- rows of the merge. The part a status filter needs is chosen by conditions on the parameter
@@ -151,13 +151,9 @@ SELECT {{_notification_columns}} FROM nq_jobs n
 WHERE n.status = 'PENDING'
   AND (n.waiting_reason IS NULL OR n.waiting_until <= now())
   AND n.channel || ':' || n.priority = ANY(%(lanes)s::text[])
-  AND (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(channel)s::text IS NULL OR channel = %(channel)s)
-  AND (%(recipient)s::text IS NULL OR recipient = %(recipient)s)
-  AND (%(recipient_id)s::text IS NULL OR recipient_id = %(recipient_id)s)
-  AND (%(after_created_at)s::timestamptz IS NULL
-       OR (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
-ORDER BY created_at, id
+  AND (%(status)s::text IS NULL OR n.status = %(status)s)
+  AND {{_notification_list_filters}}
+ORDER BY n.created_at, n.id
 LIMIT %(limit)s
 
 -- name: queue_status_unserved
@@ -177,7 +173,7 @@ FROM nq_delivery_log l
 
 -- name: notification_list_waiting
 -- notification_list for `?waiting=R`: only a PENDING row can wait, so only the queue is read,
--- never the log. The partial index nq_jobs_waiting (0017: PENDING rows with a reason, by reason
+-- never the log. The partial index nq_jobs_waiting (0009: PENDING rows with a reason, by reason
 -- and until) finds the rows waiting for R now, as the API shows them (a row whose until has
 -- passed is due: models.current_waiting); they are few (the backlog's deferred part) and sorted
 -- here into the same keyset order as notification_list, with its other filters.
@@ -185,13 +181,9 @@ SELECT {{_notification_columns}} FROM nq_jobs n
 WHERE n.status = 'PENDING'
   AND n.waiting_reason = %(waiting)s
   AND (n.waiting_until IS NULL OR n.waiting_until > now())
-  AND (%(status)s::text IS NULL OR status = %(status)s)
-  AND (%(channel)s::text IS NULL OR channel = %(channel)s)
-  AND (%(recipient)s::text IS NULL OR recipient = %(recipient)s)
-  AND (%(recipient_id)s::text IS NULL OR recipient_id = %(recipient_id)s)
-  AND (%(after_created_at)s::timestamptz IS NULL
-       OR (created_at, id) > (%(after_created_at)s::timestamptz, %(after_id)s::uuid))
-ORDER BY created_at, id
+  AND (%(status)s::text IS NULL OR n.status = %(status)s)
+  AND {{_notification_list_filters}}
+ORDER BY n.created_at, n.id
 LIMIT %(limit)s
 
 -- name: notification_cancel
@@ -211,19 +203,30 @@ SELECT f.id FROM nq_finish_held(ARRAY(SELECT id FROM pending), NULL,
                                 NULL, NULL, NULL, NULL, NULL, %(default_webhook_url)s) AS f
 
 -- name: notification_retry
--- Operator retry of one notification (nq_retry, 0012): only from FAILED or DEAD_LETTERED, and
+-- Operator retry of one notification (nq_retry): only from FAILED or DEAD_LETTERED, and
 -- only while its idempotency key is still its own; otherwise nothing. The caller reads it back.
 SELECT nq_retry(ARRAY[%(id)s::uuid]) AS id
+
+-- name: _retried_values
+-- A log row back in the queue (nq_retry and its Citus form), in _moved_columns' order up to the
+-- bucket: PENDING and due now, its attempts from zero, the retry and the status it left noted.
+id, idempotency_key, request_hash, channel, recipient, subject, body, priority, 'PENDING',
+send_at, now(), expires_at, 0, max_attempts, NULL, sent_at, provider_message_id, NULL, NULL,
+retries || jsonb_build_array(jsonb_build_object(
+    'at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+    'fromStatus', status)),
+source, policy, webhook_url, metadata, created_at, now(), NULL, recipient_id, category,
+template_name, template_version, provider, delivery_attempts
 
 -- name: notification_retry_batch
 -- Operator retry of up to %(limit)s notifications in one status, oldest first (the log's status
 -- index). SKIP LOCKED: two operators retrying at once split the work instead of waiting on each
 -- other. Returns the count retried and how many remain, so the caller repeats until none remain.
--- Rows whose key retention already forgot (their partition is being dropped, 0011) are not
+-- Rows whose key retention already forgot (their partition is being dropped) are not
 -- picked: nq_delivery_log_retry would refuse them, and as the oldest they would fill every batch.
 WITH picked AS (
     -- Never SENT (nq_retry takes FAILED and DEAD_LETTERED only): through the status index of the
-    -- rows not sent (0028), whose predicate this condition states.
+    -- rows not sent (0009), whose predicate this condition states.
     SELECT id FROM nq_delivery_log l
     WHERE status = %(status)s AND status <> 'SENT'
       AND EXISTS (SELECT 1 FROM nq_idempotency_keys k
@@ -272,7 +275,7 @@ SELECT 'pending', count(*) FROM nq_webhook_events WHERE state = 'pending'
 
 -- name: queue_status_waiting
 -- PENDING rows per waiting reason, counting those whose reason still holds (until ahead, or not
--- known), as the API shows them. An index-only scan of the partial index nq_jobs_waiting (0017),
+-- known), as the API shows them. An index-only scan of the partial index nq_jobs_waiting (0009),
 -- which holds only deferred PENDING rows: the cost follows what waits, never the history or
 -- the due backlog.
 SELECT waiting_reason AS reason, count(*) AS n

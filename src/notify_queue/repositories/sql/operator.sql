@@ -137,12 +137,7 @@ RETURNING l.uid, l.namespace, l.name, l.notification_id, l.generation, 0::bigint
 -- the sweeper sleeps exactly that long instead of polling.
 SELECT EXTRACT(EPOCH FROM min(n.finished_at + make_interval(secs => p.ttl_seconds_after_finished))
                - now())::float8 AS seconds
-FROM nq_kube_links l
-JOIN nq_all_notifications n ON n.id = l.notification_id
-JOIN nq_policies p ON p.name = n.policy
-WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
-  AND n.finished_at IS NOT NULL
-  AND p.ttl_seconds_after_finished IS NOT NULL
+{{_kube_links_finished}}
   AND l.ttl_delete_requested_at IS NULL
 
 -- name: lane_depths
@@ -181,17 +176,22 @@ objects AS (
     GROUP BY o.uid, o.namespace, o.name, o.notification_id
 )
 
+-- name: _kube_links_finished
+-- The links (in one namespace or all) whose notification finished under a policy with a
+-- ttlSecondsAfterFinished (`l`, `n`, `p`), for the sweeper's reads.
+FROM nq_kube_links l
+JOIN nq_all_notifications n ON n.id = l.notification_id
+JOIN nq_policies p ON p.name = n.policy
+WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
+  AND n.finished_at IS NOT NULL
+  AND p.ttl_seconds_after_finished IS NOT NULL
+
 -- name: _kube_finished_due
 -- The links whose notification finished at least its policy's ttlSecondsAfterFinished ago and
 -- that were not asked to delete in the last minute, oldest finished first, up to %(limit)s:
 -- kube_finished_take_due locks them, its Citus form marks them without a lock.
     SELECT l.uid
-    FROM nq_kube_links l
-    JOIN nq_all_notifications n ON n.id = l.notification_id
-    JOIN nq_policies p ON p.name = n.policy
-    WHERE (%(namespace)s::text IS NULL OR l.namespace = %(namespace)s)
-      AND n.finished_at IS NOT NULL
-      AND p.ttl_seconds_after_finished IS NOT NULL
+    {{_kube_links_finished}}
       AND n.finished_at + make_interval(secs => p.ttl_seconds_after_finished) <= now()
       AND (l.ttl_delete_requested_at IS NULL OR l.ttl_delete_requested_at < now() - interval '1 minute')
     ORDER BY n.finished_at
@@ -200,7 +200,7 @@ objects AS (
 -- name: waiting_refresh_next
 -- When the next Kubernetes notification's waiting reason runs out (its `until`), and the
 -- database's now: the refresher sleeps until then (operator/refresh.py). Rows with a reason only,
--- the partial index nq_jobs_waiting (0017).
+-- the partial index nq_jobs_waiting (0009).
 SELECT (SELECT min(waiting_until) FROM nq_jobs
         WHERE status = 'PENDING' AND waiting_reason IS NOT NULL AND source = 'kubernetes'
           AND waiting_until > now()) AS next_until,
@@ -208,7 +208,7 @@ SELECT (SELECT min(waiting_until) FROM nq_jobs
 
 -- name: waiting_refresh_passed
 -- Kubernetes notifications whose waiting reason ran out in (after, upto]: their status still
--- shows it. A read of the partial index nq_jobs_waiting (0017: deferred PENDING rows only), so
+-- shows it. A read of the partial index nq_jobs_waiting (0009: deferred PENDING rows only), so
 -- the cost follows what waits, never the due backlog. Ids only: the links are the coordinator's
 -- own table, joined by waiting_refresh_queue.
 SELECT id FROM nq_jobs

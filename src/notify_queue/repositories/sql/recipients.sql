@@ -4,7 +4,7 @@
 -- name: recipient_put
 -- Create or replace a recipient as a whole (PUT). `created` tells 201 from 200: xmax is 0 only
 -- for a row this statement inserted.
--- The voice number lives in nq_recipient_voices (0020: a new column would break 0.1.0's
+-- The voice number lives in nq_recipient_voices (0009: a new column would break 0.1.0's
 -- `SELECT *` during an upgrade), the chat, webhook and incident destinations in
 -- nq_recipient_destinations (0070, likewise): set or removed in the same statement.
 -- now() is in VALUES and DO UPDATE takes it from `excluded`: Citus refuses a non-IMMUTABLE
@@ -54,7 +54,7 @@ r.opt_out_all, r.opt_out_channels, r.opt_out_categories, r.quiet_start, r.quiet_
 r.updated_at
 
 -- name: _recipients_with_contacts
--- The recipients with their voice numbers (0020) and destinations (0070), as _recipient_columns
+-- The recipients with their voice numbers (0009) and destinations (0070), as _recipient_columns
 -- reads them.
 nq_recipients r LEFT JOIN nq_recipient_voices v ON v.recipient_id = r.id
 LEFT JOIN nq_recipient_destinations d ON d.recipient_id = r.id
@@ -73,7 +73,7 @@ SELECT {{_recipient_columns}} FROM {{_recipients_with_contacts}} WHERE r.id = AN
 FOR SHARE OF r
 
 -- name: recipient_delete
--- With its voice number (nq_recipient_voices, 0020) and destinations (0070), in one statement.
+-- With its voice number (nq_recipient_voices, 0009) and destinations (0070), in one statement.
 WITH gone AS (
     DELETE FROM nq_recipients WHERE id = %(id)s RETURNING id
 ), voice_gone AS (

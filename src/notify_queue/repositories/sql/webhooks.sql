@@ -1,5 +1,13 @@
 -- The webhook outbox: dispatch of events written by the status-changing statements.
 
+-- name: _webhook_due
+-- The events due now, oldest due first, up to %(limit)s, locked (SKIP LOCKED: relays split the
+-- work): webhook_claim_due and its Citus form, which names the bucket first.
+state = 'pending' AND next_attempt_at <= now()
+ORDER BY next_attempt_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
 -- name: webhook_claim_due
 -- Take up to %(limit)s due events. SKIP LOCKED splits them between dispatchers; the claim is a
 -- lease: next_attempt_at moves %(lease_seconds)s ahead, so an event whose dispatcher died is
@@ -23,10 +31,7 @@
 -- events the table holds.
 WITH due AS (
     SELECT id, attempts FROM nq_webhook_events
-    WHERE state = 'pending' AND next_attempt_at <= now()
-    ORDER BY next_attempt_at
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    WHERE {{_webhook_due}}
 ),
 spent AS (
     UPDATE nq_webhook_events e

@@ -1,4 +1,4 @@
--- The queue holds unfinished notifications only (0013 added the constraint NOT VALID): checked
+-- The queue holds unfinished notifications only (0015 added the constraint NOT VALID): checked
 -- against the rows already there, in a transaction of its own (a SHARE UPDATE EXCLUSIVE lock:
 -- claims and completions go on while it reads the backlog).
 -- phase: contract

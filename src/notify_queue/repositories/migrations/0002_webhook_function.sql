@@ -1,4 +1,0 @@
--- The one place that turns status changes into webhook events (docs/webhooks.md). 0.1.0 defined
--- nq_insert_webhook_events here and replaced it in 0005 and 0007; a new database gets the one
--- 0.1.0 ran, from 0007, and today's from functions/. The step is kept so the versions a
--- database recorded stay known.

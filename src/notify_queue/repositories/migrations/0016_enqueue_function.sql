@@ -1,5 +1,0 @@
--- Enqueue in your own transaction (docs/enqueue.md has the reasons): notify_queue_enqueue and
--- the functions it calls (nq_insert_notifications, nq_enqueue_errors, nq_notification_json, the
--- JSON and time helpers) are source code in functions/; `migrate` defines them after the
--- migrations. No change of tables; the step is kept so the versions a database recorded stay
--- known.

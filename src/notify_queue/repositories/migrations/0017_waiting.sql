@@ -1,6 +1,0 @@
--- Why a notification waits (docs/design.md "Why a notification waits"): the API's answer and the
--- enqueue function's say it. The deferred PENDING rows' index, for the gauge
--- notify_queue_waiting{reason} and `GET /notifications?waiting=R`, is built concurrently by
--- 0018, outside a transaction.
--- An expand step: 0.1.0 never reads or writes these columns. The answers say it through
--- nq_notification_json (functions/).

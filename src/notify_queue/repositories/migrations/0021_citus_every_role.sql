@@ -1,3 +1,0 @@
--- Notify Queue on Citus, every role (docs/scaling.md "Citus: every role"), expand step: no change
--- of tables. Retention's key cleanup for Citus is nq_delivery_log_forget_keys_unlocked
--- (functions/); the step is kept so the versions a database recorded stay known.

@@ -1,3 +1,0 @@
--- The API's common batch got its own insert function, nq_enqueue_pending, expand step: no change
--- of tables. The function is source code (functions/nq_enqueue_pending.sql), defined by `migrate`
--- after the migrations; this step is kept so the versions a database recorded stay known.

@@ -1,6 +1,0 @@
--- The API's common batch writes its new idempotency keys by a plain insert, which
--- writes no confirmation record.
--- phase: contract
---
--- A change of nq_enqueue_pending only (functions/nq_enqueue_pending.sql); no change of tables.
--- This step is kept so the versions a database recorded stay known.

@@ -1,9 +1,0 @@
--- The request hash kept with a key as 16 bytes, contract half (0035 is the expand half).
--- phase: contract
---
--- The three insert functions of the create paths write a new key's hash as its first 16 bytes
--- (`request_digest`) and no longer as 64 hex characters (`request_hash` NULL): 48 B less per
--- key. The previous release read and compared the hex form, so this waits until none of its
--- processes is connected; this release reads either (nq_stored_hash). Keys written before keep
--- their hex form. A change of functions only (functions/), no change of tables; the step is kept
--- so the versions a database recorded stay known.

@@ -1,3 +1,0 @@
--- The enqueue finds the keys it brings through the key's index whatever the statistics say: a
--- setting of nq_enqueue_pending (functions/nq_enqueue_pending.sql), no change of tables. This
--- step is kept so the versions a database recorded stay known.

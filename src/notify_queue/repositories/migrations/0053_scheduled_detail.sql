@@ -1,5 +1,0 @@
--- A scheduled notification's waiting detail says when it is due (`due at 2026-12-07T18:00:00Z`),
--- for sendAt and delaySeconds alike, in every answer built here (the SQL enqueue's and the API's
--- reads agree; api/schemas.py words it the same). Expand only: the function keeps its signature;
--- the stored detail is unchanged, only its rendering (functions/nq_notification_json.sql). The
--- step is kept so the versions a database recorded stay known.
