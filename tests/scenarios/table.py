@@ -550,7 +550,7 @@ async def channel_limit_through_the_worker_process(run: Run) -> dict[str, Any]:
         assert process.poll() is None, "the worker stopped"
         states = [await run.state(id) for id in texts + calls]
         return (
-            sorted(states).count(("SENT", 1, None)) == 4
+            states.count(("SENT", 1, None)) == 4
             and (
                 "PENDING",
                 0,
