@@ -17,11 +17,15 @@ object's status written), then checks one paged LIST. Per round it reports:
 - the operator process's CPU seconds and RSS per object (from /proc);
 - etcd's database size per object (`etcd_mvcc_db_total_size_in_bytes`);
 - the TTL clean-up: the namespace's default NotificationPolicy then gets
-  `ttlSecondsAfterFinished: 0`, and the rate at which the sweeper deletes the finished objects.
+  `ttlSecondsAfterFinished: 0`, and the rate at which the sweeper deletes the finished objects;
+- what the operator keeps per object (`notify_queue_operator_objects_remembered{store}` from its
+  /metrics) once all are Sent and again after the clean-up.
 
 The policy keeps the TTL for the later rounds (objects are deleted as they finish), so the
 operator's RSS after each round's clean-up says whether its memory grows with the finished
-objects it has seen. `--fault kill-operator` SIGKILLs the operator halfway through the first
+objects it has seen: the result's `operator_rss_slope_bytes_per_object_seen` is the slope of that
+RSS over the objects seen, from the first round's clean-up to the last's.
+`--fault kill-operator` SIGKILLs the operator halfway through the first
 round's creates and starts it again; `restart-apiserver` restarts the kube-apiserver there; the
 round then reports how long after the fault all were Sent, and checks one row per object.
 
@@ -35,11 +39,13 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import ssl
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -184,6 +190,18 @@ class Api:
                 return counts
 
 
+def _remembered(metrics_url: str) -> dict[str, float]:
+    """The operator's entries per store (`notify_queue_operator_objects_remembered{store}`)."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:
+        text = response.read().decode()
+    prefix = 'notify_queue_operator_objects_remembered{store="'
+    return {
+        line[len(prefix) :].split('"', 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
 def _manifest(name: str) -> dict[str, Any]:
     return {
         "apiVersion": "notifyqueue.io/v1alpha1",
@@ -255,6 +273,7 @@ async def _round(
     cluster: LocalControlPlane,
     operator: Process,
     url: str,
+    metrics_url: str,
     fault: str,
     sent_before: int,
 ) -> dict[str, Any]:
@@ -291,6 +310,7 @@ async def _round(
             (operator.cpu_seconds() - cpu_before) * 1000 / objects, 3
         ),
         "operator_rss_mib_all_sent": round(operator.rss_bytes() / 2**20, 1),
+        "operator_remembered_all_sent": await asyncio.to_thread(_remembered, metrics_url),
         "etcd_db_bytes_per_object": round((etcd_after - etcd_before) / objects),
         "etcd_db_mib": round(etcd_after / 2**20, 1),
         "duplicate_rows": await asyncio.to_thread(_duplicates, url),
@@ -301,7 +321,9 @@ async def _round(
     return result
 
 
-async def _ttl_cleanup(api: Api, operator: Process, first: bool) -> dict[str, Any]:
+async def _ttl_cleanup(
+    api: Api, operator: Process, metrics_url: str, first: bool
+) -> dict[str, Any]:
     """Set the TTL (first round) and wait until the sweeper deleted every finished object."""
     if first:
         await api.call(
@@ -328,6 +350,8 @@ async def _ttl_cleanup(api: Api, operator: Process, first: bool) -> dict[str, An
         "seconds_from_ttl_set": round(ended - started, 2),
         "deletions_per_second": round(start_count / deleting, 1) if deleting > 0 else None,
         "operator_rss_mib_after": round(operator.rss_bytes() / 2**20, 1),
+        "operator_rss_bytes_after": operator.rss_bytes(),
+        "operator_remembered_after": await asyncio.to_thread(_remembered, metrics_url),
     }
 
 
@@ -349,6 +373,8 @@ async def run(objects: int, rounds: int, concurrency: int, fault: str) -> dict[s
             await api.call("POST", f"{GROUP_PATH}/notificationpolicies", _policy(None))
             env = dict(os.environ, KUBECONFIG=str(cluster.kubeconfig))
             logs = Path(workdir)
+            metrics_port = _free_port()
+            metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
             operator = Process(
                 "operator",
                 [
@@ -360,6 +386,8 @@ async def run(objects: int, rounds: int, concurrency: int, fault: str) -> dict[s
                     str(STATUS_PATCHES_PER_SECOND),
                     "--status-batch-size",
                     "500",
+                    "--metrics-port",
+                    str(metrics_port),
                 ],
                 env,
                 logs / "operator.log",
@@ -377,15 +405,25 @@ async def run(objects: int, rounds: int, concurrency: int, fault: str) -> dict[s
                     cluster=cluster,
                     operator=operator,
                     url=url,
+                    metrics_url=metrics_url,
                     fault=fault if number == 1 else "none",
                     sent_before=(number - 1) * objects,
                 )
-                result["ttl_cleanup"] = await _ttl_cleanup(api, operator, first=number == 1)
+                result["ttl_cleanup"] = await _ttl_cleanup(
+                    api, operator, metrics_url, first=number == 1
+                )
                 print(json.dumps(result), file=sys.stderr)
                 results.append(result)
+            after = [r["ttl_cleanup"]["operator_rss_bytes_after"] for r in results]
             return {
                 "objects_per_round": objects,
                 "rounds": results,
+                # Least squares would say the same for evenly spaced rounds' ends.
+                "operator_rss_slope_bytes_per_object_seen": (
+                    round((after[-1] - after[0]) / (objects * (len(after) - 1)), 1)
+                    if len(after) > 1
+                    else None
+                ),
                 "operator_rss_mib_at_start": round(rss_start / 2**20, 1),
                 "status_patches_per_second_cap": STATUS_PATCHES_PER_SECOND,
                 "create_concurrency": concurrency,
@@ -396,6 +434,12 @@ async def run(objects: int, rounds: int, concurrency: int, fault: str) -> dict[s
                 if process is not None:
                     process.stop()
             cluster.stop()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def main() -> None:

@@ -376,7 +376,7 @@ async def start_workers(
             single_provider_router(provider, wdb, timeout=s.provider_timeout),
             dispatcher,
             concurrency=s.concurrency,
-            batch_size=s.batch_size,
+            batch_size=s.claim_size,
             poll_interval=s.poll_interval,
             shutdown_grace_seconds=s.shutdown_grace_seconds,
         )

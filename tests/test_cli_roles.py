@@ -26,7 +26,7 @@ import pytest
 
 from notify_queue.models import Channel, Status
 from notify_queue.repositories.db import Database
-from notify_queue.settings import ROLE_SETTINGS
+from notify_queue.settings import ROLE_SETTINGS, WorkerSettings
 from tests.receivers import WebhookReceiver
 from tests.support import eventually, new, notification_service
 
@@ -155,6 +155,15 @@ def test_the_options_of_each_role_are_the_ones_its_code_reads() -> None:
     assert listens == {"worker", "relay", "operator", "migrate", "up"}
     assert not {f for f in api if f.startswith(("--provider", "--smtp"))}
     assert flags_in_help("up") == api | worker | operator | {"--data-dir", "--kubernetes"}
+
+
+def test_a_worker_claims_as_many_as_its_concurrency_unless_told_otherwise() -> None:
+    worker = WorkerSettings
+    assert worker(database_url="postgresql:///x").claim_size == 256  # --concurrency's default
+    assert worker(database_url="postgresql:///x", concurrency=64).claim_size == 64
+    # One claim's row locks last its transaction: never more than 1,000 rows.
+    assert worker(database_url="postgresql:///x", concurrency=5000).claim_size == 1000
+    assert worker(database_url="postgresql:///x", batch_size=100).claim_size == 100
 
 
 # --- providers per channel -------------------------------------------------------------------

@@ -100,7 +100,7 @@ async def idle_worker(
             single_provider_router(provider, db),
             dispatcher,
             concurrency=settings.concurrency,
-            batch_size=settings.batch_size,
+            batch_size=settings.claim_size,
             poll_interval=settings.poll_interval,
             shutdown_grace_seconds=1.0,
             health=health,

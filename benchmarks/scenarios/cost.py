@@ -15,7 +15,8 @@ server: its CPU is reported, and it takes from what the API and PostgreSQL get).
 River and pg-boss insert the same number of jobs with their own client APIs (River `InsertMany`
 in chunks of 5,000, pg-boss `insert` in chunks of 1,000) into their own fresh databases, without
 ANALYZE either, and drain them: River as `river bench` does (one client, 2,000 workers), pg-boss
-with two `work()` processes at batchSize 100 (the claim size of our default worker). Their schema
+with two `work()` processes at batchSize 100 (our workers' claim size before it followed
+--concurrency; kept so the pg-boss figures stay comparable across runs). Their schema
 installation is not counted, as our `migrate` is not.
 
 Then each system's finished work is cleaned up as its own maintenance would once past its

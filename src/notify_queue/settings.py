@@ -279,6 +279,10 @@ class AddressOptions(_Options):
         return value.upper()
 
 
+# The most notifications one claim statement takes: its row locks last as long as its transaction.
+MAX_CLAIM_SIZE = 1000
+
+
 class WorkerOptions(_Options):
     """Worker
 
@@ -294,12 +298,14 @@ class WorkerOptions(_Options):
         "deliveries/s per process (32 allowed 320/s), and a waiting delivery costs one small "
         "task.",
     )
-    batch_size: int = Field(
-        100,
+    batch_size: int | None = Field(
+        None,
         ge=1,
-        le=1000,
-        description="Most notifications claimed by one statement. 100 amortises the round trip "
-        "while keeping each transaction's row locks short.",
+        le=MAX_CLAIM_SIZE,
+        description="Most notifications claimed by one statement; by default --concurrency (at "
+        "most 1000): a worker with every slot free fills them in one claim, since a claim "
+        "statement's fixed cost (its admission rules) is paid per call, and each transaction's "
+        "row locks stay short. Lower it to spread a backlog over more workers.",
     )
     lease_seconds: Seconds = Field(
         300.0,
@@ -358,6 +364,13 @@ class WorkerOptions(_Options):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    @property
+    def claim_size(self) -> int:
+        """--batch-size, or by default --concurrency up to the most one claim takes."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return min(self.concurrency, MAX_CLAIM_SIZE)
 
 
 class RetentionOptions(_Options):

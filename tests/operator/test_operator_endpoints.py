@@ -44,5 +44,6 @@ async def test_the_metrics_port_serves_liveness_and_the_operators_metrics(
     assert 'notify_queue_operator_status_patches_total{outcome="patched"}' in text
     assert "notify_queue_operator_status_outbox_lag_seconds" in text
     assert 'notify_queue_operator_scale_changes_total{direction="up"}' in text
-    # The one object of the namespace, remembered by kopf in memory (operator/storage.py).
-    assert "notify_queue_operator_objects_remembered 1.0" in text
+    # The one object of the namespace, Pending: remembered by kopf in memory (operator/storage.py).
+    assert 'notify_queue_operator_objects_remembered{store="kopf"} 1.0' in text
+    assert 'notify_queue_operator_objects_remembered{store="diffbase"} 1.0' in text

@@ -44,7 +44,11 @@ from notify_queue.operator.mirror import NotificationMirror, PolicyMirror, Templ
 from notify_queue.operator.refresh import WaitingRefresher
 from notify_queue.operator.scaler import WorkerScaler
 from notify_queue.operator.status import StatusWriter
-from notify_queue.operator.storage import MemoryDiffBaseStorage, MemoryProgressStorage
+from notify_queue.operator.storage import (
+    MemoryDiffBaseStorage,
+    MemoryProgressStorage,
+    SettledForgettingMemories,
+)
 from notify_queue.operator.sweeper import TtlSweeper
 from notify_queue.operator.waiting import pause
 from notify_queue.repositories.db import Database
@@ -188,7 +192,13 @@ async def _run(
         default_region=settings.default_region,
     )
 
-    metrics.OBJECTS_REMEMBERED.set_function(lambda: len(diffbase))
+    memories = SettledForgettingMemories()
+    for store, size in (
+        ("kopf", lambda: len(memories)),
+        ("diffbase", lambda: len(diffbase)),
+        ("progress", lambda: len(progress)),
+    ):
+        metrics.OBJECTS_REMEMBERED.labels(store).set_function(size)
 
     def forget(uid: str) -> None:
         progress.forget(uid)
@@ -264,6 +274,7 @@ async def _run(
         await kopf.operator(
             registry=registry,
             settings=operator_settings(progress, diffbase),
+            memories=memories,
             clusterwide=namespace is None,
             namespaces=[namespace] if namespace else (),
             standalone=True,

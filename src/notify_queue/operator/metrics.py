@@ -22,8 +22,10 @@ MIRRORS = Counter(
 )
 OBJECTS_REMEMBERED = Gauge(
     "notify_queue_operator_objects_remembered",
-    "Objects whose last-handled state kopf keeps in the operator's memory: those present in its "
-    "scope; each is dropped on its DELETED event.",
+    "Entries the operator keeps per object, by store: kopf's per-object memory (objects present "
+    "in scope), diff-bases (objects that may still change: policies, templates, unfinished "
+    "notifications) and handler progress (handlers running or waiting for a retry).",
+    ["store"],
 )
 SCALE_CHANGES = Counter(
     "notify_queue_operator_scale_changes",

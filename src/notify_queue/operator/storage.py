@@ -8,6 +8,12 @@ diff-base until the object's DELETED event (`forget`). A restarted operator star
 sees every object as new and runs its create handler again; that handler skips an object that
 already has a status and is idempotent otherwise (docs/operator.md "Writes per notification").
 
+A settled Notification (finished, and no escalation an acknowledgement could still stop) has
+nothing left for a handler to do, so neither its diff-base nor kopf's per-object memory is kept:
+its next event is compared with itself (no change, no handler) and a fresh memory is made and
+dropped. So what the operator keeps grows with the objects that can still change, not with the
+objects it has seen (docs/operator.md "Memory").
+
 A retry still writes: kopf wakes itself after a retry's delay by touching the object (a dummy
 annotation), so only a handler that failed costs that write.
 """
@@ -15,10 +21,26 @@ annotation), so only a handler that failed costs that write.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
 import kopf
+from kopf._core.reactor.inventory import ResourceMemories, ResourceMemory
+
+from notify_queue.models import FINAL_STATUSES
+from notify_queue.services.kube import PHASES, REJECTED
+
+SETTLED_PHASES = frozenset({PHASES[status] for status in FINAL_STATUSES} | {REJECTED})
+
+
+def settled(body: Mapping[str, Any]) -> bool:
+    """A Notification whose phase is final and whose escalation (if any) no longer waits for an
+    acknowledgement: no handler has anything left to do for it."""
+    if body.get("kind") != "Notification":
+        return False
+    status = body.get("status") or {}
+    escalation = status.get("escalation") or {}
+    return status.get("phase") in SETTLED_PHASES and escalation.get("state") != "active"
 
 
 def _uid(body: kopf.Body) -> str:
@@ -101,13 +123,44 @@ class MemoryDiffBaseStorage(kopf.DiffBaseStorage):
         return essence
 
     def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        if settled(body):
+            # Compared with itself: nothing changed. The one extra field kopf adds to a
+            # Notification's essence (the acknowledgement) is an annotation `build` keeps anyway.
+            self._essences.pop(_uid(body), None)
+            return self.build(body=body)
         return self._essences.get(_uid(body))
 
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
-        self._essences[_uid(body)] = essence
+        if settled(body):
+            self._essences.pop(_uid(body), None)
+        else:
+            self._essences[_uid(body)] = essence
 
     def forget(self, uid: str) -> None:
         self._essences.pop(uid, None)
 
     def __len__(self) -> int:
         return len(self._essences)
+
+
+class SettledForgettingMemories(ResourceMemories):
+    """kopf's per-object memories (its handlers' state between events), none kept for a settled
+    Notification: a fresh one serves each of its events."""
+
+    async def recall(
+        self,
+        raw_body: kopf.RawBody,
+        *,
+        memobase: Any = None,
+        noticed_by_listing: bool = False,
+        ephemeral: bool = False,
+    ) -> ResourceMemory:
+        if settled(raw_body):
+            await self.forget(raw_body)
+            ephemeral = True
+        return await super().recall(
+            raw_body, memobase=memobase, noticed_by_listing=noticed_by_listing, ephemeral=ephemeral
+        )
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.iter_all_memories())

@@ -140,7 +140,7 @@ async def run_worker(
             router,
             dispatcher,
             concurrency=settings.concurrency,
-            batch_size=settings.batch_size,
+            batch_size=settings.claim_size,
             poll_interval=settings.poll_interval,
             shutdown_grace_seconds=settings.shutdown_grace_seconds,
             health=health,
@@ -157,7 +157,7 @@ async def run_worker(
             ",".join(settings.priorities),
             ",".join(settings.channels),
             settings.concurrency,
-            settings.batch_size,
+            settings.claim_size,
             settings.webhook_dispatch,
         )
         if not GENERATED_HEADERS_VERIFIED:
