@@ -15,6 +15,7 @@ built, so a bad value stops the program at start with one clear line instead of 
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -454,6 +455,35 @@ class OutboundOptions(_Options):
         return _comma_list(value)
 
 
+class ProvidersFileOptions(_Options):
+    """Providers file and public URL
+
+    Read by the workers (which provider delivers what) and by the API (how each provider's
+    delivery receipts are verified, docs/receipts.md), so both take the same file. The public URL
+    is where vendors and recipients reach the API: Twilio signs it, unsubscribe links use it.
+    """
+
+    providers_file: Path | None = Field(
+        None,
+        description="YAML file naming providers, their rate limits and circuit breakers, and a "
+        "failover chain per channel (docs/providers.md), and how their receipts are signed "
+        "(docs/receipts.md). Unset: the provider flags define one provider per channel, without "
+        "breaker, rate limit or receipts.",
+    )
+    public_url: str | None = Field(
+        None,
+        description="The API's URL as vendors and recipients reach it "
+        "(https://notify.example.com): Twilio signs receipts over it (docs/receipts.md).",
+    )
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^/\s]+(/[^\s]*)?", value):
+            raise ValueError("must be an http(s) URL such as https://notify.example.com")
+        return value.rstrip("/") if value is not None else None
+
+
 class ProviderOptions(_Options):
     """Providers
 
@@ -468,12 +498,6 @@ class ProviderOptions(_Options):
     retried, since another could duplicate the message), also after a timeout (Always), or never.
     """
 
-    providers_file: Path | None = Field(
-        None,
-        description="YAML file naming providers, their rate limits and circuit breakers, and a "
-        "failover chain per channel (docs/providers.md). Unset: the flags below define one "
-        "provider per channel, without breaker or rate limit.",
-    )
     failover: Failover = Field(
         Failover.ON_DEFINITE_FAILURE,
         description="When to move on to the next provider of a chain, for notifications whose "
@@ -589,6 +613,7 @@ GROUPS: tuple[type[_Options], ...] = (
     DeliveryPolicyOptions,
     WebhookOptions,
     OutboundOptions,
+    ProvidersFileOptions,
     ProviderOptions,
     OperatorOptions,
     MigrateOptions,
@@ -607,7 +632,12 @@ class MigrateSettings(
 
 
 class ApiSettings(
-    DatabaseOptions, ListenOptions, ApiOptions, CreationOptions, DefaultWebhookOptions
+    DatabaseOptions,
+    ListenOptions,
+    ApiOptions,
+    CreationOptions,
+    DefaultWebhookOptions,
+    ProvidersFileOptions,
 ):
     """`notify-queue api`."""
 
@@ -628,6 +658,7 @@ class WorkerSettings(
     RelaySettings,
     WorkerOptions,
     DeliveryPolicyOptions,
+    ProvidersFileOptions,
     ProviderOptions,
     RetentionOptions,
 ):

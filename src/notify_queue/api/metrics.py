@@ -145,6 +145,15 @@ class QueueMetrics:
         )
         # Every series from the start, so a rate() is 0 rather than absent before the first.
         self.creates = {outcome: creates.labels(outcome) for outcome in CREATE_OUTCOMES}
+        # Receipts this API process recorded, by provider and what they said; `unknown`: the
+        # provider message id names no notification sent here (docs/receipts.md).
+        self.receipts = Counter(
+            "notify_queue_delivery_receipts",
+            "Verified delivery receipts by provider and state (delivered, bounced, complained, "
+            "unknown: no notification sent here has that provider message id).",
+            ["provider", "state"],
+            registry=self.registry,
+        )
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
 

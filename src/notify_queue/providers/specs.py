@@ -66,20 +66,54 @@ class SecretSource(_Strict):
     @model_validator(mode="after")
     def _one(self) -> SecretSource:
         if (self.env is None) == (self.file is None):
-            raise ValueError("passwordFrom needs exactly one of env or file")
+            raise ValueError("a secret source needs exactly one of env or file")
         return self
 
     def read(self) -> str:
         if self.env is not None:
             value = os.environ.get(self.env)
             if value is None:
-                raise ConfigurationError([f"passwordFrom: environment variable {self.env} unset"])
+                raise ConfigurationError([f"secret: environment variable {self.env} unset"])
             return value
         assert self.file is not None
         try:
             return self.file.read_text(encoding="utf-8").strip()
         except OSError as exc:
-            raise ConfigurationError([f"passwordFrom: cannot read {self.file}: {exc}"]) from None
+            raise ConfigurationError([f"secret: cannot read {self.file}: {exc}"]) from None
+
+
+class HttpReceipts(_Strict):
+    """Standard Webhooks receipts signed with a `whsec_` secret (docs/receipts.md)."""
+
+    scheme: Literal["http"]
+    secret_from: SecretSource = Field(alias="secretFrom")
+
+
+class TwilioReceipts(_Strict):
+    """Twilio status callbacks, signed with the account's auth token (`X-Twilio-Signature`)."""
+
+    scheme: Literal["twilio"]
+    auth_token_from: SecretSource = Field(alias="authTokenFrom")
+
+
+class SendgridReceipts(_Strict):
+    """SendGrid Event Webhook batches, signed with ECDSA; the verification key as PEM."""
+
+    scheme: Literal["sendgrid"]
+    public_key_file: Path = Field(alias="publicKeyFile")
+
+
+class SesReceipts(_Strict):
+    """Amazon SES events through SNS, verified against the topic's signing certificate (PEM),
+    which is configured, never fetched from the URL a message names."""
+
+    scheme: Literal["ses"]
+    certificate_file: Path = Field(alias="certificateFile")
+
+
+Receipts = Annotated[
+    HttpReceipts | TwilioReceipts | SendgridReceipts | SesReceipts, Field(discriminator="scheme")
+]
 
 
 class ProviderSpec(_Strict):
@@ -106,6 +140,8 @@ class ProviderSpec(_Strict):
     # simulated
     failure_rate: float = Field(0.0, alias="failureRate", ge=0, le=1)
     latency_ms: float = Field(0.0, alias="latencyMs", ge=0)
+    # How its vendor reports deliveries, bounces and complaints to the API (docs/receipts.md).
+    receipts: Receipts | None = None
 
     @field_validator("timeout_seconds", mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from typing import Any
 
 from notify_queue import jsontext
 from notify_queue.models import (
+    Delivery,
     DigestRef,
     Engine,
     NewNotification,
@@ -450,8 +451,15 @@ async def _get(conn: Connection, id: uuid.UUID) -> Notification | None:
 async def _notifications(
     executor: Database | Connection, rows: Sequence[dict[str, Any]]
 ) -> list[Notification]:
-    """Rows as notifications; those of a digest with `digest` (one more read, only then)."""
+    """Rows as notifications; those of a digest with `digest`, SENT ones with their `delivery`
+    receipt (one more read each, only when there are such rows)."""
     found = [notification_from_row(r) for r in rows]
+    sent = [n.id for n in found if n.status is Status.SENT]
+    if sent:
+        receipts = await executor.fetch_all("delivery_receipts_get", {"ids": sent})
+        by_id = {r["notification_id"]: Delivery(r["state"], r["at"], r["reason"]) for r in receipts}
+        for n in found:
+            n.delivery = by_id.get(n.id)
     digested = [r for r in rows if r.get("digest_id") is not None]
     if not digested:
         return found
@@ -462,9 +470,9 @@ async def _notifications(
             "ids": sorted({r["digest_id"] for r in digested}),
         },
     )
-    by_id = {r["id"]: DigestRef(key=r["key"], id=r["id"], count=r["item_count"]) for r in refs}
+    by_ref = {r["id"]: DigestRef(key=r["key"], id=r["id"], count=r["item_count"]) for r in refs}
     return [
-        dataclasses.replace(n, digest=by_id.get(r["digest_id"]))
+        dataclasses.replace(n, digest=by_ref.get(r["digest_id"]))
         if r.get("digest_id") is not None
         else n
         for n, r in zip(found, rows, strict=True)

@@ -1,0 +1,78 @@
+-- Delivery receipts of one provider, verified by the caller (docs/receipts.md), in one statement:
+-- each event is matched to the SENT notification with that provider and provider message id;
+-- its receipt is stored when it says more than the one stored (a repeat changes nothing); a
+-- permanent bounce or a complaint puts the address on the suppression list; and each changed
+-- receipt gets its webhook event ("type": "delivery"), all in the caller's one transaction.
+-- p_events: a JSON array of {providerMessageId, state, permanent, reason, at}.
+-- Returns one row per event: its state, whether a notification matched, whether it changed.
+
+-- How much a receipt says: a later receipt replaces the stored one only when it says more
+-- (a complaint after delivery, a permanent bounce after a temporary one), never less.
+CREATE OR REPLACE FUNCTION nq_receipt_rank(p_state text, p_permanent boolean) RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+RETURN CASE p_state WHEN 'delivered' THEN 1
+                    WHEN 'bounced' THEN CASE WHEN p_permanent THEN 3 ELSE 2 END
+                    WHEN 'complained' THEN 4 END;
+
+CREATE OR REPLACE FUNCTION nq_record_receipts(
+    p_provider text, p_events jsonb, p_default_webhook_url text
+) RETURNS TABLE (state text, matched boolean, changed boolean)
+LANGUAGE sql VOLATILE AS $$
+    WITH e AS (
+        SELECT x.ord, x.ev->>'providerMessageId' AS message_id, x.ev->>'state' AS state,
+               x.ev->>'state' = 'complained' OR COALESCE((x.ev->>'permanent')::boolean, false)
+                   AS permanent,
+               left(x.ev->>'reason', 1000) AS reason,
+               COALESCE((x.ev->>'at')::timestamptz, now()) AS at
+        FROM jsonb_array_elements(p_events) WITH ORDINALITY AS x(ev, ord)
+    ), found AS (
+        -- nq_delivery_log_provider_message: one index probe per partition and event.
+        SELECT e.*, l.id, l.channel, l.recipient, l.webhook_url, l.policy, l.bucket
+        FROM e JOIN nq_delivery_log l
+          ON l.provider_message_id = e.message_id AND l.provider = p_provider
+    ), strongest AS (
+        -- Of several events for one notification in a batch, the one that says the most.
+        SELECT DISTINCT ON (f.id) f.*
+        FROM found f ORDER BY f.id, nq_receipt_rank(f.state, f.permanent) DESC, f.ord
+    ), stored AS (
+        INSERT INTO nq_delivery_receipts AS d
+               (notification_id, provider, state, at, reason, permanent)
+        SELECT s.id, p_provider, s.state, s.at, s.reason, s.permanent FROM strongest s
+        ON CONFLICT (notification_id) DO UPDATE
+            SET state = excluded.state, at = excluded.at, reason = excluded.reason,
+                permanent = excluded.permanent, received_at = now()
+            WHERE nq_receipt_rank(d.state, d.permanent)
+                  < nq_receipt_rank(excluded.state, excluded.permanent)
+        RETURNING d.notification_id
+    ), changed AS (
+        SELECT s.* FROM strongest s JOIN stored ON stored.notification_id = s.id
+    ), suppressed AS (
+        INSERT INTO nq_suppressions (channel, address, reason, at, notification_id)
+        SELECT c.channel, nq_normalised_address(c.channel, c.recipient),
+               CASE WHEN c.state = 'complained' THEN 'complained' ELSE 'bounced' END, c.at, c.id
+        FROM changed c WHERE c.permanent
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    ), events AS (
+        INSERT INTO nq_webhook_events (id, notification_id, url, policy, payload, bucket)
+        SELECT v.event_id, c.id, COALESCE(c.webhook_url, p.webhook_url, p_default_webhook_url),
+               p.name,
+               json_build_object(
+                   'eventId', v.event_id, 'jobId', c.id, 'type', 'delivery', 'status', 'SENT',
+                   'delivery', json_build_object('state', c.state, 'at', nq_rfc3339(c.at),
+                                                 'reason', c.reason),
+                   'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+                   'provider', p_provider
+               )::text,
+               c.bucket
+        FROM changed c CROSS JOIN LATERAL (SELECT gen_random_uuid() AS event_id) v
+        LEFT JOIN nq_policies p ON p.name = c.policy
+        WHERE COALESCE(c.webhook_url, p.webhook_url, p_default_webhook_url) IS NOT NULL
+        RETURNING 1
+    )
+    SELECT e.state, f.id IS NOT NULL, c.id IS NOT NULL AND c.ord = e.ord
+    FROM e
+    LEFT JOIN (SELECT DISTINCT ON (ord) ord, id FROM found) f ON f.ord = e.ord
+    LEFT JOIN changed c ON c.id = f.id
+    ORDER BY e.ord
+$$;
