@@ -646,6 +646,8 @@ class QueueStatus:
     # PENDING notifications per reason they wait now (every reason, 0 when none); read for
     # /metrics only (`queue_status(waiting=True)`).
     waiting: dict[WaitingReason, int] = field(default_factory=dict)
+    # Addresses on the suppression list per channel (docs/receipts.md); read for /metrics only.
+    suppressions: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from notify_queue.models import PoolStats, QueueStatus
+from notify_queue.models import Channel, PoolStats, QueueStatus
 from notify_queue.services.pool_metrics import PoolCollector
 
 _CIRCUIT_CODES = {"closed": 0, "half-open": 1, "open": 2}
@@ -86,7 +86,15 @@ class QueueCollector(Collector):
         )
         for reason, count in status.waiting.items():
             waiting.add_metric([reason.value], count)
+        suppressions = GaugeMetricFamily(
+            "notify_queue_suppressions",
+            "Addresses on the suppression list, by channel (docs/receipts.md).",
+            labels=["channel"],
+        )
+        for channel, count in ({c.value: 0 for c in Channel} | status.suppressions).items():
+            suppressions.add_metric([channel], count)
         yield from (notifications, depth, lane_oldest, oldest, hooks, circuits, waiting)
+        yield suppressions
 
 
 class SnapshotCache:

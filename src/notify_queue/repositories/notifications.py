@@ -24,6 +24,7 @@ from notify_queue.models import (
     Template,
     WaitingReason,
 )
+from notify_queue.repositories import receipts
 from notify_queue.repositories.db import Connection, Database, Row
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import (
@@ -44,6 +45,12 @@ class NotificationRepository:
         self._engine = EngineRepository(db)
         # The workers' heartbeats, on the same database (`NoWorker`).
         self.workers = WorkerRepository(db)
+
+    async def suppressions_find(
+        self, *, pairs: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], str]:
+        """Which (channel, address) pairs are on the suppression list, and why."""
+        return await receipts.suppressions_find(self._db, pairs=pairs)
 
     @asynccontextmanager
     async def targeted_transaction(
@@ -281,6 +288,8 @@ class NotificationRepository:
             hooks = await conn.fetch_all("queue_status_webhooks")
             circuits = await conn.fetch_all("provider_circuits_read")
             waits = await conn.fetch_all("queue_status_waiting") if waiting else []
+            # /metrics only, like the waiting reasons.
+            suppressions = await conn.fetch_all("suppressions_count") if waiting else []
             if waiting and unserved:
                 row = await conn.fetch_one("queue_status_unserved", {"lanes": lane_keys(unserved)})
                 waits.append({"reason": WaitingReason.NO_WORKER, "n": row["n"] if row else 0})
@@ -308,6 +317,7 @@ class NotificationRepository:
             database=engine,
             waiting={r: 0 for r in WaitingReason}
             | {WaitingReason(r["reason"]): int(r["n"]) for r in waits},
+            suppressions={r["channel"]: int(r["n"]) for r in suppressions},
         )
 
 

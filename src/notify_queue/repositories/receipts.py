@@ -64,22 +64,20 @@ class ReceiptRepository:
         )
         return row is not None
 
-    async def suppressions_count(self) -> dict[str, int]:
-        return {r["channel"]: r["n"] for r in await self._db.fetch_all("suppressions_count")}
 
-    async def suppressions_find(
-        self, *, pairs: Sequence[tuple[str, str]], tenant: str = DEFAULT_TENANT
-    ) -> dict[tuple[str, str], str]:
-        """The suppressed ones of these (channel, address) pairs, each with its reason, keyed
-        as given."""
-        if not pairs:
-            return {}
-        rows = await self._db.fetch_all(
-            "suppressions_find",
-            {
-                "tenant": tenant,
-                "channels": [c for c, _ in pairs],
-                "addresses": [a for _, a in pairs],
-            },
-        )
-        return {(r["channel"], r["address"]): r["reason"] for r in rows}
+async def suppressions_find(
+    db: Database, *, pairs: Sequence[tuple[str, str]], tenant: str = DEFAULT_TENANT
+) -> dict[tuple[str, str], str]:
+    """The suppressed ones of these (channel, address) pairs, each with its reason, keyed as
+    given (the list compares addresses normalised). One statement; none for no pairs."""
+    if not pairs:
+        return {}
+    rows = await db.fetch_all(
+        "suppressions_find",
+        {
+            "tenant": tenant,
+            "channels": [c for c, _ in pairs],
+            "addresses": [a for _, a in pairs],
+        },
+    )
+    return {(r["channel"], r["address"]): r["reason"] for r in rows}

@@ -43,6 +43,7 @@ from notify_queue.services.preferences import (
     Clock,
     held_by_quiet_hours,
     screen_claimed,
+    suppressed,
     system_clock,
 )
 from notify_queue.services.rendering import Renderer
@@ -172,9 +173,37 @@ class DeliveryService:
             ),
             chain_heads=chain_heads,
         )
-        if any(c.digest_id is not None for c in batch.claimed):
-            return dataclasses.replace(batch, claimed=await self._with_digests(batch.claimed))
-        return batch
+        claimed = await self._unsuppressed(batch.claimed)
+        if any(c.digest_id is not None for c in claimed):
+            claimed = await self._with_digests(claimed)
+        return (
+            batch
+            if len(claimed) == len(batch.claimed)
+            else dataclasses.replace(batch, claimed=claimed)
+        )
+
+    async def _unsuppressed(
+        self, claimed: Sequence[ClaimedNotification]
+    ) -> list[ClaimedNotification]:
+        """The claimed notifications whose address is not on the suppression list; the others
+        end SUPPRESSED here, without a provider call (docs/receipts.md). One read per batch."""
+        if not claimed:
+            return []
+        found = await self._repository.suppressions_find(
+            pairs=list({(c.channel.value, c.recipient) for c in claimed})
+        )
+        if not found:
+            return list(claimed)
+        ready: list[ClaimedNotification] = []
+        stopped: list[Completion] = []
+        for c in claimed:
+            reason = found.get((c.channel.value, c.recipient))
+            if reason is None:
+                ready.append(c)
+            else:
+                stopped.append(suppressed(c, f"suppressed: {reason}"))
+        await self._repository.deliveries_complete(completions=stopped)
+        return ready
 
     async def _with_digests(
         self, claimed: Sequence[ClaimedNotification]

@@ -53,9 +53,6 @@ class ReceiptService:
     async def unsuppress(self, *, channel: str, address: str) -> bool:
         return await self._repository.suppression_delete(channel=channel, address=address)
 
-    async def counts(self) -> dict[str, int]:
-        return await self._repository.suppressions_count()
-
 
 def _encode_cursor(channel: str, address: str) -> str:
     return base64.urlsafe_b64encode(f"{channel}|{address}".encode()).decode().rstrip("=")
