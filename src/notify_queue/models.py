@@ -436,6 +436,9 @@ class ClaimedNotification:  # not frozen: see NewNotification
     # A digest's carrier: its items' trace contexts, which its delivery span links to (one
     # delivery joins many traces; docs/operations.md "Traces").
     linked_traceparents: tuple[str, ...] = ()
+    # Headers the email carries besides its own: the one-click unsubscribe link's
+    # (docs/receipts.md), set by the worker when the email may have one.
+    email_headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

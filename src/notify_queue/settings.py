@@ -484,6 +484,26 @@ class ProvidersFileOptions(_Options):
         return value.rstrip("/") if value is not None else None
 
 
+class UnsubscribeOptions(_Options):
+    """One-click unsubscribe
+
+    With --public-url, emails of a category other than transactional and critical to stored
+    recipients carry an RFC 8058 List-Unsubscribe link signed with this secret; the API checks
+    it (docs/receipts.md). Workers and the API need the same secrets.
+    """
+
+    unsubscribe_secret: str | None = Field(
+        None,
+        description="Secret the unsubscribe links are signed with (HMAC-SHA256); unset: no "
+        "links. At least 32 random characters.",
+    )
+    unsubscribe_previous_secret: str | None = Field(
+        None,
+        description="The secret before the current one, still accepted on links, so rotating "
+        "the secret breaks no link in mail already sent.",
+    )
+
+
 class ProviderOptions(_Options):
     """Providers
 
@@ -614,6 +634,7 @@ GROUPS: tuple[type[_Options], ...] = (
     WebhookOptions,
     OutboundOptions,
     ProvidersFileOptions,
+    UnsubscribeOptions,
     ProviderOptions,
     OperatorOptions,
     MigrateOptions,
@@ -638,6 +659,7 @@ class ApiSettings(
     CreationOptions,
     DefaultWebhookOptions,
     ProvidersFileOptions,
+    UnsubscribeOptions,
 ):
     """`notify-queue api`."""
 
@@ -659,6 +681,7 @@ class WorkerSettings(
     WorkerOptions,
     DeliveryPolicyOptions,
     ProvidersFileOptions,
+    UnsubscribeOptions,
     ProviderOptions,
     RetentionOptions,
 ):

@@ -57,7 +57,7 @@ class CountingProvider:
 
     async def _handle(self, request: web.Request) -> web.Response:
         body = await request.json()
-        self.calls.append({"headers": dict(request.headers), **body})
+        self.calls.append({"httpHeaders": dict(request.headers), **body})
         return web.json_response({"messageId": f"pm-{body['id']}"})
 
     async def stop(self) -> None:
@@ -180,14 +180,18 @@ class Stack:
 
 @contextlib.asynccontextmanager
 async def stack(
-    database_url: str, where: Path, *api_args: str, email: str = "sg"
+    database_url: str,
+    where: Path,
+    *api_args: str,
+    email: str = "sg",
+    shared_args: tuple[str, ...] = (),
 ) -> AsyncIterator[Stack]:
     vendor = Vendor.make(where)
     provider = await CountingProvider().start()
     hooks = await WebhookReceiver().start()
     providers = providers_file(where, provider.url, vendor, email)
     shared = ["--providers-file", str(providers), "--public-url", PUBLIC_URL]
-    shared += ["--webhook-url", hooks.url]
+    shared += ["--webhook-url", hooks.url, *shared_args]
     log = (where / "worker.log").open("wb")
     worker = subprocess.Popen(
         [

@@ -30,6 +30,7 @@ from notify_queue.api.routes_notifications import add_notification_routes
 from notify_queue.api.routes_ops import add_ops_routes
 from notify_queue.api.routes_receipts import add_receipt_routes
 from notify_queue.api.routes_recipients import add_recipient_routes
+from notify_queue.api.routes_unsubscribe import add_unsubscribe_routes
 from notify_queue.api.runtime import ApiRuntime
 from notify_queue.providers.receipts import ReceiptVerifier, verifier_for
 from notify_queue.providers.specs import load_provider_specs
@@ -62,6 +63,7 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
     metrics = QueueMetrics()
     # Read here, not in the lifespan: a bad key or certificate stops `api` with one line.
     receipt_verifiers = receipt_verifiers_of(settings)
+    metrics.watch_receipts(receipt_verifiers)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -131,6 +133,10 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
     add_recipient_routes(app.router, auth)
     add_escalation_routes(app.router, auth)
     add_receipt_routes(app.router, auth)
+    add_unsubscribe_routes(
+        app.router,
+        tuple(s for s in (settings.unsubscribe_secret, settings.unsubscribe_previous_secret) if s),
+    )
     add_ops_routes(app.router, auth)
     app.add_middleware(
         BodyLimits,

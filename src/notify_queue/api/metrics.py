@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -28,7 +28,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from notify_queue.models import Channel, PoolStats, QueueStatus
+from notify_queue.models import RECEIPT_STATES, Channel, PoolStats, QueueStatus
 from notify_queue.services.pool_metrics import PoolCollector
 
 _CIRCUIT_CODES = {"closed": 0, "half-open": 1, "open": 2}
@@ -164,6 +164,12 @@ class QueueMetrics:
         )
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
+
+    def watch_receipts(self, providers: Iterable[str]) -> None:
+        """Every series of these providers' receipts from the start (0, not absent)."""
+        for provider in providers:
+            for state in (*RECEIPT_STATES, "unknown"):
+                self.receipts.labels(provider, state)
 
     def watch_pool(self, stats: Callable[[], PoolStats]) -> None:
         """Report this pool's figures from now on (the app's lifespan opens the pool)."""

@@ -23,6 +23,9 @@ class DeliveryRequest:
     subject: str | None
     body: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    # Extra email headers (List-Unsubscribe, docs/receipts.md): SMTP writes them into the
+    # message, the HTTP provider passes them on as `headers`.
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def idempotency_key(self) -> str:

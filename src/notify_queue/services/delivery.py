@@ -47,6 +47,7 @@ from notify_queue.services.preferences import (
     system_clock,
 )
 from notify_queue.services.rendering import Renderer
+from notify_queue.services.unsubscribe import UnsubscribeLinks
 
 log = logging.getLogger(__name__)
 
@@ -140,8 +141,11 @@ class DeliveryService:
         channels: Sequence[Channel],
         clock: Clock = system_clock,
         renderer: Renderer | None = None,
+        unsubscribe: UnsubscribeLinks | None = None,
     ) -> None:
         self._repository = repository
+        # One-click unsubscribe links for the emails that may have one (docs/receipts.md).
+        self._unsubscribe = unsubscribe
         # Renders digests with a template (services/digests.py); None: only default renderings.
         self._renderer = renderer
         self._priorities = list(priorities)
@@ -176,6 +180,11 @@ class DeliveryService:
         claimed = await self._unsuppressed(batch.claimed)
         if any(c.digest_id is not None for c in claimed):
             claimed = await self._with_digests(claimed)
+        if self._unsubscribe is not None:
+            for c in claimed:
+                c.email_headers = self._unsubscribe.headers_for(
+                    c.channel, c.recipient_id, c.category
+                )
         return (
             batch
             if len(claimed) == len(batch.claimed)

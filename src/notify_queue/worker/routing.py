@@ -310,6 +310,7 @@ def _request(claimed: ClaimedNotification) -> DeliveryRequest:
         subject=claimed.subject,
         body=claimed.body,
         metadata=claimed.metadata,
+        headers=claimed.email_headers,
     )
 
 
