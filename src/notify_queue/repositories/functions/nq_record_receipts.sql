@@ -2,7 +2,8 @@
 -- each event is matched to the SENT notification with that provider and provider message id;
 -- its receipt is stored when it says more than the one stored (a repeat changes nothing); a
 -- permanent bounce or a complaint puts the address on the suppression list; and each changed
--- receipt gets its webhook event ("type": "delivery"), all in the caller's one transaction.
+-- receipt gets its webhook event ("type": "delivery") and, for a Notification object, its status
+-- write-back, all in the caller's one transaction.
 -- p_events: a JSON array of {providerMessageId, state, permanent, reason, at}.
 -- Returns one row per event: its state, whether a notification matched, whether it changed.
 
@@ -69,9 +70,18 @@ LANGUAGE sql VOLATILE AS $$
         LEFT JOIN nq_policies p ON p.name = c.policy
         WHERE COALESCE(c.webhook_url, p.webhook_url, p_default_webhook_url) IS NOT NULL
         RETURNING 1
+    ), kube AS (
+        -- A Notification object's status shows the receipt (operator/status.py): its write-back
+        -- queued as a status change is, with the operator's wake-up.
+        INSERT INTO nq_status_outbox (uid, namespace, name, notification_id, old_status, new_status)
+        SELECT l.uid, l.namespace, l.name, c.id, 'SENT', 'SENT'
+        FROM changed c JOIN nq_kube_links l ON l.notification_id = c.id
+        RETURNING 1
+    ), woken AS (
+        SELECT CASE WHEN count(*) > 0 THEN pg_notify('nq_status_outbox', '') END FROM kube
     )
     SELECT e.state, f.id IS NOT NULL, c.id IS NOT NULL AND c.ord = e.ord
-    FROM e
+    FROM e CROSS JOIN woken
     LEFT JOIN (SELECT DISTINCT ON (ord) ord, id FROM found) f ON f.ord = e.ord
     LEFT JOIN changed c ON c.id = f.id
     ORDER BY e.ord
