@@ -27,10 +27,12 @@ LANGUAGE sql VOLATILE AS $$
                COALESCE((x.ev->>'at')::timestamptz, now()) AS at
         FROM jsonb_array_elements(p_events) WITH ORDINALITY AS x(ev, ord)
     ), found AS (
-        -- nq_delivery_log_provider_message: one index probe per partition and event.
+        -- nq_delivery_log_provider_message, probed with the batch's ids as one array: a join
+        -- on the JSON's rows alone was planned as a hash join over every partition's rows.
         SELECT e.*, l.id, l.channel, l.recipient, l.webhook_url, l.policy, l.bucket
-        FROM e JOIN nq_delivery_log l
-          ON l.provider_message_id = e.message_id AND l.provider = p_provider
+        FROM e JOIN nq_delivery_log l ON l.provider_message_id = e.message_id
+        WHERE l.provider_message_id = ANY(ARRAY(SELECT message_id FROM e))
+          AND l.provider = p_provider
     ), strongest AS (
         -- Of several events for one notification in a batch, the one that says the most.
         SELECT DISTINCT ON (f.id) f.*
