@@ -100,7 +100,9 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
                 renderer=renderer,
             ),
             receipts=ReceiptService(
-                ReceiptRepository(database, default_webhook_url=settings.webhook_url)
+                ReceiptRepository(database, default_webhook_url=settings.webhook_url),
+                # Like creates: half the pool at most, so reads are never starved.
+                max_in_flight=max(1, min(CREATES_IN_FLIGHT, settings.database_pool_size // 2)),
             ),
             receipt_verifiers=receipt_verifiers,
         )

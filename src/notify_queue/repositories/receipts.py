@@ -17,14 +17,11 @@ class ReceiptRepository:
         # The event of a receipt goes where the notification's others go (docs/webhooks.md).
         self._default_webhook_url = default_webhook_url
 
-    async def receipts_record(
-        self, *, provider: str, events: Sequence[dict[str, Any]]
-    ) -> list[ReceiptOutcome]:
-        """Store verified receipts of `provider`; what each came to, in order."""
+    async def receipts_record(self, *, events: Sequence[dict[str, Any]]) -> list[ReceiptOutcome]:
+        """Store verified receipts, each naming its provider; what each came to, in order."""
         rows = await self._db.fetch_all(
             "receipts_record",
             {
-                "provider": provider,
                 "events": Jsonb(list(events)),
                 "default_webhook_url": self._default_webhook_url,
             },

@@ -1,10 +1,11 @@
--- Delivery receipts of one provider, verified by the caller (docs/receipts.md), in one statement:
--- each event is matched to the SENT notification with that provider and provider message id;
+-- Delivery receipts, verified by the caller (docs/receipts.md), in one statement: each event is
+-- matched to the SENT notification with its provider and provider message id;
 -- its receipt is stored when it says more than the one stored (a repeat changes nothing); a
 -- permanent bounce or a complaint puts the address on the suppression list; and each changed
 -- receipt gets its webhook event ("type": "delivery") and, for a Notification object, its status
 -- write-back, all in the caller's one transaction.
--- p_events: a JSON array of {providerMessageId, state, permanent, reason, at}.
+-- p_events: a JSON array of {provider, providerMessageId, state, permanent, reason, at}: the
+-- receipts of every request that arrived together (services/receipts.py coalesces them).
 -- Returns one row per event: its state, whether a notification matched, whether it changed.
 
 -- How much a receipt says: a later receipt replaces the stored one only when it says more
@@ -16,11 +17,12 @@ RETURN CASE p_state WHEN 'delivered' THEN 1
                     WHEN 'complained' THEN 4 END;
 
 CREATE OR REPLACE FUNCTION nq_record_receipts(
-    p_provider text, p_events jsonb, p_default_webhook_url text
+    p_events jsonb, p_default_webhook_url text
 ) RETURNS TABLE (state text, matched boolean, changed boolean)
 LANGUAGE sql VOLATILE AS $$
     WITH e AS (
-        SELECT x.ord, x.ev->>'providerMessageId' AS message_id, x.ev->>'state' AS state,
+        SELECT x.ord, x.ev->>'provider' AS provider, x.ev->>'providerMessageId' AS message_id,
+               x.ev->>'state' AS state,
                x.ev->>'state' = 'complained' OR COALESCE((x.ev->>'permanent')::boolean, false)
                    AS permanent,
                left(x.ev->>'reason', 1000) AS reason,
@@ -30,9 +32,9 @@ LANGUAGE sql VOLATILE AS $$
         -- nq_delivery_log_provider_message, probed with the batch's ids as one array: a join
         -- on the JSON's rows alone was planned as a hash join over every partition's rows.
         SELECT e.*, l.id, l.channel, l.recipient, l.webhook_url, l.policy, l.bucket
-        FROM e JOIN nq_delivery_log l ON l.provider_message_id = e.message_id
+        FROM e JOIN nq_delivery_log l
+          ON l.provider_message_id = e.message_id AND l.provider = e.provider
         WHERE l.provider_message_id = ANY(ARRAY(SELECT message_id FROM e))
-          AND l.provider = p_provider
     ), strongest AS (
         -- Of several events for one notification in a batch, the one that says the most.
         SELECT DISTINCT ON (f.id) f.*
@@ -40,7 +42,7 @@ LANGUAGE sql VOLATILE AS $$
     ), stored AS (
         INSERT INTO nq_delivery_receipts AS d
                (notification_id, provider, state, at, reason, permanent)
-        SELECT s.id, p_provider, s.state, s.at, s.reason, s.permanent FROM strongest s
+        SELECT s.id, s.provider, s.state, s.at, s.reason, s.permanent FROM strongest s
         ON CONFLICT (notification_id) DO UPDATE
             SET state = excluded.state, at = excluded.at, reason = excluded.reason,
                 permanent = excluded.permanent, received_at = now()
@@ -65,7 +67,7 @@ LANGUAGE sql VOLATILE AS $$
                    'delivery', json_build_object('state', c.state, 'at', nq_rfc3339(c.at),
                                                  'reason', c.reason),
                    'timestamp', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
-                   'provider', p_provider
+                   'provider', c.provider
                )::text,
                c.bucket
         FROM changed c CROSS JOIN LATERAL (SELECT gen_random_uuid() AS event_id) v

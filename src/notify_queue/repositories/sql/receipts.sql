@@ -1,10 +1,11 @@
 -- Delivery receipts and the suppression list (docs/receipts.md).
 
 -- name: receipts_record
--- A verified request's receipts of one provider: nq_record_receipts matches, stores, suppresses
--- and writes the webhook events in this one statement. One row per event, in order.
+-- Verified receipts (of one request or of several that arrived together): nq_record_receipts
+-- matches, stores, suppresses and writes the webhook events in this one statement. One row per
+-- event, in order.
 SELECT state, matched, changed
-FROM nq_record_receipts(%(provider)s, %(events)s::jsonb, %(default_webhook_url)s)
+FROM nq_record_receipts(%(events)s::jsonb, %(default_webhook_url)s)
 
 -- name: suppressions_list
 -- A page of the suppression list in (channel, address) order, after the cursor's key; the
