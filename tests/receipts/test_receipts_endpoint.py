@@ -8,6 +8,7 @@ are 401 and change nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -276,3 +277,37 @@ async def test_standard_webhooks_receipts_refuse_replays_bad_bodies_and_oversize
         assert found["delivery"]["state"] == "bounced"
         # A temporary bounce suppresses nothing.
         assert (await s.api.get("/suppressions")).json() == {"items": [], "nextCursor": None}
+
+
+async def test_receipts_sent_at_the_same_moment_are_each_answered_for_their_own_events(
+    database_url: str, tmp_path: Path
+) -> None:
+    async with stack(database_url, tmp_path) as s:
+        created = [
+            (
+                await s.api.post(
+                    "/notifications",
+                    json={"channel": "push", "recipient": f"device-{i}", "body": "x"},
+                    headers={"Idempotency-Key": f"together-{i}"},
+                )
+            ).json()["id"]
+            for i in range(12)
+        ]
+        sent = [await s.final(id_) for id_ in created]
+        path = "/providers/hooks/events"
+
+        async def receipt(message_id: str) -> dict[str, Any]:
+            body = json.dumps({"providerMessageId": message_id, "event": "delivered"}).encode()
+            answer = await s.api.post(path, content=body, headers=standard_webhooks(body))
+            assert answer.status_code == 200, answer.text
+            result: dict[str, Any] = answer.json()
+            return result
+
+        known = [n["providerMessageId"] for n in sent]
+        answers = await asyncio.gather(
+            *(receipt(m) for m in known), *(receipt(f"unknown-{i}") for i in range(12))
+        )
+
+        assert answers[:12] == [{"received": 1, "matched": 1, "changed": 1}] * 12
+        assert answers[12:] == [{"received": 1, "matched": 0, "changed": 0}] * 12
+        assert await sql(database_url, "SELECT count(*) FROM nq_delivery_receipts") == [(12,)]
