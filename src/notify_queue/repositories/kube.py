@@ -23,6 +23,7 @@ from typing import Any
 
 from notify_queue.models import (
     Channel,
+    Delivery,
     Engine,
     EscalationState,
     Notification,
@@ -130,6 +131,20 @@ def _change_from_row(row: dict[str, Any]) -> StatusChange:
         policy_exists=bool(row["object_policy_exists"]),
         related=tuple(row["related_ids"] or ()),
     )
+
+
+async def _with_deliveries(conn: Connection, changes: list[StatusChange]) -> None:
+    """Give SENT notifications their delivery receipt (docs/receipts.md): one more query per
+    batch, and only for batches that hold SENT rows."""
+    sent = {
+        c.notification.id: c.notification
+        for c in changes
+        if c.notification is not None and c.notification.status is Status.SENT
+    }
+    if not sent:
+        return
+    for r in await conn.fetch_all("delivery_receipts_get", {"ids": list(sent)}):
+        sent[r["notification_id"]].delivery = Delivery(r["state"], r["at"], r["reason"])
 
 
 async def _with_escalations(conn: Connection, changes: list[StatusChange]) -> list[StatusChange]:
@@ -289,6 +304,7 @@ class KubeRepository:
                     "status_outbox_take", {"namespace": namespace, "limit": limit}
                 )
             changes = await _with_escalations(conn, [_change_from_row(r) for r in rows])
+            await _with_deliveries(conn, changes)
             yield StatusOutboxBatch(conn, changes)
 
     async def status_outbox_lag(self, *, namespace: str | None) -> tuple[int, float]:
