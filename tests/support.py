@@ -494,3 +494,13 @@ def delivery_log_history(conn: psycopg.Connection[Any]) -> None:
     """Give the database's delivery log partitions for the past (_DELIVERY_LOG_HISTORY); safe to
     repeat."""
     conn.execute(_DELIVERY_LOG_HISTORY)
+
+
+def expand_steps_after(version: int) -> list[int]:
+    """The expand steps a `migrate` applies to a database at `version` (contract steps wait), so
+    a test of one step's history does not list every later step by hand."""
+    from notify_queue.repositories.schema import Phase, available_migrations
+
+    return [
+        m.version for m in available_migrations() if m.version > version and m.phase is Phase.EXPAND
+    ]
