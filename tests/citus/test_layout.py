@@ -43,6 +43,8 @@ REFERENCE = {
     "nq_templates",
     "nq_recipients",
     "nq_recipient_voices",
+    "nq_suppressions",
+    "nq_delivery_receipts",
 }
 # Written on every delivery, joined with no distributed table: plain tables on the coordinator.
 COORDINATOR_ONLY = {"nq_provider_schedule", "nq_provider_circuits", "nq_provider_resolvers"}

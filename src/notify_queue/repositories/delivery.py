@@ -24,6 +24,7 @@ from notify_queue.models import (
     Status,
     Wakeup,
 )
+from notify_queue.repositories import receipts
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.driver import ClaimsRelease, HousekeepingBatch, RateWindowsPrune
 from notify_queue.repositories.engine import EngineRepository
@@ -134,6 +135,12 @@ class DeliveryRepository:
         # last claim found no user-targeted candidate: a queue of such rows claims in its
         # transaction without a wasted call.
         self._claim_alone = True
+
+    async def suppressions_find(
+        self, *, pairs: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], str]:
+        """Which (channel, address) pairs are on the suppression list, and why."""
+        return await receipts.suppressions_find(self._db, pairs=pairs)
 
     async def notifications_claim(
         self,

@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 
 from notify_queue import jsontext
 from notify_queue.models import (
+    Delivery,
     DigestRef,
     NewNotification,
     Notification,
@@ -22,7 +23,8 @@ from notify_queue.models import (
     Template,
     WaitingReason,
 )
-from notify_queue.repositories.db import Connection, Database
+from notify_queue.repositories import receipts
+from notify_queue.repositories.db import Connection, Database, Row
 from notify_queue.repositories.driver import NotificationCancel
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import (
@@ -56,6 +58,12 @@ class NotificationRepository:
         self._engine = EngineRepository(db)
         # The workers' heartbeats, on the same database (`NoWorker`).
         self.workers = WorkerRepository(db)
+
+    async def suppressions_find(
+        self, *, pairs: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], str]:
+        """Which (channel, address) pairs are on the suppression list, and why."""
+        return await receipts.suppressions_find(self._db, pairs=pairs)
 
     @asynccontextmanager
     async def targeted_transaction(
@@ -215,6 +223,8 @@ class NotificationRepository:
             hooks = await conn.fetch_all("queue_status_webhooks")
             circuits = await conn.fetch_all("provider_circuits_read")
             waits = await conn.fetch_all("queue_status_waiting") if waiting else []
+            # /metrics only, like the waiting reasons.
+            suppressions = await conn.fetch_all("suppressions_count") if waiting else []
             if waiting and unserved:
                 row = await conn.fetch_one("queue_status_unserved", {"lanes": lane_keys(unserved)})
                 waits.append({"reason": WaitingReason.NO_WORKER, "n": row["n"] if row else 0})
@@ -242,6 +252,7 @@ class NotificationRepository:
             database=engine,
             waiting={r: 0 for r in WaitingReason}
             | {WaitingReason(r["reason"]): int(r["n"]) for r in waits},
+            suppressions={r["channel"]: int(r["n"]) for r in suppressions},
         )
 
 
@@ -311,8 +322,15 @@ async def _get(conn: Connection, id: uuid.UUID) -> Notification | None:
 async def _notifications(
     executor: Database | Connection, rows: Sequence[dict[str, Any]]
 ) -> list[Notification]:
-    """Rows as notifications; those of a digest with `digest` (one more read, only then)."""
+    """Rows as notifications; those of a digest with `digest`, SENT ones with their `delivery`
+    receipt (one more read each, only when there are such rows)."""
     found = [notification_from_row(r) for r in rows]
+    sent = [n.id for n in found if n.status is Status.SENT]
+    if sent:
+        receipts = await executor.fetch_all("delivery_receipts_get", {"ids": sent})
+        by_id = {r["notification_id"]: Delivery(r["state"], r["at"], r["reason"]) for r in receipts}
+        for n in found:
+            n.delivery = by_id.get(n.id)
     digested = [r for r in rows if r.get("digest_id") is not None]
     if not digested:
         return found
@@ -323,9 +341,9 @@ async def _notifications(
             "ids": sorted({r["digest_id"] for r in digested}),
         },
     )
-    by_id = {r["id"]: DigestRef(key=r["key"], id=r["id"], count=r["item_count"]) for r in refs}
+    by_ref = {r["id"]: DigestRef(key=r["key"], id=r["id"], count=r["item_count"]) for r in refs}
     return [
-        dataclasses.replace(n, digest=by_id.get(r["digest_id"]))
+        dataclasses.replace(n, digest=by_ref.get(r["digest_id"]))
         if r.get("digest_id") is not None
         else n
         for n, r in zip(found, rows, strict=True)

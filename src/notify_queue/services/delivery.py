@@ -43,9 +43,11 @@ from notify_queue.services.preferences import (
     Clock,
     held_by_quiet_hours,
     screen_claimed,
+    suppressed,
     system_clock,
 )
 from notify_queue.services.rendering import Renderer
+from notify_queue.services.unsubscribe import UnsubscribeLinks
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +141,11 @@ class DeliveryService:
         channels: Sequence[Channel],
         clock: Clock = system_clock,
         renderer: Renderer | None = None,
+        unsubscribe: UnsubscribeLinks | None = None,
     ) -> None:
         self._repository = repository
+        # One-click unsubscribe links for the emails that may have one (docs/receipts.md).
+        self._unsubscribe = unsubscribe
         # Renders digests with a template (services/digests.py); None: only default renderings.
         self._renderer = renderer
         self._priorities = list(priorities)
@@ -172,9 +177,42 @@ class DeliveryService:
             ),
             chain_heads=chain_heads,
         )
-        if any(c.digest_id is not None for c in batch.claimed):
-            return dataclasses.replace(batch, claimed=await self._with_digests(batch.claimed))
-        return batch
+        claimed = await self._unsuppressed(batch.claimed)
+        if any(c.digest_id is not None for c in claimed):
+            claimed = await self._with_digests(claimed)
+        if self._unsubscribe is not None:
+            for c in claimed:
+                c.email_headers = self._unsubscribe.headers_for(
+                    c.channel, c.recipient_id, c.category
+                )
+        return (
+            batch
+            if len(claimed) == len(batch.claimed)
+            else dataclasses.replace(batch, claimed=claimed)
+        )
+
+    async def _unsuppressed(
+        self, claimed: Sequence[ClaimedNotification]
+    ) -> list[ClaimedNotification]:
+        """The claimed notifications whose address is not on the suppression list; the others
+        end SUPPRESSED here, without a provider call (docs/receipts.md). One read per batch."""
+        if not claimed:
+            return []
+        found = await self._repository.suppressions_find(
+            pairs=list({(c.channel.value, c.recipient) for c in claimed})
+        )
+        if not found:
+            return list(claimed)
+        ready: list[ClaimedNotification] = []
+        stopped: list[Completion] = []
+        for c in claimed:
+            reason = found.get((c.channel.value, c.recipient))
+            if reason is None:
+                ready.append(c)
+            else:
+                stopped.append(suppressed(c, f"suppressed: {reason}"))
+        await self._repository.deliveries_complete(completions=stopped)
+        return ready
 
     async def _with_digests(
         self, claimed: Sequence[ClaimedNotification]

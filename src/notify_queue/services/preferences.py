@@ -217,6 +217,11 @@ def _send_time_check(claimed: ClaimedNotification, now: datetime) -> Completion 
     )
 
 
+def suppressed(claimed: ClaimedNotification, reason: str) -> Completion:
+    """The completion that ends a claimed notification SUPPRESSED for `reason`, unsent."""
+    return _not_sent(claimed, Status.SUPPRESSED, reason)
+
+
 def _not_sent(claimed: ClaimedNotification, status: Status, reason: str) -> Completion:
     return Completion(
         claimed.id,

@@ -14,7 +14,8 @@
 --   connection's own row, or a delegated function's bucket row: writes spread, the reader sums
 --   every shard).
 -- - The small tables every delivery reads (policies, recipients, templates) are reference
---   tables: a copy on every node, so a router statement on any shard can join them.
+--   tables: a copy on every node, so a router statement on any shard can join them. So are the
+--   suppression list and the delivery receipts, which a notification's answer joins.
 -- - The providers' send schedules and circuits (nq_provider_schedule, nq_provider_circuits) stay
 --   plain tables on the coordinator (and the providers that resolve on acknowledge,
 --   nq_provider_resolvers, read and written alone): a handful of rows written on every delivery and joined with
@@ -142,8 +143,11 @@ BEGIN
     END IF;
 
     FOREACH t IN ARRAY ARRAY['nq_policies', 'nq_templates', 'nq_recipients',
-                             'nq_recipient_voices'] LOOP
-        IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN
+                             'nq_recipient_voices', 'nq_suppressions',
+                             'nq_delivery_receipts'] LOOP
+        -- A table a later step makes is missing from a schema laid out before that step.
+        IF to_regclass(t) IS NOT NULL
+           AND NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = to_regclass(t)) THEN
             PERFORM create_reference_table(t);
             PERFORM truncate_local_data_after_distributing_table(t::regclass);
         END IF;
