@@ -24,7 +24,7 @@ from notify_queue.models import (
     WaitingReason,
 )
 from notify_queue.repositories import receipts
-from notify_queue.repositories.db import Connection, Database, Row
+from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.driver import NotificationCancel
 from notify_queue.repositories.engine import EngineRepository
 from notify_queue.repositories.rows import (
