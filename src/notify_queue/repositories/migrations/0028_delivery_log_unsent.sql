@@ -20,7 +20,7 @@
 -- nq_delivery_log_unsent_missing (functions/) lists the partitions without their part; `migrate`
 -- defines it at the start of this step, before the index: on Citus a function made after a
 -- statement on every shard of the log, in the same transaction, is refused.
--- functions: nq_delivery_log_unsent_missing
+-- functions: nq_delivery_log_index_missing, nq_delivery_log_unsent_missing
 
 -- ON ONLY reads no partition; the partitions' parts are built below (empty ones) and by the
 -- workers, CONCURRENTLY (the ones with rows). Through EXECUTE: on a Citus coordinator the

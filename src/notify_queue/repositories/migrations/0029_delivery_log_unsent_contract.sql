@@ -1,6 +1,6 @@
 -- The log's status index without SENT rows, contract half (0028 is the expand half).
 -- phase: contract
--- functions: nq_delivery_log_unsent_missing
+-- functions: nq_delivery_log_index_missing, nq_delivery_log_unsent_missing
 --
 -- This release reads the rows that were not sent through nq_delivery_log_unsent, and lists of
 -- SENT rows through the (created_at, id) index; the previous release read
