@@ -334,8 +334,17 @@ async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
         await schema.migrate(db, target=25)
         async with db.connection() as conn:
             # This release's drain runs below: its functions, as every full `migrate` defines
-            # them after the migrations (a migration up to a target leaves them out).
-            await schema._define_functions(conn)
+            # them after the migrations (a migration up to a target leaves them out), but those
+            # of the receipts' tables (0075, 0076): a SQL body naming a table that does not exist
+            # yet is refused where Citus makes it on the worker nodes. The full `migrate` below
+            # defines them.
+            later = ("nq_delivery_receipts", "nq_suppressions")
+            sources = schema.function_sources().values()
+            async with conn.transaction():
+                await conn.execute("migration_function_bodies_unchecked")
+                await conn.execute_script(
+                    "\n".join(s for s in sources if not any(t in s for t in later))
+                )
             await schema._lay_out(conn)
         # History as the schema-25 release left it: final rows in the log, written directly (the
         # function files are today's, written for the last step's schema).
@@ -370,9 +379,12 @@ async def test_the_index_steps_after_the_layout_apply_to_the_distributed_tables(
         )
         assert {n.id for n in everything} == set(ids)
     with psycopg.connect(citus_database) as conn:
+        # Both of the log's indexes built ON ONLY it are whole: 0028's and 0075's.
         assert conn.execute(
-            "SELECT indisvalid FROM pg_index WHERE indexrelid = 'nq_delivery_log_unsent'::regclass"
-        ).fetchone() == (True,)
+            "SELECT array_agg(indisvalid) FROM pg_index WHERE indexrelid IN"
+            " ('nq_delivery_log_unsent'::regclass,"
+            " 'nq_delivery_log_provider_message'::regclass)"
+        ).fetchone() == ([True, True],)
         gone = (
             "SELECT to_regclass('nq_jobs_created'), to_regclass('nq_delivery_log_status_created')"
         )
