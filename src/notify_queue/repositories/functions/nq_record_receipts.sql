@@ -40,9 +40,11 @@ AS $$
         INSERT INTO nq_delivery_receipts AS d
                (notification_id, provider, state, at, reason, permanent)
         SELECT s.id, s.provider, s.state, s.at, s.reason, s.permanent FROM strongest s
+        -- received_at from the proposed row (its default, now()): Citus takes only IMMUTABLE
+        -- functions in DO UPDATE SET on its tables.
         ON CONFLICT (notification_id) DO UPDATE
             SET state = excluded.state, at = excluded.at, reason = excluded.reason,
-                permanent = excluded.permanent, received_at = now()
+                permanent = excluded.permanent, received_at = excluded.received_at
             WHERE nq_receipt_rank(d.state, d.permanent)
                   < nq_receipt_rank(excluded.state, excluded.permanent)
         RETURNING d.notification_id
@@ -81,7 +83,9 @@ AS $$
         WHERE l.notification_id = ANY(ARRAY(SELECT id FROM changed))
         RETURNING 1
     ), woken AS (
-        SELECT CASE WHEN count(*) > 0 THEN pg_notify('nq_status_outbox', '') END FROM kube
+        -- A boolean, not pg_notify's void: Citus keeps a CTE's rows as an intermediate result.
+        SELECT CASE WHEN count(*) > 0 THEN pg_notify('nq_status_outbox', '') IS NULL END
+        FROM kube
     )
     -- IN: hashed subplans over the CTEs.
     SELECT e.state, e.ord IN (SELECT ord FROM found), e.ord IN (SELECT ord FROM changed)
