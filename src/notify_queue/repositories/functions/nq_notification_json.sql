@@ -1,10 +1,8 @@
 -- A notification as the SQL door answers it (nq_all_notifications row), in the API's shape:
 -- its delivery receipt (docs/receipts.md) read from nq_delivery_receipts by id, null before one.
--- A quoted body, not a SQL-standard one: Citus makes the function on its worker nodes from its
--- source text, which a SQL-standard body does not keep (tests/citus/test_features.py).
 CREATE OR REPLACE FUNCTION nq_notification_json(n nq_all_notifications) RETURNS jsonb
-LANGUAGE sql STABLE AS $$
-SELECT jsonb_build_object(
+LANGUAGE sql STABLE
+RETURN jsonb_build_object(
     'id', n.id, 'idempotencyKey', n.idempotency_key, 'channel', n.channel,
     'recipient', n.recipient, 'subject', n.subject, 'body', n.body,
     'priority', (ARRAY['HIGH', 'NORMAL', 'LOW'])[n.priority + 1], 'status', n.status,
@@ -35,5 +33,4 @@ SELECT jsonb_build_object(
                      ELSE jsonb_build_object('name', n.template_name,
                                              'version', n.template_version) END,
     'digest', CASE WHEN n.digest_id IS NULL THEN NULL
-                   ELSE nq_digest_ref(n.bucket, n.digest_id) END)
-$$;
+                   ELSE nq_digest_ref(n.bucket, n.digest_id) END);
