@@ -26,6 +26,9 @@ from notify_queue.repositories.db import Database
 from notify_queue.repositories.schema import migrate
 from tests.support import missing_component
 
+# The product's processes as fixtures (tests/processes.py).
+pytest_plugins = ["tests.processes"]
+
 _TEMPLATE = "nq_template"
 _counter = itertools.count()
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 import itertools
 import json
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 import yaml
 from standardwebhooks.webhooks import Webhook
@@ -35,7 +34,7 @@ from notify_queue.providers.base import DeliveryRequest
 from notify_queue.providers.specs import ProviderSpecs
 from tests.chaos.harness import WorkerProcesses
 from tests.receivers import VendorReceiver
-from tests.support import eventually, running_api
+from tests.support import eventually
 
 SIGNING_SECRET = "whsec_" + "c2VjcmV0LWZvci12ZW5kb3ItdGVzdHMtMzItYnl0ZXMh"
 ENV = {
@@ -52,22 +51,6 @@ async def receiver() -> AsyncIterator[VendorReceiver]:
     r = await VendorReceiver().start()
     yield r
     await r.stop()
-
-
-@pytest.fixture
-def workers(database_url: str, tmp_path: Path) -> Iterator[WorkerProcesses]:
-    procs = WorkerProcesses(database_url, tmp_path)
-    yield procs
-    procs.close()
-
-
-@pytest.fixture
-async def api(database_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    async with (
-        running_api(database_url, tmp_path / "api.log") as base_url,
-        httpx.AsyncClient(base_url=base_url, timeout=30) as http,
-    ):
-        yield http
 
 
 StartWorker = Callable[[dict[str, Any], str], Awaitable[None]]
@@ -381,22 +364,6 @@ async def test_slack_sends_at_most_one_message_per_second_to_each_channel(
     assert dev < ops[-1], (dev, ops)
 
 
-async def _step_made_an_incident(database_url: str, id: str) -> None:
-    """Recipients' `incident` contacts (docs/recipients.md) are not part of this test's setup: a
-    step sent as sms is made what an incident step sent by `pd` leaves behind, in the row itself
-    (the queue's or the log's, wherever the sent step is)."""
-    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        changed = 0
-        for table in ("nq_jobs", "nq_delivery_log"):
-            cursor = await conn.execute(
-                f"UPDATE {table} SET channel = 'incident', recipient = 'db-team', provider = 'pd'"  # noqa: S608
-                " WHERE id = %s",
-                (id,),
-            )
-            changed += cursor.rowcount
-        assert changed == 1
-
-
 async def test_acknowledging_an_escalation_resolves_its_pagerduty_incident_once(
     api: httpx.AsyncClient,
     receiver: VendorReceiver,
@@ -420,14 +387,18 @@ async def test_acknowledging_an_escalation_resolves_its_pagerduty_incident_once(
         "--poll-interval", "0.1", "--backoff-base", "0.05", env=ENV,
     )  # fmt: skip
     await workers.ready(worker)
-    answer = await api.put("/recipients/oncall", json={"phone": "+4915112345678"})
+    answer = await api.put(
+        "/recipients/oncall", json={"phone": "+4915112345678", "incident": "db-team"}
+    )
     assert answer.status_code == 201, answer.text
     created = await api.post(
         "/notifications",
         json={
             "recipientId": "oncall", "subject": "DB down", "body": "primary unreachable",
             "priority": "HIGH",
-            "escalation": {"steps": [{"channel": "sms"}, {"channel": "sms", "afterSeconds": 600}]},
+            "escalation": {
+                "steps": [{"channel": "incident"}, {"channel": "sms", "afterSeconds": 600}]
+            },
         },
         headers={"Idempotency-Key": uuid.uuid4().hex},
     )  # fmt: skip
@@ -435,19 +406,27 @@ async def test_acknowledging_an_escalation_resolves_its_pagerduty_incident_once(
     escalation = created.json()["escalation"]["id"]
     first, second = (n["id"] for n in created.json()["notifications"])
     assert (await _final(api, first))["status"] == "SENT"
-    await _step_made_an_incident(database_url, first)
 
     for _ in range(2):  # a repeated acknowledgement resolves nothing twice
         acked = await api.post(f"/escalations/{escalation}/acknowledge", json={"by": "ana"})
         assert acked.status_code == 200, acked.text
 
     async def resolved() -> list[Any]:
-        return [r.json for r in receiver.of("pagerduty")]
+        return [r.json for r in receiver.of("pagerduty") if r.json["event_action"] == "resolve"]
 
     events = await eventually(resolved, timeout=30, what="the resolve event")
     assert events == [{"routing_key": ENV["PD_DB"], "event_action": "resolve", "dedup_key": first}]
-    listed = await api.get("/notifications", params={"channel": "incident", "limit": 10})
-    resolves = [n for n in listed.json()["items"] if n["id"] != first]
+    triggers = [r.json for r in receiver.of("pagerduty") if r.json["event_action"] == "trigger"]
+    assert [t["dedup_key"] for t in triggers] == [first]
+
+    async def resolves_final() -> list[Any] | None:
+        # The receiver answers before the worker records the send: wait for its completion.
+        listed = await api.get("/notifications", params={"channel": "incident", "limit": 10})
+        found = [n for n in listed.json()["items"] if n["id"] != first]
+        done = found and all(n["status"] not in ("PENDING", "PROCESSING") for n in found)
+        return found if done else None
+
+    resolves = await eventually(resolves_final, timeout=30, what="the resolve's completion")
     assert len(resolves) == 1 and resolves[0]["status"] == "SENT", resolves
     assert resolves[0]["provider"] == "pd"
     assert (await _get(api, second))["status"] == "CANCELLED"

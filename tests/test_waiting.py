@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import socket
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -30,7 +28,7 @@ from notify_queue.models import Policy, WaitingReason
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.policies import PolicyRepository
 from tests.chaos.harness import WorkerProcesses
-from tests.support import eventually, running_api
+from tests.support import eventually
 
 
 def _closed_port() -> int:
@@ -66,22 +64,6 @@ def _providers_file(tmp_path: Path) -> str:
     path = tmp_path / "providers.yaml"
     path.write_text(yaml.safe_dump(providers))
     return str(path)
-
-
-@pytest.fixture
-def workers(database_url: str, tmp_path: Path) -> Iterator[WorkerProcesses]:
-    procs = WorkerProcesses(database_url, tmp_path)
-    yield procs
-    procs.close()
-
-
-@pytest.fixture
-async def api(database_url: str, tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
-    async with (
-        running_api(database_url, tmp_path / "api.log") as base_url,
-        httpx.AsyncClient(base_url=base_url, timeout=30) as http,
-    ):
-        yield http
 
 
 async def _create(http: httpx.AsyncClient, **fields: Any) -> dict[str, Any]:

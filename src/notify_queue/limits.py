@@ -20,6 +20,13 @@ MAX_WEBHOOK_URL_CHARS = 2048
 
 EMAIL_PATTERN = re.compile(r"^[^@\s]+@[^@\s]+\.[^@\s.]+$")
 SMS_PATTERN = re.compile(r"^\+[0-9]{8,15}$")
+# The recipient of chat, webhook and incident: a destination name that the provider maps to a
+# channel id, URL or team (docs/channels.md).
+DESTINATION_PATTERN = re.compile(r"^[a-z0-9][-a-z0-9._#]{0,127}$")
+DESTINATION_CHANNELS = (Channel.CHAT, Channel.WEBHOOK, Channel.INCIDENT)
+DESTINATION_MESSAGE = (
+    "must be a destination name (a-z, 0-9 and -._#, at most 128, first a-z or 0-9)"
+)
 IDEMPOTENCY_KEY_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
 RFC3339_PATTERN = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"

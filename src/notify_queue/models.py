@@ -482,15 +482,27 @@ class Recipient:
     updated_at: datetime
     # The number to call (E.164); None: `phone` is called.
     voice: str | None = None
+    # Destination names (docs/channels.md): where chat, webhook and incident messages go.
+    chat: str | None = None
+    webhook: str | None = None
+    incident: str | None = None
 
     def contact(self, channel: Channel) -> str | None:
-        if channel is Channel.EMAIL:
-            return self.email
-        if channel is Channel.SMS:
-            return self.phone
-        if channel is Channel.VOICE:
-            return self.voice or self.phone
-        return self.push_tokens[0] if self.push_tokens else None
+        match channel:
+            case Channel.EMAIL:
+                return self.email
+            case Channel.SMS:
+                return self.phone
+            case Channel.VOICE:
+                return self.voice or self.phone
+            case Channel.CHAT:
+                return self.chat
+            case Channel.WEBHOOK:
+                return self.webhook
+            case Channel.INCIDENT:
+                return self.incident
+            case Channel.PUSH:
+                return self.push_tokens[0] if self.push_tokens else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,7 @@ REFERENCE = {
     "nq_templates",
     "nq_recipients",
     "nq_recipient_voices",
+    "nq_recipient_destinations",
     "nq_suppressions",
     "nq_delivery_receipts",
 }

@@ -36,3 +36,21 @@ def test_a_recipient_id_request_for_voice_calls_the_voice_number_else_the_phone(
         ("voice", "+4930123456")
     ]
     assert [n["recipient"] for n in two["notifications"]] == ["+4915112345678"]
+
+
+def test_a_recipient_id_request_for_chat_webhook_and_incident_goes_to_its_destinations(
+    database_url: str,
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO nq_recipients (id, email) VALUES ('t1', 'a@example.com')")
+        conn.execute(
+            "INSERT INTO nq_recipient_destinations (recipient_id, chat, webhook, incident)"
+            " VALUES ('t1', 'ops', 'ci', 'db-team')"
+        )
+        channels = ["chat", "webhook", "incident"]
+        made = call_function(conn, {"recipientId": "t1", "body": "{}", "channels": channels}, "d1")
+        again = call_function(conn, {"recipientId": "t1", "body": "{}", "channels": channels}, "d1")
+    assert [(n["channel"], n["recipient"]) for n in made["notifications"]] == [
+        ("chat", "ops"), ("webhook", "ci"), ("incident", "db-team"),
+    ]  # fmt: skip
+    assert [n["id"] for n in again["notifications"]] == [n["id"] for n in made["notifications"]]

@@ -222,6 +222,18 @@ def test_a_good_manifest_is_accepted_with_defaults(
     assert stored["spec"]["metadata"] == {"order": 1001, "tags": ["a"]}
 
 
+@pytest.mark.parametrize(
+    ("channel", "recipient"),
+    [("chat", "ops#alerts"), ("webhook", "ci"), ("incident", "db-team")],
+)
+def test_a_notification_to_a_destination_is_accepted(
+    control_plane: LocalControlPlane, crd_namespace: str, channel: str, recipient: str
+) -> None:
+    spec = {"channel": channel, "recipient": recipient, "body": "{}"}
+    code, stderr = _apply(control_plane, crd_namespace, "Notification", spec)
+    assert code == 0, stderr
+
+
 def test_the_spec_of_a_notification_cannot_be_changed(
     control_plane: LocalControlPlane, crd_namespace: str
 ) -> None:

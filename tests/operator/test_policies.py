@@ -164,7 +164,13 @@ async def test_the_retry_settings_of_a_named_policy_decide_when_it_is_dead_lette
             return obj if phase(obj) == "DeadLettered" else None
 
         obj = await eventually(dead, timeout=20)
-        other = await kube.get("Notification", namespace, "default-policy")
+
+        async def written() -> dict[str, object] | None:
+            # Its first status may still wait out the operator's coalescing window.
+            found = await kube.get("Notification", namespace, "default-policy")
+            return found if phase(found) is not None else None
+
+        other = await eventually(written, timeout=10)
     status = obj["status"]
     assert status["attempts"] == 2 and status["lastError"] == "simulated temporary failure"
     delivered = condition(obj, "Delivered")

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
 from notify_queue.devcluster import LocalControlPlane
 from notify_queue.repositories.db import Database
 from tests.operator.support import OperatorThread, running_worker, settings_for
+from tests.receivers import VendorReceiver
 from tests.shipping.support import ROOT, Tools, documents
 from tests.support import eventually
 
@@ -113,3 +115,66 @@ async def test_every_example_ends_where_its_comment_says(
             assert time.monotonic() - started >= 19
     finally:
         await operator.stop()
+
+
+FLUX = ROOT / "examples" / "10-flux-deployment-failed"
+
+
+async def test_the_flux_example_reaches_slack_and_pagerduty(
+    tools: Tools,
+    cluster: LocalControlPlane,
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """examples/10-flux-deployment-failed: its providers file, with each `url` pointed at the
+    local receivers, and its Notifications applied; both end Sent, as its header says, and the
+    receivers got the Block Kit message and the PagerDuty trigger."""
+    receiver = await VendorReceiver().start()
+    config = yaml.safe_load((FLUX / "providers.yaml").read_text())
+    urls = {"slack": "/slack/api", "pagerduty": "/pagerduty/v2/enqueue"}
+    for provider in config["providers"]:
+        provider["url"] = receiver.base + urls[provider["type"]]
+    providers_file = tmp_path / "providers.yaml"
+    providers_file.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("SLACK_TOKEN", "xoxb-example")
+    monkeypatch.setenv("PD_PLATFORM", "R0UT1NGKEY00000000000000PLATFORM")
+    kubeconfig = cluster.kubeconfig
+    namespace = tools.namespace(kubeconfig, prefix="flux")
+    settings = settings_for(
+        database_url, namespace, providers_file=providers_file, channels=["chat", "incident"]
+    )
+    notifications = FLUX / "deployment-failed.yaml"
+    header = " ".join(
+        line.removeprefix("#").strip()
+        for line in notifications.read_text().splitlines()
+        if line.startswith("#")
+    )
+    promised = [(m[2], m[3], m[4]) for m in _CHECK.finditer(header)]
+    assert {name for name, _, _ in promised} == {"podinfo-failed-page", "podinfo-failed-chat"}
+    operator = await OperatorThread(settings, kubeconfig).start()
+    try:
+        async with Database(database_url, pool_size=4) as db, running_worker(settings, db):
+            tools.kubectl("apply", "-n", namespace, "-f", str(notifications), kubeconfig=kubeconfig)
+            for name, jsonpath, expected in promised:
+
+                async def prints(
+                    name: str = name, path: str = jsonpath, want: str = expected
+                ) -> bool:
+                    result = tools.kubectl(
+                        "get", "notif", name, "-n", namespace, "-o", f"jsonpath={path}",
+                        kubeconfig=kubeconfig, check=False,
+                    )  # fmt: skip
+                    return result.stdout.strip() == want
+
+                await eventually(prints, timeout=60, interval=0.2, what=f"{name} {expected}")
+    finally:
+        await operator.stop()
+        await receiver.stop()
+    (chat,) = [r.json for r in receiver.of("slack")]
+    assert chat["channel"] == "C0PLATFORM" and chat["text"] == "HelmRelease apps/podinfo failed"
+    assert chat["blocks"][0]["text"]["text"].startswith("*HelmRelease apps/podinfo* upgrade failed")
+    (page,) = [r.json for r in receiver.of("pagerduty")]
+    assert page["event_action"] == "trigger" and page["routing_key"].endswith("PLATFORM")
+    assert page["payload"]["summary"] == "HelmRelease apps/podinfo: upgrade failed"
+    assert page["payload"]["severity"] == "critical"

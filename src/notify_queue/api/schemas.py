@@ -114,7 +114,8 @@ class NotificationCreate(_Wire):
         None,
         min_length=1,
         max_length=limits.MAX_RECIPIENT_CHARS,
-        description="email: an address; sms: E.164 (`+` and 8-15 digits); push: a device token. "
+        description="email: an address; sms, voice: E.164 (`+` and 8-15 digits); push: a device "
+        "token; chat, webhook, incident: a destination name (docs/channels.md). "
         "Required unless recipientId is given (not both).",
     )
     subject: str | None = Field(
@@ -637,6 +638,17 @@ class RecipientPut(_Wire):
         pattern=limits.SMS_PATTERN.pattern,
         description="E.164: where a voice call goes; absent: phone.",
     )
+    chat: str | None = Field(
+        None, pattern=limits.DESTINATION_PATTERN.pattern, description="A chat destination name."
+    )
+    webhook: str | None = Field(
+        None, pattern=limits.DESTINATION_PATTERN.pattern, description="A webhook destination name."
+    )
+    incident: str | None = Field(
+        None,
+        pattern=limits.DESTINATION_PATTERN.pattern,
+        description="An incident destination name (a team or service).",
+    )
     push_tokens: list[str] = Field(
         default_factory=list, max_length=20, description="A push goes to the first."
     )
@@ -651,6 +663,9 @@ class Recipient(_Wire):
     email: str | None
     phone: str | None
     voice: str | None
+    chat: str | None
+    webhook: str | None
+    incident: str | None
     push_tokens: list[str]
     timezone: str
     preferences: RecipientPreferences
@@ -670,6 +685,9 @@ class Recipient(_Wire):
             email=r.email,
             phone=r.phone,
             voice=r.voice,
+            chat=r.chat,
+            webhook=r.webhook,
+            incident=r.incident,
             push_tokens=r.push_tokens,
             timezone=p.timezone,
             preferences=RecipientPreferences(
@@ -692,7 +710,7 @@ def recipient_json(r: domain.Recipient) -> dict[str, Any]:
 class TemplateChannel(_Wire):
     model_config = ConfigDict(extra="forbid")
 
-    subject: str | None = Field(None, description="email and push only.")
+    subject: str | None = Field(None, description="email, push and incident only.")
     body: str
 
 
@@ -702,6 +720,15 @@ class TemplateChannels(_Wire):
     email: TemplateChannel | None = None
     sms: TemplateChannel | None = None
     push: TemplateChannel | None = None
+    chat: TemplateChannel | None = Field(
+        None, description="Text, or Block Kit: a JSON object with `blocks`."
+    )
+    webhook: TemplateChannel | None = Field(
+        None, description="The POST body: must render a JSON object or array."
+    )
+    incident: TemplateChannel | None = Field(
+        None, description="subject: the summary; body: the details."
+    )
 
 
 class TemplatePut(_Wire):

@@ -159,6 +159,9 @@ class Recipient(TypedDict):
     email: str | None
     phone: str | None
     voice: str | None
+    chat: str | None
+    webhook: str | None
+    incident: str | None
     pushTokens: list[str]
     timezone: str
     preferences: RecipientPreferences

@@ -79,6 +79,9 @@ class RecipientPut(TypedDict):
     email: str | None
     phone: str | None
     voice: str | None
+    chat: str | None
+    webhook: str | None
+    incident: str | None
     push_tokens: list[str]
     timezone: str
     opt_out_all: bool
@@ -95,6 +98,9 @@ def _put_params(recipient: Recipient) -> RecipientPut:
         "email": recipient.email,
         "phone": recipient.phone,
         "voice": recipient.voice,
+        "chat": recipient.chat,
+        "webhook": recipient.webhook,
+        "incident": recipient.incident,
         "push_tokens": recipient.push_tokens,
         "timezone": p.timezone,
         "opt_out_all": p.opt_out_all,

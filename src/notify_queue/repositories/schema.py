@@ -49,6 +49,7 @@ import functools
 import hashlib
 import logging
 import re
+from collections.abc import Awaitable, Callable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
@@ -92,7 +93,7 @@ _PHASE = re.compile(r"^--\s*phase:\s*(\S+)\s*$")
 # The transaction header: `-- transaction: none` runs the step outside a transaction.
 _TRANSACTION = re.compile(r"^--\s*transaction:\s*(\S+)\s*$")
 # The functions header: the functions a step calls while it runs, defined at its start.
-_FUNCTIONS = re.compile(r"^--\s*functions:\s*(.+?)\s*$")
+_FUNCTIONS = re.compile(r"^--\s*functions:(.*)$")
 # How a process of 0.2.0 or later names its connections: `<role>@<release>` (Database).
 _RELEASE = re.compile(r"@(\d+)\.(\d+)\.(\d+)")
 
@@ -488,7 +489,13 @@ async def _enqueue_role(conn: Connection) -> None:
     state = await conn.fetch_one("migration_enqueue_role_state")
     if state is None or not state["function_present"]:
         return
-    await _role(conn, ENQUEUE_ROLE, state, "migration_enqueue_role")
+    await _role(
+        conn,
+        ENQUEUE_ROLE,
+        state,
+        create=lambda: conn.execute("migration_enqueue_role_create"),
+        grant=lambda: conn.execute("migration_enqueue_role_grant"),
+    )
 
 
 async def _runtime_role(conn: Connection) -> None:
@@ -499,12 +506,25 @@ async def _runtime_role(conn: Connection) -> None:
     state = await conn.fetch_one("migration_runtime_role_state")
     if state is None:
         return
-    await _role(conn, RUNTIME_ROLE, state, "migration_runtime_role")
+    await _role(
+        conn,
+        RUNTIME_ROLE,
+        state,
+        create=lambda: conn.execute("migration_runtime_role_create"),
+        grant=lambda: conn.execute("migration_runtime_role_grant"),
+    )
 
 
-async def _role(conn: Connection, role: str, state: dict[str, Any], queries: str) -> None:
-    """An application role created when missing (if this user may), then granted its rights:
-    `<queries>_create` and `<queries>_grant`."""
+async def _role(
+    conn: Connection,
+    role: str,
+    state: dict[str, Any],
+    *,
+    create: Callable[[], Awaitable[int]],
+    grant: Callable[[], Awaitable[int]],
+) -> None:
+    """An application role created when missing (if this user may), then granted its rights;
+    `create` and `grant` run the role's two statements."""
     if not state["present"]:
         if not state["can_create"]:
             log.warning(
@@ -516,12 +536,12 @@ async def _role(conn: Connection, role: str, state: dict[str, Any], queries: str
             return
         try:
             async with conn.transaction():
-                await conn.execute(f"{queries}_create")
+                await create()
         except (psycopg.errors.DuplicateObject, psycopg.errors.UniqueViolation):
             pass  # a migrator of another database on this server created it just now
         log.info("created role %s", role)
     async with conn.transaction():
-        await conn.execute(f"{queries}_grant")
+        await grant()
 
 
 async def _enqueue_defaults(conn: Connection, defaults: EnqueueDefaults) -> None:

@@ -27,6 +27,8 @@ from pydantic import (
 from notify_queue.errors import FieldError, NotFound, ValidationFailed
 from notify_queue.limits import (
     CATEGORY_PATTERN,
+    DESTINATION_MESSAGE,
+    DESTINATION_PATTERN,
     EMAIL_PATTERN,
     MAX_RECIPIENT_CHARS,
     RECIPIENT_ID_PATTERN,
@@ -86,6 +88,10 @@ class RecipientBody(BaseModel):
     phone: StrictStr | None = None
     # The number a voice call goes to (docs/escalation.md); absent: `phone`.
     voice: StrictStr | None = None
+    # Destination names (docs/channels.md).
+    chat: StrictStr | None = None
+    webhook: StrictStr | None = None
+    incident: StrictStr | None = None
     push_tokens: Annotated[
         list[Annotated[StrictStr, Field(min_length=1, max_length=MAX_RECIPIENT_CHARS)]],
         Field(max_length=MAX_PUSH_TOKENS),
@@ -105,6 +111,13 @@ class RecipientBody(BaseModel):
     def _phone(cls, value: str | None) -> str | None:
         if value is not None and not SMS_PATTERN.fullmatch(value):
             raise ValueError("must be an E.164 number (+ and 8-15 digits)")
+        return value
+
+    @field_validator("chat", "webhook", "incident")
+    @classmethod
+    def _destination(cls, value: str | None) -> str | None:
+        if value is not None and not DESTINATION_PATTERN.fullmatch(value):
+            raise ValueError(DESTINATION_MESSAGE)
         return value
 
     @field_validator("push_tokens")
@@ -223,6 +236,9 @@ def parse_recipient(id: str, data: Any) -> Recipient:
         email=body.email,
         phone=body.phone,
         voice=body.voice,
+        chat=body.chat,
+        webhook=body.webhook,
+        incident=body.incident,
         push_tokens=list(body.push_tokens),
         preferences=prefs,
         created_at=now,

@@ -19,6 +19,7 @@ reading it. A template that builds markup escapes explicitly with `{{ value | e 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -31,12 +32,17 @@ from notify_queue.models import Channel
 from notify_queue.services.rendering import Renderer
 from notify_queue.services.sandbox import ENVIRONMENT, RULE_OUTPUT
 
-# Which parts each channel's entry has (docs/recipients.md): SMS has no subject.
+# Which parts each channel's entry has (docs/recipients.md, docs/channels.md): SMS, chat and
+# webhook have no subject; an incident's subject is its summary.
 CHANNEL_PARTS: dict[Channel, tuple[str, ...]] = {
     Channel.EMAIL: ("subject", "body"),
     Channel.SMS: ("body",),
     Channel.PUSH: ("subject", "body"),
+    Channel.CHAT: ("body",),
+    Channel.WEBHOOK: ("body",),
+    Channel.INCIDENT: ("subject", "body"),
 }
+_TEMPLATE_CHANNELS = ", ".join(c.value for c in CHANNEL_PARTS)
 MAX_TEMPLATE_PART_BYTES = MAX_BODY_BYTES
 # Each part's output cap, in characters, where its render stops (the body's final check is in
 # bytes, below).
@@ -52,10 +58,11 @@ def check_template_channels(value: Any, *, prefix: str = "") -> dict[str, dict[s
     checked: dict[str, dict[str, str]] = {}
     for name, entry in value.items():
         field = f"{where}.{name}"
-        try:
-            channel = Channel(name)
-        except ValueError:
-            errors.append(FieldError(field, "is not a channel (email, sms, push)"))
+        channel = next((c for c in CHANNEL_PARTS if c.value == name), None)
+        if channel is None:
+            errors.append(
+                FieldError(field, f"is not a channel with templates ({_TEMPLATE_CHANNELS})")
+            )
             continue
         if not isinstance(entry, dict):
             errors.append(FieldError(field, "must be an object"))
@@ -86,6 +93,9 @@ def check_template_channels(value: Any, *, prefix: str = "") -> dict[str, dict[s
                 )
             except RecursionError:
                 errors.append(FieldError(f"{field}.{part}", "nests too deeply"))
+            else:
+                if channel is Channel.WEBHOOK and not _json_shaped(text):
+                    errors.append(FieldError(f"{field}.{part}", "must be a JSON object or array"))
         checked[name] = {k: v for k, v in entry.items() if isinstance(v, str)}
     if errors:
         raise ValidationFailed(errors)
@@ -137,6 +147,26 @@ async def render(
                 field_prefix + "data", f"{channel.value} body renders over {MAX_BODY_BYTES} bytes"
             )
         )
+    if channel is Channel.WEBHOOK and not _json(body):
+        # The rendered text is the POST body (docs/channels.md).
+        errors.append(
+            FieldError(field_prefix + "data", "webhook body renders as no JSON object or array")
+        )
     if errors:
         raise ValidationFailed(errors)
     return subject, body
+
+
+def _json_shaped(text: str) -> bool:
+    """Whether a webhook template's text, before rendering, reads as a JSON object or array: it
+    opens with `{` or `[` and closes with `}` or `]` (a `{{ data | tojson }}` does too)."""
+    stripped = text.strip()
+    return stripped[:1] in ("{", "[") and stripped[-1:] in ("}", "]")
+
+
+def _json(text: str) -> bool:
+    """Whether a rendered webhook body is a JSON object or array, which the provider POSTs as is."""
+    try:
+        return isinstance(json.loads(text), dict | list)
+    except ValueError:
+        return False

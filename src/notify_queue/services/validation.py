@@ -35,6 +35,9 @@ from notify_queue.headers import header_value_problem
 from notify_queue.limits import (
     CATEGORY_PATTERN,
     DEFAULT_DIGEST_ITEMS,
+    DESTINATION_CHANNELS,
+    DESTINATION_MESSAGE,
+    DESTINATION_PATTERN,
     EMAIL_PATTERN,
     IDEMPOTENCY_KEY_PATTERN,
     MAX_BODY_BYTES,
@@ -237,6 +240,8 @@ class NotificationRequest(BaseModel):
             raise ValueError("must be an email address for channel email")
         if channel in (Channel.SMS, Channel.VOICE) and not SMS_PATTERN.fullmatch(value):
             raise ValueError(f"must be an E.164 number (+ and 8-15 digits) for channel {channel}")
+        if channel in DESTINATION_CHANNELS and not DESTINATION_PATTERN.fullmatch(value):
+            raise ValueError(DESTINATION_MESSAGE + f" for channel {channel}")
         return value
 
     @field_validator("subject")

@@ -110,7 +110,7 @@ BEGIN
     -- answered from what the key became when seen before, else expanded over the channels.
     PERFORM pg_advisory_xact_lock(hashtextextended('nq-request:' || v_key, 0));
     keys := ARRAY[v_key, v_key || ' email', v_key || ' sms', v_key || ' push', v_key || ' voice',
-             v_key || ' suppressed'];
+             v_key || ' chat', v_key || ' webhook', v_key || ' incident', v_key || ' suppressed'];
     IF EXISTS (SELECT 1 FROM nq_idempotency_keys k WHERE k.key = ANY(keys)) THEN
         ids := ARRAY(SELECT k.notification_id FROM nq_idempotency_keys k WHERE k.key = ANY(keys));
         ids := ARRAY(SELECT n.id FROM nq_all_notifications n WHERE n.id = ANY(ids)
@@ -127,8 +127,9 @@ BEGIN
             SELECT jsonb_agg(nq_notification_json(n) ORDER BY array_position(ids, n.id))
             FROM nq_all_notifications n WHERE n.id = ANY(ids)));
     END IF;
-    SELECT r.*, v.voice INTO recipient FROM nq_recipients r
+    SELECT r.*, v.voice, d.chat, d.webhook, d.incident INTO recipient FROM nq_recipients r
     LEFT JOIN nq_recipient_voices v ON v.recipient_id = r.id
+    LEFT JOIN nq_recipient_destinations d ON d.recipient_id = r.id
     WHERE r.id = request ->> 'recipientId';
     IF NOT FOUND THEN
         RAISE EXCEPTION USING ERRCODE = 'invalid_parameter_value',
@@ -145,6 +146,8 @@ BEGIN
     FOREACH c IN ARRAY order_ LOOP
         contact := CASE c WHEN 'email' THEN recipient.email WHEN 'sms' THEN recipient.phone
                           WHEN 'voice' THEN COALESCE(recipient.voice, recipient.phone)
+                          WHEN 'chat' THEN recipient.chat WHEN 'webhook' THEN recipient.webhook
+                          WHEN 'incident' THEN recipient.incident
                           ELSE recipient.push_tokens[1] END;
         IF contact IS NULL THEN
             CONTINUE;
@@ -177,6 +180,8 @@ BEGIN
         c := COALESCE(usable[1], order_[1]);
         contact := CASE c WHEN 'email' THEN recipient.email WHEN 'sms' THEN recipient.phone
                           WHEN 'voice' THEN COALESCE(recipient.voice, recipient.phone)
+                          WHEN 'chat' THEN recipient.chat WHEN 'webhook' THEN recipient.webhook
+                          WHEN 'incident' THEN recipient.incident
                           ELSE recipient.push_tokens[1] END;
         items := jsonb_build_array(base || jsonb_build_object(
             'position', 0, 'id', gen_random_uuid(), 'idempotency_key', v_key || ' suppressed',
@@ -192,6 +197,10 @@ BEGIN
         ids := ARRAY(SELECT i.id FROM nq_insert_notifications(items::json, v_max_attempts,
                                                               v_webhook_url) i);
     END IF;
+    -- The answer lists them in the order of the request's channels, which the insert's rows
+    -- (a data-modifying CTE) do not keep.
+    ids := ARRAY(SELECT (t.e ->> 'id')::uuid FROM jsonb_array_elements(items) WITH ORDINALITY t(e, o)
+                 WHERE (t.e ->> 'id')::uuid = ANY(ids) ORDER BY t.o);
     IF cardinality(chosen) > 0 THEN
         PERFORM pg_notify('nq_wakeup', '');
     END IF;

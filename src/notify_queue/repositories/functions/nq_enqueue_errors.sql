@@ -83,6 +83,10 @@ BEGIN
             ELSIF channel_ok IN ('sms', 'voice') AND s !~ '{{limit:SMS_PATTERN}}' THEN
                 errs := errs || jsonb_build_object('field', 'recipient', 'message',
                     'must be an E.164 number (+ and 8-15 digits) for channel ' || channel_ok);
+            ELSIF channel_ok IN ({{limit:DESTINATION_CHANNELS}})
+                  AND s !~ '{{limit:DESTINATION_PATTERN}}' THEN
+                errs := errs || jsonb_build_object('field', 'recipient', 'message',
+                    '{{limit:DESTINATION_MESSAGE}} for channel ' || channel_ok);
             END IF;
         END IF;
     END IF;
