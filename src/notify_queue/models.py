@@ -451,6 +451,9 @@ class ClaimedNotification:  # not frozen: see NewNotification
     # A digest's carrier: its items' trace contexts, which its delivery span links to (one
     # delivery joins many traces; docs/operations.md "Traces").
     linked_traceparents: tuple[str, ...] = ()
+    # Why its address is on the suppression list as the claim read it ("bounced",
+    # "complained"; None: it is not): the send-time check ends it SUPPRESSED (docs/receipts.md).
+    suppressed: str | None = None
     # Headers the email carries besides its own: the one-click unsubscribe link's
     # (docs/receipts.md), set by the worker when the email may have one.
     email_headers: dict[str, str] = field(default_factory=dict)

@@ -43,7 +43,6 @@ from notify_queue.services.preferences import (
     Clock,
     held_by_quiet_hours,
     screen_claimed,
-    suppressed,
     system_clock,
 )
 from notify_queue.services.rendering import Renderer
@@ -177,7 +176,7 @@ class DeliveryService:
             ),
             chain_heads=chain_heads,
         )
-        claimed = await self._unsuppressed(batch.claimed)
+        claimed = batch.claimed
         if any(c.digest_id is not None for c in claimed):
             claimed = await self._with_digests(claimed)
         if self._unsubscribe is not None:
@@ -185,34 +184,8 @@ class DeliveryService:
                 c.email_headers = self._unsubscribe.headers_for(
                     c.channel, c.recipient_id, c.category
                 )
-        return (
-            batch
-            if len(claimed) == len(batch.claimed)
-            else dataclasses.replace(batch, claimed=claimed)
-        )
-
-    async def _unsuppressed(
-        self, claimed: Sequence[ClaimedNotification]
-    ) -> list[ClaimedNotification]:
-        """The claimed notifications whose address is not on the suppression list; the others
-        end SUPPRESSED here, without a provider call (docs/receipts.md). One read per batch."""
-        if not claimed:
-            return []
-        found = await self._repository.suppressions_find(
-            pairs=list({(c.channel.value, c.recipient) for c in claimed})
-        )
-        if not found:
-            return list(claimed)
-        ready: list[ClaimedNotification] = []
-        stopped: list[Completion] = []
-        for c in claimed:
-            reason = found.get((c.channel.value, c.recipient))
-            if reason is None:
-                ready.append(c)
-            else:
-                stopped.append(suppressed(c, f"suppressed: {reason}"))
-        await self._repository.deliveries_complete(completions=stopped)
-        return ready
+        # A digest's carriers are new objects (their rendering): the batch carries those.
+        return batch if claimed is batch.claimed else dataclasses.replace(batch, claimed=claimed)
 
     async def _with_digests(
         self, claimed: Sequence[ClaimedNotification]

@@ -8,7 +8,7 @@
 SELECT * FROM nq_claim_lock(%(priorities)b::smallint[], %(channels)b::text[], %(limit)s)
 
 -- name: claim
--- nq_claim (functions/nq_claim.sql says each step). Without candidates (`ids` NULL), the
+-- nq_claim_v2 over nq_claim (functions/nq_claim.sql says each step). Without candidates (`ids` NULL), the
 -- claim in one round trip, in autocommit: the lock step, then the admission when no candidate is
 -- user-targeted; a row with `screen` true means nothing was admitted, and the worker claims in a
 -- transaction instead, where it decides quiet hours and the send-time check. No row: nothing was
@@ -17,8 +17,9 @@ SELECT * FROM nq_claim_lock(%(priorities)b::smallint[], %(channels)b::text[], %(
 -- within their recipient's window (PROCESSING, the claim token, a lease, one more attempt, the
 -- provider bound), defer the others to when their window frees, hold those of a policy that is not
 -- Ready, close or park digests, cancel acknowledged escalation steps; the admitted rows in claim
--- order, quiet ones without a place in the window.
-SELECT * FROM nq_claim(
+-- order, quiet ones without a place in the window, each with its address's suppression reason
+-- (nq_claim_v2: NULL when not suppressed).
+SELECT * FROM nq_claim_v2(
     %(priorities)b::smallint[], %(channels)b::text[], %(limit)s, %(claim_token)s, %(rate_limit)s,
     %(rate_window_seconds)s, %(lease_seconds)s, %(backoff_base_seconds)s,
     %(backoff_max_seconds)s, %(chain_channels)b::text[], %(chain_heads)b::text[],
