@@ -97,7 +97,7 @@ async def test_a_claim_of_address_targeted_rows_is_one_round_trip_and_a_completi
                 ]
             )
     assert len(claimed) == 5 and len(recorded.accepted) == 5
-    assert claim == ["nq_claim"], claim
+    assert claim == ["nq_claim_v2"], claim
     assert completion == ["nq_complete_deliveries"], completion
 
 
@@ -107,7 +107,7 @@ async def test_a_claim_that_meets_a_user_targeted_row_claims_in_a_transaction(
     transaction = [
         "BEGIN",
         "nq_claim_lock",
-        "nq_claim",
+        "nq_claim_v2",
         "COMMIT",
     ]
     async with Database(database_url, pool_size=1) as db:
@@ -118,7 +118,7 @@ async def test_a_claim_that_meets_a_user_targeted_row_claims_in_a_transaction(
         with round_trips(monkeypatch) as first:
             assert len(await _claim(repository)) == 3
         # The one call admitted nothing and said so; the transaction claimed all three.
-        assert first == ["nq_claim", *transaction], first
+        assert first == ["nq_claim_v2", *transaction], first
         await creates.enqueue_many([targeted("u-1"), new()])
         with round_trips(monkeypatch) as second:
             assert len(await _claim(repository)) == 2
@@ -130,7 +130,7 @@ async def test_a_claim_that_meets_a_user_targeted_row_claims_in_a_transaction(
         await creates.enqueue_many([new()])
         with round_trips(monkeypatch) as fourth:
             assert len(await _claim(repository)) == 1
-        assert fourth == ["nq_claim"], fourth  # ...so one call
+        assert fourth == ["nq_claim_v2"], fourth  # ...so one call
 
 
 @pytest.mark.parametrize("check", ["with_check", "without_check"])
@@ -169,3 +169,78 @@ async def test_an_opted_out_recipient_gets_nothing_whichever_shape_claims_first(
         ]
     else:
         assert opted_out.id in handed_out  # the race the check closes: sent to an opt-out
+
+
+async def _suppress(database_url: str, address: str | None, *, remove: str | None = None) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        if remove is not None:
+            await conn.execute("DELETE FROM nq_suppressions WHERE address = %s", [remove])
+        if address is not None:
+            await conn.execute(
+                "INSERT INTO nq_suppressions (channel, address, reason, at)"
+                " VALUES ('email', %s, 'bounced', now())",
+                [address],
+            )
+
+
+async def test_the_send_time_suppression_check_is_read_by_the_claim_itself(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An address on the suppression list (docs/receipts.md) is screened by what the claim
+    read: no read of the list of its own. A batch with no such address is the one call; one with
+    an address on the list adds only the completion that ends it SUPPRESSED, whichever shape
+    claims it."""
+    bounced = "gone@example.com"
+    async with Database(database_url, pool_size=1) as db:
+        now = datetime.now(UTC)
+        await RecipientRepository(db).recipient_put(
+            recipient=Recipient(
+                id="u-1",
+                email=bounced,
+                phone=None,
+                push_tokens=[],
+                preferences=Preferences(exists=True),
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        service = DeliveryService(
+            DeliveryRepository(db, defaults(rate_limit=100)),
+            priorities=list(Priority),
+            channels=list(Channel),
+        )
+        creates = notification_service(db, announce=False)
+        await service.claim(10)  # reads the engine (cached afterwards): not counted
+        await creates.enqueue_many([new(), new()])
+        with round_trips(monkeypatch) as clean:
+            assert len((await service.claim(10)).claimed) == 2
+        assert clean == ["nq_claim_v2"], clean
+        # Queued before the bounce is known: stopped at send time, whatever the address's case.
+        stopped = new(recipient=bounced.upper())
+        await creates.enqueue_many([stopped, new()])
+        await _suppress(database_url, bounced)
+        with round_trips(monkeypatch) as alone:
+            batch = await service.claim(10)
+        assert len(batch.claimed) == 1
+        assert [(c.id, c.status, c.last_error) for c in batch.screened or []] == [
+            (stopped.id, Status.SUPPRESSED, "suppressed: bounced")
+        ]
+        assert alone == ["nq_claim_v2", "BEGIN", "nq_complete_deliveries", "COMMIT"], alone
+        # A user-targeted one: screened in the claim's transaction.
+        await _suppress(database_url, None, remove=bounced)
+        again = dataclasses.replace(targeted("u-1"), recipient=bounced)
+        await creates.enqueue_many([again])
+        await _suppress(database_url, bounced)
+        with round_trips(monkeypatch) as transaction:
+            batch = await service.claim(10)
+        assert not batch.claimed
+        assert [(c.id, c.status) for c in batch.screened or []] == [(again.id, Status.SUPPRESSED)]
+        # The one call met a user-targeted candidate first (test above), then the transaction.
+        assert transaction == [
+            "nq_claim_v2",
+            "BEGIN",
+            "nq_claim_lock",
+            "nq_claim_v2",
+            "nq_complete_deliveries",
+            "COMMIT",
+        ], transaction

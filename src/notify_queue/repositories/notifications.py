@@ -59,11 +59,30 @@ class NotificationRepository:
         # The workers' heartbeats, on the same database (`NoWorker`).
         self.workers = WorkerRepository(db)
 
-    async def suppressions_find(
-        self, *, pairs: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], str]:
-        """Which (channel, address) pairs are on the suppression list, and why."""
-        return await receipts.suppressions_find(self._db, pairs=pairs)
+    async def _born_suppressed(
+        self, notifications: Sequence[NewNotification], conn: Connection | None
+    ) -> Sequence[NewNotification]:
+        """The batch with those to a suppressed address born SUPPRESSED, `lastError` saying
+        why (docs/receipts.md): nothing will ever call a provider for them. One read."""
+        found = await receipts.suppressions_find(
+            conn or self._db,
+            pairs=list(
+                {
+                    (n.channel.value, n.recipient)
+                    for n in notifications
+                    if n.status is Status.PENDING
+                }
+            ),
+        )
+        if not found:
+            return notifications
+        return [
+            dataclasses.replace(n, status=Status.SUPPRESSED, last_error=f"suppressed: {reason}")
+            if n.status is Status.PENDING
+            and (reason := found.get((n.channel.value, n.recipient))) is not None
+            else n
+            for n in notifications
+        ]
 
     @asynccontextmanager
     async def targeted_transaction(
@@ -102,7 +121,12 @@ class NotificationRepository:
             (row,) = await (conn or self._db).fetch_all(
                 "notification_enqueue_pending", params, binary=True, prepare=True
             )
-            return enqueued_notifications(notifications, row)
+            if not row["suppressed"]:
+                return enqueued_notifications(notifications, row)
+        # An address on the suppression list (the common batch's statement found one and
+        # inserted nothing, or a batch of the general way): those are born SUPPRESSED.
+        notifications = await self._born_suppressed(notifications, conn)
+        born_final = any(n.status is not Status.PENDING for n in notifications)
         items = [
             {
                 **enqueue_item(position, n),

@@ -8,7 +8,7 @@ from typing import Any
 from psycopg.types.json import Jsonb
 
 from notify_queue.models import DEFAULT_TENANT, ReceiptOutcome, Suppression
-from notify_queue.repositories.db import Database
+from notify_queue.repositories.db import Connection, Database
 
 
 class ReceiptRepository:
@@ -63,7 +63,7 @@ class ReceiptRepository:
 
 
 async def suppressions_find(
-    db: Database, *, pairs: Sequence[tuple[str, str]], tenant: str = DEFAULT_TENANT
+    db: Database | Connection, *, pairs: Sequence[tuple[str, str]], tenant: str = DEFAULT_TENANT
 ) -> dict[tuple[str, str], str]:
     """The suppressed ones of these (channel, address) pairs, each with its reason, keyed as
     given (the list compares addresses normalised). One statement; none for no pairs."""

@@ -259,7 +259,6 @@ class NotificationService:
             raise ValidationFailed([FieldError("notifications", f"at most {MAX_BATCH} items")])
         # The wake-up goes with the insert when the waker says one is due now (its statement
         # sends it at commit, if it inserted a row); otherwise, or if it sent none, it is owed.
-        notifications = await self._unsuppressed(notifications)
         wake = self._waker.take() if self._waker is not None else False
         try:
             inserted = {
@@ -302,30 +301,6 @@ class NotificationService:
                 )
             )
         return results
-
-    async def _unsuppressed(
-        self, notifications: Sequence[NewNotification]
-    ) -> Sequence[NewNotification]:
-        """The batch with those to a suppressed address born SUPPRESSED, `lastError` saying
-        why (docs/receipts.md): nothing will ever call a provider for them. One read."""
-        found = await self._repository.suppressions_find(
-            pairs=list(
-                {
-                    (n.channel.value, n.recipient)
-                    for n in notifications
-                    if n.status is Status.PENDING
-                }
-            )
-        )
-        if not found:
-            return notifications
-        return [
-            _replace(n, status=Status.SUPPRESSED, last_error=f"suppressed: {reason}")
-            if n.status is Status.PENDING
-            and (reason := found.get((n.channel.value, n.recipient))) is not None
-            else n
-            for n in notifications
-        ]
 
     async def get(self, id: uuid.UUID) -> Notification:
         found = await self._repository.notification_get(id=id)
