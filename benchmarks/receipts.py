@@ -12,9 +12,9 @@ straight into the delivery log (provider `hooks` and `sg`, message ids `pm-<i>`)
 - `single`: one Standard Webhooks receipt per request (`delivered`);
 - `batch100`: SendGrid-style batches of 100 events per request.
 
-Each run prints receipts per second and the PostgreSQL cost per receipt counted as the cost
-benchmark counts it for notifications (benchmarks/dbcost.py: CPU, WAL, row versions, statements);
-figures go to `benchmarks/results/receipts/<timestamp>.json`.
+Each run prints receipts per second, the API process's CPU per receipt, and the PostgreSQL cost
+per receipt counted as the cost benchmark counts it for notifications (benchmarks/dbcost.py:
+CPU, WAL, row versions, statements); figures go to `benchmarks/results/receipts/<timestamp>.json`.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from benchmarks import dbcost, queue
+from benchmarks.burn import cpu_seconds
 from benchmarks.env import BenchPostgres, fresh_postgres, machine_info
 from benchmarks.httpload import request_bytes, run_load
 from benchmarks.scenarios.ingest import _free_port, _wait_ready
@@ -147,7 +148,11 @@ def one_run(pg: BenchPostgres, where: Path, mode: str, n: int, clients: int) -> 
     try:
         asyncio.run(_wait_ready(f"http://127.0.0.1:{port}", timeout=120))
         before = observer.snapshot()
+        api_before = cpu_seconds([api.pid])
         result = asyncio.run(run_load("127.0.0.1", port, requests, clients=clients))
+        # The API's CPU for the load: what carries over from a machine shared with other work
+        # (a rate measured there is the share of the cores it got).
+        api_cpu = cpu_seconds([api.pid]) - api_before
         api.terminate()
         api.wait(30)
         observer.wait_for_backends_gone()
@@ -171,6 +176,7 @@ def one_run(pg: BenchPostgres, where: Path, mode: str, n: int, clients: int) -> 
         "seconds": round(result.seconds, 2),
         "receipts_per_second": round(n / result.seconds, 1),
         "per_receipt": dbcost.per_unit(phase, n),
+        "api_cpu_us_per_receipt": round(api_cpu * 1e6 / n, 1),
     }
 
 
@@ -188,6 +194,7 @@ def main() -> None:
             print(
                 f"{mode:9} {run['receipts_per_second']:>9,.0f} receipts/s  "
                 f"({run['requests']} requests, {run['statuses']}, {run['recorded']} recorded)  "
+                f"API per receipt: {run['api_cpu_us_per_receipt']} us CPU; "
                 f"PostgreSQL per receipt: {cost['postgres_cpu_us']} us CPU, "
                 f"{cost['wal_bytes']} WAL bytes, {cost['statements']} statements"
             )

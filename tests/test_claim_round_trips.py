@@ -244,3 +244,26 @@ async def test_the_send_time_suppression_check_is_read_by_the_claim_itself(
             "nq_complete_deliveries",
             "COMMIT",
         ], transaction
+
+
+async def test_the_creation_suppression_check_is_inside_the_common_batchs_statement(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API's common batch probes the suppression list inside its one statement
+    (nq_enqueue_pending_v2): no read of its own. A batch with a suppressed address inserts
+    nothing there and is created the general way, that address born SUPPRESSED."""
+    bounced = "gone@example.com"
+    await _suppress(database_url, bounced)
+    async with Database(database_url, pool_size=1) as db:
+        creates = notification_service(db, announce=False)
+        with round_trips(monkeypatch) as clean:
+            results = await creates.enqueue_many([new(), new()])
+        assert [r.notification.status for r in results] == [Status.PENDING] * 2
+        assert clean == ["nq_enqueue_pending_v2"], clean
+        with round_trips(monkeypatch) as listed:
+            results = await creates.enqueue_many([new(), new(recipient=bounced.upper())])
+        assert [(r.notification.status, r.notification.last_error) for r in results] == [
+            (Status.PENDING, None),
+            (Status.SUPPRESSED, "suppressed: bounced"),
+        ]
+        assert listed[0] == "nq_enqueue_pending_v2" and "nq_insert_notifications" in listed
