@@ -690,21 +690,29 @@ LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $fn$
 DECLARE
     v_channels text[];
     v_addresses text[];
-    v_suppressions nq_suppressions[];
+    -- The listed ones of the batch's addresses, as arrays of text (not of the table's row type:
+    -- this file is applied to schemas laid out before the list's table exists).
+    v_listed_channels text[];
+    v_listed_addresses text[];
+    v_listed_reasons text[];
 BEGIN
     SELECT array_agg(n.channel), array_agg(nq_normalised_address(n.channel, n.recipient))
     INTO v_channels, v_addresses
     FROM nq_jobs n
     WHERE n.bucket = p_bucket AND n.id = ANY(p_ids);
-    v_suppressions := ARRAY(
-        SELECT s FROM nq_suppressions s
-        JOIN unnest(v_channels, v_addresses) AS x(channel, address)
-          ON s.tenant = 'default' AND s.channel = x.channel AND s.address = x.address);
+    SELECT COALESCE(array_agg(s.channel), '{}'), COALESCE(array_agg(s.address), '{}'),
+           COALESCE(array_agg(s.reason), '{}')
+    INTO v_listed_channels, v_listed_addresses, v_listed_reasons
+    FROM nq_suppressions s
+    JOIN unnest(v_channels, v_addresses) AS x(channel, address)
+      ON s.tenant = 'default' AND s.channel = x.channel AND s.address = x.address;
     RETURN QUERY
     SELECT a.*,
-           (SELECT s.reason FROM unnest(v_suppressions) s
-            WHERE s.channel = a.channel
-              AND s.address = nq_normalised_address(a.channel, a.recipient))
+           (SELECT l.reason
+            FROM unnest(v_listed_channels, v_listed_addresses, v_listed_reasons)
+                 AS l(channel, address, reason)
+            WHERE l.channel = a.channel
+              AND l.address = nq_normalised_address(a.channel, a.recipient))
     FROM nq_claim_admit_bucket(
         p_bucket, p_ids, p_claim_token, p_rate_limit, p_rate_window_seconds, p_lease_seconds,
         p_backoff_base_seconds, p_backoff_max_seconds, p_chain_channels, p_chain_heads,
