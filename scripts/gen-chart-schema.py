@@ -50,7 +50,10 @@ EXCLUDED = {
     "sms-provider": "provider.sms",
     "push-provider": "provider.push",
     "outbound-allow": "outboundAllow",
-    "providers-file": "providersFile (rendered into a ConfigMap the workers mount)",
+    "providers-file": "providersFile (rendered into a ConfigMap the workers and the API mount)",
+    "public-url": "publicUrl (the API and the workers need the same)",
+    "unsubscribe-secret": "secret: unsubscribe.secretName's key",
+    "unsubscribe-previous-secret": "secret: unsubscribe.secretName's previousKey",
     "contract": "never in the pre-upgrade hook, where the old pods still run: after the roll-out, "
     "docs/upgrading.md",
 }

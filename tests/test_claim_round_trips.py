@@ -169,3 +169,101 @@ async def test_an_opted_out_recipient_gets_nothing_whichever_shape_claims_first(
         ]
     else:
         assert opted_out.id in handed_out  # the race the check closes: sent to an opt-out
+
+
+async def _suppress(database_url: str, address: str | None, *, remove: str | None = None) -> None:
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        if remove is not None:
+            await conn.execute("DELETE FROM nq_suppressions WHERE address = %s", [remove])
+        if address is not None:
+            await conn.execute(
+                "INSERT INTO nq_suppressions (channel, address, reason, at)"
+                " VALUES ('email', %s, 'bounced', now())",
+                [address],
+            )
+
+
+async def test_the_send_time_suppression_check_is_read_by_the_claim_itself(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An address on the suppression list (docs/receipts.md) is screened by what the claim
+    read: no read of the list of its own. A batch with no such address is the one call; one with
+    an address on the list adds only the completion that ends it SUPPRESSED, whichever shape
+    claims it."""
+    bounced = "gone@example.com"
+    async with Database(database_url, pool_size=1) as db:
+        now = datetime.now(UTC)
+        await RecipientRepository(db).recipient_put(
+            recipient=Recipient(
+                id="u-1",
+                email=bounced,
+                phone=None,
+                push_tokens=[],
+                preferences=Preferences(exists=True),
+                created_at=now,
+                updated_at=now,
+            )
+        )
+        service = DeliveryService(
+            DeliveryRepository(db, defaults(rate_limit=100)),
+            priorities=list(Priority),
+            channels=list(Channel),
+        )
+        creates = notification_service(db, announce=False)
+        await service.claim(10)  # reads the engine (cached afterwards): not counted
+        await creates.enqueue_many([new(), new()])
+        with round_trips(monkeypatch) as clean:
+            assert len((await service.claim(10)).claimed) == 2
+        assert clean == ["nq_claim_v2"], clean
+        # Queued before the bounce is known: stopped at send time, whatever the address's case.
+        stopped = new(recipient=bounced.upper())
+        await creates.enqueue_many([stopped, new()])
+        await _suppress(database_url, bounced)
+        with round_trips(monkeypatch) as alone:
+            batch = await service.claim(10)
+        assert len(batch.claimed) == 1
+        assert [(c.id, c.status, c.last_error) for c in batch.screened or []] == [
+            (stopped.id, Status.SUPPRESSED, "suppressed: bounced")
+        ]
+        assert alone == ["nq_claim_v2", "BEGIN", "nq_complete_deliveries", "COMMIT"], alone
+        # A user-targeted one: screened in the claim's transaction.
+        await _suppress(database_url, None, remove=bounced)
+        again = dataclasses.replace(targeted("u-1"), recipient=bounced)
+        await creates.enqueue_many([again])
+        await _suppress(database_url, bounced)
+        with round_trips(monkeypatch) as transaction:
+            batch = await service.claim(10)
+        assert not batch.claimed
+        assert [(c.id, c.status) for c in batch.screened or []] == [(again.id, Status.SUPPRESSED)]
+        # The one call met a user-targeted candidate first (test above), then the transaction.
+        assert transaction == [
+            "nq_claim_v2",
+            "BEGIN",
+            "nq_claim_lock",
+            "nq_claim_v2",
+            "nq_complete_deliveries",
+            "COMMIT",
+        ], transaction
+
+
+async def test_the_creation_suppression_check_is_inside_the_common_batchs_statement(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API's common batch probes the suppression list inside its one statement
+    (nq_enqueue_pending_v2): no read of its own. A batch with a suppressed address inserts
+    nothing there and is created the general way, that address born SUPPRESSED."""
+    bounced = "gone@example.com"
+    await _suppress(database_url, bounced)
+    async with Database(database_url, pool_size=1) as db:
+        creates = notification_service(db, announce=False)
+        with round_trips(monkeypatch) as clean:
+            results = await creates.enqueue_many([new(), new()])
+        assert [r.notification.status for r in results] == [Status.PENDING] * 2
+        assert clean == ["nq_enqueue_pending_v2"], clean
+        with round_trips(monkeypatch) as listed:
+            results = await creates.enqueue_many([new(), new(recipient=bounced.upper())])
+        assert [(r.notification.status, r.notification.last_error) for r in results] == [
+            (Status.PENDING, None),
+            (Status.SUPPRESSED, "suppressed: bounced"),
+        ]
+        assert listed[0] == "nq_enqueue_pending_v2" and "nq_insert_notifications" in listed

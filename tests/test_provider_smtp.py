@@ -89,6 +89,24 @@ def make_request(**overrides: Any) -> DeliveryRequest:
     return DeliveryRequest(**fields)
 
 
+async def test_one_click_unsubscribe_headers_travel_in_the_message(
+    mailbox: tuple[Mailbox, int],
+) -> None:
+    handler, port = mailbox
+    link = "<https://notify.example.com/unsubscribe/abc.def>"
+    request = make_request(
+        headers={"List-Unsubscribe": link, "List-Unsubscribe-Post": "List-Unsubscribe=One-Click"}
+    )
+
+    assert (await make_provider(port).deliver(request)).outcome is Outcome.SENT
+
+    [envelope] = handler.envelopes
+    assert isinstance(envelope.content, bytes)
+    message = email.message_from_bytes(envelope.content, policy=email.policy.default)
+    assert message["List-Unsubscribe"] == link
+    assert message["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
+
+
 async def test_the_server_receives_the_message_with_its_identifying_headers(
     mailbox: tuple[Mailbox, int],
 ) -> None:

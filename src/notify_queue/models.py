@@ -14,7 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 # The bits a version 7 UUID fixes: the version (7) and the RFC 9562 variant (0b10).
 _UUID7_FIXED = (0xF << 76) | (0x3 << 62)
@@ -371,6 +371,17 @@ class Notification:
     digest: DigestRef | None = None
     # The escalation it is a step of (docs/escalation.md), else None.
     escalation_id: uuid.UUID | None = None
+    # What its provider reported after accepting it (docs/receipts.md); None until a receipt.
+    delivery: Delivery | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """A SENT notification's latest delivery receipt (docs/receipts.md)."""
+
+    state: str  # delivered, bounced or complained
+    at: datetime  # when the vendor says it happened, else when the receipt arrived
+    reason: str | None
 
 
 @dataclass(slots=True)
@@ -457,6 +468,12 @@ class ClaimedNotification:  # not frozen: see NewNotification
     # A digest's carrier: its items' trace contexts, which its delivery span links to (one
     # delivery joins many traces; docs/operations.md "Traces").
     linked_traceparents: tuple[str, ...] = ()
+    # Why its address is on the suppression list as the claim read it ("bounced",
+    # "complained"; None: it is not): the send-time check ends it SUPPRESSED (docs/receipts.md).
+    suppressed: str | None = None
+    # Headers the email carries besides its own: the one-click unsubscribe link's
+    # (docs/receipts.md), set by the worker when the email may have one.
+    email_headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -690,6 +707,8 @@ class QueueStatus:
     # PENDING notifications per reason they wait now (every reason, 0 when none); read for
     # /metrics only (`queue_status(waiting=True)`).
     waiting: dict[WaitingReason, int] = field(default_factory=dict)
+    # Addresses on the suppression list per channel (docs/receipts.md); read for /metrics only.
+    suppressions: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -705,3 +724,38 @@ class PoolStats:
     acquire_wait_seconds_total: float
     acquire_errors_total: int  # timeouts: the caller got DatabaseUnavailable
     connections_lost_total: int
+
+
+RECEIPT_STATES = ("delivered", "bounced", "complained")
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What a vendor says happened to one message it accepted (docs/receipts.md)."""
+
+    provider_message_id: str
+    state: str  # one of RECEIPT_STATES
+    # A bounce the vendor calls permanent (the address will never take mail); complaints are.
+    permanent: bool
+    reason: str | None
+    # When the vendor says it happened; None: when the receipt arrived.
+    at: datetime | None
+
+
+class ReceiptOutcome(NamedTuple):
+    """What one verified receipt came to (docs/receipts.md)."""
+
+    state: str  # delivered, bounced or complained
+    matched: bool  # a SENT notification of that provider has that provider message id
+    changed: bool  # it said more than the receipt stored before (a repeat changes nothing)
+
+
+@dataclass(frozen=True, slots=True)
+class Suppression:
+    """An address no notification is sent to any more, and why (docs/receipts.md)."""
+
+    channel: str
+    address: str
+    reason: str  # bounced or complained
+    at: datetime
+    notification_id: uuid.UUID | None

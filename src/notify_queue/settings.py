@@ -15,6 +15,7 @@ built, so a bad value stops the program at start with one clear line instead of 
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -505,6 +506,55 @@ class OutboundOptions(_Options):
         return _comma_list(value)
 
 
+class ProvidersFileOptions(_Options):
+    """Providers file and public URL
+
+    Read by the workers (which provider delivers what) and by the API (how each provider's
+    delivery receipts are verified, docs/receipts.md), so both take the same file. The public URL
+    is where vendors and recipients reach the API: Twilio signs it, unsubscribe links use it.
+    """
+
+    providers_file: Path | None = Field(
+        None,
+        description="YAML file naming providers, their rate limits and circuit breakers, and a "
+        "failover chain per channel (docs/providers.md), and how their receipts are signed "
+        "(docs/receipts.md). Unset: the provider flags define one provider per channel, without "
+        "breaker, rate limit or receipts.",
+    )
+    public_url: str | None = Field(
+        None,
+        description="The API's URL as vendors and recipients reach it "
+        "(https://notify.example.com): Twilio signs receipts over it (docs/receipts.md).",
+    )
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^/\s]+(/[^\s]*)?", value):
+            raise ValueError("must be an http(s) URL such as https://notify.example.com")
+        return value.rstrip("/") if value is not None else None
+
+
+class UnsubscribeOptions(_Options):
+    """One-click unsubscribe
+
+    With --public-url, emails of a category other than transactional and critical to stored
+    recipients carry an RFC 8058 List-Unsubscribe link signed with this secret; the API checks
+    it (docs/receipts.md). Workers and the API need the same secrets.
+    """
+
+    unsubscribe_secret: str | None = Field(
+        None,
+        description="Secret the unsubscribe links are signed with (HMAC-SHA256); unset: no "
+        "links. At least 32 random characters.",
+    )
+    unsubscribe_previous_secret: str | None = Field(
+        None,
+        description="The secret before the current one, still accepted on links, so rotating "
+        "the secret breaks no link in mail already sent.",
+    )
+
+
 class ProviderOptions(_Options):
     """Providers
 
@@ -519,12 +569,6 @@ class ProviderOptions(_Options):
     retried, since another could duplicate the message), also after a timeout (Always), or never.
     """
 
-    providers_file: Path | None = Field(
-        None,
-        description="YAML file naming providers, their rate limits and circuit breakers, and a "
-        "failover chain per channel (docs/providers.md). Unset: the flags below define one "
-        "provider per channel, without breaker or rate limit.",
-    )
     failover: Failover = Field(
         Failover.ON_DEFINITE_FAILURE,
         description="When to move on to the next provider of a chain, for notifications whose "
@@ -646,6 +690,8 @@ GROUPS: tuple[type[_Options], ...] = (
     DeliveryPolicyOptions,
     WebhookOptions,
     OutboundOptions,
+    ProvidersFileOptions,
+    UnsubscribeOptions,
     ProviderOptions,
     OperatorOptions,
     MigrateOptions,
@@ -670,6 +716,8 @@ class ApiSettings(
     CreationOptions,
     AddressOptions,
     DefaultWebhookOptions,
+    ProvidersFileOptions,
+    UnsubscribeOptions,
 ):
     """`notify-queue api`."""
 
@@ -690,6 +738,8 @@ class WorkerSettings(
     RelaySettings,
     WorkerOptions,
     DeliveryPolicyOptions,
+    ProvidersFileOptions,
+    UnsubscribeOptions,
     ProviderOptions,
     RetentionOptions,
 ):

@@ -22,6 +22,8 @@ CONTRACT_FIELDS = (
     "expiresAt attemptCount maxAttempts lastError sentAt providerMessageId "
     # CONTRACT §9: which provider sent it and the attempts log (issue 11).
     "provider deliveryAttempts "
+    # What the provider reported after accepting it (docs/receipts.md).
+    "delivery "
     "retries source metadata createdAt updatedAt"
     # CONTRACT §9: what a user-targeted or templated notification was for (issue 12).
     " category recipientId template"

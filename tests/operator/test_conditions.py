@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from notify_queue.models import Channel, Notification, Priority, Retry, Source, Status
+from notify_queue.kubectl.why import build_report, render
+from notify_queue.models import Channel, Delivery, Notification, Priority, Retry, Source, Status
 from notify_queue.services.kube_status import notification_status, policy_status, rejected_status
 
 NOW = datetime(2026, 9, 24, 12, 0, tzinfo=UTC)
@@ -230,3 +231,45 @@ def test_a_policy_is_ready_or_stalled_and_keeps_its_transition_times() -> None:
     assert c["Ready"]["lastTransitionTime"] == "2026-09-24T13:00:00Z"
     assert c["Stalled"]["reason"] == "SecretNotFound"
     assert c["Reconciling"]["lastTransitionTime"] == "2026-09-24T12:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("state", "delivered", "reason"),
+    [("delivered", "True", "Delivered"), ("bounced", "False", "Bounced")],
+)
+def test_a_receipt_shows_as_delivery_and_in_the_delivered_condition(
+    state: str, delivered: str, reason: str
+) -> None:
+    at = NOW + timedelta(minutes=3)
+    row = _row(
+        Status.SENT,
+        sent_at=NOW,
+        delivery=Delivery(state, at, "550 user unknown" if state == "bounced" else None),
+    )
+
+    status = notification_status(row, generation=1, finished_at=NOW)
+
+    assert status["phase"] == "Sent"
+    assert status["delivery"]["state"] == state
+    assert status["delivery"]["at"] == "2026-09-24T12:03:00.000000Z"
+    condition = _conditions(status)["Delivered"]
+    assert (condition["status"], condition["reason"]) == (delivered, reason)
+    assert condition["lastTransitionTime"] == "2026-09-24T12:03:00Z"
+    assert _conditions(status)["Ready"]["status"] == "True"  # sent is done, whatever came after
+
+
+def test_kubectl_notify_why_says_what_the_provider_reported() -> None:
+    obj = {
+        "metadata": {"name": "welcome", "namespace": "shop"},
+        "spec": {"channel": "email", "recipient": "a@example.com"},
+        "status": {
+            "phase": "Sent",
+            "delivery": {"state": "bounced", "at": "2026-09-24T12:03:00Z", "reason": "550"},
+        },
+    }
+    policy = {"name": "default", "found": False, "note": "none"}
+
+    report = build_report(obj, policy=policy, api=None, api_note="not asked")
+
+    assert report["delivery"]["state"] == "bounced"
+    assert "Delivery" in render(report) and "bounced" in render(report)

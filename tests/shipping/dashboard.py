@@ -4,6 +4,7 @@ names the roles export, live API and worker processes with traffic, and a real P
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import itertools
 import json
@@ -135,8 +136,10 @@ PROVIDERS_FILE = """\
 # sim-main and sim-backup deliver email, sms and voice; sim-push gets only the `timeout` push
 # tokens, so its circuit breaker opens after two timeouts in a row, half-opens a second later, and
 # so on.
+# sim-main takes delivery receipts (the API's receipts panels have their series from the start).
 providers:
-  - {name: sim-main, type: simulated, channels: [email, sms, voice], latencyMs: 2}
+  - {name: sim-main, type: simulated, channels: [email, sms, voice], latencyMs: 2,
+     receipts: {scheme: http, secretFrom: {file: WHSEC_FILE}}}
   - {name: sim-backup, type: simulated, channels: [email, sms, voice]}
   - {name: sim-push, type: simulated, channels: [push], timeout: 200ms,
      circuitBreaker: {failures: 2, openFor: 1s}}
@@ -244,14 +247,23 @@ async def live_roles(database_url: str, directory: Path) -> AsyncIterator[LiveRo
     three POSTs, and traffic running in the background for as long as the context lasts."""
     receiver = await WebhookReceiver(fail_first=3).start()
     providers = directory / "providers.yaml"
-    providers.write_text(PROVIDERS_FILE)
+    whsec = directory / "receipts-secret"
+    whsec.write_text("whsec_" + base64.b64encode(b"dashboard receipts secret 32 b!!").decode())
+    providers.write_text(PROVIDERS_FILE.replace("WHSEC_FILE", str(whsec)))
     stop = asyncio.Event()
     try:
         async with contextlib.AsyncExitStack() as stack:
             # Both processes start at once: each spends seconds importing on a busy machine.
             api_url, worker_target = await asyncio.gather(
                 stack.enter_async_context(
-                    running_api(database_url, directory / "api.log", "--max-attempts", "2")
+                    running_api(
+                        database_url,
+                        directory / "api.log",
+                        "--max-attempts",
+                        "2",
+                        "--providers-file",
+                        str(providers),
+                    )
                 ),
                 stack.enter_async_context(
                     running_worker(

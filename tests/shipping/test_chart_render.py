@@ -601,3 +601,73 @@ providersFile:
             for v in spec["volumes"]
         )
         assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_the_api_reads_the_providers_file_the_public_url_and_the_unsubscribe_secrets(
+    tools: Tools, tmp_path: Path
+) -> None:
+    """The API verifies receipts with the workers' providers file and checks the unsubscribe
+    links the workers sign (docs/receipts.md): both roles get the same file, URL and secrets,
+    the secrets by reference only, the previous secret optional (present while a rotation lasts)
+    and the files a provider names mounted from a Secret."""
+    values = tmp_path / "receipts.yaml"
+    values.write_text(
+        """
+publicUrl: https://notify.example.com
+unsubscribe: {secretName: unsubscribe-keys}
+providersFile:
+  content:
+    providers:
+      - {name: mail, type: http, channels: [email, sms, push, voice], url: "http://gw:8080/send",
+         receipts: {scheme: sendgrid, publicKeyFile: /etc/notify-queue/receipts/sendgrid.pem}}
+  env:
+    - {name: TWILIO_AUTH_TOKEN, secretName: twilio, key: auth-token}
+  secretMounts:
+    - {secretName: receipts-keys, mountPath: /etc/notify-queue/receipts}
+"""
+    )
+    objects = tools.template(values=[values])
+    specs = [(n, s) for n, s in pod_specs(objects) if n.endswith("-api") or "-worker-" in n]
+    assert any(n.endswith("-api") for n, _ in specs) and any("-worker-" in n for n, _ in specs)
+    for name, spec in specs:
+        [container] = spec["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["NOTIFY_QUEUE_PROVIDERS_FILE"]["value"].endswith("/providers.yaml"), name
+        assert env["NOTIFY_QUEUE_PUBLIC_URL"]["value"] == "https://notify.example.com", name
+        assert env["NOTIFY_QUEUE_UNSUBSCRIBE_SECRET"]["valueFrom"]["secretKeyRef"] == {
+            "name": "unsubscribe-keys",
+            "key": "unsubscribe-secret",
+        }
+        assert env["NOTIFY_QUEUE_UNSUBSCRIBE_PREVIOUS_SECRET"]["valueFrom"]["secretKeyRef"] == {
+            "name": "unsubscribe-keys",
+            "key": "unsubscribe-previous-secret",
+            "optional": True,
+        }
+        assert env["TWILIO_AUTH_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == "twilio"
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+        keys = mounts["/etc/notify-queue/receipts"]
+        assert keys["readOnly"] and volumes[keys["name"]]["secret"] == {
+            "secretName": "receipts-keys"
+        }
+        assert "configMap" in volumes[mounts["/etc/notify-queue/providers"]["name"]]
+    [api] = [
+        o
+        for o in of_kind(objects, "Deployment")
+        if o["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] == "api"
+    ]
+    # A changed providers file rolls the API as it rolls the workers.
+    assert "checksum/providers" in api["spec"]["template"]["metadata"]["annotations"]
+
+
+def test_without_receipt_values_the_api_gets_no_providers_file_url_or_unsubscribe_secret(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    for name, spec in pod_specs(default_objects):
+        names = {e["name"] for c in spec["containers"] for e in c.get("env", [])}
+        assert not names & {
+            "NOTIFY_QUEUE_PROVIDERS_FILE",
+            "NOTIFY_QUEUE_PUBLIC_URL",
+            "NOTIFY_QUEUE_UNSUBSCRIBE_SECRET",
+            "NOTIFY_QUEUE_UNSUBSCRIBE_PREVIOUS_SECRET",
+        }, name

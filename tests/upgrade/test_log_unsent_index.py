@@ -66,7 +66,12 @@ async def test_partitions_with_rows_get_their_part_from_the_workers_then_contrac
             )
             is False
         )
-        missing = [r["partition_name"] for r in await db.fetch_all("delivery_log_unsent_missing")]
+        missing = [
+            r["partition_name"]
+            for r in await db.fetch_all(
+                "delivery_log_index_missing", {"index": "nq_delivery_log_unsent"}
+            )
+        ]
         assert missing == [today]
 
         with pytest.raises(ContractStepWaits, match="on 1 partitions"):

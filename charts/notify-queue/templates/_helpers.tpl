@@ -379,3 +379,51 @@ tracing is off. Argument: the root context.
   value: {{ get $env $name | toString | quote }}
 {{- end }}
 {{- end -}}
+
+{{/*
+What the API and the workers both read of the providers (docs/receipts.md): the variables of
+providersFile.env and the unsubscribe secrets (unsubscribe.secretName; the previous one is
+optional, present only while a rotation lasts). Argument: the root context.
+*/}}
+{{- define "notify-queue.receiptsEnv" -}}
+{{- range .Values.providersFile.env }}
+- name: {{ .name }}
+  valueFrom:
+    secretKeyRef: {name: {{ .secretName | quote }}, key: {{ .key | quote }}}
+{{- end }}
+{{- with .Values.unsubscribe }}
+{{- if .secretName }}
+- name: NOTIFY_QUEUE_UNSUBSCRIBE_SECRET
+  valueFrom:
+    secretKeyRef: {name: {{ .secretName | quote }}, key: {{ .key | quote }}}
+- name: NOTIFY_QUEUE_UNSUBSCRIBE_PREVIOUS_SECRET
+  valueFrom:
+    secretKeyRef: {name: {{ .secretName | quote }}, key: {{ .previousKey | quote }}, optional: true}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The providers file's ConfigMap (when providersFile.content is set) and providersFile.secretMounts:
+`.mounts` true for the container's volumeMounts, else the pod's volumes. Argument: .root, .mounts.
+*/}}
+{{- define "notify-queue.providersVolumes" -}}
+{{- $root := .root -}}
+{{- if $root.Values.providersFile.content }}
+{{- if .mounts }}
+- {name: providers, mountPath: /etc/notify-queue/providers, readOnly: true}
+{{- else }}
+- name: providers
+  configMap:
+    name: {{ include "notify-queue.componentName" (dict "root" $root "component" "providers") }}
+{{- end }}
+{{- end }}
+{{- range $i, $m := $root.Values.providersFile.secretMounts }}
+{{- if $.mounts }}
+- {name: provider-secret-{{ $i }}, mountPath: {{ $m.mountPath | quote }}, readOnly: true}
+{{- else }}
+- name: provider-secret-{{ $i }}
+  secret: {secretName: {{ $m.secretName | quote }}}
+{{- end }}
+{{- end }}
+{{- end -}}

@@ -28,15 +28,21 @@ from notify_queue.api.problems import install_problem_handlers
 from notify_queue.api.routes_escalations import add_escalation_routes
 from notify_queue.api.routes_notifications import add_notification_routes
 from notify_queue.api.routes_ops import add_ops_routes
+from notify_queue.api.routes_receipts import add_receipt_routes
 from notify_queue.api.routes_recipients import add_recipient_routes
+from notify_queue.api.routes_unsubscribe import add_unsubscribe_routes
 from notify_queue.api.runtime import ApiRuntime
+from notify_queue.providers.receipts import ReceiptVerifier, verifier_for
+from notify_queue.providers.specs import load_provider_specs
 from notify_queue.repositories import schema
 from notify_queue.repositories.db import Database
 from notify_queue.repositories.escalations import EscalationRepository
 from notify_queue.repositories.notifications import NotificationRepository
+from notify_queue.repositories.receipts import ReceiptRepository
 from notify_queue.repositories.recipients import RecipientRepository
 from notify_queue.services.escalations import EscalationService
 from notify_queue.services.notifications import CREATES_IN_FLIGHT, NotificationService
+from notify_queue.services.receipts import ReceiptService
 from notify_queue.services.recipients import RecipientService
 from notify_queue.services.rendering import RenderPool
 from notify_queue.services.wakeups import DebouncedWaker
@@ -55,6 +61,9 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
     """The API as an ASGI app. With `db`, the caller owns that pool; else the app opens its own."""
     auth = Auth(api_token=settings.api_token, admin_token=settings.admin_token)
     metrics = QueueMetrics()
+    # Read here, not in the lifespan: a bad key or certificate stops `api` with one line.
+    receipt_verifiers = receipt_verifiers_of(settings)
+    metrics.watch_receipts(receipt_verifiers)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -93,6 +102,12 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
                 renderer=renderer,
             ),
             default_region=settings.default_region,
+            receipts=ReceiptService(
+                ReceiptRepository(database, default_webhook_url=settings.webhook_url),
+                # Like creates: half the pool at most, so reads are never starved.
+                max_in_flight=max(1, min(CREATES_IN_FLIGHT, settings.database_pool_size // 2)),
+            ),
+            receipt_verifiers=receipt_verifiers,
         )
         heap.settle()
         try:
@@ -122,6 +137,11 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
     add_notification_routes(app.router, auth)
     add_recipient_routes(app.router, auth)
     add_escalation_routes(app.router, auth)
+    add_receipt_routes(app.router, auth)
+    add_unsubscribe_routes(
+        app.router,
+        tuple(s for s in (settings.unsubscribe_secret, settings.unsubscribe_previous_secret) if s),
+    )
     add_ops_routes(app.router, auth)
     app.add_middleware(
         BodyLimits,
@@ -133,6 +153,17 @@ def create_app(settings: ApiSettings, *, db: Database | None = None) -> FastAPI:
     # context (services.validation). Nothing when tracing is off.
     tracing.instrument_app(app)
     return app
+
+
+def receipt_verifiers_of(settings: ApiSettings) -> dict[str, ReceiptVerifier]:
+    """The verifier of each provider in --providers-file that takes receipts (none without)."""
+    if settings.providers_file is None:
+        return {}
+    specs = load_provider_specs(settings.providers_file)
+    verifiers = {
+        spec.name: verifier_for(spec, public_url=settings.public_url) for spec in specs.providers
+    }
+    return {name: v for name, v in verifiers.items() if v is not None}
 
 
 def open_database(settings: ApiSettings) -> Database:

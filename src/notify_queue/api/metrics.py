@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -28,7 +28,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
-from notify_queue.models import PoolStats, QueueStatus
+from notify_queue.models import RECEIPT_STATES, Channel, PoolStats, QueueStatus
 from notify_queue.services.pool_metrics import PoolCollector
 
 _CIRCUIT_CODES = {"closed": 0, "half-open": 1, "open": 2}
@@ -86,7 +86,15 @@ class QueueCollector(Collector):
         )
         for reason, count in status.waiting.items():
             waiting.add_metric([reason.value], count)
+        suppressions = GaugeMetricFamily(
+            "notify_queue_suppressions",
+            "Addresses on the suppression list, by channel (docs/receipts.md).",
+            labels=["channel"],
+        )
+        for channel, count in ({c.value: 0 for c in Channel} | status.suppressions).items():
+            suppressions.add_metric([channel], count)
         yield from (notifications, depth, lane_oldest, oldest, hooks, circuits, waiting)
+        yield suppressions
 
 
 class SnapshotCache:
@@ -145,8 +153,23 @@ class QueueMetrics:
         )
         # Every series from the start, so a rate() is 0 rather than absent before the first.
         self.creates = {outcome: creates.labels(outcome) for outcome in CREATE_OUTCOMES}
+        # Receipts this API process recorded, by provider and what they said; `unknown`: the
+        # provider message id names no notification sent here (docs/receipts.md).
+        self.receipts = Counter(
+            "notify_queue_delivery_receipts",
+            "Verified delivery receipts by provider and state (delivered, bounced, complained, "
+            "unknown: no notification sent here has that provider message id).",
+            ["provider", "state"],
+            registry=self.registry,
+        )
         ProcessCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
+
+    def watch_receipts(self, providers: Iterable[str]) -> None:
+        """Every series of these providers' receipts from the start (0, not absent)."""
+        for provider in providers:
+            for state in (*RECEIPT_STATES, "unknown"):
+                self.receipts.labels(provider, state)
 
     def watch_pool(self, stats: Callable[[], PoolStats]) -> None:
         """Report this pool's figures from now on (the app's lifespan opens the pool)."""

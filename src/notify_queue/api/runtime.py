@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 
 from notify_queue.api.metrics import QueueMetrics, SnapshotCache
+from notify_queue.providers.receipts import ReceiptVerifier
 from notify_queue.services.escalations import EscalationService
 from notify_queue.services.notifications import NotificationService
+from notify_queue.services.receipts import ReceiptService
 from notify_queue.services.recipients import RecipientService
 
 
@@ -26,6 +28,9 @@ class ApiRuntime:
     missing_schema_steps: Callable[[], Awaitable[list[str]]]
     recipients: RecipientService
     escalations: EscalationService
+    receipts: ReceiptService
+    # Per provider that takes receipts, its scheme's verifier (docs/receipts.md).
+    receipt_verifiers: Mapping[str, ReceiptVerifier]
     # The region of phone numbers written without `+` (--default-region; services/addresses.py).
     default_region: str | None = None
 

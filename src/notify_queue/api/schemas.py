@@ -265,6 +265,18 @@ class DigestRef(_Wire):
     count: int = Field(description="Its items so far.")
 
 
+class DeliveryReceipt(_Wire):
+    """A SENT notification's latest delivery receipt."""
+
+    state: Literal["delivered", "bounced", "complained"]
+    at: UtcTime = Field(description="When the vendor says it happened, else when it arrived.")
+    reason: str | None
+
+    @classmethod
+    def of(cls, d: domain.Delivery) -> DeliveryReceipt:
+        return cls(state=d.state, at=d.at, reason=d.reason)
+
+
 class Notification(_Wire):
     id: uuid.UUID
     idempotency_key: str
@@ -288,6 +300,10 @@ class Notification(_Wire):
     provider: str | None = Field(description="The provider that sent it; null until SENT.")
     delivery_attempts: list[DeliveryAttempt] = Field(
         description="The last 20 provider calls and skips, oldest first."
+    )
+    delivery: DeliveryReceipt | None = Field(
+        description="What the provider reported after accepting it (docs/receipts.md); null "
+        "until a receipt arrives. The status stays SENT."
     )
     retries: list[Retry]
     source: Source
@@ -325,6 +341,11 @@ class Notification(_Wire):
             provider_message_id=n.provider_message_id,
             provider=n.provider,
             delivery_attempts=[DeliveryAttempt.model_validate(a) for a in n.delivery_attempts],
+            delivery=None
+            if n.delivery is None
+            else DeliveryReceipt(
+                state=n.delivery.state, at=n.delivery.at, reason=n.delivery.reason
+            ),
             retries=[Retry(at=r.at, from_status=r.from_status) for r in n.retries],
             source=n.source,
             metadata=n.metadata,
@@ -376,6 +397,9 @@ def notification_json(n: domain.Notification) -> dict[str, Any]:
         "providerMessageId": n.provider_message_id,
         "provider": n.provider,
         "deliveryAttempts": _attempts_json(n.delivery_attempts) if n.delivery_attempts else [],
+        "delivery": None
+        if n.delivery is None
+        else {"state": n.delivery.state, "at": rfc3339(n.delivery.at), "reason": n.delivery.reason},
         "retries": _retries_json(n.retries) if n.retries else [],
         "source": str(n.source),
         "metadata": n.metadata,
@@ -423,6 +447,31 @@ def waiting_detail(w: domain.Waiting) -> str:
 
 class NotificationPage(_Wire):
     items: list[Notification]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null: last page."
+    )
+
+
+class ReceiptsAccepted(_Wire):
+    """What a provider's receipts request came to (docs/receipts.md)."""
+
+    received: int = Field(description="Receipts the request held that say an outcome.")
+    matched: int = Field(description="Of those, the ones naming a notification sent here.")
+    changed: int = Field(description="Of those, the ones that said more than before.")
+
+
+class SuppressionItem(_Wire):
+    """An address no notification goes to any more (docs/receipts.md)."""
+
+    channel: str
+    address: str = Field(description="Normalised: an email address lower-cased.")
+    reason: Literal["bounced", "complained"]
+    at: datetime
+    notification_id: uuid.UUID | None = Field(description="The notification whose receipt said so.")
+
+
+class SuppressionPage(_Wire):
+    items: list[SuppressionItem]
     next_cursor: str | None = Field(
         description="Pass as `cursor` for the next page; null: last page."
     )
@@ -780,6 +829,8 @@ REQUEST_MODELS: list[type[BaseModel]] = [
 ]
 RESPONSE_MODELS: list[type[BaseModel]] = [
     Notification,
+    ReceiptsAccepted,
+    SuppressionPage,
     Escalation,
     EscalationCreated,
     EscalationRef,

@@ -51,6 +51,14 @@ class DigestRef(TypedDict):
     count: int
 
 
+class DeliveryReceipt(TypedDict):
+    """What the provider reported after accepting it (docs/receipts.md)."""
+
+    state: Literal["delivered", "bounced", "complained"]
+    at: str
+    reason: str | None
+
+
 class Notification(TypedDict):
     id: str
     idempotencyKey: str
@@ -71,6 +79,7 @@ class Notification(TypedDict):
     providerMessageId: str | None
     provider: str | None
     deliveryAttempts: list[DeliveryAttempt]
+    delivery: DeliveryReceipt | None
     retries: list[Retry]
     source: str
     metadata: dict[str, Any]

@@ -96,6 +96,8 @@ def build_report(
         "sentAt": status.get("sentAt"),
         "provider": status.get("provider") or (api or {}).get("provider"),
         "waiting": waiting_of(obj, api),
+        # What the provider reported after accepting it (docs/receipts.md).
+        "delivery": status.get("delivery") or (api or {}).get("delivery"),
         "escalation": status.get("escalation"),
         "acknowledged": (meta.get("annotations") or {}).get("notifyqueue.io/acknowledged"),
         "policy": policy,
@@ -164,6 +166,9 @@ def render(report: dict[str, Any]) -> str:
         lines.append(("Sent at", relative(report["sentAt"])))
     if report.get("provider"):
         lines.append(("Provider", report["provider"]))
+    if d := report.get("delivery"):
+        said = f"{d.get('state')} {relative(d['at'])}" if d.get("at") else str(d.get("state"))
+        lines.append(("Delivery", said + (f": {d['reason']}" if d.get("reason") else "")))
     if escalation := report.get("escalation"):
         lines.append(("Escalation", f"{escalation.get('id')} ({escalation.get('state')})"))
     if report.get("acknowledged"):

@@ -24,6 +24,9 @@ class DeliveryRequest:
     body: str
     metadata: dict[str, Any] = field(default_factory=dict)
     priority: Priority = Priority.NORMAL  # an incident's severity (pagerduty, opsgenie)
+    # Extra email headers (List-Unsubscribe, docs/receipts.md): SMTP writes them into the
+    # message, the HTTP provider passes them on as `headers`.
+    headers: dict[str, str] = field(default_factory=dict)
 
     @property
     def idempotency_key(self) -> str:

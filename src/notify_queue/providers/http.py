@@ -49,17 +49,18 @@ class HttpProvider:
         self._session = session
 
     async def deliver(self, request: DeliveryRequest) -> DeliveryResult:
-        payload = json.dumps(
-            {
-                "id": str(request.id),
-                "channel": request.channel.value,
-                "recipient": request.recipient,
-                "subject": request.subject,
-                "body": request.body,
-                "metadata": request.metadata,
-            },
-            ensure_ascii=False,
-        ).encode()
+        document: dict[str, object] = {
+            "id": str(request.id),
+            "channel": request.channel.value,
+            "recipient": request.recipient,
+            "subject": request.subject,
+            "body": request.body,
+            "metadata": request.metadata,
+        }
+        if request.headers:
+            # Email headers the vendor's API should set (List-Unsubscribe, docs/receipts.md).
+            document["headers"] = request.headers
+        payload = json.dumps(document, ensure_ascii=False).encode()
         headers = {
             **tracing.aiohttp_headers(),
             "Content-Type": "application/json",

@@ -119,6 +119,7 @@ class SmtpProvider:
             "Subject": request.subject,
             "Message-ID": self.message_id(request),
             "X-Idempotency-Key": request.idempotency_key,
+            **request.headers,
         }
         message = EmailMessage()
         for name, value in headers.items():

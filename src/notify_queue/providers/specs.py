@@ -109,6 +109,40 @@ VENDOR_TYPES = ("slack", "teams", "webhook", "pagerduty", "opsgenie")
 VENDOR_DESTINATION_RATES: dict[str, float] = {"slack": 1.0, "teams": 4.0, "pagerduty": 2.0}
 
 
+class HttpReceipts(_Strict):
+    """Standard Webhooks receipts signed with a `whsec_` secret (docs/receipts.md)."""
+
+    scheme: Literal["http"]
+    secret_from: SecretSource = Field(alias="secretFrom")
+
+
+class TwilioReceipts(_Strict):
+    """Twilio status callbacks, signed with the account's auth token (`X-Twilio-Signature`)."""
+
+    scheme: Literal["twilio"]
+    auth_token_from: SecretSource = Field(alias="authTokenFrom")
+
+
+class SendgridReceipts(_Strict):
+    """SendGrid Event Webhook batches, signed with ECDSA; the verification key as PEM."""
+
+    scheme: Literal["sendgrid"]
+    public_key_file: Path = Field(alias="publicKeyFile")
+
+
+class SesReceipts(_Strict):
+    """Amazon SES events through SNS, verified against the topic's signing certificate (PEM),
+    which is configured, never fetched from the URL a message names."""
+
+    scheme: Literal["ses"]
+    certificate_file: Path = Field(alias="certificateFile")
+
+
+Receipts = Annotated[
+    HttpReceipts | TwilioReceipts | SendgridReceipts | SesReceipts, Field(discriminator="scheme")
+]
+
+
 class ProviderSpec(_Strict):
     name: str
     type: Literal["http", "smtp", "simulated", "slack", "teams", "webhook", "pagerduty", "opsgenie"]
@@ -141,6 +175,8 @@ class ProviderSpec(_Strict):
     # simulated
     failure_rate: float = Field(0.0, alias="failureRate", ge=0, le=1)
     latency_ms: float = Field(0.0, alias="latencyMs", ge=0)
+    # How its vendor reports deliveries, bounces and complaints to the API (docs/receipts.md).
+    receipts: Receipts | None = None
 
     @field_validator("timeout_seconds", mode="before")
     @classmethod

@@ -368,11 +368,16 @@ class Connection:
         except _UNAVAILABLE as exc:
             raise _translate(exc) from None
 
-    async def execute_on(self, query: str, identifiers: dict[str, str]) -> None:
+    async def execute_on(
+        self, query: str, identifiers: dict[str, str], *, catalog: dict[str, str] | None = None
+    ) -> None:
         """Run a named query whose `{name}` placeholders are identifiers (a partition to
-        detach): statements that take no parameters there. The driver quotes each one."""
+        detach): statements that take no parameters there. The driver quotes each one.
+        `catalog` fills placeholders with SQL text read from the catalog (an index's definition
+        from pg_get_indexdef), never input."""
         statement = psycopg.sql.SQL(_sql(query)).format(
-            **{k: psycopg.sql.Identifier(v) for k, v in identifiers.items()}
+            **{k: psycopg.sql.Identifier(v) for k, v in identifiers.items()},
+            **{k: psycopg.sql.SQL(v) for k, v in (catalog or {}).items()},
         )
         try:
             await self._conn.execute(statement)

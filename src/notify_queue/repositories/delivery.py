@@ -168,7 +168,7 @@ class DeliveryRepository:
             if self._claim_alone:
                 alone = await self._claim_in_one_call(lock_params, chain_heads)
                 if alone is not None:
-                    return alone
+                    return await self._screened_after(alone, screen)
             # The steps' functions carry the drain's plan settings (functions/nq_claim_v2.sql), as
             # the completion's does: one plan per connection, reading by index whatever the
             # statistics.
@@ -296,6 +296,26 @@ class DeliveryRepository:
             self._claim_alone = False
             return None
         return _admitted(rows, claim_token)
+
+    async def _screened_after(self, batch: ClaimedBatch, screen: Screen | None) -> ClaimedBatch:
+        """The one call's batch after `screen`: of its rows (address-targeted, none held by
+        quiet hours) only those the claim read as suppressed have something to decide, recorded
+        in a statement of their own (claimed with this claim's token, so still theirs). Nothing
+        to record, no statement."""
+        if screen is None or all(c.suppressed is None for c in batch.claimed):
+            return batch
+        kept: list[ClaimedNotification] = []
+        screened: list[Completion] = []
+        for c in batch.claimed:
+            decision = screen(c, False)
+            if decision is None:
+                kept.append(c)
+            else:
+                screened.append(decision)
+        if screened:
+            async with self._db.transaction() as conn:
+                await self._complete(conn, screened)
+        return ClaimedBatch(kept, batch.rate_limited, screened)
 
     def _admission(self, claim_token: uuid.UUID, chain_heads: ChainHeads) -> dict[str, Any]:
         """The admission's parameters but the candidates (and the quiet ones among them)."""
@@ -581,4 +601,5 @@ def _claimed(row: Any, claim_token: uuid.UUID) -> ClaimedNotification:
         traceparent=row.traceparent,
         digest_id=row.digest_id,
         digest_bucket=row.digest_bucket if row.digest_id is not None else None,
+        suppressed=row.suppressed,
     )

@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 
 _UUID_ZERO = uuid.UUID(int=0)
 
+# The log's partitioned indexes whose parts of partitions with rows the workers build: made ON ONLY
+# the log by their migration (0009, 0075), so no migration reads the log's history.
+LOG_INDEXES = ("nq_delivery_log_unsent", "nq_delivery_log_provider_message")
+
 
 @dataclass(frozen=True, slots=True)
 class Dropped:
@@ -45,30 +49,37 @@ class DeliveryLogRepository:
 
     async def partitions_index(self) -> list[str]:
         """Build and attach each partition's part of the log's indexes that a migration left to
-        the workers (0009: the partitions that had rows); return the partitions done. Does
-        nothing while another process runs it. CONCURRENTLY, so on a session connection
+        the workers (`LOG_INDEXES`: the partitions that had rows); return the partitions done.
+        Does nothing while another process runs it. CONCURRENTLY, so on a session connection
         (`_alone`)."""
         done: list[str] = []
         async with self._alone("nq delivery log indexes") as conn:
             if conn is None:
                 return done
-            for m in await conn.fetch_all("delivery_log_unsent_missing"):
-                index = {"index": m["index_name"]}
-                try:
-                    if m["index_valid"] is False:  # a build cut short
-                        await conn.execute_on("delivery_log_index_drop", index)
-                    if not m["index_valid"]:
+            for parent in LOG_INDEXES:
+                for m in await conn.fetch_all("delivery_log_index_missing", {"index": parent}):
+                    index = {"index": m["index_name"]}
+                    try:
+                        if m["index_valid"] is False:  # a build cut short
+                            await conn.execute_on("delivery_log_index_drop", index)
+                        if not m["index_valid"]:
+                            await conn.execute_on(
+                                "delivery_log_index_build",
+                                index | {"partition": m["partition_name"]},
+                                catalog={"using": m["index_using"]},
+                            )
                         await conn.execute_on(
-                            "delivery_log_unsent_build",
-                            index | {"partition": m["partition_name"]},
+                            "delivery_log_index_attach", index | {"parent": parent}
                         )
-                    await conn.execute_on("delivery_log_unsent_attach", index)
-                except psycopg.errors.DatabaseError as exc:
-                    # Left for the next run (an invalid part is dropped and built again); the
-                    # partition is read through the index 0009 replaces meanwhile.
-                    log.warning("delivery log: %s not indexed yet: %s", m["partition_name"], exc)
-                    continue
-                done.append(m["partition_name"])
+                    except psycopg.errors.DatabaseError as exc:
+                        # Left for the next run (an invalid part is dropped and built again);
+                        # the partition is read without this index meanwhile.
+                        log.warning(
+                            "delivery log: %s not in %s yet: %s", m["partition_name"], parent, exc
+                        )
+                        continue
+                    if m["partition_name"] not in done:
+                        done.append(m["partition_name"])
         return done
 
     @asynccontextmanager

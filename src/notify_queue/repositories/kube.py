@@ -23,6 +23,7 @@ from typing import Any
 
 from notify_queue.models import (
     Channel,
+    Delivery,
     EscalationState,
     Notification,
     Priority,
@@ -132,6 +133,20 @@ def _change_from_row(row: dict[str, Any]) -> StatusChange:
     )
 
 
+async def _with_deliveries(conn: Connection, changes: list[StatusChange]) -> None:
+    """Give SENT notifications their delivery receipt (docs/receipts.md): one more query per
+    batch, and only for batches that hold SENT rows."""
+    sent = {
+        c.notification.id: c.notification
+        for c in changes
+        if c.notification is not None and c.notification.status is Status.SENT
+    }
+    if not sent:
+        return
+    for r in await conn.fetch_all("delivery_receipts_get", {"ids": list(sent)}):
+        sent[r["notification_id"]].delivery = Delivery(r["state"], r["at"], r["reason"])
+
+
 async def _with_escalations(conn: Connection, changes: list[StatusChange]) -> list[StatusChange]:
     """Add their escalation to the changes of objects whose row is an escalation's step: one
     more query per batch, and only for batches that hold such objects."""
@@ -215,6 +230,7 @@ class KubeRepository:
             driver = await self._engine.driver(conn=conn)
             rows = await driver.status_outbox_take(conn, {"namespace": namespace, "limit": limit})
             changes = await _with_escalations(conn, [_change_from_row(r) for r in rows])
+            await _with_deliveries(conn, changes)
             yield StatusOutboxBatch(conn, changes)
 
     async def status_outbox_lag(self, *, namespace: str | None) -> tuple[int, float]:

@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 from notify_queue import jsontext
 from notify_queue.models import (
     DEFAULT_TENANT,
+    Delivery,
     DigestRef,
     NewNotification,
     Notification,
@@ -24,6 +25,7 @@ from notify_queue.models import (
     WaitingReason,
     stored_key,
 )
+from notify_queue.repositories import receipts
 from notify_queue.repositories.db import Connection, Database
 from notify_queue.repositories.driver import NotificationCancel
 from notify_queue.repositories.engine import EngineRepository
@@ -58,6 +60,31 @@ class NotificationRepository:
         self._engine = EngineRepository(db)
         # The workers' heartbeats, on the same database (`NoWorker`).
         self.workers = WorkerRepository(db)
+
+    async def _born_suppressed(
+        self, notifications: Sequence[NewNotification], conn: Connection | None
+    ) -> Sequence[NewNotification]:
+        """The batch with those to a suppressed address born SUPPRESSED, `lastError` saying
+        why (docs/receipts.md): nothing will ever call a provider for them. One read."""
+        found = await receipts.suppressions_find(
+            conn or self._db,
+            pairs=list(
+                {
+                    (n.channel.value, n.recipient)
+                    for n in notifications
+                    if n.status is Status.PENDING
+                }
+            ),
+        )
+        if not found:
+            return notifications
+        return [
+            dataclasses.replace(n, status=Status.SUPPRESSED, last_error=f"suppressed: {reason}")
+            if n.status is Status.PENDING
+            and (reason := found.get((n.channel.value, n.recipient))) is not None
+            else n
+            for n in notifications
+        ]
 
     @asynccontextmanager
     async def targeted_transaction(
@@ -96,7 +123,12 @@ class NotificationRepository:
             (row,) = await (conn or self._db).fetch_all(
                 "notification_enqueue_pending", params, binary=True, prepare=True
             )
-            return enqueued_notifications(notifications, row)
+            if not row["suppressed"]:
+                return enqueued_notifications(notifications, row)
+        # An address on the suppression list (the common batch's statement found one and
+        # inserted nothing, or a batch of the general way): those are born SUPPRESSED.
+        notifications = await self._born_suppressed(notifications, conn)
+        born_final = any(n.status is not Status.PENDING for n in notifications)
         items = [
             {
                 **enqueue_item(position, n),
@@ -217,6 +249,8 @@ class NotificationRepository:
             hooks = await conn.fetch_all("queue_status_webhooks")
             circuits = await conn.fetch_all("provider_circuits_read")
             waits = await conn.fetch_all("queue_status_waiting") if waiting else []
+            # /metrics only, like the waiting reasons.
+            suppressions = await conn.fetch_all("suppressions_count") if waiting else []
             if waiting and unserved:
                 row = await conn.fetch_one("queue_status_unserved", {"lanes": lane_keys(unserved)})
                 waits.append({"reason": WaitingReason.NO_WORKER, "n": row["n"] if row else 0})
@@ -244,6 +278,7 @@ class NotificationRepository:
             database=engine,
             waiting={r: 0 for r in WaitingReason}
             | {WaitingReason(r["reason"]): int(r["n"]) for r in waits},
+            suppressions={r["channel"]: int(r["n"]) for r in suppressions},
         )
 
 
@@ -315,8 +350,15 @@ async def _get(conn: Connection, id: uuid.UUID) -> Notification | None:
 async def _notifications(
     executor: Database | Connection, rows: Sequence[dict[str, Any]]
 ) -> list[Notification]:
-    """Rows as notifications; those of a digest with `digest` (one more read, only then)."""
+    """Rows as notifications; those of a digest with `digest`, SENT ones with their `delivery`
+    receipt (one more read each, only when there are such rows)."""
     found = [notification_from_row(r) for r in rows]
+    sent = [n.id for n in found if n.status is Status.SENT]
+    if sent:
+        receipts = await executor.fetch_all("delivery_receipts_get", {"ids": sent})
+        by_id = {r["notification_id"]: Delivery(r["state"], r["at"], r["reason"]) for r in receipts}
+        for n in found:
+            n.delivery = by_id.get(n.id)
     digested = [r for r in rows if r.get("digest_id") is not None]
     if not digested:
         return found
@@ -327,9 +369,9 @@ async def _notifications(
             "ids": sorted({r["digest_id"] for r in digested}),
         },
     )
-    by_id = {r["id"]: DigestRef(key=r["key"], id=r["id"], count=r["item_count"]) for r in refs}
+    by_ref = {r["id"]: DigestRef(key=r["key"], id=r["id"], count=r["item_count"]) for r in refs}
     return [
-        dataclasses.replace(n, digest=by_id.get(r["digest_id"]))
+        dataclasses.replace(n, digest=by_ref.get(r["digest_id"]))
         if r.get("digest_id") is not None
         else n
         for n, r in zip(found, rows, strict=True)

@@ -46,6 +46,7 @@ from notify_queue.services.preferences import (
     system_clock,
 )
 from notify_queue.services.rendering import Renderer
+from notify_queue.services.unsubscribe import UnsubscribeLinks
 
 log = logging.getLogger(__name__)
 
@@ -139,8 +140,11 @@ class DeliveryService:
         channels: Sequence[Channel],
         clock: Clock = system_clock,
         renderer: Renderer | None = None,
+        unsubscribe: UnsubscribeLinks | None = None,
     ) -> None:
         self._repository = repository
+        # One-click unsubscribe links for the emails that may have one (docs/receipts.md).
+        self._unsubscribe = unsubscribe
         # Renders digests with a template (services/digests.py); None: only default renderings.
         self._renderer = renderer
         self._priorities = list(priorities)
@@ -172,9 +176,16 @@ class DeliveryService:
             ),
             chain_heads=chain_heads,
         )
-        if any(c.digest_id is not None for c in batch.claimed):
-            return dataclasses.replace(batch, claimed=await self._with_digests(batch.claimed))
-        return batch
+        claimed = batch.claimed
+        if any(c.digest_id is not None for c in claimed):
+            claimed = await self._with_digests(claimed)
+        if self._unsubscribe is not None:
+            for c in claimed:
+                c.email_headers = self._unsubscribe.headers_for(
+                    c.channel, c.recipient_id, c.category
+                )
+        # A digest's carriers are new objects (their rendering): the batch carries those.
+        return batch if claimed is batch.claimed else dataclasses.replace(batch, claimed=claimed)
 
     async def _with_digests(
         self, claimed: Sequence[ClaimedNotification]

@@ -183,6 +183,17 @@ def notification_status(
         stalled = not done
         sent = "True" if phase == "Sent" else "False"
         delivered = cond("Delivered", sent, reason, message, ended)
+        if n.delivery is not None:
+            # The provider's receipt (docs/receipts.md): Delivered, Bounced or Complained.
+            said = n.delivery.state.capitalize()
+            delivered = cond(
+                "Delivered",
+                "True" if n.delivery.state == "delivered" else "False",
+                said,
+                f"{said} per the provider"
+                + (f": {n.delivery.reason}" if n.delivery.reason else ""),
+                n.delivery.at,
+            )
         ready_at = ended if done else n.created_at  # False since creation: it never was True
         ready = cond("Ready", "True" if done else "False", reason, message, ready_at)
         reconciling = cond("Reconciling", "False", reason, f"finished: {phase}", ended)
@@ -207,6 +218,13 @@ def notification_status(
         # None clears the field in a merge patch (a retried notification has no error any more).
         "lastError": n.last_error,
         "sentAt": _precise_time(n.sent_at),
+        "delivery": None
+        if n.delivery is None
+        else {
+            "state": n.delivery.state,
+            "at": _precise_time(n.delivery.at),
+            "reason": n.delivery.reason,
+        },
         "nextAttemptAt": _precise_time(n.next_attempt_at) if n.status is Status.PENDING else None,
         # The API's `waiting`, the same shape; None clears it in the merge patch once it is due.
         "waiting": _waiting(n.waiting),

@@ -170,8 +170,12 @@ def screen_claimed(
     `without_slot`: the claim admitted it without a rate-limit slot because quiet hours held it
     (`held_by_quiet_hours`). Should they no longer hold it here (its preferences changed between
     the claim's two statements), it is not sent without its slot: it goes back to the queue at
-    once and the next claim counts it like any other."""
+    once and the next claim counts it like any other. An address on the suppression list (as the
+    claim read it) ends SUPPRESSED when nothing above decided otherwise."""
     decision = _send_time_check(claimed, now)
+    if decision is None and not without_slot and claimed.suppressed is not None:
+        # On the suppression list as the claim read it (docs/receipts.md).
+        return suppressed(claimed, f"suppressed: {claimed.suppressed}")
     if decision is None and without_slot:
         return Completion(
             claimed.id,
@@ -215,6 +219,11 @@ def _send_time_check(claimed: ClaimedNotification, now: datetime) -> Completion 
         give_back_attempt=True,
         bound_provider=claimed.sticky_provider,
     )
+
+
+def suppressed(claimed: ClaimedNotification, reason: str) -> Completion:
+    """The completion that ends a claimed notification SUPPRESSED for `reason`, unsent."""
+    return _not_sent(claimed, Status.SUPPRESSED, reason)
 
 
 def _not_sent(claimed: ClaimedNotification, status: Status, reason: str) -> Completion:

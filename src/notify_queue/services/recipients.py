@@ -282,6 +282,26 @@ class RecipientService:
             raise NotFound(f"recipient {id} does not exist")
         return merged
 
+    async def opt_out_category(self, id: str, category: str) -> Recipient:
+        """Add `category` to the recipient's opted-out categories (an unsubscribe link's click:
+        docs/receipts.md); NotFound when the recipient is gone."""
+
+        def merge(r: Recipient) -> Recipient:
+            categories = r.preferences.opt_out_categories
+            if category in categories:
+                return r
+            return replace(
+                r,
+                preferences=replace(
+                    r.preferences, opt_out_categories=frozenset({*categories, category})
+                ),
+            )
+
+        merged = await self._repository.recipient_merge(id=id, merge=merge)
+        if merged is None:
+            raise NotFound(f"recipient {id} does not exist")
+        return merged
+
     # -- templates ---------------------------------------------------------------------------
 
     async def template_put(

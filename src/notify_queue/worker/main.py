@@ -25,6 +25,7 @@ from notify_queue.repositories.workers import WorkerRepository
 from notify_queue.services.delivery import DeliveryService
 from notify_queue.services.rendering import RenderPool
 from notify_queue.services.retention import DeliveryLogKeeper
+from notify_queue.services.unsubscribe import UnsubscribeLinks
 from notify_queue.services.waiting import WorkerHeartbeat
 from notify_queue.settings import RelaySettings, Switch, WorkerSettings
 from notify_queue.worker.dispatcher import WebhookDispatcher
@@ -134,6 +135,9 @@ async def run_worker(
             priorities=settings.priorities,
             channels=settings.channels,
             renderer=renderer,
+            unsubscribe=UnsubscribeLinks(settings.public_url, settings.unsubscribe_secret)
+            if settings.public_url and settings.unsubscribe_secret
+            else None,
         )
         worker = Worker(
             service,

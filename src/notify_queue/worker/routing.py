@@ -343,6 +343,7 @@ def _request(claimed: ClaimedNotification) -> DeliveryRequest:
         body=claimed.body,
         metadata=claimed.metadata,
         priority=claimed.priority,
+        headers=claimed.email_headers,
     )
 
 

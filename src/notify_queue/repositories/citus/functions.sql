@@ -792,6 +792,63 @@ BEGIN
     ORDER BY a.priority, a.next_attempt_at, a.created_at;
 END $fn$;
 
+-- nq_claim_admit_bucket's answer, each admitted row with the suppression list's reason for its
+-- address (`suppressed`; docs/receipts.md), as nq_claim_v2 answers on plain PostgreSQL: the
+-- send-time check of the list inside the claim's one delegated call. The list (a reference
+-- table) is read first for the batch's addresses, as an array, and the admission is selected on
+-- its own with a lookup in that array per row (its order kept).
+CREATE OR REPLACE FUNCTION nq_claim_admit_bucket_v2(
+    p_bucket smallint, p_ids uuid[], p_claim_token uuid, p_rate_limit integer,
+    p_rate_window_seconds float8, p_lease_seconds float8, p_backoff_base_seconds float8,
+    p_backoff_max_seconds float8, p_chain_channels text[], p_chain_heads text[],
+    p_known_providers text[], p_quiet_ids uuid[], p_digest_ids uuid[], p_webhook_url text
+) RETURNS TABLE (
+    deferred_channels text[], escalation_steps_stopped integer, kube_ids uuid[],
+    kube_old_statuses text[], kube_new_statuses text[],
+    id uuid, channel text, recipient text, subject text, body text, metadata jsonb,
+    attempt_count integer, max_attempts integer, priority smallint,
+    backoff_base_seconds float8, backoff_max_seconds float8, failover text, providers text[],
+    category text, expires_at timestamptz, recipient_id text, recipient_exists boolean,
+    timezone text, opt_out_all boolean, opt_out_channels text[], opt_out_categories text[],
+    quiet_start time, quiet_end time, bound_provider text, sticky_provider text,
+    next_attempt_at timestamptz, created_at timestamptz, send_at timestamptz,
+    traceparent text, digest_id uuid, digest_bucket smallint, suppressed text)
+LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $fn$
+DECLARE
+    v_tenants text[];
+    v_channels text[];
+    v_addresses text[];
+    -- The listed ones of the batch's addresses, as arrays of text (not of the table's row type:
+    -- this file is applied to schemas laid out before the list's table exists).
+    v_listed_channels text[];
+    v_listed_addresses text[];
+    v_listed_reasons text[];
+BEGIN
+    SELECT array_agg(n.tenant), array_agg(n.channel),
+           array_agg(nq_normalised_address(n.channel, n.recipient))
+    INTO v_tenants, v_channels, v_addresses
+    FROM nq_jobs n
+    WHERE n.bucket = p_bucket AND n.id = ANY(p_ids);
+    SELECT COALESCE(array_agg(s.channel), '{}'), COALESCE(array_agg(s.address), '{}'),
+           COALESCE(array_agg(s.reason), '{}')
+    INTO v_listed_channels, v_listed_addresses, v_listed_reasons
+    FROM nq_suppressions s
+    JOIN unnest(v_tenants, v_channels, v_addresses) AS x(tenant, channel, address)
+      ON s.tenant = x.tenant AND s.channel = x.channel AND s.address = x.address;
+    RETURN QUERY
+    SELECT a.*,
+           (SELECT l.reason
+            FROM unnest(v_listed_channels, v_listed_addresses, v_listed_reasons)
+                 AS l(channel, address, reason)
+            WHERE l.channel = a.channel
+              AND l.address = nq_normalised_address(a.channel, a.recipient)
+            LIMIT 1)
+    FROM nq_claim_admit_bucket(
+        p_bucket, p_ids, p_claim_token, p_rate_limit, p_rate_window_seconds, p_lease_seconds,
+        p_backoff_base_seconds, p_backoff_max_seconds, p_chain_channels, p_chain_heads,
+        p_known_providers, p_quiet_ids, p_digest_ids, p_webhook_url) AS a;
+END $fn$;
+
 -- recover_expired_leases (delivery.sql) within one bucket, delegated to its node: the leases that
 -- ran out locked (SKIP LOCKED, oldest first); those on their last attempt DEAD_LETTERED through
 -- nq_finish_bucket, the others PENDING again, due now. Returns the counts and the Kubernetes
@@ -865,6 +922,7 @@ BEGIN
         'nq_claim_lock_bucket(smallint, smallint[], text[], integer)',
         'nq_claim_lock_bucket_v2(smallint, smallint[], text[], integer, float8, smallint)',
         'nq_claim_admit_bucket(smallint, uuid[], uuid, integer, float8, float8, float8, float8, text[], text[], text[], uuid[], uuid[], text)',
+        'nq_claim_admit_bucket_v2(smallint, uuid[], uuid, integer, float8, float8, float8, float8, text[], text[], text[], uuid[], uuid[], text)',
         'nq_recover_expired_leases_bucket(smallint, integer, text)'
     ] LOOP
         IF NOT EXISTS (SELECT FROM pg_dist_object

@@ -14,7 +14,8 @@
 --   connection's own row, or a delegated function's bucket row: writes spread, the reader sums
 --   every shard).
 -- - The small tables every delivery reads (policies, recipients, templates) are reference
---   tables: a copy on every node, so a router statement on any shard can join them.
+--   tables: a copy on every node, so a router statement on any shard can join them. So are the
+--   suppression list and the delivery receipts, which a notification's answer joins.
 -- - The providers' send schedules and circuits (nq_provider_schedule, nq_provider_circuits) stay
 --   plain tables on the coordinator (and the providers that resolve on acknowledge,
 --   nq_provider_resolvers, read and written alone): a handful of rows written on every delivery and joined with
@@ -142,9 +143,10 @@ BEGIN
     END IF;
 
     FOREACH t IN ARRAY ARRAY['nq_policies', 'nq_templates', 'nq_recipients',
-                             'nq_recipient_voices', 'nq_recipient_destinations'] LOOP
-        -- A layout of an older schema (a step before 0070) has not all of them yet: the next
-        -- migrate's layout distributes those.
+                             'nq_recipient_voices', 'nq_recipient_destinations',
+                             'nq_suppressions', 'nq_delivery_receipts'] LOOP
+        -- A layout of an older schema (a step before 0070, 0075 or 0076) has not all of them
+        -- yet: the next migrate's layout distributes those.
         CONTINUE WHEN to_regclass(t) IS NULL;
         IF NOT EXISTS (SELECT FROM pg_dist_partition WHERE logicalrelid = t::regclass) THEN
             PERFORM create_reference_table(t);

@@ -68,10 +68,11 @@ FROM nq_claim_lock_bucket_v2(%(bucket)s::smallint, %(priorities)b::smallint[],
                              %(aging_seconds)s::float8, %(max_rank)s::smallint)
 
 -- name: claim_admit_candidates_bucket
--- A claim's second step in one bucket, in the same transaction: nq_claim_admit_bucket
+-- A claim's second step in one bucket, in the same transaction: nq_claim_admit_bucket_v2
 -- (claim_admit_candidates' decisions), delegated to the bucket's node; rows in claim order, each
--- with the Kubernetes rows' changes for citus_status_outbox_queue.
-SELECT * FROM nq_claim_admit_bucket(
+-- with the Kubernetes rows' changes for citus_status_outbox_queue and its address's suppression
+-- reason.
+SELECT * FROM nq_claim_admit_bucket_v2(
     %(bucket)s::smallint, %(ids)b::uuid[], %(claim_token)s::uuid, %(rate_limit)s::integer,
     %(rate_window_seconds)s::float8, %(lease_seconds)s::float8,
     %(backoff_base_seconds)s::float8, %(backoff_max_seconds)s::float8,

@@ -10,7 +10,8 @@
 -- one more attempt, bound to a provider), defer the others to when a place frees, hold those of
 -- a policy that is not Ready, close or park digests, cancel acknowledged escalation steps; the
 -- admitted rows come back in claim order, each with the channels the claim deferred (one row of
--- NULLs and those channels when nothing was admitted). Quiet rows are admitted without a place
+-- NULLs and those channels when nothing was admitted) and its address's suppression reason
+-- (NULL when it is not on the list). Quiet rows are admitted without a place
 -- in the window: the send-time check defers them in the same transaction.
 -- The rules are fragments shared with the Citus claim (sql/delivery.sql, "The claim's rules").
 -- Rows are found through the primary key (`id = ANY(array)`, or a nested loop from the batch's
@@ -32,7 +33,7 @@ RETURNS TABLE (
     timezone text, opt_out_all boolean, opt_out_channels text[], opt_out_categories text[],
     quiet_start time, quiet_end time, bound_provider text, sticky_provider text,
     next_attempt_at timestamptz, created_at timestamptz, send_at timestamptz,
-    traceparent text, digest_id uuid, digest_bucket smallint)
+    traceparent text, digest_id uuid, digest_bucket smallint, suppressed text)
 LANGUAGE plpgsql VOLATILE
 SET enable_seqscan = off
 SET plan_cache_mode = force_generic_plan
@@ -257,7 +258,12 @@ BEGIN
                -- The creator's trace context: the worker's delivery span continues that trace.
                n.traceparent,
                -- [digests] Set on a digest's carrier: the worker renders the digest.
-               n.digest_id, n.bucket
+               n.digest_id, n.bucket,
+               -- The suppression list's reason for the address, NULL when it is not listed: the
+               -- send-time check's one primary-key probe (docs/receipts.md).
+               (SELECT s.reason FROM nq_suppressions s
+                WHERE s.tenant = n.tenant AND s.channel = n.channel
+                  AND s.address = nq_normalised_address(n.channel, n.recipient))
         FROM unnest(v_admitted, v_sticky) WITH ORDINALITY AS a(id, sticky_provider, position)
         JOIN nq_jobs n ON n.id = a.id
         LEFT JOIN nq_policies p ON p.name = n.policy

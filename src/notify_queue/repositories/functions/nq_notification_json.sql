@@ -1,4 +1,7 @@
--- A notification as the API answers it (docs/api-reference.md).
+-- A notification as the API answers it (docs/api-reference.md). `delivery` is null here: the SQL
+-- door answers a create, before any receipt; GET /notifications/{id} reads the receipt
+-- (docs/receipts.md). Reading nq_delivery_receipts here would make Citus copy this function to its
+-- worker nodes, which it cannot do for a SQL-standard body.
 CREATE OR REPLACE FUNCTION nq_notification_json(n nq_all_notifications) RETURNS jsonb
 LANGUAGE sql STABLE
 RETURN jsonb_build_object(
@@ -20,7 +23,7 @@ RETURN jsonb_build_object(
     'expiresAt', nq_rfc3339(n.expires_at), 'attemptCount', n.attempt_count,
     'maxAttempts', n.max_attempts, 'lastError', n.last_error, 'sentAt', nq_rfc3339(n.sent_at),
     'providerMessageId', n.provider_message_id, 'provider', n.provider,
-    'deliveryAttempts', n.delivery_attempts, 'retries', n.retries, 'source', n.source,
+    'deliveryAttempts', n.delivery_attempts, 'delivery', NULL::jsonb, 'retries', n.retries, 'source', n.source,
     'metadata', n.metadata, 'createdAt', nq_rfc3339(n.created_at),
     'updatedAt', nq_rfc3339(n.updated_at), 'category', n.category,
     'recipientId', n.recipient_id,

@@ -18,7 +18,7 @@
 --    kept once with its key, and the log's partitions published whole to logical replication.
 --
 -- The functions this step and the kept triggers call are today's text, defined at its start:
--- functions: nq_bucket, nq_count, nq_note_changes, nq_delivery_log_ready, nq_webhook_payload, nq_insert_webhook_events, nq_finish_held, nq_retry, nq_delivery_log_unsent_missing
+-- functions: nq_bucket, nq_count, nq_note_changes, nq_delivery_log_ready, nq_webhook_payload, nq_insert_webhook_events, nq_finish_held, nq_retry, nq_delivery_log_index_missing, nq_delivery_log_unsent_missing
 
 -- The request's hash kept once, with its key, as 16 bytes (`request_digest`); the key's hex form
 -- and the rows' copy (below) become nullable; 0.1.0 reads and writes them until the contract step.

@@ -3,7 +3,7 @@
 -- (0036) has it done; one that stopped part way through 0.2.0's contract steps gets the rest:
 -- every statement here skips what is gone already.
 -- phase: contract
--- functions: nq_delivery_log_unsent_missing
+-- functions: nq_delivery_log_index_missing, nq_delivery_log_unsent_missing
 
 -- The log's old status index goes once the index without SENT rows is whole: until the
 -- workers' housekeeping has built its part on every partition with rows, nothing here is

@@ -18,7 +18,8 @@ SELECT * FROM nq_claim_lock_v2(%(priorities)b::smallint[], %(channels)b::text[],
 -- within their recipient's window (PROCESSING, the claim token, a lease, one more attempt, the
 -- provider bound), defer the others to when their window frees, hold those of a policy that is not
 -- Ready, close or park digests, cancel acknowledged escalation steps; the admitted rows in claim
--- order, quiet ones without a place in the window.
+-- order, quiet ones without a place in the window, each with its address's suppression reason
+-- (`suppressed`: NULL when not suppressed).
 SELECT * FROM nq_claim_v2(
     %(priorities)b::smallint[], %(channels)b::text[], %(limit)s, %(aging_seconds)s::float8,
     %(claim_token)s, %(rate_limit)s, %(rate_window_seconds)s, %(lease_seconds)s, %(backoff_base_seconds)s,

@@ -41,21 +41,23 @@ ALTER TABLE nq_delivery_log DETACH PARTITION {partition} CONCURRENTLY
 -- A concurrent detach that was interrupted leaves the partition "detach pending": finish it.
 ALTER TABLE nq_delivery_log DETACH PARTITION {partition} FINALIZE
 
--- name: delivery_log_unsent_missing
--- The partitions whose part of nq_delivery_log_unsent (0009) is not attached yet.
-SELECT partition_name, index_name, index_valid FROM nq_delivery_log_unsent_missing()
+-- name: delivery_log_index_missing
+-- The partitions whose part of the log's index %(index)s is not attached yet (0009, 0075).
+SELECT partition_name, index_name, index_valid, index_using
+FROM nq_delivery_log_index_missing(%(index)s)
 
 -- name: delivery_log_index_drop
 -- An index part whose CONCURRENTLY build was cut short (left invalid): dropped before it is
 -- built again. {index} is an identifier the driver quotes (Connection.execute_on).
 DROP INDEX CONCURRENTLY IF EXISTS {index}
 
--- name: delivery_log_unsent_build
--- A partition's part of nq_delivery_log_unsent, built without holding its writers back
+-- name: delivery_log_index_build
+-- A partition's part of one of the log's indexes, built without holding its writers back
 -- (CONCURRENTLY: two scans of the partition, waiting for the transactions that were writing it).
--- The definition is 0009's; an index that does not match it cannot be attached.
-CREATE INDEX CONCURRENTLY {index} ON {partition} (status, created_at, id) WHERE status <> 'SENT'
+-- {using} is the parent index's definition from the catalog (nq_delivery_log_index_missing).
+CREATE INDEX CONCURRENTLY {index} ON {partition} {using}
 
--- name: delivery_log_unsent_attach
--- With its last part attached, nq_delivery_log_unsent becomes valid (0015 waits for that).
-ALTER INDEX nq_delivery_log_unsent ATTACH PARTITION {index}
+-- name: delivery_log_index_attach
+-- With its last part attached, the log's index becomes valid (0015 waits for that of
+-- nq_delivery_log_unsent).
+ALTER INDEX {parent} ATTACH PARTITION {index}

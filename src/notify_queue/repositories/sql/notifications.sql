@@ -31,8 +31,10 @@ SELECT * FROM nq_insert_notifications(%(items)s::json, %(default_max_attempts)s,
 
 -- name: notification_enqueue_pending
 -- notification_insert_many for the API's common batch, every row PENDING and none a digest's item
--- (nq_enqueue_pending): no log half, the workers' wake-up sent in this statement's
--- transaction when %(wake)s and a row was inserted (the caller's debounced waker decides), and
+-- (nq_enqueue_pending_v2 over nq_enqueue_pending): no log half; `suppressed` true, and nothing
+-- inserted, when an address of the batch is on the suppression list; the workers' wake-up sent
+-- in this statement's transaction when %(wake)s and a row was inserted (the caller's debounced
+-- waker decides), and
 -- only the columns the server decides returned: the caller builds each notification from its
 -- request and these (repositories.rows.enqueued_notifications).
 -- Read as one row of arrays, an element per inserted row (in no set order: the caller matches
@@ -50,8 +52,8 @@ SELECT array_agg(e.id) AS ids, array_agg(e.max_attempts) AS max_attempts,
        array_agg(e.waiting_reason) AS waiting_reasons,
        array_agg(e.waiting_until) AS waiting_untils,
        array_agg(e.waiting_detail) AS waiting_details,
-       array_agg(e.metadata) AS metadata
-FROM nq_enqueue_pending(%(items)s::json, %(default_max_attempts)s, %(wake)s) AS e
+       array_agg(e.metadata) AS metadata, COALESCE(bool_or(e.suppressed), false) AS suppressed
+FROM nq_enqueue_pending_v2(%(items)s::json, %(default_max_attempts)s, %(wake)s) AS e
 
 -- name: notification_insert_many_digests
 -- notification_insert_many for a batch with a digest's item (0009, docs/digests.md): each such
