@@ -239,7 +239,7 @@ async def test_the_send_time_suppression_check_is_read_by_the_claim_itself(
         assert transaction == [
             "nq_claim_v2",
             "BEGIN",
-            "nq_claim_lock",
+            "nq_claim_lock_v2",
             "nq_claim_v2",
             "nq_complete_deliveries",
             "COMMIT",
