@@ -67,6 +67,7 @@ DELEGATED = {
     "nq_claim_lock_bucket",
     "nq_claim_lock_bucket_v2",
     "nq_claim_admit_bucket",
+    "nq_claim_admit_bucket_v2",
     "nq_recover_expired_leases_bucket",
 }
 
