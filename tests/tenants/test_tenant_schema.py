@@ -20,9 +20,6 @@ from tests.support import new
 TENANT_TABLES = (
     "nq_jobs",
     "nq_delivery_log",
-    "nq_recipients",
-    "nq_recipient_voices",
-    "nq_recipient_destinations",
     "nq_escalations",
     "nq_digests",
 )

@@ -1,21 +1,19 @@
--- Tenants (docs/tenants.md): every notification, recipient, escalation and digest belongs to
--- one, `default` unless the API says otherwise. Expand only: a column with a constant default,
--- which PostgreSQL 11 and later record in the catalog alone (no table rewrite, no row read: the
--- ACCESS EXCLUSIVE lock lasts a moment however many hundred million rows the queue or the log
--- holds), and which the previous release's writes fill in. The previous release names every
--- column of these tables (docs/upgrading.md), so a new one breaks none of its statements.
--- Templates, which 0.2.0 reads with `SELECT *`, get theirs in 0086; the per-tenant keys are built
--- concurrently in 0087.
+-- Tenants: every notification, escalation and digest belongs to one, `default` unless the API
+-- says otherwise. Expand only: a column with a constant default, which PostgreSQL 11 and later
+-- record in the catalog alone (no table rewrite, no row read: the ACCESS EXCLUSIVE lock lasts a
+-- moment however many hundred million rows the queue or the log holds), and which the previous
+-- release's writes fill in. The previous releases name every column of these tables, so a new
+-- one breaks none of their statements. Recipients and templates get no column: 0.1.0 reads
+-- nq_recipients and 0.2.0 nq_templates with `SELECT *` in prepared statements, which a new
+-- column breaks during a roll-out ("cached plan must not change result type").
 --
 -- Through EXECUTE: on a Citus coordinator a statement on a distributed table is sent on to the
--- worker nodes as the text it was given, which must be one command (0028).
+-- worker nodes as the text it was given, which must be one command.
 DO $$
 DECLARE
     t text;
 BEGIN
-    FOREACH t IN ARRAY ARRAY['nq_jobs', 'nq_delivery_log', 'nq_recipients',
-                             'nq_recipient_voices', 'nq_recipient_destinations',
-                             'nq_escalations', 'nq_digests'] LOOP
+    FOREACH t IN ARRAY ARRAY['nq_jobs', 'nq_delivery_log', 'nq_escalations', 'nq_digests'] LOOP
         EXECUTE 'ALTER TABLE ' || quote_ident(t)
                 || ' ADD COLUMN IF NOT EXISTS tenant text NOT NULL DEFAULT ''default''';
     END LOOP;
