@@ -552,14 +552,7 @@ CREATE OR REPLACE FUNCTION nq_claim_admit_bucket(
 ) RETURNS TABLE (
     deferred_channels text[], escalation_steps_stopped integer, kube_ids uuid[],
     kube_old_statuses text[], kube_new_statuses text[],
-    id uuid, channel text, recipient text, subject text, body text, metadata jsonb,
-    attempt_count integer, max_attempts integer, priority smallint,
-    backoff_base_seconds float8, backoff_max_seconds float8, failover text, providers text[],
-    category text, expires_at timestamptz, recipient_id text, recipient_exists boolean,
-    timezone text, opt_out_all boolean, opt_out_channels text[], opt_out_categories text[],
-    quiet_start time, quiet_end time, bound_provider text, sticky_provider text,
-    next_attempt_at timestamptz, created_at timestamptz, send_at timestamptz,
-    traceparent text, digest_id uuid, digest_bucket smallint)
+    {{_claimed_columns}})
 LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -805,14 +798,7 @@ CREATE OR REPLACE FUNCTION nq_claim_admit_bucket_v2(
 ) RETURNS TABLE (
     deferred_channels text[], escalation_steps_stopped integer, kube_ids uuid[],
     kube_old_statuses text[], kube_new_statuses text[],
-    id uuid, channel text, recipient text, subject text, body text, metadata jsonb,
-    attempt_count integer, max_attempts integer, priority smallint,
-    backoff_base_seconds float8, backoff_max_seconds float8, failover text, providers text[],
-    category text, expires_at timestamptz, recipient_id text, recipient_exists boolean,
-    timezone text, opt_out_all boolean, opt_out_channels text[], opt_out_categories text[],
-    quiet_start time, quiet_end time, bound_provider text, sticky_provider text,
-    next_attempt_at timestamptz, created_at timestamptz, send_at timestamptz,
-    traceparent text, digest_id uuid, digest_bucket smallint, suppressed text)
+    {{_claimed_columns}}, suppressed text)
 LANGUAGE plpgsql VOLATILE SET enable_seqscan = off AS $fn$
 DECLARE
     v_tenants text[];

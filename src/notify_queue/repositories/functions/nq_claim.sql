@@ -9,14 +9,7 @@ CREATE OR REPLACE FUNCTION nq_claim(
 RETURNS TABLE (
     screen boolean, deferred_channels text[], status_writes_noted integer,
     escalation_steps_stopped integer,
-    id uuid, channel text, recipient text, subject text, body text, metadata jsonb,
-    attempt_count integer, max_attempts integer, priority smallint,
-    backoff_base_seconds float8, backoff_max_seconds float8, failover text, providers text[],
-    category text, expires_at timestamptz, recipient_id text, recipient_exists boolean,
-    timezone text, opt_out_all boolean, opt_out_channels text[], opt_out_categories text[],
-    quiet_start time, quiet_end time, bound_provider text, sticky_provider text,
-    next_attempt_at timestamptz, created_at timestamptz, send_at timestamptz,
-    traceparent text, digest_id uuid, digest_bucket smallint)
+    {{_claimed_columns}})
 LANGUAGE sql VOLATILE
 AS $$
     SELECT screen, deferred_channels, status_writes_noted, escalation_steps_stopped, id, channel,

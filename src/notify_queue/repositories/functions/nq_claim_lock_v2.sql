@@ -11,10 +11,7 @@ CREATE OR REPLACE FUNCTION nq_claim_lock_v2(
 RETURNS TABLE (
     ids uuid[], quiet_ids uuid[], quiet_priorities smallint[], quiet_categories text[],
     quiet_timezones text[], quiet_starts time[], quiet_ends time[], targeted boolean)
-LANGUAGE plpgsql VOLATILE
-SET enable_seqscan = off
-SET plan_cache_mode = force_generic_plan
-AS $$
+{{_drain_function}}
 #variable_conflict use_column
 DECLARE
     v_ids uuid[];

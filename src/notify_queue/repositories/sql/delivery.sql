@@ -378,6 +378,18 @@ SET next_attempt_at = now() + CASE WHEN r.role = 'busy' THEN interval '1 second'
                           ELSE 'sent with its digest' END,
     updated_at = now()
 
+-- name: _claimed_columns
+-- A claimed notification as the claim functions answer it (nq_claim, nq_claim_v2 and the Citus
+-- admission), after their own leading columns: what the worker sends it with.
+id uuid, channel text, recipient text, subject text, body text, metadata jsonb,
+attempt_count integer, max_attempts integer, priority smallint,
+backoff_base_seconds float8, backoff_max_seconds float8, failover text, providers text[],
+category text, expires_at timestamptz, recipient_id text, recipient_exists boolean,
+timezone text, opt_out_all boolean, opt_out_channels text[], opt_out_categories text[],
+quiet_start time, quiet_end time, bound_provider text, sticky_provider text,
+next_attempt_at timestamptz, created_at timestamptz, send_at timestamptz,
+traceparent text, digest_id uuid, digest_bucket smallint
+
 -- name: _drain_function
 -- The attributes of a drain function (its language and the plan settings every statement of the
 -- drain runs under: the indexes whatever the statistics, one generic plan per connection), then
