@@ -48,15 +48,13 @@ async def test_the_insert_paths_carry_the_tenant_and_keys_are_per_tenant(
     theirs = dataclasses.replace(new(), idempotency_key=key, tenant="team-a")
     mine = dataclasses.replace(new(), idempotency_key=key, tenant="team-b")
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
-        for function, n in (
-            ("nq_enqueue_pending(%s::json, 6, false)", plain),
-            ("nq_enqueue_pending(%s::json, 6, false)", theirs),
-            ("nq_insert_notifications(%s::json, 6, NULL)", mine),
+        for statement, n in (
+            ("SELECT id FROM nq_enqueue_pending(%s::json, 6, false)", plain),
+            ("SELECT id FROM nq_enqueue_pending(%s::json, 6, false)", theirs),
+            ("SELECT id FROM nq_insert_notifications(%s::json, 6, NULL)", mine),
         ):
             item = enqueue_item(0, n) | {"status": "PENDING"}
-            cursor = await conn.execute(
-                f"SELECT id FROM {function}", (jsontext.dumps_text([item]),)
-            )
+            cursor = await conn.execute(statement, (jsontext.dumps_text([item]),))
             # The same key in another tenant is a new notification, not the first one's.
             assert [r[0] for r in await cursor.fetchall()] == [n.id]
     rows = await read_rows(

@@ -13,33 +13,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from notify_queue.models import Completion, Engine, Status
+from notify_queue.repositories import driver
 from notify_queue.repositories.db import Connection, Database, Row
-from notify_queue.repositories.driver import (
-    ClaimsRelease,
-    DeliveriesComplete,
-    EscalationAcknowledge,
-    HousekeepingBatch,
-    KubeLinkSave,
-    LogKeysChunk,
-    NotificationCancel,
-    ParamsOf,
-    RateWindowsPrune,
-    Recorded,
-    StatusOutboxTake,
-    WebhookClaim,
-)
 
 
 class CitusDriver:
     engine = Engine.CITUS
 
-    async def rate_windows_prune(self, db: Database, params: RateWindowsPrune) -> int:
+    async def rate_windows_prune(self, db: Database, params: driver.RateWindowsPrune) -> int:
         """All of them in one multi-shard DELETE (see the statement)."""
         return await db.execute("prune_rate_windows_citus", params)
 
     async def deliveries_complete(
-        self, db: Database, results: Sequence[Completion], params_of: ParamsOf
-    ) -> Recorded:
+        self, db: Database, results: Sequence[Completion], params_of: driver.ParamsOf
+    ) -> driver.Recorded:
         """The rows' buckets first (one lock-free look), then one delegated call per bucket, each
         its own transaction (a result is independent of the others, as it is on plain
         PostgreSQL's one statement) with its coordinator writes."""
@@ -57,8 +44,8 @@ class CitusDriver:
         return accepted, any(by_id[i].status is not Status.PENDING for i in accepted)
 
     async def deliveries_record(
-        self, conn: Connection, params: DeliveriesComplete, bucket: int | None
-    ) -> Recorded:
+        self, conn: Connection, params: driver.DeliveriesComplete, bucket: int | None
+    ) -> driver.Recorded:
         """The function delegated to the bucket's node; what it cannot write there (the
         coordinator's outbox and its NOTIFY, a reference table) is written here, in the caller's
         transaction, so it commits with the completion."""
@@ -73,7 +60,7 @@ class CitusDriver:
             )
         return set(row["accepted_ids"]), True
 
-    async def claims_release(self, db: Database, params: ClaimsRelease) -> int:
+    async def claims_release(self, db: Database, params: driver.ClaimsRelease) -> int:
         tokens = dict(zip(params["ids"], params["claim_tokens"], strict=True))
         released = 0
         async with db.connection() as conn:
@@ -105,7 +92,7 @@ class CitusDriver:
         return released
 
     async def leases_recover_expired(
-        self, db: Database, params: HousekeepingBatch
+        self, db: Database, params: driver.HousekeepingBatch
     ) -> tuple[int, int]:
         recovered = dead = 0
         async with db.connection() as conn:
@@ -122,7 +109,9 @@ class CitusDriver:
                     dead += int(row["dead_lettered"])
         return recovered, dead
 
-    async def notifications_expire_overdue(self, db: Database, params: HousekeepingBatch) -> int:
+    async def notifications_expire_overdue(
+        self, db: Database, params: driver.HousekeepingBatch
+    ) -> int:
         expired = 0
         async with db.connection() as conn:
             await log_ready(conn)
@@ -145,7 +134,7 @@ class CitusDriver:
                 expired += len(overdue)
         return expired
 
-    async def webhook_events_claim(self, db: Database, params: WebhookClaim) -> list[Row]:
+    async def webhook_events_claim(self, db: Database, params: driver.WebhookClaim) -> list[Row]:
         # The buckets of the most urgent due events (lock-free), then one routed claim per
         # bucket of as many events as it holds among them, until the limit.
         limit = params["limit"]
@@ -165,7 +154,9 @@ class CitusDriver:
                 ]
         return rows
 
-    async def notification_cancel(self, conn: Connection, params: NotificationCancel) -> bool:
+    async def notification_cancel(
+        self, conn: Connection, params: driver.NotificationCancel
+    ) -> bool:
         id = params["id"]
         webhook_url = params["default_webhook_url"]
         # The row's bucket first (lock-free), so the cancel's lock routes; none: it is not in
@@ -229,7 +220,9 @@ class CitusDriver:
         left = await db.fetch_one("notification_status_count", {"status": status})
         return retried, max(int(left["n"]) if left else 0, 0)
 
-    async def escalation_acknowledge(self, db: Database, params: EscalationAcknowledge) -> bool:
+    async def escalation_acknowledge(
+        self, db: Database, params: driver.EscalationAcknowledge
+    ) -> bool:
         """The bucket first (lock-free), so every lock names one shard, the escalation's and its
         steps'; the mark commits in a transaction of its own, then the steps are stopped in a
         second one (docs/scaling.md: one transaction for both crashed a worker node in COMMIT
@@ -268,7 +261,7 @@ class CitusDriver:
             await conn.fetch_one("escalation_note_objects", {"ids": locked["step_ids"]})
         return True
 
-    async def kube_link_save(self, db: Database, params: KubeLinkSave) -> None:
+    async def kube_link_save(self, db: Database, params: driver.KubeLinkSave) -> None:
         """The link in a transaction of its own, then the row locked by bucket and its status
         queued (citus/statements.sql, kube_link_save_citus, says why no change slips between the
         two). A failure between them leaves a link without its first status write; kopf runs the
@@ -287,7 +280,9 @@ class CitusDriver:
                     "kube_link_status_queue_citus", {**params, "status": row["status"]}
                 )
 
-    async def status_outbox_take(self, conn: Connection, params: StatusOutboxTake) -> list[Row]:
+    async def status_outbox_take(
+        self, conn: Connection, params: driver.StatusOutboxTake
+    ) -> list[Row]:
         """The objects from the outbox and links (coordinator tables), then their notifications
         by id, then the related rows of recipientId requests; merged into the plain statement's
         row shape."""
@@ -330,10 +325,14 @@ class CitusDriver:
             out.append(row)
         return out
 
-    async def kube_finished_take_due(self, db: Database, params: StatusOutboxTake) -> list[Row]:
+    async def kube_finished_take_due(
+        self, db: Database, params: driver.StatusOutboxTake
+    ) -> list[Row]:
         return await db.fetch_all("kube_finished_take_due_citus", params)
 
-    async def delivery_log_forget_keys(self, conn: Connection, params: LogKeysChunk) -> Row | None:
+    async def delivery_log_forget_keys(
+        self, conn: Connection, params: driver.LogKeysChunk
+    ) -> Row | None:
         """Without the lock on the partition's rows."""
         return await conn.fetch_one("delivery_log_forget_keys_unlocked", params)
 
