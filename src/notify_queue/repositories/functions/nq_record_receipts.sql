@@ -11,12 +11,17 @@
 CREATE OR REPLACE FUNCTION nq_record_receipts(
     p_events jsonb, p_default_webhook_url text
 ) RETURNS TABLE (state text, matched boolean, changed boolean)
-LANGUAGE sql VOLATILE
+-- PL/pgSQL, not SQL: its body is not parsed where the function is made, so Citus can copy it to
+-- worker nodes, which lack the coordinator's tables it names (nq_status_outbox, nq_kube_links).
+LANGUAGE plpgsql VOLATILE
 -- The CTEs have no statistics: joined to each other by a nested loop, a batch of a thousand
 -- receipts took a quarter of a second (quadratic); hash joins keep it linear. The joins to
 -- tables still probe their indexes where nothing else is possible.
 SET enable_nestloop = off
 AS $$
+#variable_conflict use_column
+BEGIN
+    RETURN QUERY
     WITH e AS (
         SELECT x.ord, x.ev->>'provider' AS provider, x.ev->>'providerMessageId' AS message_id,
                x.ev->>'state' AS state,
@@ -90,5 +95,6 @@ AS $$
     -- IN: hashed subplans over the CTEs.
     SELECT e.state, e.ord IN (SELECT ord FROM found), e.ord IN (SELECT ord FROM changed)
     FROM e CROSS JOIN woken
-    ORDER BY e.ord
+    ORDER BY e.ord;
+END
 $$;
