@@ -153,7 +153,8 @@ def test_the_options_of_each_role_are_the_ones_its_code_reads() -> None:
     # lock); the API only NOTIFYs.
     listens = {r for r in ROLE_SETTINGS if "--listen-database-url" in flags_in_help(r)}
     assert listens == {"worker", "relay", "operator", "migrate", "up"}
-    assert not {f for f in api if f.startswith(("--provider", "--smtp"))}
+    # The API reads the providers file for the receipts' verifiers only; no provider option.
+    assert {f for f in api if f.startswith(("--provider", "--smtp"))} == {"--providers-file"}
     assert flags_in_help("up") == api | worker | operator | {"--data-dir", "--kubernetes"}
 
 

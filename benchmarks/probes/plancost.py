@@ -140,6 +140,8 @@ def lock_params(batch: int) -> dict[str, Any]:
         "priorities": sorted(p.rank for p in Priority),
         "channels": [c.value for c in Channel],
         "limit": batch,
+        # The worker's default (--aging-seconds).
+        "aging_seconds": 600.0,
     }
 
 
