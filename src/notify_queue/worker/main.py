@@ -156,22 +156,24 @@ async def run_worker(
                 WorkerRepository(db), channels=settings.channels, priorities=settings.priorities
             ),
         )
-        log.info(
-            "worker started: lanes %s, channels %s, concurrency %d, batch %d, webhooks %s",
-            ",".join(settings.priorities),
-            ",".join(settings.channels),
-            settings.concurrency,
-            settings.claim_size,
-            settings.webhook_dispatch,
-        )
-        if not GENERATED_HEADERS_VERIFIED:
-            log.warning(
-                "Python %s writes email headers without checking them (CVE-2024-6923); "
-                "production needs 3.11.10, 3.12.5 or newer (docs/security.md)",
-                platform.python_version(),
-            )
         try:
             await router.start()
+            # Said once nothing is left to await before the SIGTERM handler (_until_signal): a
+            # SIGTERM after this line stops the worker gracefully.
+            log.info(
+                "worker started: lanes %s, channels %s, concurrency %d, batch %d, webhooks %s",
+                ",".join(settings.priorities),
+                ",".join(settings.channels),
+                settings.concurrency,
+                settings.claim_size,
+                settings.webhook_dispatch,
+            )
+            if not GENERATED_HEADERS_VERIFIED:
+                log.warning(
+                    "Python %s writes email headers without checking them (CVE-2024-6923); "
+                    "production needs 3.11.10, 3.12.5 or newer (docs/security.md)",
+                    platform.python_version(),
+                )
             await _until_signal(worker.run(), worker.stop, stop)
         finally:
             for provider in providers.values():
