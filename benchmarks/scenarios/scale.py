@@ -102,7 +102,12 @@ async def claim_loop(
 def explain_claim(url: str) -> dict[str, Any]:
     """EXPLAIN (ANALYZE, BUFFERS) of the claim's first step (locks rolled back)."""
     sql = QUERIES["claim_lock_candidates"]
-    params = {"priorities": [0, 1, 2], "channels": ["email", "sms", "push"], "limit": BATCH}
+    params = {
+        "priorities": [0, 1, 2],
+        "channels": ["email", "sms", "push"],
+        "limit": BATCH,
+        "aging_seconds": 600.0,
+    }
     with psycopg.connect(url) as conn:
         conn.execute(sql, params).fetchall()  # warm
         conn.rollback()

@@ -79,6 +79,7 @@ def test_every_panel_queries_the_datasource_variable_and_every_row_has_panels() 
         "Latency (due → sent)",
         "Webhook relay",
         "Database pool",
+        "Delivery receipts",
     ]
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
