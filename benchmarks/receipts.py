@@ -28,7 +28,6 @@ import json
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +35,9 @@ import psycopg
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from benchmarks import dbcost, queue
+from benchmarks import alternating, dbcost, queue
 from benchmarks.burn import cpu_seconds
-from benchmarks.env import BenchPostgres, fresh_postgres, machine_info
+from benchmarks.env import BenchPostgres, fresh_postgres
 from benchmarks.httpload import request_bytes, run_load
 from benchmarks.scenarios.ingest import _free_port, _wait_ready
 
@@ -199,10 +198,7 @@ def main() -> None:
                 f"{cost['wal_bytes']} WAL bytes, {cost['statements']} statements"
             )
             runs.append(run)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    out.write_text(json.dumps({"machine": machine_info(), "runs": runs}, indent=2) + "\n")
-    print(f"wrote {out}")
+    alternating.write(RESULTS, {"runs": runs})
 
 
 if __name__ == "__main__":

@@ -21,14 +21,13 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from benchmarks import dbcost, queue
-from benchmarks.env import BenchPostgres, fresh_postgres, machine_info
+from benchmarks import alternating, dbcost, queue
+from benchmarks.env import BenchPostgres, fresh_postgres
 from benchmarks.httpload import request_bytes, run_load
 from benchmarks.scenarios.ingest import _free_port, _item, _wait_ready
 
@@ -144,10 +143,7 @@ def main() -> None:
                 "statements)"
             )
             runs.append(run)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
-    out.write_text(json.dumps({"machine": machine_info(), "runs": runs}, indent=2) + "\n")
-    print(f"wrote {out}")
+    alternating.write(RESULTS, {"runs": runs})
 
 
 if __name__ == "__main__":
